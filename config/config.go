@@ -1,0 +1,384 @@
+// Package config owns holdfast's typed configuration: the YAML schema, its
+// defaults, environment overrides and validation. It does no I/O beyond
+// reading the file it is given and starts nothing.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole of holdfast's configuration. The zero value is not
+// usable; start from Default() or Load().
+type Config struct {
+	// Listen is the MySQL-protocol address clients connect to.
+	Listen string `yaml:"listen"`
+	// ServerVersion is the version string sent in the handshake. Empty means
+	// the backend's own version, learned when the first backend connection
+	// opens (with a fixed fallback while the backend is unreachable).
+	ServerVersion string `yaml:"server_version"`
+	// MaxAllowedPacket is the largest command a client may send, in bytes.
+	// Larger ones get error 1153 and the connection is closed, as MySQL does.
+	MaxAllowedPacket ByteSize `yaml:"max_allowed_packet"`
+	// ShutdownGrace bounds how long SIGTERM waits for open transactions.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+
+	TLS      TLS      `yaml:"tls"`
+	Users    []User   `yaml:"users"`
+	Backend  Backend  `yaml:"backend"`
+	Pool     Pool     `yaml:"pool"`
+	Log      Log      `yaml:"log"`
+	Admin    Admin    `yaml:"admin"`
+	Sessions Sessions `yaml:"sessions"`
+}
+
+// TLS configures TLS for client connections. Both files empty means no TLS.
+type TLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// RSAKeyFile is the PEM private key used to exchange caching_sha2_password
+	// passwords over non-TLS connections. Empty means a key generated at start.
+	RSAKeyFile string `yaml:"rsa_key_file"`
+}
+
+// User is an account clients authenticate as. Every user reaches the backend
+// through the single pool and its one backend account.
+type User struct {
+	Name     string `yaml:"name"`
+	Password string `yaml:"password"`
+	// AuthPlugin is mysql_native_password (default) or caching_sha2_password.
+	AuthPlugin string `yaml:"auth_plugin"`
+	// Admin users may KILL any client's connection or query, not only their own.
+	Admin bool `yaml:"admin"`
+}
+
+// Backend is the one MySQL or MariaDB server holdfast pools connections to.
+type Backend struct {
+	Address  string `yaml:"address"`
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	// Database is selected on every backend connection when it opens.
+	Database string `yaml:"database"`
+	// Collation is sent in the backend handshake; clients asking for a
+	// different one have it restored per statement.
+	Collation   string        `yaml:"collation"`
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+}
+
+// Pool sizes and paces the backend connection pool.
+type Pool struct {
+	// Min connections are kept open even when idle.
+	Min int `yaml:"min"`
+	// Max is the hard cap on open backend connections.
+	Max int `yaml:"max"`
+	// MaxIdle caps idle connections; extra ones are closed on return.
+	MaxIdle int `yaml:"max_idle"`
+	// IdleTimeout closes connections idle longer than this (down to Min).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxLifetime recycles connections older than this, each shortened by a
+	// random fraction up to LifetimeJitter so they do not expire together.
+	MaxLifetime    time.Duration `yaml:"max_lifetime"`
+	LifetimeJitter float64       `yaml:"lifetime_jitter"`
+	// AcquireTimeout bounds how long a statement waits for a connection.
+	AcquireTimeout time.Duration `yaml:"acquire_timeout"`
+	// MaxWaiters caps borrowers queued for a connection; past it they fail
+	// at once.
+	MaxWaiters int `yaml:"max_waiters"`
+	// PingAfterIdle sends COM_PING before lending a connection idle longer
+	// than this (a cheap socket check runs on every lend regardless).
+	PingAfterIdle time.Duration `yaml:"ping_after_idle"`
+}
+
+// Log configures structured logging.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // text or json
+}
+
+// Admin configures the HTTP admin and metrics listener.
+type Admin struct {
+	// Listen is the admin address; empty disables it.
+	Listen string `yaml:"listen"`
+	// Token is required as "Authorization: Bearer <token>" when Listen is
+	// not a loopback address.
+	Token string `yaml:"token"`
+}
+
+// Sessions configures client-session behaviour.
+type Sessions struct {
+	// MaxClients caps concurrent client connections; 0 means no cap.
+	MaxClients int `yaml:"max_clients"`
+	// StatementCache is how many prepared statements each backend connection
+	// keeps prepared (least recently used are closed past it).
+	StatementCache int `yaml:"statement_cache"`
+}
+
+// Default returns the documented defaults (see config.yaml).
+func Default() Config {
+	return Config{
+		Listen:           "127.0.0.1:6033",
+		MaxAllowedPacket: 64 << 20,
+		ShutdownGrace:    30 * time.Second,
+		Users:            []User{{Name: "app", Password: "app", AuthPlugin: "mysql_native_password"}},
+		Backend: Backend{
+			Address:     "127.0.0.1:3306",
+			User:        "root",
+			Database:    "test",
+			Collation:   "utf8mb4_general_ci",
+			DialTimeout: 5 * time.Second,
+		},
+		Pool: Pool{
+			Min:            2,
+			Max:            16,
+			MaxIdle:        16,
+			IdleTimeout:    5 * time.Minute,
+			MaxLifetime:    time.Hour,
+			LifetimeJitter: 0.1,
+			AcquireTimeout: 5 * time.Second,
+			MaxWaiters:     10000,
+			PingAfterIdle:  30 * time.Second,
+		},
+		Log:      Log{Level: "info", Format: "text"},
+		Admin:    Admin{Listen: "127.0.0.1:6034"},
+		Sessions: Sessions{StatementCache: 1000},
+	}
+}
+
+// Load reads path (YAML) over the defaults, applies HOLDFAST_* environment
+// overrides, and validates. An empty path means defaults plus environment.
+func Load(path string) (Config, error) {
+	c := Default()
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		if err := c.parse(b); err != nil {
+			return Config{}, err
+		}
+	}
+	c.applyEnv(os.Getenv)
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Parse decodes YAML over the defaults and validates; it reads no
+// environment. Unknown fields are errors.
+func Parse(b []byte) (Config, error) {
+	c := Default()
+	if err := c.parse(b); err != nil {
+		return Config{}, err
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func (c *Config) parse(b []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// applyEnv lets the run scripts point holdfast at a private MariaDB without
+// editing the file.
+func (c *Config) applyEnv(get func(string) string) {
+	if v := get("HOLDFAST_LISTEN"); v != "" {
+		c.Listen = v
+	}
+	if v := get("HOLDFAST_ADMIN_LISTEN"); v != "" {
+		c.Admin.Listen = v
+	}
+	if v := get("HOLDFAST_BACKEND_ADDRESS"); v != "" {
+		c.Backend.Address = v
+	}
+	if v := get("HOLDFAST_BACKEND_USER"); v != "" {
+		c.Backend.User = v
+	}
+	if v, ok := lookup(get, "HOLDFAST_BACKEND_PASSWORD"); ok {
+		c.Backend.Password = v
+	}
+	if v := get("HOLDFAST_BACKEND_DATABASE"); v != "" {
+		c.Backend.Database = v
+	}
+}
+
+func lookup(get func(string) string, k string) (string, bool) {
+	v := get(k)
+	if v != "" {
+		return v, true
+	}
+	_, ok := os.LookupEnv(k)
+	return "", ok
+}
+
+// Validate checks every field and names the first bad one.
+func (c *Config) Validate() error {
+	bad := func(field, format string, a ...any) error {
+		return fmt.Errorf("config: %s: %s", field, fmt.Sprintf(format, a...))
+	}
+	if err := checkAddr(c.Listen); err != nil {
+		return bad("listen", "%v", err)
+	}
+	if c.Admin.Listen != "" {
+		if err := checkAddr(c.Admin.Listen); err != nil {
+			return bad("admin.listen", "%v", err)
+		}
+		if !IsLoopback(c.Admin.Listen) && c.Admin.Token == "" {
+			return bad("admin.token", "required when admin.listen (%s) is not a loopback address", c.Admin.Listen)
+		}
+	}
+	if c.MaxAllowedPacket < 1024 || c.MaxAllowedPacket > 1<<30 {
+		return bad("max_allowed_packet", "must be between 1KiB and 1GiB, got %d", c.MaxAllowedPacket)
+	}
+	if c.ShutdownGrace < 0 {
+		return bad("shutdown_grace", "must not be negative")
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		return bad("tls", "cert_file and key_file must be set together")
+	}
+	if len(c.Users) == 0 {
+		return bad("users", "at least one user is required")
+	}
+	seen := map[string]bool{}
+	for i, u := range c.Users {
+		f := fmt.Sprintf("users[%d]", i)
+		if u.Name == "" {
+			return bad(f+".name", "must not be empty")
+		}
+		if seen[u.Name] {
+			return bad(f+".name", "duplicate user %q", u.Name)
+		}
+		seen[u.Name] = true
+		switch u.AuthPlugin {
+		case "", "mysql_native_password", "caching_sha2_password":
+		default:
+			return bad(f+".auth_plugin", "must be mysql_native_password or caching_sha2_password, got %q", u.AuthPlugin)
+		}
+	}
+	if err := checkAddr(c.Backend.Address); err != nil {
+		return bad("backend.address", "%v", err)
+	}
+	if c.Backend.User == "" {
+		return bad("backend.user", "must not be empty")
+	}
+	if c.Backend.Collation == "" {
+		return bad("backend.collation", "must not be empty")
+	}
+	if c.Backend.DialTimeout <= 0 {
+		return bad("backend.dial_timeout", "must be positive")
+	}
+	p := c.Pool
+	switch {
+	case p.Max < 1:
+		return bad("pool.max", "must be at least 1, got %d", p.Max)
+	case p.Min < 0 || p.Min > p.Max:
+		return bad("pool.min", "must be between 0 and pool.max (%d), got %d", p.Max, p.Min)
+	case p.MaxIdle < p.Min || p.MaxIdle > p.Max:
+		return bad("pool.max_idle", "must be between pool.min (%d) and pool.max (%d), got %d", p.Min, p.Max, p.MaxIdle)
+	case p.IdleTimeout <= 0:
+		return bad("pool.idle_timeout", "must be positive")
+	case p.MaxLifetime <= 0:
+		return bad("pool.max_lifetime", "must be positive")
+	case p.LifetimeJitter < 0 || p.LifetimeJitter >= 1:
+		return bad("pool.lifetime_jitter", "must be in [0, 1), got %v", p.LifetimeJitter)
+	case p.AcquireTimeout <= 0:
+		return bad("pool.acquire_timeout", "must be positive")
+	case p.MaxWaiters < 0:
+		return bad("pool.max_waiters", "must not be negative")
+	case p.PingAfterIdle < 0:
+		return bad("pool.ping_after_idle", "must not be negative")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return bad("log.format", "must be text or json, got %q", c.Log.Format)
+	}
+	if c.Sessions.MaxClients < 0 {
+		return bad("sessions.max_clients", "must not be negative")
+	}
+	if c.Sessions.StatementCache < 1 {
+		return bad("sessions.statement_cache", "must be at least 1, got %d", c.Sessions.StatementCache)
+	}
+	return nil
+}
+
+func checkAddr(a string) error {
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want host:port, got %q", a)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("bad port in %q", a)
+	}
+	return nil
+}
+
+// IsLoopback reports whether the host of addr is a loopback address or
+// "localhost".
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ByteSize is a size in bytes that YAML may write as a number or with a
+// unit: 512KiB, 64MiB, 1GiB (also KB/MB/GB, meaning the same powers of two).
+type ByteSize int64
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*b = v
+	return nil
+}
+
+// ParseByteSize parses "1048576", "64MiB", "1 GiB".
+func ParseByteSize(s string) (ByteSize, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad size %q (want e.g. 16777216 or 64MiB)", s)
+	}
+	return ByteSize(n * mult), nil
+}
