@@ -1,0 +1,51 @@
+// Package sqlscan classifies MySQL and MariaDB statement text, the payload
+// of COM_QUERY, on the proxy's hot path. It owns a cheap lexer and three
+// uses of it:
+//
+//   - Scan says what kind of statement a text starts with, how many
+//     statements it holds, and which session-affecting features (user
+//     variables, temporary tables, GET_LOCK, LOCK TABLES, SET forms, ...)
+//     appear anywhere in it, so the proxy can decide connection pinning and
+//     intercept KILL and SELECT LAST_INSERT_ID(). It does not allocate.
+//   - ParseCall parses CALL statements whose arguments are literals or '?',
+//     for the procedures holdfast answers itself (CALL holdfast.reserve(...)).
+//   - AppendDigest normalizes a statement for dashboards.
+//
+// It is pure: no I/O, no state, safe for concurrent use. It must never
+// modify the bytes it is given, never keep a reference to them, never
+// panic, and stay linear in the input length on hostile input (huge or
+// unterminated comments and literals, NUL bytes, invalid UTF-8). It knows
+// nothing of the wire protocol, sessions or pools: what to do with a Kind or
+// Feature is the proxy's decision.
+//
+// # Lexing
+//
+// The lexer follows MySQL's defaults (see Mode for NO_BACKSLASH_ESCAPES and
+// ANSI_QUOTES): '...' and "..." are strings in which a backslash or a
+// doubled quote escapes; `...` is a quoted identifier with doubled backticks
+// only. /* */ comments do not nest and include optimizer hints /*+ ... */;
+// "--" starts a comment to the end of the line only when followed by
+// whitespace, a control byte or the end of input; so does '#'. Executable
+// comments, /*!, /*!50100, /*M!, /*M!100100 (up to six version digits),
+// are code: their contents are lexed as statement text, whatever the
+// version, and the comment ends at the first "*/" outside a literal. An
+// unterminated literal or comment runs to the end of input. Keywords are
+// case-insensitive whole words; a word right after '.' is never a keyword.
+// Nothing inside a literal, a quoted identifier or an ordinary comment is a
+// keyword, a feature or a statement separator.
+//
+// A '@' right after a quoted user name ('u'@'h', `u`@`h`) is an account's
+// host, not a user variable; u@h with a bare name is taken as a variable,
+// which errs on the side of pinning.
+//
+// # Limits
+//
+// sqlscan is a lexer, not a parser. Statements are split at every ';', also
+// inside compound statements (BEGIN NOT ATOMIC ... END, stored program
+// bodies). The statement after BEGIN NOT ATOMIC, THEN, ELSE, DO, LOOP,
+// REPEAT or an inner BEGIN is classified for features too, so
+// "BEGIN NOT ATOMIC SET @x = 1; END" reports FeatUserVarAssign; a handler
+// body after DECLARE ... HANDLER FOR is not. Executable comments whose
+// version is newer than the server (which the server skips) are still
+// treated as code, which can only add features.
+package sqlscan

@@ -1,0 +1,675 @@
+package sqlscan
+
+import (
+	"bytes"
+	"math"
+)
+
+// Kill is a parsed KILL statement.
+type Kill struct {
+	// Query is true for KILL QUERY n, false for KILL [CONNECTION] n.
+	Query bool
+	// ID is the thread id; zero when it could not be parsed.
+	ID uint64
+	// OK is true when the text is exactly one
+	// KILL [HARD|SOFT] [CONNECTION|QUERY] <decimal id> statement, with an
+	// optional trailing ';' and whitespace or comments. KILL QUERY ID n,
+	// KILL USER u, an id that is not a decimal uint64, a second statement or
+	// an unterminated comment leave OK false.
+	OK bool
+}
+
+// Info is what Scan learns about a statement text.
+type Info struct {
+	// Kind is the kind of the first non-empty statement; KindOther when
+	// there is none.
+	Kind Kind
+	// Statements is the number of non-empty statements separated by ';'
+	// outside literals and comments: "SELECT 1;" is 1, "SELECT 1; SELECT 2"
+	// is 2, "" and comment-only texts are 0. Compound statements (BEGIN NOT
+	// ATOMIC ... END, stored program bodies) are counted by their ';' too.
+	Statements int
+	// Features is the set of features found in all statements.
+	Features Feature
+	// Kill is filled when Kind is KindKill (the zero Kill otherwise).
+	Kill Kill
+	// LastInsertIDColumn is set only when the whole text is exactly
+	// SELECT LAST_INSERT_ID() with an optional alias (AS x, x, AS `x`,
+	// AS 'x', AS "x"), in any letter case, with optional whitespace, comments
+	// and one trailing ';'. It is the column name MySQL reports: the alias,
+	// or the expression as written ("last_insert_id()").
+	LastInsertIDColumn string
+}
+
+// Scan classifies sql, lexed with MySQL's default sql_mode. See Mode.Scan.
+func Scan(sql []byte) Info { return Mode(0).Scan(sql) }
+
+// Scan classifies sql, lexed under mode. It never modifies sql, never
+// panics, runs in time linear in len(sql) and does not allocate, except that
+// a LastInsertIDColumn other than the common spellings LAST_INSERT_ID() and
+// last_insert_id() is a new string (the result never aliases sql).
+func (m Mode) Scan(sql []byte) Info {
+	s := scanner{lx: lexer{src: sql, mode: m}}
+	for {
+		t := s.lx.next()
+		if t.kind == tEOF {
+			s.end()
+			return s.info
+		}
+		if t.is(';') {
+			s.end()
+		} else {
+			s.step(t)
+		}
+		s.ntok++
+	}
+}
+
+// scanner is the state of one Scan.
+type scanner struct {
+	lx   lexer
+	info Info
+	ntok int // tokens before the current one, in the whole text
+	st   stmt
+}
+
+// stmt is the state of the current statement; the zero stmt is its start.
+type stmt struct {
+	nonEmpty bool
+	headDone bool // the statement's head token has been classified
+	subHead  bool // the next token starts an inner statement
+	subMain  bool // ... whose kind is the statement's kind (SET STATEMENT ... FOR)
+	prevDot  bool // the previous token was '.'
+	callExec bool // in a CALL or EXECUTE: user variables may be OUT parameters
+	into     uint8
+	create   uint8
+	kind     Kind
+	depth    int
+	pending  Feature // a function name whose feature needs a following '('
+	set      setMachine
+	flush    flushMachine
+	with     withMachine
+}
+
+func (s *scanner) end() {
+	if s.st.nonEmpty {
+		s.info.Statements++
+		if s.info.Statements == 1 {
+			s.info.Kind = s.st.kind
+		}
+	}
+	s.st = stmt{}
+}
+
+// word returns t's keyword, or kwNone when t is not a word.
+func (s *scanner) word(t token) kw {
+	if t.kind != tWord {
+		return kwNone
+	}
+	return lookupKW(s.lx.src[t.start:t.end])
+}
+
+func (s *scanner) step(t token) {
+	st := &s.st
+	st.nonEmpty = true
+	w := kwNone
+	if !st.prevDot {
+		w = s.word(t)
+	}
+	st.prevDot = t.is('.')
+	wantHead := !st.headDone && !t.is('(')
+	wantSub := st.subHead
+	st.subHead = false
+	if st.pending != 0 {
+		if t.is('(') {
+			s.info.Features |= st.pending
+		}
+		st.pending = 0
+	}
+
+	// State machines started by an earlier token.
+	if st.set.active {
+		s.setStep(t, w)
+	}
+	if st.flush.state != 0 {
+		s.flushStep(t, w)
+	}
+	if st.with.active && t.kind == tWord && st.depth == st.with.depth {
+		s.withStep(w)
+	}
+	s.intoStep(t, w)
+	s.createStep(w)
+
+	switch t.kind {
+	case tUserVar:
+		s.info.Features |= FeatUserVarRef
+		if st.callExec {
+			s.info.Features |= FeatUserVarAssign
+		}
+	case tAssign:
+		s.info.Features |= FeatUserVarAssign
+	case tPunct:
+		switch t.ch() {
+		case '(':
+			st.depth++
+		case ')':
+			st.depth--
+		}
+	case tWord:
+		switch w {
+		case kwSQLCalcFoundRows:
+			s.info.Features |= FeatCalcFoundRows
+		case kwGetLock:
+			st.pending = FeatGetLock
+		case kwLastInsertID:
+			st.pending = FeatLastInsertID
+		case kwFoundRows:
+			st.pending = FeatFoundRowsFunc
+		}
+	}
+
+	if wantHead {
+		st.headDone = true
+		s.head(t, w, true, s.ntok == 0)
+	} else if wantSub {
+		s.head(t, w, st.subMain, false)
+	}
+	// The next token starts a statement of a compound-statement body
+	// (MariaDB runs BEGIN NOT ATOMIC, IF, WHILE, LOOP, REPEAT at top level).
+	switch w {
+	case kwThen, kwElse, kwAtomic, kwLoop, kwRepeat:
+		st.subHead, st.subMain = true, false
+	case kwDo, kwBegin:
+		if !wantHead {
+			st.subHead, st.subMain = true, false
+		}
+	}
+}
+
+// head classifies the statement starting at token t. main says whether its
+// kind is the current statement's kind; exact whether t is the first token
+// of the whole text.
+func (s *scanner) head(t token, w kw, main, exact bool) {
+	st := &s.st
+	f := &s.info.Features
+	p := s.lx // a cursor after t, to look ahead
+	k := KindOther
+	switch w {
+	case kwSelect:
+		k = KindSelect
+		if exact {
+			s.info.LastInsertIDColumn = s.lastInsertID(p)
+		}
+	case kwValues, kwTable:
+		k = KindSelect
+	case kwWith:
+		k = KindSelect
+		st.with = withMachine{active: true, main: main, depth: st.depth}
+	case kwInsert:
+		k = KindInsert
+	case kwUpdate:
+		k = KindUpdate
+	case kwDelete:
+		k = KindDelete
+	case kwReplace:
+		k = KindReplace
+	case kwSet:
+		k = KindSet
+		st.set = setMachine{active: true, main: main, expect: true, first: true, depth: st.depth}
+		if s.word(p.next()) == kwTransaction {
+			k = KindSetTransaction
+		}
+	case kwUse:
+		k = KindUse
+	case kwBegin:
+		k = KindBegin
+		if s.word(p.next()) == kwNot {
+			k = KindOther
+		}
+	case kwStart:
+		if s.word(p.next()) == kwTransaction {
+			k = KindBegin
+		}
+	case kwCommit:
+		k = KindCommit
+	case kwRollback:
+		k = KindRollback
+		n := s.word(p.next())
+		if n == kwWork {
+			n = s.word(p.next())
+		}
+		if n == kwTo {
+			k = KindOther
+		}
+	case kwKill:
+		k = KindKill
+		if main && s.info.Statements == 0 {
+			s.info.Kill = s.kill(p, exact)
+		}
+	case kwLoad:
+		if n := s.word(p.next()); n == kwData || n == kwXML {
+			k = KindLoadData
+			n = s.word(p.next())
+			for i := 0; i < 2 && (n == kwLowPriority || n == kwConcurrent); i++ {
+				n = s.word(p.next())
+			}
+			if n == kwLocal {
+				k = KindLoadDataLocal
+				*f |= FeatLocalInfile
+			}
+		}
+	case kwCall:
+		k = KindCall
+		st.callExec = true
+	case kwPrepare:
+		k = KindPrepare
+		*f |= FeatSQLPrepare
+	case kwExecute:
+		k = KindExecute
+		st.callExec = true
+	case kwDeallocate:
+		k = KindDeallocate
+	case kwDrop:
+		if s.word(p.next()) == kwPrepare {
+			k = KindDeallocate
+		}
+	case kwLock:
+		switch s.word(p.next()) {
+		case kwTable, kwTables:
+			k = KindLockTables
+			*f |= FeatLockTables
+		case kwInstance:
+			*f |= FeatLockTables
+		}
+	case kwUnlock:
+		switch s.word(p.next()) {
+		case kwTable, kwTables:
+			k = KindUnlockTables
+		}
+	case kwFlush:
+		n := s.word(p.next())
+		if n == kwNoWriteToBinlog || n == kwLocal {
+			n = s.word(p.next())
+		}
+		if n == kwTable || n == kwTables {
+			st.flush = flushMachine{state: 1, main: main, depth: st.depth}
+		}
+	case kwShow:
+		k = KindShow
+	case kwXA:
+		k = KindXA
+		if n := s.word(p.next()); n == kwStart || n == kwBegin {
+			*f |= FeatXA
+		}
+	case kwHandler:
+		k = KindHandler
+		if s.handlerOpen(p) {
+			*f |= FeatHandler
+		}
+	case kwDo:
+		k = KindDo
+	case kwBackup:
+		if s.word(p.next()) == kwLock {
+			*f |= FeatLockTables
+		}
+	}
+	if main {
+		st.kind = k
+	}
+}
+
+// handlerOpen reports whether p is at "name [. name] OPEN".
+func (s *scanner) handlerOpen(p lexer) bool {
+	t := p.next()
+	if t.kind != tWord && t.kind != tQuoted {
+		return false
+	}
+	t = p.next()
+	if t.is('.') {
+		if t = p.next(); t.kind != tWord && t.kind != tQuoted {
+			return false
+		}
+		t = p.next()
+	}
+	return s.word(t) == kwOpen
+}
+
+// kill parses the rest of a KILL statement from p.
+func (s *scanner) kill(p lexer, exact bool) Kill {
+	var k Kill
+	t := p.next()
+	if w := s.word(t); w == kwHard || w == kwSoft {
+		t = p.next()
+	}
+	switch s.word(t) {
+	case kwConnection:
+		t = p.next()
+	case kwQuery:
+		k.Query = true
+		t = p.next()
+	}
+	if t.kind != tNumber {
+		return k
+	}
+	var id uint64
+	for _, c := range s.lx.src[t.start:t.end] {
+		d := uint64(c - '0')
+		if !isDigit(c) || id > (math.MaxUint64-d)/10 {
+			return k
+		}
+		id = id*10 + d
+	}
+	k.ID = id
+	if t = p.next(); t.is(';') {
+		t = p.next()
+	}
+	k.OK = exact && t.kind == tEOF && !p.unterminated
+	return k
+}
+
+// lastInsertID returns the column name when p is at
+// "LAST_INSERT_ID() [[AS] alias] [;]" and the end of the text, else "".
+func (s *scanner) lastInsertID(p lexer) string {
+	src := s.lx.src
+	t := p.next()
+	if s.word(t) != kwLastInsertID || !p.next().is('(') {
+		return ""
+	}
+	start := t.start
+	if t = p.next(); !t.is(')') {
+		return ""
+	}
+	end := t.end
+	t = p.next()
+	var alias token
+	if s.word(t) == kwAs {
+		alias = p.next()
+		if !isAlias(src, alias) {
+			return ""
+		}
+		t = p.next()
+	} else if isAlias(src, t) {
+		alias = t
+		t = p.next()
+	}
+	if t.is(';') {
+		t = p.next()
+	}
+	if t.kind != tEOF || p.unterminated {
+		return ""
+	}
+	switch alias.kind {
+	case tWord:
+		return string(src[alias.start:alias.end])
+	case tQuoted:
+		return unquoteIdent(src[alias.start:alias.end])
+	case tString:
+		return string(appendString(nil, src[alias.start:alias.end], s.lx.mode))
+	}
+	switch b := src[start:end]; string(b) {
+	case "LAST_INSERT_ID()":
+		return "LAST_INSERT_ID()"
+	case "last_insert_id()":
+		return "last_insert_id()"
+	default:
+		return string(b)
+	}
+}
+
+// isAlias reports whether t can be a column alias: a word that is not a
+// reserved word, a quoted identifier or a plain '...' / "..." string, not
+// empty and terminated.
+func isAlias(src []byte, t token) bool {
+	if t.open() || t.end-t.start < 1 {
+		return false
+	}
+	switch t.kind {
+	case tWord:
+		var buf [maxKeyword]byte
+		_, _, reserved := lookupKeyword(src[t.start:t.end], &buf)
+		return !reserved
+	case tQuoted, tString:
+		return t.end-t.start > 2 && (src[t.start] == '\'' || src[t.start] == '"' || src[t.start] == '`')
+	}
+	return false
+}
+
+func (s *scanner) intoStep(t token, w kw) {
+	st := &s.st
+	switch st.into {
+	case 1: // after INTO or ',': a target
+		st.into = 0
+		switch t.kind {
+		case tUserVar:
+			s.info.Features |= FeatUserVarAssign
+			st.into = 2
+		case tWord, tQuoted:
+			st.into = 2
+		}
+	case 2: // after a target
+		st.into = 0
+		if t.is(',') {
+			st.into = 1
+		}
+	}
+	if w == kwInto {
+		st.into = 1
+	}
+}
+
+// createStep follows CREATE [OR REPLACE] TEMPORARY TABLE.
+func (s *scanner) createStep(w kw) {
+	st := &s.st
+	c := st.create
+	st.create = 0
+	switch {
+	case w == kwCreate:
+		st.create = 1
+	case c == 1 && w == kwOr:
+		st.create = 2
+	case c == 2 && w == kwReplace:
+		st.create = 3
+	case (c == 1 || c == 3) && w == kwTemporary:
+		st.create = 4
+	case c == 4 && w == kwTable:
+		s.info.Features |= FeatTempTable
+	}
+}
+
+// withMachine finds the statement a WITH clause introduces: the first word
+// at the WITH's parenthesis depth that starts a query or DML statement.
+type withMachine struct {
+	active bool
+	main   bool
+	depth  int
+}
+
+func (s *scanner) withStep(w kw) {
+	st := &s.st
+	var k Kind
+	switch w {
+	case kwSelect, kwValues, kwTable:
+		k = KindSelect
+	case kwUpdate:
+		k = KindUpdate
+	case kwDelete:
+		k = KindDelete
+	case kwInsert:
+		k = KindInsert
+	case kwReplace:
+		k = KindReplace
+	default:
+		return
+	}
+	if st.with.main {
+		st.kind = k
+	}
+	st.with.active = false
+}
+
+// flushMachine finds WITH READ LOCK or FOR EXPORT after FLUSH TABLES.
+type flushMachine struct {
+	state uint8 // 0 off, 1 in the table list, 2 WITH, 3 WITH READ, 4 FOR
+	main  bool
+	depth int
+}
+
+func (s *scanner) flushStep(t token, w kw) {
+	st := &s.st
+	m := &st.flush
+	if t.kind != tWord || st.depth != m.depth {
+		m.state = 1
+		return
+	}
+	match := false
+	switch {
+	case w == kwWith:
+		m.state = 2
+	case w == kwFor:
+		m.state = 4
+	case m.state == 2 && w == kwRead:
+		m.state = 3
+	case m.state == 3 && w == kwLock, m.state == 4 && w == kwExport:
+		match = true
+	default:
+		m.state = 1
+	}
+	if match {
+		s.info.Features |= FeatLockTables
+		if m.main {
+			st.kind = KindLockTables
+		}
+		m.state = 0
+	}
+}
+
+// setMachine follows the assignment list of a SET statement.
+type setMachine struct {
+	active bool
+	main   bool // the SET is the statement's head (SET STATEMENT's inner kind counts)
+	stmt   bool // SET STATEMENT ... FOR: assignments last one statement
+	expect bool // the next token starts an assignment
+	first  bool // ... the first one
+	scoped bool // a GLOBAL/SESSION/LOCAL/PERSIST/PERSIST_ONLY keyword was seen
+	global bool // the latest scope keyword is GLOBAL, PERSIST or PERSIST_ONLY
+	depth  int
+}
+
+func (m *setMachine) scope() Feature {
+	if m.global {
+		return FeatSetGlobal
+	}
+	return FeatSetSession
+}
+
+func (s *scanner) setStep(t token, w kw) {
+	st := &s.st
+	m := &st.set
+	f := &s.info.Features
+	if !m.expect {
+		if st.depth != m.depth {
+			return
+		}
+		if t.is(',') {
+			m.expect = true
+		} else if m.stmt && w == kwFor {
+			m.active = false
+			st.subHead, st.subMain = true, m.main
+		}
+		return
+	}
+	m.expect = false
+	first := m.first
+	m.first = false
+	switch t.kind {
+	case tUserVar:
+		*f |= FeatUserVarAssign
+	case tSysVar:
+		if !m.stmt {
+			*f |= sysVarScope(s.lx.src[t.start+2 : t.end])
+		}
+	case tQuoted:
+		if !m.stmt {
+			*f |= m.scope()
+		}
+	case tWord:
+		switch w {
+		case kwGlobal, kwPersist, kwPersistOnly, kwSession, kwLocal:
+			m.scoped = true
+			m.global = w == kwGlobal || w == kwPersist || w == kwPersistOnly
+			m.expect, m.first = true, first
+			return
+		case kwTransaction:
+			if m.scoped {
+				*f |= m.scope()
+			} else {
+				*f |= FeatSetTransaction
+			}
+			m.active = false
+			return
+		case kwPassword, kwRole, kwDefault, kwResource:
+			// SET PASSWORD, SET [DEFAULT] ROLE, SET RESOURCE GROUP: not
+			// variable assignments; left without a SET feature (unparsed).
+			if first && !m.scoped {
+				m.active = false
+				return
+			}
+		case kwStatement:
+			if first && !m.scoped && !m.stmt {
+				p := s.lx
+				if n := p.next(); !n.is('=') && n.kind != tAssign {
+					*f |= FeatSetStatement
+					m.stmt, m.expect = true, true
+					return
+				}
+			}
+		case kwNames, kwCharset, kwCharacter:
+			if !m.stmt {
+				*f |= FeatSetSession
+			}
+			return
+		}
+		if !m.stmt {
+			*f |= m.scope()
+		}
+	}
+}
+
+// sysVarScope returns the feature of assigning @@name, name being the text
+// after "@@".
+func sysVarScope(name []byte) Feature {
+	dot := bytes.IndexByte(name, '.')
+	if dot < 0 {
+		for _, v := range txVars {
+			if eqFold(name, v) {
+				return FeatSetSession | FeatSetTransaction
+			}
+		}
+		return FeatSetSession
+	}
+	switch lookupKW(name[:dot]) {
+	case kwGlobal, kwPersist, kwPersistOnly:
+		return FeatSetGlobal
+	}
+	return FeatSetSession
+}
+
+// txVars are the variables MySQL applies to the next transaction only when
+// set as @@name without a scope.
+var txVars = [...]string{"transaction_isolation", "tx_isolation", "transaction_read_only", "tx_read_only"}
+
+// eqFold reports whether b equals the lower-case ASCII s, ignoring case.
+func eqFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
+}
