@@ -1,0 +1,81 @@
+// Package attribution attributes backend connection time to the business flow
+// that spends it. It owns tag parsing (AppendTag), the bounded set of tag names
+// (Names), and the per-tag hold, wait and query-time accounting and Prometheus
+// collectors built on them. It is pure: no I/O, no network, no SQL execution,
+// no knowledge of the wire protocol or of the pool. It must not import proxy,
+// reservation or refiller; they call it.
+//
+// # Tag forms
+//
+// A statement names its flow with the key conn_tag in a comment, anywhere in
+// the statement:
+//
+//	SELECT 1 /* conn_tag:checkout_completion */
+//	/*application:shop,conn_tag:checkout,controller:orders*/ SELECT 1
+//	SELECT 1 /*conn_tag='checkout%20v2',traceparent='00-4bf9...-01'*/
+//	SELECT 1 -- conn_tag:checkout
+//	SELECT 1 # conn_tag:checkout
+//
+// A comment's text is read as words and key:value or key=value pairs,
+// separated by commas or whitespace; whitespace around ':', '=' and ',' is
+// allowed. The key is exactly conn_tag, case-sensitive: CONN_TAG and
+// my_conn_tag are other keys. A value is either
+//
+//   - bare (marginalia): it runs to the next comma, whitespace or the end of
+//     the comment, and is taken literally; or
+//   - single-quoted (sqlcommenter): it runs to the next unescaped quote;
+//     a backslash escapes the byte after it (\' is a quote), and the result
+//     is then percent-decoded (%20 is a space; a '%' not followed by two hex
+//     digits stays a '%'; '+' is not a space). A value whose closing quote is
+//     missing is no tag.
+//
+// The first conn_tag key in the statement decides, even if its value turns
+// out empty. A statement with no conn_tag key has no tag (Untagged).
+//
+// The lexer follows MySQL's defaults: '...' and "..." are strings, in which a
+// doubled quote or a backslash escapes the next byte; `...` is a quoted
+// identifier with doubled backticks only; /* */ comments do not nest; "--"
+// starts a comment only when followed by whitespace, a control byte or the
+// end of input. Text inside strings and identifiers, and outside comments, is
+// never a tag: SELECT '/* conn_tag:x */' has none. Executable comments,
+// /*! ... */ and MariaDB's /*M! ... */, are never tags: as the server does,
+// holdfast lexes their text as SQL (a "*/" inside a string in one does not
+// end it), and comments nested in them are not tags either. Optimizer hints,
+// /*+ ... */, are read like any other comment. An unterminated comment or
+// executable comment is not a tag, and nothing after its start is read.
+// Under NO_BACKSLASH_ESCAPES or ANSI_QUOTES a backslash or a double quote can
+// make holdfast lex a string differently from the server; the only effect is
+// on which tag the statement is counted under.
+//
+// # Sanitization
+//
+// After decoding, in this order:
+//
+//  1. Surrounding whitespace (space, \t, \n, \v, \f, \r) is trimmed. A value
+//     that is empty after trimming is no tag: AppendTag returns false.
+//  2. A value beginning with "holdfast:" is reserved for holdfast's own work
+//     (holdfast:reserve, holdfast:refill, ...); a client's is counted as if it
+//     began with "holdfast_" instead, so clients cannot pose as holdfast.
+//  3. Every byte outside [A-Za-z0-9_.:-] becomes '_': whitespace inside the
+//     value, quotes, '/', '*', '%', control and NUL bytes, and each byte of a
+//     UTF-8 or non-UTF-8 sequence. Tags are therefore printable ASCII, safe
+//     as Prometheus label values.
+//  4. The value is truncated to MaxTagLen bytes.
+//
+// A client tag spelled "untagged" or "other" shares the series of Untagged or
+// Other.
+//
+// # Cardinality
+//
+// Metrics are labelled by tag, so the set of tag names handed out while the
+// process runs is bounded: Names admits the first max distinct names and
+// keeps them for its lifetime; every later new name is counted under Other,
+// and each such fold is counted (Folded). Names are never evicted, so a
+// series, once exported, is never dropped or reset, and a name's metrics are
+// never split between its own series and Other. The price is that a name
+// keeps its slot until the process restarts, even after its flow is retired,
+// and a burst of junk tags can use up the bound; Folded makes either visible,
+// and max should be sized well above the number of live flows. holdfast's
+// own tags should be interned right after NewNames, so they always have their
+// own series.
+package attribution
