@@ -1,0 +1,438 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// Command bytes (client → server).
+const (
+	comQuit            = 0x01
+	comInitDB          = 0x02
+	comQuery           = 0x03
+	comFieldList       = 0x04
+	comStatistics      = 0x09
+	comProcessKill     = 0x0c
+	comPing            = 0x0e
+	comChangeUser      = 0x11
+	comStmtPrepare     = 0x16
+	comStmtExecute     = 0x17
+	comStmtSendLong    = 0x18
+	comStmtClose       = 0x19
+	comStmtReset       = 0x1a
+	comSetOption       = 0x1b
+	comStmtFetch       = 0x1c
+	comResetConnection = 0x1f
+)
+
+// backendCaps are the capabilities every backend connection negotiates. The
+// wire-format flags (no DEPRECATE_EOF, no QUERY_ATTRIBUTES) match what
+// holdfast advertises to clients, so results relay unchanged; SESSION_TRACK
+// is on so OK packets report session state changes; MULTI_STATEMENTS is on
+// and toggled per client with COM_SET_OPTION.
+const backendCaps = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_MULTI_RESULTS |
+	mysql.CLIENT_PS_MULTI_RESULTS | mysql.CLIENT_SESSION_TRACK
+
+// backendInitSQL runs on every new (or reset) backend connection.
+const backendInitSQL = "SET SESSION session_track_system_variables = '*', session_track_schema = ON, session_track_state_change = ON"
+
+// BackendSettings says how to reach the backend.
+type BackendSettings struct {
+	Address     string
+	User        string
+	Password    string
+	Database    string
+	Collation   string
+	DialTimeout time.Duration
+}
+
+// backendConn is one connection to the backend. It is owned by exactly one
+// borrower at a time (or by the pool while idle); nothing here is safe for
+// concurrent use except threadID, which is immutable.
+type backendConn struct {
+	id        uint64
+	threadID  uint32
+	version   string
+	nc        net.Conn
+	r         packetReader
+	w         packetWriter
+	foundRows bool // negotiated CLIENT_FOUND_ROWS (a pool variant)
+
+	created  time.Time
+	expires  time.Time
+	idleFrom time.Time
+
+	// Session state on this connection as holdfast last set or observed it.
+	vars       *varState
+	db         string
+	dbKnown    bool
+	multiStmts bool
+	stmts      *stmtCache
+
+	scratch []byte
+}
+
+// dialBackend opens and initialises one backend connection.
+func dialBackend(ctx context.Context, s BackendSettings, foundRows bool) (*backendConn, error) {
+	d := &net.Dialer{Timeout: s.DialTimeout, KeepAlive: 30 * time.Second}
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.DialTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.DialTimeout)
+		defer cancel()
+	}
+	cc, err := client.ConnectWithDialer(ctx, "tcp", s.Address, s.User, s.Password, s.Database, d.DialContext,
+		func(c *client.Conn) error {
+			if err := c.SetCollation(s.Collation); err != nil {
+				return err
+			}
+			c.UnsetCapability(mysql.CLIENT_DEPRECATE_EOF)
+			c.UnsetCapability(mysql.CLIENT_QUERY_ATTRIBUTES)
+			for _, f := range []uint32{mysql.CLIENT_MULTI_STATEMENTS, mysql.CLIENT_MULTI_RESULTS, mysql.CLIENT_PS_MULTI_RESULTS, mysql.CLIENT_SESSION_TRACK} {
+				if err := c.SetCapability(f); err != nil {
+					return err
+				}
+			}
+			if foundRows {
+				if err := c.SetCapability(mysql.CLIENT_FOUND_ROWS); err != nil {
+					return err
+				}
+			} else {
+				c.UnsetCapability(mysql.CLIENT_FOUND_ROWS)
+			}
+			c.SetAttributes(map[string]string{"program_name": "holdfast"})
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: connect to backend %s: %w", s.Address, unwrapMyError(err))
+	}
+	nc := cc.Conn.Conn
+	bc := &backendConn{
+		threadID:   cc.GetConnectionID(),
+		version:    cc.GetServerVersion(),
+		nc:         nc,
+		r:          packetReader{br: bufio.NewReaderSize(nc, 64<<10)},
+		w:          packetWriter{bw: bufio.NewWriterSize(nc, 64<<10)},
+		foundRows:  foundRows,
+		created:    time.Now(),
+		db:         s.Database,
+		dbKnown:    true,
+		multiStmts: true,
+	}
+	if _, err := bc.query(ctx, backendInitSQL); err != nil {
+		bc.close()
+		return nil, fmt.Errorf("proxy: initialise backend connection: %w", err)
+	}
+	return bc, nil
+}
+
+// unwrapMyError digs the MySQL error out of go-mysql's traced wrappers so
+// that its code survives.
+func unwrapMyError(err error) error {
+	var me *mysql.MyError
+	if errors.As(err, &me) {
+		return &sqlError{Code: me.Code, State: me.State, Msg: me.Message}
+	}
+	return err
+}
+
+func (bc *backendConn) close() { _ = bc.nc.Close() }
+
+// alive is a cheap check that an idle connection has not been closed by
+// the server: a non-blocking read must find nothing to read.
+func (bc *backendConn) alive() bool {
+	if bc.r.br.Buffered() > 0 {
+		return false
+	}
+	sc, ok := bc.nc.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := true
+	err = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, err := syscall.Read(int(fd), b[:])
+		switch {
+		case n == 0 && err == nil: // EOF
+			alive = false
+		case n > 0: // unsolicited data: protocol state unknown
+			alive = false
+		case errors.Is(err, syscall.EAGAIN):
+		default:
+			alive = false
+		}
+		return true
+	})
+	return err == nil && alive
+}
+
+// writeCommand sends one command packet, starting a new exchange.
+func (bc *backendConn) writeCommand(payload []byte) error {
+	bc.w.seq = 0
+	if err := bc.w.writePacket(payload); err != nil {
+		return err
+	}
+	if err := bc.w.flush(); err != nil {
+		return err
+	}
+	bc.r.seq = bc.w.seq
+	return nil
+}
+
+func (bc *backendConn) writeCommandString(cmd byte, arg string) error {
+	b := append(bc.scratch[:0], cmd)
+	b = append(b, arg...)
+	bc.scratch = b
+	return bc.writeCommand(b)
+}
+
+// readPacket reads one whole response packet into the connection's scratch
+// buffer; the result is valid until the next read.
+func (bc *backendConn) readPacket() ([]byte, error) {
+	p, err := bc.r.readPacket(bc.scratch, 0)
+	bc.scratch = p[:0]
+	if err == nil && len(p) == 0 {
+		err = fmt.Errorf("%w: empty packet from backend", errMalformed)
+	}
+	return p, err
+}
+
+// readOK reads an OK or ERR response. An ERR comes back as *sqlError.
+func (bc *backendConn) readOK() (okPacket, error) {
+	p, err := bc.readPacket()
+	if err != nil {
+		return okPacket{}, err
+	}
+	switch p[0] {
+	case hdrOK:
+		ok, good := parseOK(p, true)
+		if !good {
+			return ok, fmt.Errorf("%w: bad OK packet", errMalformed)
+		}
+		return ok, nil
+	case hdrErr:
+		return okPacket{}, parseErr(p)
+	}
+	return okPacket{}, fmt.Errorf("%w: unexpected packet 0x%02x", errMalformed, p[0])
+}
+
+// textResult is a fully read text-protocol result, for holdfast's own
+// queries (small by construction).
+type textResult struct {
+	columns      []string
+	rows         [][][]byte
+	affectedRows uint64
+	insertID     uint64
+	status       uint16
+}
+
+// query runs one statement with the text protocol and reads the whole
+// result. Cancelling ctx interrupts the I/O; the connection is then broken.
+// A *sqlError means the statement failed and the connection is still good.
+func (bc *backendConn) query(ctx context.Context, sql string) (*textResult, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = bc.nc.SetDeadline(dl)
+		defer bc.nc.SetDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { _ = bc.nc.SetDeadline(time.Unix(1, 0)) })
+	res, err := bc.queryLocked(sql)
+	if !stop() && err != nil {
+		if ce := ctx.Err(); ce != nil {
+			err = fmt.Errorf("%w (%w)", ce, err)
+		}
+	}
+	return res, err
+}
+
+func (bc *backendConn) queryLocked(sql string) (*textResult, error) {
+	if err := bc.writeCommandString(comQuery, sql); err != nil {
+		return nil, err
+	}
+	res := &textResult{}
+	for {
+		more, err := bc.readOneResult(res)
+		if err != nil || !more {
+			return res, err
+		}
+	}
+}
+
+// readOneResult reads one result of a possibly multi-result response into
+// res (rows of later results are appended) and reports whether more follow.
+func (bc *backendConn) readOneResult(res *textResult) (bool, error) {
+	p, err := bc.readPacket()
+	if err != nil {
+		return false, err
+	}
+	switch p[0] {
+	case hdrOK:
+		ok, good := parseOK(p, true)
+		if !good {
+			return false, fmt.Errorf("%w: bad OK packet", errMalformed)
+		}
+		res.affectedRows, res.insertID, res.status = ok.affectedRows, ok.insertID, ok.status
+		return ok.status&statusMoreResults != 0, nil
+	case hdrErr:
+		return false, parseErr(p)
+	case hdrLocalInf:
+		return false, fmt.Errorf("%w: unexpected LOCAL INFILE request", errMalformed)
+	}
+	ncols, _, _, ok := readLenEnc(p)
+	if !ok {
+		return false, fmt.Errorf("%w: bad column count", errMalformed)
+	}
+	cols := make([]string, 0, ncols)
+	for i := uint64(0); i < ncols; i++ {
+		p, err := bc.readPacket()
+		if err != nil {
+			return false, err
+		}
+		cols = append(cols, columnName(p))
+	}
+	if p, err = bc.readPacket(); err != nil {
+		return false, err
+	} else if !isEOF(p[0], len(p)) {
+		return false, fmt.Errorf("%w: missing EOF after columns", errMalformed)
+	}
+	res.columns = cols
+	for {
+		p, err := bc.readPacket()
+		if err != nil {
+			return false, err
+		}
+		if isEOF(p[0], len(p)) {
+			_, res.status = eofStatus(p)
+			return res.status&statusMoreResults != 0, nil
+		}
+		if p[0] == hdrErr {
+			return false, parseErr(p)
+		}
+		row := make([][]byte, 0, ncols)
+		for pos := 0; pos < len(p); {
+			if p[pos] == 0xfb {
+				row = append(row, nil)
+				pos++
+				continue
+			}
+			v, n, ok := readLenEncString(p[pos:])
+			if !ok {
+				return false, fmt.Errorf("%w: bad row", errMalformed)
+			}
+			row = append(row, append(make([]byte, 0, len(v)), v...))
+			pos += n
+		}
+		res.rows = append(res.rows, row)
+	}
+}
+
+// columnName extracts the name from a column definition packet.
+func columnName(p []byte) string {
+	pos := 0
+	for i := 0; i < 4; i++ { // catalog, schema, table, org_table
+		_, n, ok := readLenEncString(p[pos:])
+		if !ok {
+			return ""
+		}
+		pos += n
+	}
+	name, _, ok := readLenEncString(p[pos:])
+	if !ok {
+		return ""
+	}
+	return string(name)
+}
+
+// ping sends COM_PING and waits for the OK.
+func (bc *backendConn) ping(timeout time.Duration) error {
+	_ = bc.nc.SetDeadline(time.Now().Add(timeout))
+	defer bc.nc.SetDeadline(time.Time{})
+	if err := bc.writeCommand([]byte{comPing}); err != nil {
+		return err
+	}
+	_, err := bc.readOK()
+	return err
+}
+
+// reset returns the connection to a fresh session (COM_RESET_CONNECTION),
+// then re-applies holdfast's own session settings and character set.
+func (bc *backendConn) reset(base *varState, timeout time.Duration) error {
+	_ = bc.nc.SetDeadline(time.Now().Add(timeout))
+	defer bc.nc.SetDeadline(time.Time{})
+	if err := bc.writeCommand([]byte{comResetConnection}); err != nil {
+		return err
+	}
+	if _, err := bc.readOK(); err != nil {
+		return err
+	}
+	sql := backendInitSQL
+	if base != nil {
+		if cs, ok := base.vals["character_set_connection"]; ok {
+			sql += ", NAMES '" + cs + "' COLLATE '" + base.vals["collation_connection"] + "'"
+		}
+	}
+	if _, err := bc.queryLocked(sql); err != nil {
+		return err
+	}
+	bc.vars = base
+	bc.dbKnown = false
+	bc.multiStmts = true
+	bc.stmts.clear()
+	return nil
+}
+
+// setMultiStatements toggles multi-statement support with COM_SET_OPTION.
+func (bc *backendConn) setMultiStatements(on bool) error {
+	opt := byte(1) // MYSQL_OPTION_MULTI_STATEMENTS_OFF
+	if on {
+		opt = 0
+	}
+	if err := bc.writeCommand([]byte{comSetOption, opt, 0}); err != nil {
+		return err
+	}
+	p, err := bc.readPacket()
+	if err != nil {
+		return err
+	}
+	switch {
+	case p[0] == hdrErr:
+		return parseErr(p)
+	case isEOF(p[0], len(p)) || p[0] == hdrOK:
+		bc.multiStmts = on
+		return nil
+	}
+	return fmt.Errorf("%w: unexpected reply to COM_SET_OPTION", errMalformed)
+}
+
+// killQuery interrupts whatever statement backend thread tid runs, from a
+// separate short-lived connection (the pool may be exhausted).
+func killQuery(ctx context.Context, s BackendSettings, tid uint32) error {
+	bc, err := dialBackend(ctx, s, false)
+	if err != nil {
+		return err
+	}
+	defer bc.close()
+	_, err = bc.query(ctx, "KILL QUERY "+strconv.FormatUint(uint64(tid), 10))
+	return err
+}
+
+// isIOError reports whether err broke the connection (as opposed to a MySQL
+// error reply, after which the connection is still usable).
+func isIOError(err error) bool {
+	var se *sqlError
+	return err != nil && !errors.As(err, &se)
+}
+
+var _ = io.EOF

@@ -1,0 +1,39 @@
+package proxy
+
+import "fmt"
+
+// Error codes holdfast itself sends. Backend errors are relayed byte-exact
+// and never pass through here. README.md lists these for users.
+const (
+	codeConCount       = 1040 // pool exhausted: no backend connection in time
+	codeAccessDenied   = 1045
+	codeUnknownCommand = 1047
+	codeShutdown       = 1053
+	codeNoSuchThread   = 1094
+	codeKillDenied     = 1095
+	codeUnknownError   = 1105
+	codeNotAllowed     = 1148
+	codePacketTooLarge = 1153
+	codeOutOfOrder     = 1156
+	codeWrongArguments = 1210
+	codeUnknownStmt    = 1243
+	codeMalformed      = 1835
+	codeConnectFailed  = 2003 // backend unreachable
+	codeServerLost     = 2013 // backend connection lost during a statement
+)
+
+func newErr(code uint16, state, format string, a ...any) *sqlError {
+	return &sqlError{Code: code, State: state, Msg: fmt.Sprintf(format, a...)}
+}
+
+func errUnknownCommand(cmd byte) *sqlError {
+	return newErr(codeUnknownCommand, "08S01", "Unknown command 0x%02x: holdfast does not support this protocol command", cmd)
+}
+
+func errTooLarge(limit int) *sqlError {
+	return newErr(codePacketTooLarge, "08S01", "Got a packet bigger than 'max_allowed_packet' bytes (%d); holdfast closes the connection", limit)
+}
+
+func errMalformedPacket(what string) *sqlError {
+	return newErr(codeMalformed, "HY000", "Malformed communication packet: %s", what)
+}

@@ -1,0 +1,166 @@
+package proxy
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+)
+
+// testProxy is a holdfast server on 127.0.0.1:0 in front of a fresh
+// database on the test MariaDB.
+type testProxy struct {
+	srv  *Server
+	addr string
+	db   string // the test's database
+	user string // backend account (its own, so its connections can be counted)
+	cfg  config.Config
+}
+
+// startProxy starts holdfast for one test. By default the backend account
+// is a fresh user so dbtest.Connections counts only this proxy's
+// connections; mutate adjusts the configuration.
+func startProxy(t *testing.T, mutate ...func(*config.Config)) *testProxy {
+	t.Helper()
+	db := dbtest.NewDatabase(t)
+	user := dbtest.NewUser(t, db)
+	c := dbtest.Config(t)
+	cfg := config.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Admin.Listen = ""
+	cfg.Backend.Address = c.Addr
+	cfg.Backend.User = user
+	cfg.Backend.Password = user
+	cfg.Backend.Database = db
+	cfg.Users = []config.User{
+		{Name: "app", Password: "app"},
+		{Name: "other", Password: "other"},
+		{Name: "sha", Password: "sha-secret", AuthPlugin: "caching_sha2_password"},
+		{Name: "admin", Password: "admin", Admin: true},
+	}
+	cfg.Pool.Min = 0
+	cfg.Pool.Max = 4
+	cfg.Pool.MaxIdle = 4
+	cfg.Pool.AcquireTimeout = 10 * time.Second
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return &testProxy{srv: srv, addr: ln.Addr().String(), db: db, user: user, cfg: cfg}
+}
+
+// dsn is a go-sql-driver DSN for the proxy.
+func (p *testProxy) dsn(user, pass string, params ...string) string {
+	d := fmt.Sprintf("%s:%s@tcp(%s)/%s", user, pass, p.addr, p.db)
+	if len(params) > 0 {
+		d += "?" + strings.Join(params, "&")
+	}
+	return d
+}
+
+// open returns a database/sql pool through the proxy as user app.
+func (p *testProxy) open(t testing.TB, params ...string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", p.dsn("app", "app", params...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// conn returns one dedicated client connection through the proxy.
+func (p *testProxy) conn(t testing.TB, params ...string) *sql.Conn {
+	t.Helper()
+	db := p.open(t, params...)
+	c, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// direct returns a pool straight to the test database (no proxy).
+func (p *testProxy) direct(t testing.TB) *sql.DB {
+	return dbtest.Open(t, p.db)
+}
+
+// testLogger sends the server's logs to the test log until the test ends.
+func testLogger(t *testing.T) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func mustExec(t testing.TB, q interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, query string, args ...any) sql.Result {
+	t.Helper()
+	r, err := q.ExecContext(context.Background(), query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return r
+}
+
+func queryString(t testing.TB, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, query string, args ...any) string {
+	t.Helper()
+	var s sql.NullString
+	if err := q.QueryRowContext(context.Background(), query, args...).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return s.String
+}

@@ -1,0 +1,498 @@
+package proxy
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// PoolLimits are the pool settings that a reload may change.
+type PoolLimits struct {
+	Min            int
+	Max            int
+	MaxIdle        int
+	IdleTimeout    time.Duration
+	MaxLifetime    time.Duration
+	LifetimeJitter float64
+	AcquireTimeout time.Duration
+	MaxWaiters     int
+	PingAfterIdle  time.Duration
+}
+
+// Pool errors. Sessions turn them into MySQL errors at the edge.
+var (
+	ErrPoolClosed    = errors.New("proxy: pool closed")
+	ErrPoolWaiterCap = errors.New("proxy: too many borrowers waiting for a backend connection")
+	ErrPoolTimeout   = errors.New("proxy: timed out waiting for a backend connection")
+)
+
+// Pool is holdfast's one pool of backend connections. Every borrower (client
+// sessions, the reservation engine, its refiller) acquires from it.
+type Pool struct {
+	settings BackendSettings
+	log      *slog.Logger
+	dial     func(ctx context.Context, foundRows bool) (*backendConn, error)
+	nextID   atomic.Uint64
+
+	// onFirstDial runs once, after the first successful dial, before the
+	// connection is used (the server learns the backend's collations).
+	onFirstDial func(*backendConn) error
+	firstOnce   sync.Mutex
+	firstDone   atomic.Bool
+
+	wg   sync.WaitGroup
+	stop chan struct{}
+
+	mu        sync.Mutex // guards the fields below
+	limits    PoolLimits
+	idle      []*backendConn // most recently returned last
+	open      int            // open connections, including those being dialed
+	inUse     int
+	waiters   list.List // of *waiter, oldest first
+	closed    bool
+	lastErr   error // last dial error, for error messages
+	lastErrAt time.Time
+	st        PoolStats
+}
+
+type waiter struct {
+	foundRows bool
+	ch        chan *backendConn // buffered(1): a connection handed over
+}
+
+// PoolStats is a snapshot of the pool's state and counters.
+type PoolStats struct {
+	Open, InUse, Idle, Waiting int
+	Max                        int
+	// Counters since start.
+	Acquired        uint64
+	Waited          uint64 // acquisitions that had to queue
+	WaitTime        time.Duration
+	Timeouts        uint64
+	Rejected        uint64 // waiter cap reached
+	Dials           uint64
+	DialErrors      uint64
+	ClosedLifetime  uint64
+	ClosedIdle      uint64
+	ClosedBroken    uint64
+	ClosedUnhealthy uint64
+}
+
+// NewPool returns a pool; it opens nothing until Start.
+func NewPool(s BackendSettings, l PoolLimits, log *slog.Logger) *Pool {
+	p := &Pool{settings: s, limits: l, log: log, stop: make(chan struct{})}
+	p.dial = func(ctx context.Context, foundRows bool) (*backendConn, error) {
+		return dialBackend(ctx, s, foundRows)
+	}
+	return p
+}
+
+// Start opens the minimum number of connections (best effort: a backend
+// that is down now is retried in the background) and starts maintenance.
+func (p *Pool) Start() {
+	p.wg.Add(1)
+	go p.maintain()
+}
+
+// SetLimits applies new limits (on reload). Connections over a lower max are
+// closed as they return.
+func (p *Pool) SetLimits(l PoolLimits) {
+	p.mu.Lock()
+	p.limits = l
+	p.mu.Unlock()
+	p.kick()
+}
+
+// Limits returns the current limits.
+func (p *Pool) Limits() PoolLimits {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.limits
+}
+
+// Stats returns a snapshot.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.st
+	s.Open, s.InUse, s.Idle, s.Waiting, s.Max = p.open, p.inUse, len(p.idle), p.waiters.Len(), p.limits.Max
+	return s
+}
+
+// acquire lends a connection with the given CLIENT_FOUND_ROWS variant,
+// waiting at most the acquire timeout (or ctx, whichever ends first).
+func (p *Pool) acquire(ctx context.Context, foundRows bool) (*backendConn, error) {
+	p.mu.Lock()
+	timeout := p.limits.AcquireTimeout
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	waited := false
+	backoff := 50 * time.Millisecond
+	for {
+		bc, w, dialNow, err := p.take(foundRows)
+		if err != nil {
+			return nil, err
+		}
+		if bc != nil {
+			if bc = p.check(bc); bc != nil {
+				p.lent(start, waited)
+				return bc, nil
+			}
+			continue
+		}
+		if dialNow {
+			bc, err := p.dialOne(ctx, foundRows)
+			if err == nil {
+				p.lent(start, waited)
+				return bc, nil
+			}
+			if ctx.Err() != nil {
+				return nil, p.timeoutErr(ctx, start)
+			}
+			select {
+			case <-time.After(backoff + rand.N(backoff)):
+				backoff = min(2*backoff, time.Second)
+				continue
+			case <-ctx.Done():
+				return nil, p.timeoutErr(ctx, start)
+			}
+		}
+		waited = true
+		select {
+		case bc := <-w.ch:
+			if bc == nil { // woken to retry (capacity freed)
+				continue
+			}
+			if bc = p.check(bc); bc != nil {
+				p.lent(start, waited)
+				return bc, nil
+			}
+		case <-ctx.Done():
+			p.mu.Lock()
+			removed := p.removeWaiterLocked(w)
+			p.mu.Unlock()
+			if !removed {
+				// A connection (or a wake-up) was handed over as we gave up.
+				if bc := <-w.ch; bc != nil {
+					p.release(bc, true)
+				}
+			}
+			return nil, p.timeoutErr(ctx, start)
+		}
+	}
+}
+
+func (p *Pool) timeoutErr(ctx context.Context, start time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.st.Timeouts++
+	waited := time.Since(start).Round(time.Millisecond)
+	if p.lastErr != nil && time.Since(p.lastErrAt) < 10*time.Second {
+		return fmt.Errorf("%w: %s, no connection after %v: %v", ErrBackendDown, p.settings.Address, waited, p.lastErr)
+	}
+	if errors.Is(context.Cause(ctx), context.Canceled) {
+		return context.Canceled
+	}
+	return fmt.Errorf("%w after %v (pool max %d, %d in use, %d waiting)", ErrPoolTimeout, waited, p.limits.Max, p.inUse, p.waiters.Len())
+}
+
+func (p *Pool) lent(start time.Time, waited bool) {
+	p.mu.Lock()
+	p.st.Acquired++
+	if waited {
+		p.st.Waited++
+		p.st.WaitTime += time.Since(start)
+	}
+	p.mu.Unlock()
+}
+
+// take decides, under the lock, how an acquisition proceeds: with an idle
+// connection, by dialing a new one, or by queueing as a waiter.
+func (p *Pool) take(foundRows bool) (*backendConn, *waiter, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, nil, false, ErrPoolClosed
+	}
+	for i := len(p.idle) - 1; i >= 0; i-- {
+		if bc := p.idle[i]; bc.foundRows == foundRows {
+			p.idle = append(p.idle[:i], p.idle[i+1:]...)
+			p.inUse++
+			return bc, nil, false, nil
+		}
+	}
+	if p.open < p.limits.Max {
+		p.open++
+		p.inUse++
+		return nil, nil, true, nil
+	}
+	if len(p.idle) > 0 {
+		// Only the other variant is idle: replace one.
+		bc := p.idle[0]
+		p.idle = p.idle[1:]
+		p.inUse++
+		go bc.close()
+		return nil, nil, true, nil
+	}
+	if p.waiters.Len() >= p.limits.MaxWaiters {
+		p.st.Rejected++
+		return nil, nil, false, fmt.Errorf("%w (%d waiting, pool max %d)", ErrPoolWaiterCap, p.waiters.Len(), p.limits.Max)
+	}
+	w := &waiter{foundRows: foundRows, ch: make(chan *backendConn, 1)}
+	p.waiters.PushBack(w)
+	return nil, w, false, nil
+}
+
+func (p *Pool) removeWaiterLocked(w *waiter) bool {
+	for e := p.waiters.Front(); e != nil; e = e.Next() {
+		if e.Value.(*waiter) == w {
+			p.waiters.Remove(e)
+			return true
+		}
+	}
+	return false
+}
+
+// check vets a connection taken from the idle list; a dead one is closed
+// and nil returned (its slot is freed).
+func (p *Pool) check(bc *backendConn) *backendConn {
+	p.mu.Lock()
+	pingAfter := p.limits.PingAfterIdle
+	p.mu.Unlock()
+	ok := bc.alive()
+	if ok && pingAfter > 0 && !bc.idleFrom.IsZero() && time.Since(bc.idleFrom) > pingAfter {
+		ok = bc.ping(time.Second) == nil
+	}
+	if ok {
+		return bc
+	}
+	bc.close()
+	p.mu.Lock()
+	p.st.ClosedUnhealthy++
+	p.open--
+	p.inUse--
+	p.mu.Unlock()
+	p.kick()
+	return nil
+}
+
+// dialOne dials a connection for a slot already counted in open/inUse.
+func (p *Pool) dialOne(ctx context.Context, foundRows bool) (*backendConn, error) {
+	bc, err := p.dial(ctx, foundRows)
+	if err == nil && !p.firstDone.Load() {
+		err = p.runFirstDial(bc)
+		if err != nil {
+			bc.close()
+		}
+	}
+	p.mu.Lock()
+	p.st.Dials++
+	if err != nil {
+		p.st.DialErrors++
+		p.lastErr, p.lastErrAt = err, time.Now()
+		p.open--
+		p.inUse--
+		p.mu.Unlock()
+		p.log.Warn("backend dial failed", "addr", p.settings.Address, "err", err)
+		p.kick()
+		return nil, err
+	}
+	p.lastErr = nil
+	lifetime := p.limits.MaxLifetime
+	jitter := p.limits.LifetimeJitter
+	p.mu.Unlock()
+	bc.id = p.nextID.Add(1)
+	bc.expires = bc.created.Add(lifetime - time.Duration(rand.Float64()*jitter*float64(lifetime)))
+	return bc, nil
+}
+
+func (p *Pool) runFirstDial(bc *backendConn) error {
+	p.firstOnce.Lock()
+	defer p.firstOnce.Unlock()
+	if p.firstDone.Load() {
+		return nil
+	}
+	if p.onFirstDial != nil {
+		if err := p.onFirstDial(bc); err != nil {
+			return err
+		}
+	}
+	p.firstDone.Store(true)
+	return nil
+}
+
+// release returns a connection. reusable=false (an I/O error, unknown
+// state) closes it. A returned connection goes to the oldest waiter first.
+func (p *Pool) release(bc *backendConn, reusable bool) {
+	now := time.Now()
+	p.mu.Lock()
+	if !reusable || p.closed || now.After(bc.expires) || p.open > p.limits.Max {
+		switch {
+		case !reusable:
+			p.st.ClosedBroken++
+		case now.After(bc.expires):
+			p.st.ClosedLifetime++
+		}
+		p.open--
+		p.inUse--
+		p.mu.Unlock()
+		bc.close()
+		p.kick()
+		return
+	}
+	bc.idleFrom = now
+	if e := p.waiters.Front(); e != nil {
+		w := e.Value.(*waiter)
+		p.waiters.Remove(e)
+		if w.foundRows != bc.foundRows {
+			// Free the slot and let the waiter dial its own variant.
+			p.open--
+			p.inUse--
+			p.mu.Unlock()
+			bc.close()
+			w.ch <- nil
+			return
+		}
+		p.mu.Unlock()
+		w.ch <- bc
+		return
+	}
+	p.inUse--
+	if len(p.idle) >= p.limits.MaxIdle {
+		p.open--
+		p.st.ClosedIdle++
+		p.mu.Unlock()
+		bc.close()
+		return
+	}
+	p.idle = append(p.idle, bc)
+	p.mu.Unlock()
+}
+
+// kick wakes the oldest waiter when there is room to dial.
+func (p *Pool) kick() {
+	p.mu.Lock()
+	if p.open >= p.limits.Max || p.waiters.Len() == 0 {
+		p.mu.Unlock()
+		return
+	}
+	e := p.waiters.Front()
+	p.waiters.Remove(e)
+	p.mu.Unlock()
+	e.Value.(*waiter).ch <- nil
+}
+
+// maintain keeps Min connections open, closes idle and expired ones, and
+// drops idle connections the server has closed.
+func (p *Pool) maintain() {
+	defer p.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		p.maintainOnce()
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *Pool) maintainOnce() {
+	now := time.Now()
+	var drop []*backendConn
+	p.mu.Lock()
+	keep := p.idle[:0]
+	for _, bc := range p.idle {
+		switch {
+		case now.After(bc.expires):
+			p.st.ClosedLifetime++
+		case p.open-len(drop) > p.limits.Min && now.Sub(bc.idleFrom) > p.limits.IdleTimeout:
+			p.st.ClosedIdle++
+		default:
+			keep = append(keep, bc)
+			continue
+		}
+		drop = append(drop, bc)
+	}
+	p.idle = keep
+	p.open -= len(drop)
+	p.mu.Unlock()
+	for _, bc := range drop {
+		bc.close()
+	}
+	drop = drop[:0]
+	// Health: drop idle connections whose server side went away (after a
+	// backend restart, say). alive() is a non-blocking read, so it may run
+	// under the lock.
+	p.mu.Lock()
+	keep = p.idle[:0]
+	for _, bc := range p.idle {
+		if bc.alive() {
+			keep = append(keep, bc)
+			continue
+		}
+		p.st.ClosedUnhealthy++
+		p.open--
+		drop = append(drop, bc)
+	}
+	p.idle = keep
+	p.mu.Unlock()
+	for _, bc := range drop {
+		bc.close()
+	}
+	p.kick()
+	for {
+		p.mu.Lock()
+		if p.closed || p.open >= p.limits.Min {
+			p.mu.Unlock()
+			return
+		}
+		p.open++
+		p.inUse++
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), p.settings.DialTimeout)
+		bc, err := p.dialOne(ctx, false)
+		cancel()
+		if err != nil {
+			return
+		}
+		p.release(bc, true)
+	}
+}
+
+// Close closes idle connections and stops maintenance. Connections in use
+// are closed as they return. Idempotent.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.open -= len(idle)
+	var ws []*waiter
+	for e := p.waiters.Front(); e != nil; e = e.Next() {
+		ws = append(ws, e.Value.(*waiter))
+	}
+	p.waiters.Init()
+	p.mu.Unlock()
+	close(p.stop)
+	for _, bc := range idle {
+		bc.close()
+	}
+	for _, w := range ws {
+		w.ch <- nil
+	}
+	p.wg.Wait()
+}

@@ -1,0 +1,387 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// relayResult is what relaying one response learned.
+type relayResult struct {
+	status   uint16
+	insertID uint64 // last non-zero insert id reported
+	affected uint64
+	failed   bool // an ERR packet ended the response
+	cursor   bool // a server-side cursor is open (COM_STMT_EXECUTE)
+	started  bool // bytes of this response reached the client
+	sc       stateChanges
+}
+
+// relay copies the backend's response to the command cmd to the client,
+// packet by packet, without decoding result sets: rows stream through in
+// constant memory and ERR packets pass byte-exact. OK packets are parsed
+// (status, insert id, session state) and rewritten only for clients that
+// did not negotiate CLIENT_SESSION_TRACK.
+//
+// An error is either errClientGone (the client's socket failed) or a
+// backend I/O or protocol error; both leave the backend connection unusable.
+func (s *session) relay(bc *backendConn, cmd byte) (relayResult, error) {
+	var rr relayResult
+	for {
+		n, err := bc.r.header()
+		if err != nil {
+			return rr, err
+		}
+		if n == 0 {
+			return rr, fmt.Errorf("%w: empty packet from backend", errMalformed)
+		}
+		first, err := bc.r.br.Peek(1)
+		if err != nil {
+			return rr, err
+		}
+		switch {
+		case cmd == comStatistics:
+			// A single string packet.
+			return rr, s.stream(bc, n)
+		case first[0] == hdrErr:
+			rr.failed = true
+			return rr, s.stream(bc, n)
+		case first[0] == hdrOK && cmd != comFieldList:
+			more, err := s.relayOK(bc, n, &rr)
+			if err != nil || !more {
+				return rr, err
+			}
+		case first[0] == hdrLocalInf && cmd == comQuery:
+			// Not negotiated, so not expected; refuse it politely.
+			if err := bc.r.discard(n); err != nil {
+				return rr, err
+			}
+			bc.w.seq = bc.r.seq
+			if err := bc.w.writeHeader(0); err != nil {
+				return rr, err
+			}
+			if err := bc.w.flush(); err != nil {
+				return rr, err
+			}
+			bc.r.seq = bc.w.seq
+		case cmd == comFieldList:
+			more, err := s.relayRows(bc, n, &rr)
+			if err != nil || !more {
+				return rr, err
+			}
+		default:
+			more, err := s.relayResultSet(bc, n, cmd, &rr)
+			if err != nil || !more {
+				return rr, err
+			}
+		}
+	}
+}
+
+// relayOK handles an OK packet of length n and reports whether more
+// results follow.
+func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error) {
+	p, err := bc.readRest(n)
+	if err != nil {
+		return false, err
+	}
+	ok, good := parseOK(p, true)
+	if !good {
+		return false, fmt.Errorf("%w: bad OK packet", errMalformed)
+	}
+	rr.status = ok.status
+	rr.affected = ok.affectedRows
+	if ok.insertID != 0 {
+		rr.insertID = ok.insertID
+	}
+	if ok.status&statusSessionChanged != 0 && len(ok.stateInfo) > 0 {
+		if !parseStateInfo(ok.stateInfo, &rr.sc) {
+			return false, fmt.Errorf("%w: bad session state information", errMalformed)
+		}
+	}
+	if !s.sessionTrack() {
+		s.out = appendOK(s.out[:0], ok, false)
+		p = s.out
+	}
+	rr.started = true
+	if err := s.w.writePacket(p); err != nil {
+		return false, errClientGone
+	}
+	return ok.status&statusMoreResults != 0, nil
+}
+
+// relayResultSet relays a result set whose column-count packet has length
+// n, and reports whether more results follow.
+func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResult) (bool, error) {
+	p, err := bc.readRest(n)
+	if err != nil {
+		return false, err
+	}
+	ncols, _, _, ok := readLenEnc(p)
+	if !ok || ncols == 0 {
+		return false, fmt.Errorf("%w: bad column count", errMalformed)
+	}
+	rr.started = true
+	if err := s.w.writePacket(p); err != nil {
+		return false, errClientGone
+	}
+	for i := uint64(0); i < ncols; i++ {
+		n, err := bc.r.header()
+		if err != nil {
+			return false, err
+		}
+		if err := s.stream(bc, n); err != nil {
+			return false, err
+		}
+	}
+	n, err = bc.r.header()
+	if err != nil {
+		return false, err
+	}
+	p, err = bc.readRest(n)
+	if err != nil {
+		return false, err
+	}
+	if !isEOF(p[0], len(p)) {
+		return false, fmt.Errorf("%w: no EOF after column definitions", errMalformed)
+	}
+	if err := s.w.writePacket(p); err != nil {
+		return false, errClientGone
+	}
+	if _, st := eofStatus(p); cmd == comStmtExecute && st&statusCursorExists != 0 {
+		rr.status, rr.cursor = st, true
+		return false, nil
+	}
+	n, err = bc.r.header()
+	if err != nil {
+		return false, err
+	}
+	return s.relayRows(bc, n, rr)
+}
+
+// relayRows relays rows (or column definitions for COM_FIELD_LIST) until
+// the closing EOF or an ERR; the first packet's header (length n) has been
+// read.
+func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, error) {
+	for {
+		first, err := bc.r.br.Peek(1)
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case isEOF(first[0], n):
+			p, err := bc.readRest(n)
+			if err != nil {
+				return false, err
+			}
+			_, rr.status = eofStatus(p)
+			if err := s.w.writePacket(p); err != nil {
+				return false, errClientGone
+			}
+			return rr.status&statusMoreResults != 0, nil
+		case first[0] == hdrErr:
+			rr.failed = true
+			return false, s.stream(bc, n)
+		}
+		if err := s.stream(bc, n); err != nil {
+			return false, err
+		}
+		if n, err = bc.r.header(); err != nil {
+			return false, err
+		}
+	}
+}
+
+// stream copies one logical packet (first physical length n, plus any
+// continuations) from the backend to the client without buffering it whole.
+func (s *session) stream(bc *backendConn, n int) error {
+	for {
+		if err := s.w.writeHeader(n); err != nil {
+			return errClientGone
+		}
+		if err := copyN(s, bc, n); err != nil {
+			return err
+		}
+		if n < maxPayload {
+			return nil
+		}
+		var err error
+		if n, err = bc.r.header(); err != nil {
+			return err
+		}
+	}
+}
+
+func copyN(s *session, bc *backendConn, n int) error {
+	br, bw := bc.r.br, s.w.bw
+	for n > 0 {
+		b, err := br.Peek(min(n, br.Size()))
+		if err != nil {
+			return err
+		}
+		if _, err := bw.Write(b); err != nil {
+			return errClientGone
+		}
+		_, _ = br.Discard(len(b))
+		n -= len(b)
+	}
+	return nil
+}
+
+// readRest reads the payload of a small packet whose header was read.
+func (bc *backendConn) readRest(n int) ([]byte, error) {
+	if n >= maxPayload {
+		return nil, fmt.Errorf("%w: oversized control packet", errMalformed)
+	}
+	p := grow(bc.scratch[:0], n)
+	bc.scratch = p[:0]
+	_, err := readFull(bc, p)
+	return p, err
+}
+
+func readFull(bc *backendConn, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := bc.r.br.Read(p[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// column describes one column of a result set holdfast builds itself.
+type column struct {
+	name  string
+	typ   byte
+	flags uint16
+}
+
+// resultSet is a small result holdfast answers without a backend
+// (LAST_INSERT_ID(), CALL holdfast.*).
+type resultSet struct {
+	cols []column
+	rows [][]any // nil, int64, uint64, float64, string, []byte, time.Time
+}
+
+func appendColumnDef(b []byte, c column) []byte {
+	b = appendLenEncString(b, []byte("def"))
+	b = appendLenEncString(b, nil) // schema
+	b = appendLenEncString(b, nil) // table
+	b = appendLenEncString(b, nil) // org_table
+	b = appendLenEncString(b, []byte(c.name))
+	b = appendLenEncString(b, nil) // org_name
+	b = append(b, 0x0c)
+	cs, length := uint16(63), uint32(21) // binary, numeric width
+	if c.typ == mysql.MYSQL_TYPE_VAR_STRING {
+		cs, length = 45, 1<<24-1 // utf8mb4_general_ci
+	} else if c.typ == mysql.MYSQL_TYPE_DATETIME {
+		length = 26
+	}
+	b = binary.LittleEndian.AppendUint16(b, cs)
+	b = binary.LittleEndian.AppendUint32(b, length)
+	b = append(b, c.typ)
+	b = binary.LittleEndian.AppendUint16(b, c.flags)
+	dec := byte(0)
+	if c.typ == mysql.MYSQL_TYPE_DOUBLE {
+		dec = 31
+	} else if c.typ == mysql.MYSQL_TYPE_DATETIME {
+		dec = 6
+	}
+	b = append(b, dec, 0, 0)
+	return b
+}
+
+// writeResultSet sends rs in the text protocol, or the binary one (for
+// COM_STMT_EXECUTE) when binary is set.
+func (s *session) writeResultSet(rs *resultSet, binaryRows bool) {
+	st := s.status &^ statusMoreResults
+	s.out = appendLenEnc(s.out[:0], uint64(len(rs.cols)))
+	s.writePacket(s.out)
+	for _, c := range rs.cols {
+		s.out = appendColumnDef(s.out[:0], c)
+		s.writePacket(s.out)
+	}
+	s.out = appendEOF(s.out[:0], 0, st)
+	s.writePacket(s.out)
+	for _, row := range rs.rows {
+		if binaryRows {
+			s.out = appendBinaryRow(s.out[:0], rs.cols, row)
+		} else {
+			s.out = appendTextRow(s.out[:0], row)
+		}
+		s.writePacket(s.out)
+	}
+	s.out = appendEOF(s.out[:0], 0, st)
+	s.writePacket(s.out)
+}
+
+func appendTextRow(b []byte, row []any) []byte {
+	for _, v := range row {
+		switch x := v.(type) {
+		case nil:
+			b = append(b, 0xfb)
+		case int64:
+			b = appendLenEncString(b, strconv.AppendInt(nil, x, 10))
+		case uint64:
+			b = appendLenEncString(b, strconv.AppendUint(nil, x, 10))
+		case float64:
+			b = appendLenEncString(b, strconv.AppendFloat(nil, x, 'g', -1, 64))
+		case string:
+			b = appendLenEncString(b, []byte(x))
+		case []byte:
+			b = appendLenEncString(b, x)
+		case time.Time:
+			b = appendLenEncString(b, []byte(x.UTC().Format("2006-01-02 15:04:05.000000")))
+		default:
+			b = appendLenEncString(b, fmt.Appendf(nil, "%v", x))
+		}
+	}
+	return b
+}
+
+func appendBinaryRow(b []byte, cols []column, row []any) []byte {
+	b = append(b, 0)
+	nb := (len(cols) + 7 + 2) / 8
+	start := len(b)
+	b = append(b, make([]byte, nb)...)
+	for i, v := range row {
+		if v == nil {
+			b[start+(i+2)/8] |= 1 << ((i + 2) % 8)
+		}
+	}
+	for i, v := range row {
+		if v == nil {
+			continue
+		}
+		switch cols[i].typ {
+		case mysql.MYSQL_TYPE_LONGLONG:
+			var u uint64
+			switch x := v.(type) {
+			case int64:
+				u = uint64(x)
+			case uint64:
+				u = x
+			}
+			b = binary.LittleEndian.AppendUint64(b, u)
+		case mysql.MYSQL_TYPE_DOUBLE:
+			f, _ := v.(float64)
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+		case mysql.MYSQL_TYPE_DATETIME:
+			t, _ := v.(time.Time)
+			t = t.UTC()
+			b = append(b, 11)
+			b = binary.LittleEndian.AppendUint16(b, uint16(t.Year()))
+			b = append(b, byte(t.Month()), byte(t.Day()), byte(t.Hour()), byte(t.Minute()), byte(t.Second()))
+			b = binary.LittleEndian.AppendUint32(b, uint32(t.Nanosecond()/1000))
+		default:
+			b = appendTextRow(b, []any{v})
+		}
+	}
+	return b
+}

@@ -1,0 +1,519 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rsa"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/server"
+	"github.com/pingcap/tidb/pkg/parser/charset"
+
+	"github.com/holdfast-db/holdfast/config"
+)
+
+// ErrBackendDown reports that the backend could not be reached while a
+// borrower waited.
+var ErrBackendDown = errors.New("proxy: backend unreachable")
+
+// fallbackVersion is advertised until the backend's own version is known.
+const fallbackVersion = "8.0.0-holdfast"
+
+// maxHandshakes bounds concurrent handshakes (each allocates buffers in
+// go-mysql), so a connection storm cannot balloon memory.
+const maxHandshakes = 64
+
+// Server is the MySQL-protocol front end: it accepts client connections,
+// authenticates them, and runs one session per client over the shared pool.
+type Server struct {
+	log   *slog.Logger
+	pool  *Pool
+	users users
+	procs Procedures
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+
+	cfg      atomic.Pointer[config.Config]
+	rsaKey   *rsa.PrivateKey
+	tlsConf  atomic.Pointer[tls.Config]
+	gms      atomic.Pointer[server.Server]
+	version  atomic.Pointer[string]
+	base     atomic.Pointer[varState]
+	charsets atomic.Pointer[map[uint8][2]string] // collation id -> charset, collation
+	initVars sync.Map                            // collation id -> *varState
+
+	handshakes chan struct{}
+	draining   atomic.Bool
+	wg         sync.WaitGroup
+
+	mu       sync.Mutex // guards the fields below
+	ln       net.Listener
+	sessions map[uint32]*session
+	closed   bool
+	st       ServerStats
+}
+
+// Procedures answers CALL holdfast.<name>(...). Arguments are nil, int64,
+// uint64, float64 or string; row values nil, int64, uint64, float64, string,
+// []byte or time.Time. An error with a method
+// MySQLError() (code uint16, sqlState, message string) reaches the client
+// with that code; any other error as 1105.
+type Procedures interface {
+	Call(ctx context.Context, name string, args []any) (columns []string, rows [][]any, err error)
+}
+
+// ServerStats is a snapshot of the front end.
+type ServerStats struct {
+	ClientsActive     int
+	ClientsTotal      uint64
+	HandshakeFailures uint64
+	Rejected          uint64 // over sessions.max_clients
+	Commands          uint64
+	PinnedSessions    int
+	Pins              map[string]uint64 // pins by reason, since start
+	Pool              PoolStats
+}
+
+// New builds a server from cfg. It opens nothing; Serve starts it.
+func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error) {
+	key, err := rsaKey(cfg.TLS.RSAKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := tlsFiles(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		log:        log,
+		procs:      procs,
+		ctx:        ctx,
+		cancel:     cancel,
+		rsaKey:     key,
+		handshakes: make(chan struct{}, maxHandshakes),
+		sessions:   map[uint32]*session{},
+	}
+	s.st.Pins = map[string]uint64{}
+	s.cfg.Store(&cfg)
+	s.tlsConf.Store(tc)
+	s.users.set(usersFrom(cfg))
+	v := cfg.ServerVersion
+	if v == "" {
+		v = fallbackVersion
+	}
+	s.version.Store(&v)
+	s.pool = NewPool(s.backendSettings(), limitsFrom(cfg.Pool), log)
+	s.pool.onFirstDial = s.learnBackend
+	if err := s.rebuildGreeting(); err != nil {
+		cancel()
+		return nil, err
+	}
+	return s, nil
+}
+
+// CheckBackend opens one backend connection with cfg's settings, closes it,
+// and returns the server's version.
+func CheckBackend(ctx context.Context, cfg config.Config) (string, error) {
+	s := &Server{}
+	s.cfg.Store(&cfg)
+	bc, err := dialBackend(ctx, s.backendSettings(), false)
+	if err != nil {
+		return "", err
+	}
+	bc.close()
+	return bc.version, nil
+}
+
+// Pool returns the backend pool (the reservation engine borrows from it).
+func (s *Server) Pool() *Pool { return s.pool }
+
+func usersFrom(cfg config.Config) []User {
+	us := make([]User, 0, len(cfg.Users))
+	for _, u := range cfg.Users {
+		us = append(us, User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin, Admin: u.Admin})
+	}
+	return us
+}
+
+func limitsFrom(p config.Pool) PoolLimits {
+	return PoolLimits{Min: p.Min, Max: p.Max, MaxIdle: p.MaxIdle, IdleTimeout: p.IdleTimeout,
+		MaxLifetime: p.MaxLifetime, LifetimeJitter: p.LifetimeJitter, AcquireTimeout: p.AcquireTimeout,
+		MaxWaiters: p.MaxWaiters, PingAfterIdle: p.PingAfterIdle}
+}
+
+func (s *Server) config() *config.Config { return s.cfg.Load() }
+
+func (s *Server) backendSettings() BackendSettings {
+	b := s.config().Backend
+	return BackendSettings{Address: b.Address, User: b.User, Password: b.Password, Database: b.Database,
+		Collation: b.Collation, DialTimeout: b.DialTimeout}
+}
+
+func (s *Server) maxPacket() int     { return int(s.config().MaxAllowedPacket) }
+func (s *Server) stmtCacheSize() int { return s.config().Sessions.StatementCache }
+
+// rebuildGreeting makes the go-mysql server configuration used for new
+// handshakes (version, collation, TLS).
+func (s *Server) rebuildGreeting() error {
+	collID := uint8(mysql.DEFAULT_COLLATION_ID)
+	if c, err := charset.GetCollationByName(s.config().Backend.Collation); err == nil && c.ID < 256 {
+		collID = uint8(c.ID)
+	}
+	var gms *server.Server
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("proxy: %v", r)
+			}
+		}()
+		gms = server.NewServer(*s.version.Load(), collID, mysql.AUTH_NATIVE_PASSWORD, s.rsaKey, s.tlsConf.Load())
+	}()
+	if err != nil {
+		return err
+	}
+	s.gms.Store(gms)
+	return nil
+}
+
+// learnBackend runs on the first backend connection: it records the
+// backend's version, its collations, and the session character set a fresh
+// backend connection has (the base every restore starts from).
+func (s *Server) learnBackend(bc *backendConn) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := bc.query(ctx, "SELECT @@character_set_client, @@character_set_connection, @@character_set_results, @@collation_connection")
+	if err != nil {
+		return err
+	}
+	if len(res.rows) != 1 || len(res.rows[0]) != 4 {
+		return fmt.Errorf("proxy: unexpected reply reading session character set")
+	}
+	base := &varState{vals: map[string]string{}}
+	for i, name := range charsetVars {
+		base.vals[name] = string(res.rows[0][i])
+	}
+	res, err = bc.query(ctx, "SELECT ID, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLLATIONS WHERE ID < 256")
+	if err != nil {
+		return err
+	}
+	table := map[uint8][2]string{}
+	for _, r := range res.rows {
+		id, err := strconv.Atoi(string(r[0]))
+		if err == nil && id > 0 && id < 256 {
+			table[uint8(id)] = [2]string{string(r[1]), string(r[2])}
+		}
+	}
+	s.charsets.Store(&table)
+	s.base.Store(base)
+	bc.vars = base
+	if s.config().ServerVersion == "" && bc.version != "" {
+		v := bc.version
+		s.version.Store(&v)
+		if err := s.rebuildGreeting(); err != nil {
+			return err
+		}
+	}
+	s.log.Info("backend connected", "addr", s.config().Backend.Address, "version", bc.version,
+		"collation", base.vals["collation_connection"])
+	return nil
+}
+
+// baseVars is the session state of a fresh backend connection.
+func (s *Server) baseVars() *varState { return s.base.Load() }
+
+// initialVars is the session state a client starts with: the base, with the
+// character set its handshake asked for.
+func (s *Server) initialVars(coll uint8) *varState {
+	base := s.base.Load()
+	if v, ok := s.initVars.Load(coll); ok {
+		return v.(*varState)
+	}
+	t := s.charsets.Load()
+	cs, ok := (*t)[coll]
+	if !ok || cs[1] == base.vals["collation_connection"] {
+		s.initVars.Store(coll, base)
+		return base
+	}
+	v := base.with([]varChange{
+		{"character_set_client", cs[0]}, {"character_set_connection", cs[0]},
+		{"character_set_results", cs[0]}, {"collation_connection", cs[1]},
+	})
+	s.initVars.Store(coll, v)
+	return v
+}
+
+// ListenAndServe listens on the configured address and serves until Close.
+func (s *Server) ListenAndServe() error {
+	ln, err := net.Listen("tcp", s.config().Listen)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve accepts clients on ln until Drain or Close. It starts the pool.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrPoolClosed
+	}
+	s.ln = ln
+	s.mu.Unlock()
+	s.pool.Start()
+	s.warm()
+	s.log.Info("holdfast listening", "addr", ln.Addr().String())
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.draining.Load() || s.isClosed() {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("proxy: accept: %w", err)
+		}
+		backoff = 0
+		s.wg.Add(1)
+		go s.handle(nc)
+	}
+}
+
+// warm opens a first backend connection so that the greeting carries the
+// backend's version from the first client on. A backend that is down now is
+// not fatal: clients get a clear error until it is back.
+func (s *Server) warm() {
+	ctx, cancel := context.WithTimeout(s.ctx, s.config().Backend.DialTimeout)
+	defer cancel()
+	bc, err := s.pool.acquire(ctx, false)
+	if err != nil {
+		s.log.Warn("backend not reachable at start; will keep trying", "addr", s.config().Backend.Address, "err", err)
+		return
+	}
+	s.pool.release(bc, true)
+}
+
+// Addr returns the listening address (after Serve started), or nil.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// handle runs one client connection from handshake to close.
+func (s *Server) handle(nc net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic in client session", "remote", nc.RemoteAddr().String(), "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	defer nc.Close()
+	if max := s.config().Sessions.MaxClients; max > 0 && s.activeClients() >= max {
+		s.mu.Lock()
+		s.st.Rejected++
+		s.mu.Unlock()
+		w := packetWriter{bw: newSmallWriter(nc)}
+		_ = w.writePacket(appendErr(nil, newErr(codeConCount, "08004", "Too many connections (holdfast sessions.max_clients = %d)", max)))
+		_ = w.flush()
+		return
+	}
+	sess := s.handshake(nc)
+	if sess == nil {
+		return
+	}
+	s.mu.Lock()
+	s.sessions[sess.id] = sess
+	s.st.ClientsTotal++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.sessions, sess.id)
+		s.mu.Unlock()
+	}()
+	sess.serve()
+}
+
+func (s *Server) handshake(nc net.Conn) *session {
+	select {
+	case s.handshakes <- struct{}{}:
+	case <-s.ctx.Done():
+		return nil
+	}
+	defer func() { <-s.handshakes }()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	hc := &handshakeConn{Conn: nc}
+	h := &handshakeHandler{}
+	conn, err := s.gms.Load().NewCustomizedConn(hc, &s.users, h)
+	if err != nil {
+		s.mu.Lock()
+		s.st.HandshakeFailures++
+		s.mu.Unlock()
+		s.log.Debug("client handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+		return nil
+	}
+	_ = nc.SetDeadline(time.Time{})
+	hc.raw = true
+	under := conn.Conn.Conn
+	if under == net.Conn(hc) {
+		under = nc
+	}
+	u, _ := s.users.get(conn.GetUser())
+	return newSession(s, conn.ConnectionID(), under, u, conn.Capability(), conn.Charset(), h.db, conn.Attributes())
+}
+
+func (s *Server) activeClients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+func (s *Server) session(id uint64) *session {
+	if id > 0xffffffff {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[uint32(id)]
+}
+
+func (s *Server) countPin(reason string) {
+	s.mu.Lock()
+	s.st.Pins[reason]++
+	s.mu.Unlock()
+}
+
+func (s *Server) countCommand() {
+	s.mu.Lock()
+	s.st.Commands++
+	s.mu.Unlock()
+}
+
+// Stats returns a snapshot of the front end and the pool.
+func (s *Server) Stats() ServerStats {
+	s.mu.Lock()
+	st := s.st
+	st.Pins = maps.Clone(s.st.Pins)
+	st.ClientsActive = len(s.sessions)
+	sess := make([]*session, 0, len(s.sessions))
+	for _, x := range s.sessions {
+		sess = append(sess, x)
+	}
+	s.mu.Unlock()
+	for _, x := range sess {
+		if x.pinned.Load() {
+			st.PinnedSessions++
+		}
+	}
+	st.Pool = s.pool.Stats()
+	return st
+}
+
+// Reload applies a new configuration's users and pool limits without
+// dropping clients. Other fields need a restart; they are logged.
+func (s *Server) Reload(cfg config.Config) error {
+	old := s.config()
+	if cfg.Listen != old.Listen || cfg.Backend != old.Backend || cfg.TLS != old.TLS {
+		s.log.Warn("reload: listen, backend and tls settings take effect only after a restart")
+		cfg.Listen, cfg.Backend, cfg.TLS = old.Listen, old.Backend, old.TLS
+	}
+	s.cfg.Store(&cfg)
+	s.users.set(usersFrom(cfg))
+	s.pool.SetLimits(limitsFrom(cfg.Pool))
+	s.log.Info("configuration reloaded", "users", len(cfg.Users), "pool_max", cfg.Pool.Max)
+	return nil
+}
+
+// Drain stops accepting connections and lets clients finish: idle clients
+// are closed at once, a client inside a transaction when its transaction
+// ends. It returns when every client is gone or ctx ends (then it closes
+// the rest).
+func (s *Server) Drain(ctx context.Context) error {
+	s.draining.Store(true)
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		n := len(s.sessions)
+		idle := make([]*session, 0, n)
+		for _, x := range s.sessions {
+			if !x.holding.Load() {
+				idle = append(idle, x)
+			}
+		}
+		s.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		for _, x := range idle {
+			_ = x.nc.SetReadDeadline(time.Unix(1, 0))
+		}
+		select {
+		case <-ctx.Done():
+			s.log.Warn("drain grace period over; closing remaining clients", "clients", n)
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Close closes every client connection and the pool, and waits for session
+// goroutines. Idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	ln := s.ln
+	var ncs []net.Conn
+	for _, x := range s.sessions {
+		ncs = append(ncs, x.nc)
+	}
+	s.mu.Unlock()
+	s.draining.Store(true)
+	s.cancel()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	for _, nc := range ncs {
+		_ = nc.Close()
+	}
+	s.wg.Wait()
+	s.pool.Close()
+	return nil
+}

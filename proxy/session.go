@@ -1,0 +1,711 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+)
+
+// session is one client connection after the handshake. Its goroutine runs
+// serve; other goroutines touch only the fields under mu (KILL, drain).
+type session struct {
+	srv    *Server
+	id     uint32
+	nc     net.Conn
+	r      packetReader
+	w      packetWriter
+	remote string
+	user   User
+	caps   uint32 // client capabilities (as sent)
+	coll   uint8  // handshake collation id
+	attrs  map[string]string
+
+	// Desired session state, restored on whichever backend serves us.
+	vars       *varState // nil until the first borrow learns the backend's defaults
+	db         string
+	multiStmts bool
+	foundRows  bool
+
+	bc           *backendConn // held backend connection, nil when none
+	pinReason    string       // non-empty: keep bc for the rest of the session
+	holdNext     bool         // SET TRANSACTION: keep bc through the next statement
+	status       uint16       // status flags as the client last saw them
+	lastInsertID uint64
+
+	stmts    map[uint32]*clientStmt
+	nextStmt uint32
+	lastStmt uint32
+
+	buf     []byte // command buffer
+	out     []byte // scratch for packets holdfast builds
+	watch   clientWatch
+	holding atomic.Bool // bc != nil, for the drainer
+	pinned  atomic.Bool // pinReason != "", for Stats
+
+	mu      sync.Mutex // guards the fields below
+	execTID uint32     // backend thread running our statement now, 0 if none
+	killed  bool
+}
+
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
+
+func newSession(srv *Server, id uint32, nc net.Conn, u User, caps uint32, coll uint8, db string, attrs map[string]string) *session {
+	s := &session{
+		srv:        srv,
+		id:         id,
+		nc:         nc,
+		r:          packetReader{br: bufio.NewReaderSize(nc, 4<<10)},
+		remote:     nc.RemoteAddr().String(),
+		user:       u,
+		caps:       caps,
+		coll:       coll,
+		attrs:      attrs,
+		db:         db,
+		multiStmts: caps&mysql.CLIENT_MULTI_STATEMENTS != 0,
+		foundRows:  caps&mysql.CLIENT_FOUND_ROWS != 0,
+		status:     statusAutocommit,
+		stmts:      map[uint32]*clientStmt{},
+	}
+	s.watch.s = s
+	return s
+}
+
+func (s *session) sessionTrack() bool { return s.caps&mysql.CLIENT_SESSION_TRACK != 0 }
+
+// serve runs the command loop until the client quits, the connection
+// breaks, or the server drains.
+func (s *session) serve() {
+	defer s.cleanup()
+	for {
+		if s.srv.draining.Load() && s.bc == nil {
+			return
+		}
+		s.r.seq = 0
+		p, err := s.r.readPacket(s.buf, s.srv.maxPacket())
+		if cap(p) <= 1<<20 {
+			s.buf = p[:0]
+		} else {
+			s.buf = nil
+		}
+		if err != nil {
+			s.readFailed(err)
+			return
+		}
+		if len(p) == 0 {
+			s.writeNow(errMalformedPacket("empty command packet"))
+			return
+		}
+		s.w.seq = s.r.seq
+		s.w.bw = writerPool.Get().(*bufio.Writer)
+		s.w.bw.Reset(s.nc)
+		keep := s.dispatch(p)
+		ferr := s.w.bw.Flush()
+		s.w.bw.Reset(nil)
+		writerPool.Put(s.w.bw)
+		s.w.bw = nil
+		if !keep || ferr != nil {
+			return
+		}
+	}
+}
+
+func (s *session) readFailed(err error) {
+	switch {
+	case errors.Is(err, errPacketTooLarge):
+		s.writeNow(errTooLarge(s.srv.maxPacket()))
+	case errors.Is(err, errOutOfOrder):
+		s.writeNow(newErr(codeOutOfOrder, "08S01", "Got packets out of order"))
+	case s.srv.draining.Load() && s.bc == nil:
+		// Woken by the drainer; just close.
+	}
+}
+
+// writeNow writes one error packet outside the command loop's buffering.
+func (s *session) writeNow(e *sqlError) {
+	bw := bufio.NewWriterSize(s.nc, 256)
+	w := packetWriter{bw: bw, seq: s.r.seq}
+	_ = w.writePacket(appendErr(nil, e))
+	_ = bw.Flush()
+}
+
+func (s *session) dispatch(p []byte) bool {
+	s.srv.countCommand()
+	switch p[0] {
+	case comQuit:
+		return false
+	case comPing:
+		s.writeOK(0, 0)
+	case comQuery:
+		return s.comQuery(p)
+	case comInitDB, comFieldList, comStatistics:
+		return s.run(p, p[0], nil)
+	case comSetOption:
+		return s.comSetOption(p)
+	case comResetConnection:
+		s.resetSession()
+		s.writeOK(0, 0)
+	case comChangeUser:
+		return s.comChangeUser(p)
+	case comStmtPrepare:
+		return s.stmtPrepare(p)
+	case comStmtExecute:
+		return s.stmtExecute(p)
+	case comStmtSendLong:
+		s.stmtSendLong(p)
+	case comStmtClose:
+		s.stmtClose(p)
+	case comStmtReset:
+		return s.stmtReset(p)
+	case comStmtFetch:
+		return s.stmtFetch(p)
+	case comProcessKill:
+		if len(p) < 5 {
+			s.writeErr(errMalformedPacket("COM_PROCESS_KILL needs a 4-byte id"))
+			return true
+		}
+		return s.kill(uint64(binary.LittleEndian.Uint32(p[1:])), false)
+	default:
+		s.writeErr(errUnknownCommand(p[0]))
+	}
+	return true
+}
+
+func (s *session) comQuery(p []byte) bool {
+	sql := p[1:]
+	info := sqlscan.Scan(sql)
+	switch {
+	case info.Kind == sqlscan.KindKill && info.Kill.OK:
+		return s.kill(info.Kill.ID, info.Kill.Query)
+	case info.Features&sqlscan.FeatLocalInfile != 0:
+		s.writeErr(newErr(codeNotAllowed, "42000", "holdfast does not relay LOAD DATA LOCAL INFILE; load from a file on the database server or use INSERT"))
+		return true
+	case info.LastInsertIDColumn != "" && s.bc == nil:
+		s.writeSingleValue(info.LastInsertIDColumn, s.lastInsertID)
+		return true
+	case info.Kind == sqlscan.KindSelect && isSelectConnectionID(sql):
+		// The id clients KILL by is holdfast's, not a backend thread's.
+		s.writeSingleValue(connectionIDColumn(sql), uint64(s.id))
+		return true
+	case info.Kind == sqlscan.KindCall && s.srv.procs != nil:
+		if handled, keep := s.maybeProcedure(sql, nil); handled {
+			return keep
+		}
+	}
+	return s.run(p, comQuery, &info)
+}
+
+// isSelectConnectionID matches exactly "SELECT CONNECTION_ID()" (any case,
+// surrounding spaces, an optional trailing semicolon).
+func isSelectConnectionID(sql []byte) bool {
+	t := bytes.TrimRight(bytes.TrimSpace(sql), ";")
+	t = bytes.TrimSpace(t)
+	const want = "select connection_id()"
+	if len(t) < len(want) || !bytes.EqualFold(t[:6], []byte("select")) {
+		return false
+	}
+	rest := bytes.TrimSpace(t[6:])
+	return len(t) > 6 && (t[6] == ' ' || t[6] == '\t' || t[6] == '\n') && bytes.EqualFold(rest, []byte("connection_id()"))
+}
+
+func connectionIDColumn(sql []byte) string {
+	t := bytes.TrimSpace(bytes.TrimRight(bytes.TrimSpace(sql), ";"))
+	return string(bytes.TrimSpace(t[6:]))
+}
+
+// run sends one command to a backend and relays the response.
+func (s *session) run(p []byte, cmd byte, info *sqlscan.Info) bool {
+	bc, serr := s.borrow()
+	if serr != nil {
+		s.writeErr(serr)
+		return true
+	}
+	held := s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext
+	s.setExec(bc.threadID)
+	s.watch.arm()
+	var rr relayResult
+	err := bc.writeCommand(p)
+	if err == nil {
+		rr, err = s.relay(bc, cmd)
+	}
+	s.watch.disarm()
+	s.setExec(0)
+	if err != nil {
+		return s.relayFailed(err, &rr, held)
+	}
+	s.afterStatement(bc, &rr, info)
+	return true
+}
+
+// borrow returns the held backend connection, or acquires one and brings
+// its session state in line with ours.
+func (s *session) borrow() (*backendConn, *sqlError) {
+	if s.bc != nil {
+		return s.bc, nil
+	}
+	bc, err := s.srv.pool.acquire(s.srv.ctx, s.foundRows)
+	if err != nil {
+		return nil, poolErr(err)
+	}
+	s.bc = bc
+	s.holding.Store(true)
+	if bc.vars == nil {
+		bc.vars = s.srv.baseVars()
+	}
+	if s.vars == nil {
+		s.vars = s.srv.initialVars(s.coll)
+	}
+	if err := s.sync(bc); err != nil {
+		s.release(!isIOError(err))
+		var se *sqlError
+		if errors.As(err, &se) {
+			return nil, se
+		}
+		return nil, newErr(codeServerLost, "HY000", "holdfast: lost the backend connection while restoring session state: %v", err)
+	}
+	return bc, nil
+}
+
+func poolErr(err error) *sqlError {
+	switch {
+	case errors.Is(err, ErrBackendDown):
+		return newErr(codeConnectFailed, "HY000", "holdfast: %v", err)
+	case errors.Is(err, ErrPoolTimeout), errors.Is(err, ErrPoolWaiterCap):
+		return newErr(codeConCount, "08004", "holdfast: %v", err)
+	case errors.Is(err, ErrPoolClosed), errors.Is(err, context.Canceled):
+		return newErr(codeShutdown, "08S01", "holdfast: server shutdown in progress")
+	}
+	return newErr(codeConnectFailed, "HY000", "holdfast: %v", err)
+}
+
+// sync restores our database, session variables and multi-statement option
+// on bc, one round trip per thing that differs.
+func (s *session) sync(bc *backendConn) error {
+	if s.db != "" && (!bc.dbKnown || bc.db != s.db) {
+		if err := bc.writeCommandString(comInitDB, s.db); err != nil {
+			return err
+		}
+		if _, err := bc.readOK(); err != nil {
+			return err
+		}
+		bc.db, bc.dbKnown = s.db, true
+	}
+	if !s.vars.equal(bc.vars) {
+		if sql := restoreSQL(s.vars, bc.vars); sql != "" {
+			if _, err := bc.queryLocked(sql); err != nil {
+				var se *sqlError
+				if errors.As(err, &se) {
+					return newErr(se.Code, se.State, "holdfast could not restore session variables on a pooled connection (%s): %s", sql, se.Msg)
+				}
+				return err
+			}
+		}
+	}
+	bc.vars = s.vars
+	if bc.multiStmts != s.multiStmts {
+		if err := bc.setMultiStatements(s.multiStmts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release gives the held backend connection back to the pool.
+func (s *session) release(reusable bool) {
+	if s.bc == nil {
+		return
+	}
+	s.srv.pool.release(s.bc, reusable)
+	s.bc = nil
+	s.holding.Store(false)
+}
+
+// afterStatement records what the statement did to the session and returns
+// the backend connection unless the session must keep it.
+func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan.Info) {
+	s.status = rr.status
+	if rr.insertID != 0 {
+		s.lastInsertID = rr.insertID
+	}
+	sc := &rr.sc
+	if len(sc.vars) > 0 {
+		if err := readBackVars(bc, sc); err != nil {
+			s.srv.log.Warn("could not read session variables back after a change", "client", s.id, "err", err)
+			if isIOError(err) {
+				s.release(false)
+				return
+			}
+			sc.pinVar = "unreadable"
+		}
+	}
+	if len(sc.vars) > 0 {
+		s.vars = s.vars.with(sc.vars)
+		bc.vars = s.vars
+	}
+	if sc.schemaS {
+		s.db, bc.db, bc.dbKnown = sc.schema, sc.schema, true
+	}
+	if s.pinReason == "" {
+		if reason := pinReason(info, rr); reason != "" {
+			s.pinReason = reason
+			s.pinned.Store(true)
+			s.srv.countPin(reason)
+		}
+	}
+	s.holdNext = info != nil && info.Kind == sqlscan.KindSetTransaction && !rr.failed
+	s.maybeRelease()
+}
+
+// readBackVars replaces the values the session tracker reported with the
+// values the server now has. The tracker tells which variables changed, but
+// MariaDB 10.11 can report a stale value (time_zone after a second SET
+// reports the previous zone) and reports SET NAMES ... COLLATE without
+// collation_connection; one SELECT on the same connection is exact.
+func readBackVars(bc *backendConn, sc *stateChanges) error {
+	names := make([]string, 0, len(sc.vars)+1)
+	seen := map[string]bool{}
+	charset := false
+	for _, v := range sc.vars {
+		if !seen[v.name] {
+			seen[v.name] = true
+			names = append(names, v.name)
+		}
+		if strings.HasPrefix(v.name, "character_set_") {
+			charset = true
+		}
+	}
+	if charset && !seen["collation_connection"] {
+		names = append(names, "collation_connection")
+	}
+	var q strings.Builder
+	q.WriteString("SELECT ")
+	for i, n := range names {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("@@session.`")
+		q.WriteString(n)
+		q.WriteString("`")
+	}
+	q.WriteString(" LIMIT 1") // an explicit LIMIT overrides sql_select_limit
+	res, err := bc.queryLocked(q.String())
+	if err != nil {
+		return err
+	}
+	if len(res.rows) != 1 || len(res.rows[0]) != len(names) {
+		return fmt.Errorf("proxy: reading back %d session variables got %d rows", len(names), len(res.rows))
+	}
+	sc.vars = sc.vars[:0]
+	for i, n := range names {
+		v := res.rows[0][i]
+		val := string(v)
+		if v == nil {
+			val = nullValue
+		}
+		sc.vars = append(sc.vars, varChange{name: n, value: val})
+	}
+	return nil
+}
+
+func (s *session) maybeRelease() {
+	if s.bc == nil || s.pinReason != "" || s.holdNext || s.status&statusInTrans != 0 {
+		return
+	}
+	s.release(true)
+}
+
+// pinReason names why a statement ties the session to its backend
+// connection for good, or returns "".
+func pinReason(info *sqlscan.Info, rr *relayResult) string {
+	if rr.cursor {
+		return "cursor"
+	}
+	switch rr.sc.pinVar {
+	case "":
+	case "unreadable":
+		return "session_state"
+	default:
+		return "session_track"
+	}
+	if info != nil {
+		f := info.Features
+		switch {
+		case f&sqlscan.FeatTempTable != 0:
+			return "temporary_table"
+		case f&sqlscan.FeatUserVarAssign != 0:
+			return "user_variable"
+		case f&sqlscan.FeatGetLock != 0:
+			return "get_lock"
+		case f&sqlscan.FeatLockTables != 0:
+			return "lock_tables"
+		case f&sqlscan.FeatSQLPrepare != 0:
+			return "sql_prepare"
+		case f&sqlscan.FeatCalcFoundRows != 0:
+			return "found_rows"
+		case f&sqlscan.FeatHandler != 0:
+			return "handler"
+		case f&sqlscan.FeatXA != 0:
+			return "xa"
+		}
+	}
+	if rr.sc.changed {
+		// State changed: fine only when the tracker told us everything
+		// (system variables, schema) and the statement is a SET or USE.
+		explained := info != nil && (info.Kind == sqlscan.KindSet || info.Kind == sqlscan.KindUse) &&
+			(len(rr.sc.vars) > 0 || rr.sc.schemaS)
+		if !explained {
+			return "session_state"
+		}
+	}
+	return ""
+}
+
+// relayFailed handles an I/O error on either side during a statement.
+// held says whether the session held the backend before the statement (a
+// transaction or pinned state that is now lost).
+func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
+	if errors.Is(err, errClientGone) {
+		s.release(false)
+		return false
+	}
+	s.srv.log.Warn("backend connection lost during a statement", "client", s.id, "err", err)
+	s.release(false)
+	s.holdNext = false
+	if rr.started || held || s.pinReason != "" {
+		what := "the transaction was rolled back"
+		if s.pinReason != "" {
+			what = "session state (" + s.pinReason + ") was lost"
+		}
+		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; %s. Reconnect and retry.", what))
+		return false
+	}
+	s.status &^= statusInTrans
+	s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; it may or may not have taken effect (holdfast never retries a statement)"))
+	return true
+}
+
+func (s *session) setExec(tid uint32) {
+	s.mu.Lock()
+	s.execTID = tid
+	s.mu.Unlock()
+}
+
+// resetSession is COM_RESET_CONNECTION: a fresh session on the same login.
+func (s *session) resetSession() {
+	if s.bc != nil {
+		bc := s.bc
+		dirty := s.pinReason != "" || s.status&statusInTrans != 0 || s.holdNext
+		if dirty && bc.reset(s.srv.baseVars(), 5*time.Second) != nil {
+			s.release(false)
+		} else {
+			s.release(true)
+		}
+	}
+	s.pinReason, s.holdNext = "", false
+	s.pinned.Store(false)
+	s.stmts = map[uint32]*clientStmt{}
+	s.lastStmt = 0
+	s.lastInsertID = 0
+	s.vars = nil
+	s.multiStmts = s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
+	s.status = statusAutocommit
+}
+
+func (s *session) comSetOption(p []byte) bool {
+	if len(p) < 3 || p[1] > 1 || p[2] != 0 {
+		s.writeErr(errUnknownCommand(comSetOption))
+		return true
+	}
+	on := p[1] == 0
+	s.multiStmts = on
+	if s.bc != nil {
+		if err := s.bc.setMultiStatements(on); err != nil && isIOError(err) {
+			return s.relayFailed(err, &relayResult{}, true)
+		}
+	}
+	s.out = appendEOF(s.out[:0], 0, s.status)
+	s.writePacket(s.out)
+	return true
+}
+
+// cleanup runs when the client goes away: the backend connection returns
+// clean (reset when it carries client state), the session unregisters.
+func (s *session) cleanup() {
+	if s.bc != nil {
+		dirty := s.pinReason != "" || s.status&statusInTrans != 0 || s.holdNext
+		if dirty {
+			if err := s.bc.reset(s.srv.baseVars(), 5*time.Second); err != nil {
+				s.release(false)
+			} else {
+				s.release(true)
+			}
+		} else {
+			s.release(true)
+		}
+	}
+	_ = s.nc.Close()
+}
+
+// Local replies.
+
+func (s *session) writePacket(p []byte) {
+	_ = s.w.writePacket(p)
+}
+
+func (s *session) writeErr(e *sqlError) {
+	s.out = appendErr(s.out[:0], e)
+	s.writePacket(s.out)
+}
+
+func (s *session) writeOK(affected, insertID uint64) {
+	s.out = appendOK(s.out[:0], okPacket{affectedRows: affected, insertID: insertID, status: s.status &^ statusMoreResults}, s.sessionTrack())
+	s.writePacket(s.out)
+}
+
+// writeSingleValue answers a one-row, one-column text result.
+func (s *session) writeSingleValue(col string, v uint64) {
+	rs := resultSet{cols: []column{{name: col, typ: mysql.MYSQL_TYPE_LONGLONG, flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG}}, rows: [][]any{{v}}}
+	s.writeResultSet(&rs, false)
+}
+
+// kill implements KILL [QUERY] id and COM_PROCESS_KILL, where id is a
+// holdfast client connection id.
+func (s *session) kill(id uint64, queryOnly bool) bool {
+	t := s.srv.session(id)
+	if t == nil {
+		s.writeErr(newErr(codeNoSuchThread, "HY000", "Unknown thread id: %d", id))
+		return true
+	}
+	if t.user.Name != s.user.Name && !s.user.Admin {
+		s.writeErr(newErr(codeKillDenied, "HY000", "You are not owner of thread %d", id))
+		return true
+	}
+	if t == s {
+		if queryOnly {
+			s.writeOK(0, 0)
+			return true
+		}
+		s.writeErr(newErr(1927, "70100", "Connection was killed"))
+		return false
+	}
+	if queryOnly {
+		t.interrupt()
+	} else {
+		t.terminate()
+	}
+	s.writeOK(0, 0)
+	return true
+}
+
+// interrupt stops the statement the session runs now, if any (KILL QUERY).
+func (s *session) interrupt() {
+	s.mu.Lock()
+	tid := s.execTID
+	s.mu.Unlock()
+	if tid == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := killQuery(ctx, s.srv.backendSettings(), tid); err != nil {
+		s.srv.log.Warn("KILL QUERY on backend failed", "client", s.id, "backend_thread", tid, "err", err)
+	}
+}
+
+// terminate closes the client connection (KILL CONNECTION) and interrupts
+// its running statement so the backend connection comes back promptly.
+func (s *session) terminate() {
+	s.mu.Lock()
+	s.killed = true
+	s.mu.Unlock()
+	_ = s.nc.Close()
+	s.interrupt()
+}
+
+var errClientGone = errors.New("proxy: client connection gone")
+
+// clientWatch notices a client that disconnects while its statement runs
+// (drivers close the socket when a context is cancelled) and interrupts
+// the statement so the backend connection is not held for nothing. It only
+// starts reading after a statement has run for watchDelay.
+type clientWatch struct {
+	s       *session
+	mu      sync.Mutex // guards the fields below
+	t       *time.Timer
+	armed   bool
+	running bool
+	done    chan struct{}
+}
+
+const watchDelay = 100 * time.Millisecond
+
+func (w *clientWatch) arm() {
+	w.mu.Lock()
+	w.armed = true
+	if w.t == nil {
+		w.t = time.AfterFunc(watchDelay, w.fire)
+	} else {
+		w.t.Reset(watchDelay)
+	}
+	w.mu.Unlock()
+}
+
+func (w *clientWatch) fire() {
+	w.mu.Lock()
+	if !w.armed {
+		w.mu.Unlock()
+		return
+	}
+	w.running = true
+	w.done = make(chan struct{})
+	done := w.done
+	w.mu.Unlock()
+	defer close(done)
+	// The session goroutine does not read while a statement runs, so the
+	// reader is ours until disarm. Anything read stays buffered for it.
+	_, err := w.s.r.br.Peek(1)
+	if err == nil {
+		return
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+		return // disarmed
+	}
+	w.s.srv.log.Info("client disconnected during a statement; interrupting it", "client", w.s.id)
+	w.s.interrupt()
+}
+
+func (w *clientWatch) disarm() {
+	w.mu.Lock()
+	w.armed = false
+	if w.t != nil {
+		w.t.Stop()
+	}
+	running, done := w.running, w.done
+	w.running = false
+	w.mu.Unlock()
+	if running {
+		_ = w.s.nc.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		_ = w.s.nc.SetReadDeadline(time.Time{})
+	}
+}
+
+// maybeProcedure answers CALL holdfast.* itself. args are the binary
+// parameters of a prepared CALL (nil for COM_QUERY).
+func (s *session) maybeProcedure(sql []byte, args []any) (handled, keep bool) {
+	_ = fmt.Sprint(sql, args)
+	return false, true
+}

@@ -1,0 +1,357 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+)
+
+// Binary-protocol prepared statements do not pin a session. The client sees
+// holdfast's own statement ids; each backend connection prepares a
+// statement lazily the first time it must execute it and keeps it in an LRU
+// cache shared by every session that borrows that connection. Parameter
+// types are remembered per client statement, because drivers send them only
+// on the first execute while the backend statement may be a different one
+// each time.
+
+// clientStmt is a statement as one client prepared it.
+type clientStmt struct {
+	id       uint32
+	query    string
+	key      string // backend cache key: database and query text
+	params   int
+	columns  int
+	types    []byte // 2 bytes per parameter, from the last execute that sent them
+	longData map[uint16][]byte
+	longSize int
+	info     sqlscan.Info
+}
+
+// backendStmt is a statement prepared on one backend connection, with the
+// prepare response (after its first packet) kept to answer later prepares
+// of the same text without a round trip.
+type backendStmt struct {
+	id       uint32
+	params   int
+	columns  int
+	warnings uint16
+	resp     [][]byte
+}
+
+// stmtCache is a backend connection's prepared statements, least recently
+// used evicted (and closed on the backend) past its size.
+type stmtCache struct {
+	lru     *simplelru.LRU[string, *backendStmt]
+	toClose []uint32
+}
+
+func newStmtCache(size int) *stmtCache {
+	c := &stmtCache{}
+	c.lru, _ = simplelru.NewLRU[string, *backendStmt](size, func(_ string, bs *backendStmt) {
+		c.toClose = append(c.toClose, bs.id)
+	})
+	return c
+}
+
+func (c *stmtCache) clear() {
+	if c == nil {
+		return
+	}
+	c.lru.Purge()
+	c.toClose = c.toClose[:0]
+}
+
+// prepareOn returns the statement prepared on bc, preparing it if needed.
+// A backend ERR reply comes back as errPkt (a copy, to relay verbatim).
+func (bc *backendConn) prepareOn(key, query string, cacheSize int) (bs *backendStmt, errPkt []byte, err error) {
+	if bc.stmts == nil {
+		bc.stmts = newStmtCache(cacheSize)
+	}
+	if bs, ok := bc.stmts.lru.Get(key); ok {
+		return bs, nil, nil
+	}
+	if err := bc.writeCommandString(comStmtPrepare, query); err != nil {
+		return nil, nil, err
+	}
+	p, err := bc.readPacket()
+	if err != nil {
+		return nil, nil, err
+	}
+	if p[0] == hdrErr {
+		return nil, append([]byte(nil), p...), nil
+	}
+	if p[0] != hdrOK || len(p) < 12 {
+		return nil, nil, fmt.Errorf("%w: bad prepare reply", errMalformed)
+	}
+	bs = &backendStmt{
+		id:       binary.LittleEndian.Uint32(p[1:]),
+		columns:  int(binary.LittleEndian.Uint16(p[5:])),
+		params:   int(binary.LittleEndian.Uint16(p[7:])),
+		warnings: binary.LittleEndian.Uint16(p[10:]),
+	}
+	for _, n := range []int{bs.params, bs.columns} {
+		if n == 0 {
+			continue
+		}
+		for i := 0; i <= n; i++ { // n definitions and an EOF
+			p, err := bc.readPacket()
+			if err != nil {
+				return nil, nil, err
+			}
+			bs.resp = append(bs.resp, append([]byte(nil), p...))
+		}
+	}
+	bc.stmts.lru.Add(key, bs)
+	if len(bc.stmts.toClose) > 0 {
+		for _, id := range bc.stmts.toClose {
+			var b [5]byte
+			b[0] = comStmtClose
+			binary.LittleEndian.PutUint32(b[1:], id)
+			if err := bc.writeCommand(b[:]); err != nil {
+				return nil, nil, err
+			}
+		}
+		bc.stmts.toClose = bc.stmts.toClose[:0]
+	}
+	return bs, nil, nil
+}
+
+func (s *session) stmtKey(query string) string { return s.db + "\x00" + query }
+
+func (s *session) stmtPrepare(p []byte) bool {
+	query := string(p[1:])
+	bc, serr := s.borrow()
+	if serr != nil {
+		s.writeErr(serr)
+		return true
+	}
+	key := s.stmtKey(query)
+	s.setExec(bc.threadID)
+	bs, errPkt, err := bc.prepareOn(key, query, s.srv.stmtCacheSize())
+	s.setExec(0)
+	if err != nil {
+		return s.relayFailed(err, &relayResult{}, s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext)
+	}
+	if errPkt != nil {
+		s.writePacket(errPkt)
+		s.maybeRelease()
+		return true
+	}
+	s.nextStmt++
+	cs := &clientStmt{id: s.nextStmt, query: query, key: key, params: bs.params, columns: bs.columns, info: sqlscan.Scan(p[1:])}
+	s.stmts[cs.id] = cs
+	s.lastStmt = cs.id
+	out := append(s.out[:0], hdrOK)
+	out = binary.LittleEndian.AppendUint32(out, cs.id)
+	out = binary.LittleEndian.AppendUint16(out, uint16(bs.columns))
+	out = binary.LittleEndian.AppendUint16(out, uint16(bs.params))
+	out = append(out, 0)
+	out = binary.LittleEndian.AppendUint16(out, bs.warnings)
+	s.out = out
+	s.writePacket(out)
+	for _, pkt := range bs.resp {
+		s.writePacket(pkt)
+	}
+	s.maybeRelease()
+	return true
+}
+
+func (s *session) lookupStmt(p []byte, cmd string) (*clientStmt, bool) {
+	if len(p) < 5 {
+		s.writeErr(errMalformedPacket(cmd + " without a statement id"))
+		return nil, false
+	}
+	id := binary.LittleEndian.Uint32(p[1:])
+	if id == 0xffffffff { // MariaDB: the statement prepared last
+		id = s.lastStmt
+	}
+	cs := s.stmts[id]
+	if cs == nil {
+		s.writeErr(newErr(codeUnknownStmt, "HY000", "Unknown prepared statement handler (%d) given to %s", id, cmd))
+		return nil, false
+	}
+	return cs, true
+}
+
+func (s *session) stmtExecute(p []byte) bool {
+	cs, ok := s.lookupStmt(p, "mysqld_stmt_execute")
+	if !ok {
+		return true
+	}
+	if len(p) < 10 {
+		s.writeErr(errMalformedPacket("COM_STMT_EXECUTE shorter than 10 bytes"))
+		return true
+	}
+	flags, iter, rest := p[5], p[6:10], p[10:]
+	var nullMap, values []byte
+	if cs.params > 0 {
+		nb := (cs.params + 7) / 8
+		if len(rest) < nb+1 {
+			s.writeErr(errMalformedPacket("COM_STMT_EXECUTE parameter block truncated"))
+			return true
+		}
+		nullMap, values = rest[:nb], rest[nb+1:]
+		if rest[nb] == 1 {
+			if len(values) < 2*cs.params {
+				s.writeErr(errMalformedPacket("COM_STMT_EXECUTE parameter types truncated"))
+				return true
+			}
+			cs.types = append(cs.types[:0], values[:2*cs.params]...)
+			values = values[2*cs.params:]
+		} else if cs.types == nil {
+			s.writeErr(newErr(codeWrongArguments, "HY000", "Incorrect arguments to mysqld_stmt_execute: parameter types were never sent for statement %d", cs.id))
+			return true
+		}
+	}
+	if cs.longSize > s.srv.maxPacket() {
+		s.writeErr(newErr(codePacketTooLarge, "08S01", "Parameter of prepared statement %d sent with COM_STMT_SEND_LONG_DATA is longer than 'max_allowed_packet' (%d bytes)", cs.id, s.srv.maxPacket()))
+		cs.longData, cs.longSize = nil, 0
+		return true
+	}
+	bc, serr := s.borrow()
+	if serr != nil {
+		s.writeErr(serr)
+		return true
+	}
+	held := s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext
+	s.setExec(bc.threadID)
+	s.watch.arm()
+	rr, errPkt, err := s.executeOn(bc, cs, flags, iter, nullMap, values)
+	s.watch.disarm()
+	s.setExec(0)
+	cs.longData, cs.longSize = nil, 0
+	if err != nil {
+		return s.relayFailed(err, &rr, held)
+	}
+	if errPkt != nil {
+		s.writePacket(errPkt)
+		s.maybeRelease()
+		return true
+	}
+	s.afterStatement(bc, &rr, &cs.info)
+	return true
+}
+
+// executeOn prepares cs on bc if needed, replays buffered long data, sends
+// the execute with holdfast's view of the parameter types, and relays the
+// result.
+func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, nullMap, values []byte) (relayResult, []byte, error) {
+	bs, errPkt, err := bc.prepareOn(cs.key, cs.query, s.srv.stmtCacheSize())
+	if err != nil || errPkt != nil {
+		return relayResult{}, errPkt, err
+	}
+	if bs.params != cs.params {
+		return relayResult{}, appendErr(nil, newErr(1615, "HY000", "Prepared statement needs to be re-prepared")), nil
+	}
+	for param, data := range cs.longData {
+		b := make([]byte, 0, 7+len(data))
+		b = append(b, comStmtSendLong)
+		b = binary.LittleEndian.AppendUint32(b, bs.id)
+		b = binary.LittleEndian.AppendUint16(b, param)
+		b = append(b, data...)
+		if err := bc.writeCommand(b); err != nil {
+			return relayResult{}, nil, err
+		}
+	}
+	out := append(bc.scratch[:0], comStmtExecute)
+	out = binary.LittleEndian.AppendUint32(out, bs.id)
+	out = append(out, flags)
+	out = append(out, iter...)
+	if cs.params > 0 {
+		out = append(out, nullMap...)
+		out = append(out, 1)
+		out = append(out, cs.types...)
+		out = append(out, values...)
+	}
+	bc.scratch = out[:0]
+	if err := bc.writeCommand(out); err != nil {
+		return relayResult{}, nil, err
+	}
+	rr, err := s.relay(bc, comStmtExecute)
+	return rr, nil, err
+}
+
+func (s *session) stmtSendLong(p []byte) {
+	if len(p) < 7 {
+		return // no reply is defined for this command
+	}
+	cs := s.stmts[binary.LittleEndian.Uint32(p[1:])]
+	if cs == nil {
+		return
+	}
+	param := binary.LittleEndian.Uint16(p[5:])
+	if cs.longData == nil {
+		cs.longData = map[uint16][]byte{}
+	}
+	cs.longSize += len(p) - 7
+	if cs.longSize <= s.srv.maxPacket() {
+		cs.longData[param] = append(cs.longData[param], p[7:]...)
+	}
+}
+
+func (s *session) stmtClose(p []byte) {
+	if len(p) < 5 {
+		return
+	}
+	delete(s.stmts, binary.LittleEndian.Uint32(p[1:]))
+}
+
+func (s *session) stmtReset(p []byte) bool {
+	cs, ok := s.lookupStmt(p, "mysqld_stmt_reset")
+	if !ok {
+		return true
+	}
+	cs.longData, cs.longSize = nil, 0
+	if s.pinReason == "cursor" && s.bc != nil {
+		if bs, ok := s.bc.stmts.lru.Peek(cs.key); ok {
+			var b [5]byte
+			b[0] = comStmtReset
+			binary.LittleEndian.PutUint32(b[1:], bs.id)
+			if err := s.bc.writeCommand(b[:]); err != nil {
+				return s.relayFailed(err, &relayResult{}, true)
+			}
+			if _, err := s.bc.readOK(); err != nil && isIOError(err) {
+				return s.relayFailed(err, &relayResult{}, true)
+			}
+		}
+	}
+	s.writeOK(0, 0)
+	return true
+}
+
+// stmtFetch reads rows from an open cursor; the session is pinned to the
+// backend that holds it.
+func (s *session) stmtFetch(p []byte) bool {
+	cs, ok := s.lookupStmt(p, "mysqld_stmt_fetch")
+	if !ok {
+		return true
+	}
+	var bs *backendStmt
+	if s.bc != nil && s.bc.stmts != nil {
+		bs, _ = s.bc.stmts.lru.Peek(cs.key)
+	}
+	if s.pinReason != "cursor" || bs == nil || len(p) < 9 {
+		s.writeErr(newErr(1421, "HY000", "The statement (%d) has no open cursor.", cs.id))
+		return true
+	}
+	out := append(s.bc.scratch[:0], comStmtFetch)
+	out = binary.LittleEndian.AppendUint32(out, bs.id)
+	out = append(out, p[5:9]...)
+	s.bc.scratch = out[:0]
+	if err := s.bc.writeCommand(out); err != nil {
+		return s.relayFailed(err, &relayResult{}, true)
+	}
+	rr := relayResult{}
+	n, err := s.bc.r.header()
+	if err == nil {
+		_, err = s.relayRows(s.bc, n, &rr)
+	}
+	if err != nil {
+		return s.relayFailed(err, &rr, true)
+	}
+	s.status = rr.status
+	return true
+}

@@ -1,0 +1,335 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// MySQL packet framing: a 3-byte little-endian payload length and a 1-byte
+// sequence id. A payload of exactly maxPayload bytes continues in the next
+// physical packet.
+const maxPayload = 1<<24 - 1
+
+const (
+	hdrOK       = 0x00
+	hdrEOF      = 0xfe
+	hdrErr      = 0xff
+	hdrLocalInf = 0xfb
+)
+
+// Status flags of OK and EOF packets.
+const (
+	statusInTrans        uint16 = 0x0001
+	statusAutocommit     uint16 = 0x0002
+	statusMoreResults    uint16 = 0x0008
+	statusCursorExists   uint16 = 0x0040
+	statusLastRowSent    uint16 = 0x0080
+	statusInTransRO      uint16 = 0x2000
+	statusSessionChanged uint16 = 0x4000
+)
+
+var (
+	errPacketTooLarge = errors.New("proxy: packet larger than max_allowed_packet")
+	errOutOfOrder     = errors.New("proxy: packets out of order")
+	errMalformed      = errors.New("proxy: malformed packet")
+)
+
+// packetReader reads framed packets from one side of a connection. seq is
+// the sequence id expected next.
+type packetReader struct {
+	br  *bufio.Reader
+	seq uint8
+	hdr [4]byte
+}
+
+// header reads one physical packet header and checks its sequence id.
+func (r *packetReader) header() (int, error) {
+	if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
+		return 0, err
+	}
+	n := int(r.hdr[0]) | int(r.hdr[1])<<8 | int(r.hdr[2])<<16
+	if r.hdr[3] != r.seq {
+		return 0, fmt.Errorf("%w: got sequence %d, want %d", errOutOfOrder, r.hdr[3], r.seq)
+	}
+	r.seq++
+	return n, nil
+}
+
+// readPacket reads one logical packet (joining continuations) into dst[:0].
+// A packet longer than limit (when limit > 0) is not read: errPacketTooLarge.
+func (r *packetReader) readPacket(dst []byte, limit int) ([]byte, error) {
+	dst = dst[:0]
+	for {
+		n, err := r.header()
+		if err != nil {
+			return dst, err
+		}
+		if limit > 0 && len(dst)+n > limit {
+			return dst, errPacketTooLarge
+		}
+		start := len(dst)
+		dst = grow(dst, n)
+		if _, err := io.ReadFull(r.br, dst[start:start+n]); err != nil {
+			return dst, err
+		}
+		if n < maxPayload {
+			return dst, nil
+		}
+	}
+}
+
+// discard skips n payload bytes.
+func (r *packetReader) discard(n int) error {
+	_, err := r.br.Discard(n)
+	return err
+}
+
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b[:len(b)+n]
+	}
+	nb := make([]byte, len(b)+n, 2*cap(b)+n)
+	copy(nb, b)
+	return nb
+}
+
+// packetWriter frames packets onto a buffered writer. Callers flush.
+type packetWriter struct {
+	bw  *bufio.Writer
+	seq uint8
+}
+
+func (w *packetWriter) writeHeader(n int) error {
+	var h [4]byte
+	h[0], h[1], h[2], h[3] = byte(n), byte(n>>8), byte(n>>16), w.seq
+	w.seq++
+	_, err := w.bw.Write(h[:])
+	return err
+}
+
+// writePacket frames payload, splitting it at maxPayload as needed.
+func (w *packetWriter) writePacket(payload []byte) error {
+	for {
+		n := min(len(payload), maxPayload)
+		if err := w.writeHeader(n); err != nil {
+			return err
+		}
+		if _, err := w.bw.Write(payload[:n]); err != nil {
+			return err
+		}
+		payload = payload[n:]
+		if n < maxPayload {
+			return nil
+		}
+	}
+}
+
+func (w *packetWriter) flush() error { return w.bw.Flush() }
+
+func newSmallWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 512) }
+
+// Length-encoded integers and strings.
+
+func appendLenEnc(b []byte, n uint64) []byte {
+	switch {
+	case n < 251:
+		return append(b, byte(n))
+	case n < 1<<16:
+		return append(b, 0xfc, byte(n), byte(n>>8))
+	case n < 1<<24:
+		return append(b, 0xfd, byte(n), byte(n>>8), byte(n>>16))
+	default:
+		b = append(b, 0xfe)
+		return binary.LittleEndian.AppendUint64(b, n)
+	}
+}
+
+func appendLenEncString(b []byte, s []byte) []byte {
+	b = appendLenEnc(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// readLenEnc decodes a length-encoded integer at b[0:]; ok is false when b
+// is too short. null reports the 0xfb NULL marker.
+func readLenEnc(b []byte) (n uint64, size int, null, ok bool) {
+	if len(b) == 0 {
+		return 0, 0, false, false
+	}
+	switch b[0] {
+	case 0xfb:
+		return 0, 1, true, true
+	case 0xfc:
+		if len(b) < 3 {
+			return 0, 0, false, false
+		}
+		return uint64(binary.LittleEndian.Uint16(b[1:])), 3, false, true
+	case 0xfd:
+		if len(b) < 4 {
+			return 0, 0, false, false
+		}
+		return uint64(b[1]) | uint64(b[2])<<8 | uint64(b[3])<<16, 4, false, true
+	case 0xfe:
+		if len(b) < 9 {
+			return 0, 0, false, false
+		}
+		return binary.LittleEndian.Uint64(b[1:]), 9, false, true
+	case 0xff:
+		return 0, 0, false, false
+	default:
+		return uint64(b[0]), 1, false, true
+	}
+}
+
+func readLenEncString(b []byte) (s []byte, size int, ok bool) {
+	n, k, null, ok := readLenEnc(b)
+	if !ok || null || uint64(len(b)-k) < n {
+		return nil, 0, false
+	}
+	return b[k : k+int(n)], k + int(n), true
+}
+
+// okPacket is a decoded OK packet (protocol 4.1).
+type okPacket struct {
+	affectedRows uint64
+	insertID     uint64
+	status       uint16
+	warnings     uint16
+	info         []byte
+	stateInfo    []byte // session state changes; only with CLIENT_SESSION_TRACK
+}
+
+// parseOK decodes an OK packet sent to a connection with the given
+// session-tracking capability. Slices alias p.
+func parseOK(p []byte, sessionTrack bool) (okPacket, bool) {
+	var ok okPacket
+	if len(p) < 1 || (p[0] != hdrOK && p[0] != hdrEOF) {
+		return ok, false
+	}
+	pos := 1
+	var n int
+	var good bool
+	if ok.affectedRows, n, _, good = readLenEnc(p[pos:]); !good {
+		return ok, false
+	}
+	pos += n
+	if ok.insertID, n, _, good = readLenEnc(p[pos:]); !good {
+		return ok, false
+	}
+	pos += n
+	if len(p) < pos+4 {
+		return ok, false
+	}
+	ok.status = binary.LittleEndian.Uint16(p[pos:])
+	ok.warnings = binary.LittleEndian.Uint16(p[pos+2:])
+	pos += 4
+	if !sessionTrack {
+		ok.info = p[pos:]
+		return ok, true
+	}
+	if pos == len(p) {
+		return ok, true
+	}
+	if ok.info, n, good = readLenEncString(p[pos:]); !good {
+		return ok, false
+	}
+	pos += n
+	if ok.status&statusSessionChanged != 0 && pos < len(p) {
+		if ok.stateInfo, _, good = readLenEncString(p[pos:]); !good {
+			return ok, false
+		}
+	}
+	return ok, true
+}
+
+// appendOK encodes ok for a client with the given session-tracking
+// capability. Without it, session state is dropped and its flag cleared.
+func appendOK(b []byte, ok okPacket, sessionTrack bool) []byte {
+	b = append(b, hdrOK)
+	b = appendLenEnc(b, ok.affectedRows)
+	b = appendLenEnc(b, ok.insertID)
+	st := ok.status
+	if !sessionTrack || len(ok.stateInfo) == 0 {
+		st &^= statusSessionChanged
+	}
+	b = binary.LittleEndian.AppendUint16(b, st)
+	b = binary.LittleEndian.AppendUint16(b, ok.warnings)
+	if !sessionTrack {
+		return append(b, ok.info...)
+	}
+	if len(ok.info) == 0 && st&statusSessionChanged == 0 {
+		return b
+	}
+	b = appendLenEncString(b, ok.info)
+	if st&statusSessionChanged != 0 {
+		b = appendLenEncString(b, ok.stateInfo)
+	}
+	return b
+}
+
+// isEOF reports whether a packet (first physical chunk of length n) is an
+// EOF packet: 0xfe with fewer than 9 payload bytes. Longer 0xfe packets are
+// rows starting with an 8-byte length-encoded string.
+func isEOF(first byte, n int) bool { return first == hdrEOF && n < 9 }
+
+// eofStatus returns the status flags of an EOF packet payload.
+func eofStatus(p []byte) (warnings, status uint16) {
+	if len(p) >= 5 {
+		return binary.LittleEndian.Uint16(p[1:]), binary.LittleEndian.Uint16(p[3:])
+	}
+	return 0, 0
+}
+
+func appendEOF(b []byte, warnings, status uint16) []byte {
+	b = append(b, hdrEOF)
+	b = binary.LittleEndian.AppendUint16(b, warnings)
+	return binary.LittleEndian.AppendUint16(b, status)
+}
+
+// sqlError is a MySQL error as it travels in an ERR packet.
+type sqlError struct {
+	Code  uint16
+	State string
+	Msg   string
+}
+
+func (e *sqlError) Error() string {
+	return fmt.Sprintf("ERROR %d (%s): %s", e.Code, e.State, e.Msg)
+}
+
+// Number returns the MySQL error number.
+func (e *sqlError) Number() uint16 { return e.Code }
+
+// SQLState returns the five-character SQLSTATE.
+func (e *sqlError) SQLState() string { return e.State }
+
+func appendErr(b []byte, e *sqlError) []byte {
+	b = append(b, hdrErr)
+	b = binary.LittleEndian.AppendUint16(b, e.Code)
+	b = append(b, '#')
+	st := e.State
+	if len(st) != 5 {
+		st = "HY000"
+	}
+	b = append(b, st...)
+	return append(b, e.Msg...)
+}
+
+// parseErr decodes an ERR packet (protocol 4.1).
+func parseErr(p []byte) *sqlError {
+	e := &sqlError{Code: 1105, State: "HY000"}
+	if len(p) < 3 || p[0] != hdrErr {
+		e.Msg = "malformed error packet"
+		return e
+	}
+	e.Code = binary.LittleEndian.Uint16(p[1:])
+	rest := p[3:]
+	if len(rest) >= 6 && rest[0] == '#' {
+		e.State = string(rest[1:6])
+		rest = rest[6:]
+	}
+	e.Msg = string(rest)
+	return e
+}
