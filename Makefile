@@ -1,0 +1,37 @@
+# holdfast — see README.md. `make run` and `make test` are the two set-up
+# commands; the rest are optional, longer runs.
+GO        ?= go
+TEST_FLAGS ?= -race -count=1 -timeout 20m
+FUZZTIME  ?= 60s
+
+.PHONY: run test build vet fmt fuzz bench-proxy bench-attribution bench-reserve soak clean
+
+## run: start holdfast on the local default (starts a private MariaDB when none answers)
+run:
+	scripts/run-local.sh
+
+## test: every test, against a real MariaDB it starts when absent
+test:
+	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \
+	  echo "test: MariaDB at $$addr" && \
+	  HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test $(TEST_FLAGS) ./...
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## fuzz: run every fuzz target for FUZZTIME each
+fuzz:
+	@addr=$$(scripts/mariadb-up.sh) && for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  for f in $$(grep -h '^func Fuzz' $$pkg/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "== $$pkg $$f"; HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+	  done; done
+
+clean:
+	rm -rf bin

@@ -1,0 +1,121 @@
+// Command holdfast is the MySQL sidecar: it serves the MySQL protocol,
+// pools backend connections and attributes their hold time by tag.
+//
+//	holdfast [serve] [-config FILE]                   run the sidecar
+//	holdfast check-config [-config FILE] [-print-listen]  validate a configuration
+//	holdfast check-backend [-config FILE] [-print-address]  connect to the backend once
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "holdfast:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cmd := "serve"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("holdfast "+cmd, flag.ContinueOnError)
+	path := fs.String("config", "", "configuration file (YAML); empty means built-in defaults")
+	printListen := fs.Bool("print-listen", false, "check-config: print only the listen address")
+	printAddr := fs.Bool("print-address", false, "check-backend: print the configured backend address and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	switch cmd {
+	case "serve":
+		return serve(*path, cfg)
+	case "check-config":
+		if *printListen {
+			fmt.Println(cfg.Listen)
+		} else {
+			fmt.Println("configuration OK")
+		}
+		return nil
+	case "check-backend":
+		if *printAddr {
+			fmt.Println(cfg.Backend.Address)
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Backend.DialTimeout)
+		defer cancel()
+		version, err := proxy.CheckBackend(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s (%s)\n", cfg.Backend.Address, version)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q (want serve or check-config)", cmd)
+}
+
+func newLogger(c config.Log) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+func serve(path string, cfg config.Config) error {
+	log := newLogger(cfg.Log)
+	srv, err := proxy.New(cfg, log, nil)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	for {
+		select {
+		case err := <-errc:
+			srv.Close()
+			return err
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				next, err := config.Load(path)
+				if err != nil {
+					log.Error("reload failed; keeping the running configuration", "err", err)
+					continue
+				}
+				_ = srv.Reload(next)
+				continue
+			}
+			log.Info("shutting down: draining clients", "signal", sig.String(), "grace", cfg.ShutdownGrace)
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+			err := srv.Drain(ctx)
+			cancel()
+			srv.Close()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			log.Info("stopped")
+			return nil
+		}
+	}
+}
