@@ -355,6 +355,15 @@ func columnName(p []byte) string {
 	return string(name)
 }
 
+// pingStatus sends COM_PING and returns the server status flags.
+func (bc *backendConn) pingStatus() (uint16, error) {
+	if err := bc.writeCommand([]byte{comPing}); err != nil {
+		return 0, err
+	}
+	ok, err := bc.readOK()
+	return ok.status, err
+}
+
 // ping sends COM_PING and waits for the OK.
 func (bc *backendConn) ping(timeout time.Duration) error {
 	_ = bc.nc.SetDeadline(time.Now().Add(timeout))

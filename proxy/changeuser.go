@@ -79,6 +79,9 @@ func (s *session) comChangeUser(p []byte) bool {
 		s.writePacket([]byte{0x01, 0x03}) // fast authentication succeeded
 	}
 	s.resetSession()
+	if db == "" {
+		db = s.srv.config().Backend.Database
+	}
 	s.user, s.db, s.coll = u, db, coll
 	s.writeOK(0, 0)
 	return true

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -62,7 +63,10 @@ func (u *users) get(name string) (User, bool) {
 func (u *users) GetCredential(name string) (server.Credential, bool, error) {
 	x, ok := u.get(name)
 	if !ok {
-		return server.Credential{}, false, nil
+		// An unknown user gets the same "Access denied" as a wrong
+		// password (go-mysql would say ER_NO_SUCH_USER and reveal which
+		// names exist): a password no one can know.
+		return server.Credential{Passwords: []string{unknownUserPassword}, AuthPluginName: mysql.AUTH_NATIVE_PASSWORD}, true, nil
 	}
 	return server.Credential{Passwords: []string{x.Password}, AuthPluginName: x.AuthPlugin}, true, nil
 }
@@ -72,6 +76,8 @@ func (u *users) OnAuthSuccess(*server.Conn) error { return nil }
 
 // OnAuthFailure implements server.AuthenticationHandler.
 func (u *users) OnAuthFailure(*server.Conn, error) {}
+
+var unknownUserPassword = hex.EncodeToString(mysql.RandomBuf(32))
 
 // handshakeHandler receives the only Handler callback go-mysql makes during
 // the handshake: the database named in the handshake response.

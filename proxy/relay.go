@@ -30,7 +30,9 @@ type relayResult struct {
 // An error is either errClientGone (the client's socket failed) or a
 // backend I/O or protocol error; both leave the backend connection unusable.
 func (s *session) relay(bc *backendConn, cmd byte) (relayResult, error) {
-	var rr relayResult
+	// An ERR packet carries no status: until an OK or EOF says otherwise,
+	// the status is what it was.
+	rr := relayResult{status: s.status}
 	for {
 		n, err := bc.r.header()
 		if err != nil {
@@ -300,7 +302,7 @@ func appendColumnDef(b []byte, c column) []byte {
 // writeResultSet sends rs in the text protocol, or the binary one (for
 // COM_STMT_EXECUTE) when binary is set.
 func (s *session) writeResultSet(rs *resultSet, binaryRows bool) {
-	st := s.status &^ statusMoreResults
+	st := s.status &^ (statusMoreResults | statusSessionChanged)
 	s.out = appendLenEnc(s.out[:0], uint64(len(rs.cols)))
 	s.writePacket(s.out)
 	for _, c := range rs.cols {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,9 +30,17 @@ var ErrBackendDown = errors.New("proxy: backend unreachable")
 // fallbackVersion is advertised until the backend's own version is known.
 const fallbackVersion = "8.0.0-holdfast"
 
-// maxHandshakes bounds concurrent handshakes (each allocates buffers in
-// go-mysql), so a connection storm cannot balloon memory.
-const maxHandshakes = 64
+// Handshakes take a slot of maxHandshakes (go-mysql allocates about 80 KiB
+// of buffers for each), so a storm of reconnecting clients queues briefly
+// instead of ballooning memory. A client waits at most slotWait for a slot
+// and then goes ahead anyway: clients that connect and stay silent can
+// fill the slots, but they cannot lock anyone out. Each handshake must
+// finish within handshakeTimeout, as with MySQL's connect_timeout.
+const (
+	maxHandshakes    = 256
+	slotWait         = 100 * time.Millisecond
+	handshakeTimeout = 10 * time.Second
+)
 
 // Server is the MySQL-protocol front end: it accepts client connections,
 // authenticates them, and runs one session per client over the shared pool.
@@ -362,13 +371,17 @@ func (s *Server) handle(nc net.Conn) {
 }
 
 func (s *Server) handshake(nc net.Conn) *session {
+	t := time.NewTimer(slotWait)
 	select {
 	case s.handshakes <- struct{}{}:
+		defer func() { <-s.handshakes }()
+	case <-t.C:
 	case <-s.ctx.Done():
+		t.Stop()
 		return nil
 	}
-	defer func() { <-s.handshakes }()
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	t.Stop()
+	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	hc := &handshakeConn{Conn: nc}
 	h := &handshakeHandler{}
 	conn, err := s.gms.Load().NewCustomizedConn(hc, &s.users, h)
@@ -376,7 +389,7 @@ func (s *Server) handshake(nc net.Conn) *session {
 		s.mu.Lock()
 		s.st.HandshakeFailures++
 		s.mu.Unlock()
-		s.log.Debug("client handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+		s.log.Debug("client handshake failed", "remote", nc.RemoteAddr().String(), "err", firstLine(err))
 		return nil
 	}
 	_ = nc.SetDeadline(time.Time{})
@@ -387,6 +400,20 @@ func (s *Server) handshake(nc net.Conn) *session {
 	}
 	u, _ := s.users.get(conn.GetUser())
 	return newSession(s, conn.ConnectionID(), under, u, conn.Capability(), conn.Charset(), h.db, conn.Attributes())
+}
+
+// firstLine trims go-mysql's traced errors (which carry stack traces in
+// their text) to their message.
+func firstLine(err error) string {
+	msg := err.Error()
+	var out []string
+	for _, l := range strings.Split(msg, "\n") {
+		if l == "" || strings.HasPrefix(l, "\t") || strings.Contains(l, ".go:") || strings.HasPrefix(l, "github.com/") || strings.HasPrefix(l, "runtime.") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, ": ")
 }
 
 func (s *Server) activeClients() int {

@@ -63,6 +63,11 @@ type session struct {
 var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
 
 func newSession(srv *Server, id uint32, nc net.Conn, u User, caps uint32, coll uint8, db string, attrs map[string]string) *session {
+	if db == "" {
+		// A client that names no database starts in the backend's default
+		// one (a pooled connection cannot leave its database).
+		db = srv.config().Backend.Database
+	}
 	s := &session{
 		srv:        srv,
 		id:         id,
@@ -150,7 +155,9 @@ func (s *session) dispatch(p []byte) bool {
 		s.writeOK(0, 0)
 	case comQuery:
 		return s.comQuery(p)
-	case comInitDB, comFieldList, comStatistics:
+	case comInitDB:
+		return s.run(p, comInitDB, &initDBInfo)
+	case comFieldList, comStatistics:
 		return s.run(p, p[0], nil)
 	case comSetOption:
 		return s.comSetOption(p)
@@ -183,9 +190,12 @@ func (s *session) dispatch(p []byte) bool {
 	return true
 }
 
+// initDBInfo classifies COM_INIT_DB like a USE statement.
+var initDBInfo = sqlscan.Info{Kind: sqlscan.KindUse, Statements: 1}
+
 func (s *session) comQuery(p []byte) bool {
 	sql := p[1:]
-	info := sqlscan.Scan(sql)
+	info := s.scanMode().Scan(sql)
 	switch {
 	case info.Kind == sqlscan.KindKill && info.Kill.OK:
 		return s.kill(info.Kill.ID, info.Kill.Query)
@@ -193,11 +203,11 @@ func (s *session) comQuery(p []byte) bool {
 		s.writeErr(newErr(codeNotAllowed, "42000", "holdfast does not relay LOAD DATA LOCAL INFILE; load from a file on the database server or use INSERT"))
 		return true
 	case info.LastInsertIDColumn != "" && s.bc == nil:
-		s.writeSingleValue(info.LastInsertIDColumn, s.lastInsertID)
+		s.writeSingleValue(info.LastInsertIDColumn, s.lastInsertID, false)
 		return true
 	case info.Kind == sqlscan.KindSelect && isSelectConnectionID(sql):
 		// The id clients KILL by is holdfast's, not a backend thread's.
-		s.writeSingleValue(connectionIDColumn(sql), uint64(s.id))
+		s.writeSingleValue(connectionIDColumn(sql), uint64(s.id), false)
 		return true
 	case info.Kind == sqlscan.KindCall && s.srv.procs != nil:
 		if handled, keep := s.maybeProcedure(sql, nil); handled {
@@ -205,6 +215,22 @@ func (s *session) comQuery(p []byte) bool {
 		}
 	}
 	return s.run(p, comQuery, &info)
+}
+
+// scanMode is how the server lexes this session's statements: its
+// sql_mode's ANSI_QUOTES and NO_BACKSLASH_ESCAPES (the latter also shown in
+// the status flags).
+func (s *session) scanMode() sqlscan.Mode {
+	var m sqlscan.Mode
+	if s.status&statusNoBackslash != 0 {
+		m |= sqlscan.NoBackslashEscapes
+	}
+	if s.vars != nil {
+		if mode := s.vars.vals["sql_mode"]; strings.Contains(mode, "ANSI_QUOTES") {
+			m |= sqlscan.ANSIQuotes
+		}
+	}
+	return m
 }
 
 // isSelectConnectionID matches exactly "SELECT CONNECTION_ID()" (any case,
@@ -335,7 +361,7 @@ func (s *session) release(reusable bool) {
 // afterStatement records what the statement did to the session and returns
 // the backend connection unless the session must keep it.
 func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan.Info) {
-	s.status = rr.status
+	s.status = rr.status &^ statusSessionChanged
 	if rr.insertID != 0 {
 		s.lastInsertID = rr.insertID
 	}
@@ -365,6 +391,16 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 		}
 	}
 	s.holdNext = info != nil && info.Kind == sqlscan.KindSetTransaction && !rr.failed
+	if rr.failed && s.status&(statusInTrans|statusAutocommit) == 0 && s.pinReason == "" && !s.holdNext {
+		// With autocommit off, a failed statement may still have opened a
+		// transaction, and its ERR packet does not say. Ask.
+		st, err := bc.pingStatus()
+		if err != nil {
+			s.release(false)
+			return
+		}
+		s.status = st &^ statusSessionChanged
+	}
 	s.maybeRelease()
 }
 
@@ -535,7 +571,7 @@ func (s *session) comSetOption(p []byte) bool {
 			return s.relayFailed(err, &relayResult{}, true)
 		}
 	}
-	s.out = appendEOF(s.out[:0], 0, s.status)
+	s.out = appendEOF(s.out[:0], 0, s.status&^statusSessionChanged)
 	s.writePacket(s.out)
 	return true
 }
@@ -574,10 +610,11 @@ func (s *session) writeOK(affected, insertID uint64) {
 	s.writePacket(s.out)
 }
 
-// writeSingleValue answers a one-row, one-column text result.
-func (s *session) writeSingleValue(col string, v uint64) {
+// writeSingleValue answers a one-row, one-column result, in the binary
+// protocol for a prepared statement.
+func (s *session) writeSingleValue(col string, v uint64, binary bool) {
 	rs := resultSet{cols: []column{{name: col, typ: mysql.MYSQL_TYPE_LONGLONG, flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG}}, rows: [][]any{{v}}}
-	s.writeResultSet(&rs, false)
+	s.writeResultSet(&rs, binary)
 }
 
 // kill implements KILL [QUERY] id and COM_PROCESS_KILL, where id is a

@@ -21,7 +21,7 @@ import (
 type clientStmt struct {
 	id       uint32
 	query    string
-	key      string // backend cache key: database and query text
+	db       string // database it was prepared in
 	params   int
 	columns  int
 	types    []byte // 2 bytes per parameter, from the last execute that sent them
@@ -64,14 +64,34 @@ func (c *stmtCache) clear() {
 	c.toClose = c.toClose[:0]
 }
 
-// prepareOn returns the statement prepared on bc, preparing it if needed.
-// A backend ERR reply comes back as errPkt (a copy, to relay verbatim).
-func (bc *backendConn) prepareOn(key, query string, cacheSize int) (bs *backendStmt, errPkt []byte, err error) {
+// stmtKey is the backend cache key of a statement: table names resolve in
+// the database current when it is prepared.
+func stmtKey(db, query string) string { return db + "\x00" + query }
+
+// prepareOn returns the statement prepared on bc, preparing it if needed in
+// database db (switching there and back when bc is elsewhere). A backend
+// ERR reply comes back as errPkt (a copy, to relay verbatim).
+func (bc *backendConn) prepareOn(db, query string, cacheSize int) (bs *backendStmt, errPkt []byte, err error) {
 	if bc.stmts == nil {
 		bc.stmts = newStmtCache(cacheSize)
 	}
+	key := stmtKey(db, query)
 	if bs, ok := bc.stmts.lru.Get(key); ok {
 		return bs, nil, nil
+	}
+	if db != "" && bc.dbKnown && bc.db != db {
+		back := bc.db
+		if errPkt, err := bc.initDB(db); err != nil || errPkt != nil {
+			return nil, errPkt, err
+		}
+		defer func() {
+			if err == nil {
+				var ep []byte
+				if ep, err = bc.initDB(back); ep != nil {
+					err = parseErr(ep)
+				}
+			}
+		}()
 	}
 	if err := bc.writeCommandString(comStmtPrepare, query); err != nil {
 		return nil, nil, err
@@ -119,7 +139,21 @@ func (bc *backendConn) prepareOn(key, query string, cacheSize int) (bs *backendS
 	return bs, nil, nil
 }
 
-func (s *session) stmtKey(query string) string { return s.db + "\x00" + query }
+// initDB selects database db on bc; a backend ERR comes back as errPkt.
+func (bc *backendConn) initDB(db string) (errPkt []byte, err error) {
+	if err := bc.writeCommandString(comInitDB, db); err != nil {
+		return nil, err
+	}
+	p, err := bc.readPacket()
+	if err != nil {
+		return nil, err
+	}
+	if p[0] == hdrErr {
+		return append([]byte(nil), p...), nil
+	}
+	bc.db, bc.dbKnown = db, true
+	return nil, nil
+}
 
 func (s *session) stmtPrepare(p []byte) bool {
 	query := string(p[1:])
@@ -128,9 +162,8 @@ func (s *session) stmtPrepare(p []byte) bool {
 		s.writeErr(serr)
 		return true
 	}
-	key := s.stmtKey(query)
 	s.setExec(bc.threadID)
-	bs, errPkt, err := bc.prepareOn(key, query, s.srv.stmtCacheSize())
+	bs, errPkt, err := bc.prepareOn(s.db, query, s.srv.stmtCacheSize())
 	s.setExec(0)
 	if err != nil {
 		return s.relayFailed(err, &relayResult{}, s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext)
@@ -141,7 +174,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 		return true
 	}
 	s.nextStmt++
-	cs := &clientStmt{id: s.nextStmt, query: query, key: key, params: bs.params, columns: bs.columns, info: sqlscan.Scan(p[1:])}
+	cs := &clientStmt{id: s.nextStmt, query: query, db: s.db, params: bs.params, columns: bs.columns, info: s.scanMode().Scan(p[1:])}
 	s.stmts[cs.id] = cs
 	s.lastStmt = cs.id
 	out := append(s.out[:0], hdrOK)
@@ -159,15 +192,22 @@ func (s *session) stmtPrepare(p []byte) bool {
 	return true
 }
 
+// stmtID reads the statement id of a COM_STMT_* packet; MariaDB's
+// 0xffffffff means the statement prepared last.
+func (s *session) stmtID(p []byte) uint32 {
+	id := binary.LittleEndian.Uint32(p[1:])
+	if id == 0xffffffff {
+		id = s.lastStmt
+	}
+	return id
+}
+
 func (s *session) lookupStmt(p []byte, cmd string) (*clientStmt, bool) {
 	if len(p) < 5 {
 		s.writeErr(errMalformedPacket(cmd + " without a statement id"))
 		return nil, false
 	}
-	id := binary.LittleEndian.Uint32(p[1:])
-	if id == 0xffffffff { // MariaDB: the statement prepared last
-		id = s.lastStmt
-	}
+	id := s.stmtID(p)
 	cs := s.stmts[id]
 	if cs == nil {
 		s.writeErr(newErr(codeUnknownStmt, "HY000", "Unknown prepared statement handler (%d) given to %s", id, cmd))
@@ -211,6 +251,16 @@ func (s *session) stmtExecute(p []byte) bool {
 		cs.longData, cs.longSize = nil, 0
 		return true
 	}
+	if s.bc == nil && cs.params == 0 {
+		switch {
+		case cs.info.LastInsertIDColumn != "":
+			s.writeSingleValue(cs.info.LastInsertIDColumn, s.lastInsertID, true)
+			return true
+		case cs.info.Kind == sqlscan.KindSelect && isSelectConnectionID([]byte(cs.query)):
+			s.writeSingleValue(connectionIDColumn([]byte(cs.query)), uint64(s.id), true)
+			return true
+		}
+	}
 	bc, serr := s.borrow()
 	if serr != nil {
 		s.writeErr(serr)
@@ -239,7 +289,7 @@ func (s *session) stmtExecute(p []byte) bool {
 // the execute with holdfast's view of the parameter types, and relays the
 // result.
 func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, nullMap, values []byte) (relayResult, []byte, error) {
-	bs, errPkt, err := bc.prepareOn(cs.key, cs.query, s.srv.stmtCacheSize())
+	bs, errPkt, err := bc.prepareOn(cs.db, cs.query, s.srv.stmtCacheSize())
 	if err != nil || errPkt != nil {
 		return relayResult{}, errPkt, err
 	}
@@ -278,7 +328,7 @@ func (s *session) stmtSendLong(p []byte) {
 	if len(p) < 7 {
 		return // no reply is defined for this command
 	}
-	cs := s.stmts[binary.LittleEndian.Uint32(p[1:])]
+	cs := s.stmts[s.stmtID(p)]
 	if cs == nil {
 		return
 	}
@@ -296,7 +346,7 @@ func (s *session) stmtClose(p []byte) {
 	if len(p) < 5 {
 		return
 	}
-	delete(s.stmts, binary.LittleEndian.Uint32(p[1:]))
+	delete(s.stmts, s.stmtID(p))
 }
 
 func (s *session) stmtReset(p []byte) bool {
@@ -306,7 +356,7 @@ func (s *session) stmtReset(p []byte) bool {
 	}
 	cs.longData, cs.longSize = nil, 0
 	if s.pinReason == "cursor" && s.bc != nil {
-		if bs, ok := s.bc.stmts.lru.Peek(cs.key); ok {
+		if bs, ok := s.bc.stmts.lru.Peek(stmtKey(cs.db, cs.query)); ok {
 			var b [5]byte
 			b[0] = comStmtReset
 			binary.LittleEndian.PutUint32(b[1:], bs.id)
@@ -331,7 +381,7 @@ func (s *session) stmtFetch(p []byte) bool {
 	}
 	var bs *backendStmt
 	if s.bc != nil && s.bc.stmts != nil {
-		bs, _ = s.bc.stmts.lru.Peek(cs.key)
+		bs, _ = s.bc.stmts.lru.Peek(stmtKey(cs.db, cs.query))
 	}
 	if s.pinReason != "cursor" || bs == nil || len(p) < 9 {
 		s.writeErr(newErr(1421, "HY000", "The statement (%d) has no open cursor.", cs.id))

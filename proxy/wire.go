@@ -27,6 +27,7 @@ const (
 	statusMoreResults    uint16 = 0x0008
 	statusCursorExists   uint16 = 0x0040
 	statusLastRowSent    uint16 = 0x0080
+	statusNoBackslash    uint16 = 0x0200
 	statusInTransRO      uint16 = 0x2000
 	statusSessionChanged uint16 = 0x4000
 )

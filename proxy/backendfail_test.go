@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+)
+
+// killBackend kills a backend thread from outside and waits until the
+// server has dropped it.
+func killBackend(t *testing.T, tid string) {
+	t.Helper()
+	mustExec(t, dbtest.Root(t), "KILL CONNECTION "+tid)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if queryString(t, dbtest.Root(t), "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = "+tid) == "0" {
+			time.Sleep(20 * time.Millisecond) // let the FIN reach holdfast
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("backend thread %s did not go away", tid)
+}
+
+func TestBackendKilledBetweenTransactions(t *testing.T) {
+	p := twoBackends(t)
+	a := p.conn(t)
+	mustExec(t, a, "CREATE TABLE t (id INT PRIMARY KEY)")
+	for i := 0; i < 3; i++ {
+		tid := backendThread(t, a)
+		killBackend(t, tid)
+		// The client never notices: its next statement runs on a healthy
+		// backend connection.
+		mustExec(t, a, "INSERT INTO t VALUES (?)", i)
+		if got := backendThread(t, a); got == tid {
+			t.Fatalf("still on killed thread %s", tid)
+		}
+	}
+	if got := queryString(t, a, "SELECT COUNT(*) FROM t"); got != "3" {
+		t.Fatalf("%s rows", got)
+	}
+	if st := p.srv.Stats().Pool; st.ClosedUnhealthy < 3 {
+		t.Fatalf("pool closed %d unhealthy connections, want at least 3", st.ClosedUnhealthy)
+	}
+}
+
+func TestBackendKilledMidTransaction(t *testing.T) {
+	p := twoBackends(t)
+	a := p.conn(t)
+	mustExec(t, a, "CREATE TABLE t (id INT PRIMARY KEY)")
+	mustExec(t, a, "BEGIN")
+	mustExec(t, a, "INSERT INTO t VALUES (1)")
+	killBackend(t, backendThread(t, a))
+	_, err := a.ExecContext(context.Background(), "INSERT INTO t VALUES (2)")
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 2013 || !strings.Contains(me.Message, "rolled back") {
+		t.Fatalf("statement after the backend died mid-transaction: %v, want error 2013 saying the transaction was rolled back", err)
+	}
+	// The client connection is closed: nothing may run outside the
+	// transaction the application thinks it is in.
+	if _, err := a.ExecContext(context.Background(), "INSERT INTO t VALUES (3)"); !errors.Is(err, driver.ErrBadConn) && !errors.Is(err, mysql.ErrInvalidConn) {
+		t.Fatalf("next statement on the same connection: %v, want a bad connection", err)
+	}
+	if got := queryString(t, p.direct(t), "SELECT COUNT(*) FROM t"); got != "0" {
+		t.Fatalf("%s rows survived the lost transaction", got)
+	}
+	// Other clients are fine.
+	if got := queryString(t, p.open(t), "SELECT 'ok'"); got != "ok" {
+		t.Fatal(got)
+	}
+}
+
+// cutRelay sits between holdfast and MariaDB so a test can take the
+// "backend" down (every connection dropped, new ones refused) and back up,
+// as a restart does.
+type cutRelay struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex // guards the fields below
+	down   bool
+	conns  []net.Conn
+}
+
+func newCutRelay(t *testing.T, target string) *cutRelay {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &cutRelay{ln: ln, target: target}
+	go r.serve()
+	t.Cleanup(func() { ln.Close(); r.cut() })
+	return r
+}
+
+func (r *cutRelay) serve() {
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		down := r.down
+		r.mu.Unlock()
+		if down {
+			c.Close()
+			continue
+		}
+		b, err := net.Dial("tcp", r.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		r.mu.Lock()
+		r.conns = append(r.conns, c, b)
+		r.mu.Unlock()
+		go func() { _, _ = io.Copy(b, c); b.Close() }()
+		go func() { _, _ = io.Copy(c, b); c.Close() }()
+	}
+}
+
+func (r *cutRelay) cut() {
+	r.mu.Lock()
+	r.down = true
+	cs := r.conns
+	r.conns = nil
+	r.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+func (r *cutRelay) up() {
+	r.mu.Lock()
+	r.down = false
+	r.mu.Unlock()
+}
+
+func TestBackendRestart(t *testing.T) {
+	relay := newCutRelay(t, dbtest.Config(t).Addr)
+	p := startProxy(t, func(c *config.Config) {
+		c.Backend.Address = relay.ln.Addr().String()
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 2, 4, 4
+		c.Pool.AcquireTimeout = time.Second
+	})
+	db := p.open(t)
+	db.SetMaxOpenConns(3)
+	mustExec(t, db, "CREATE TABLE t (id INT PRIMARY KEY)")
+	var sessions []*sql.Conn
+	for i := 0; i < 3; i++ {
+		c, err := db.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		sessions = append(sessions, c)
+		queryString(t, c, "SELECT 1")
+	}
+
+	relay.cut()
+	// While the backend is down a statement fails, after the acquire
+	// timeout, with an error that says so.
+	_, err := sessions[0].ExecContext(context.Background(), "INSERT INTO t VALUES (100)")
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 2003 || !strings.Contains(me.Message, "unreachable") {
+		t.Fatalf("statement while the backend is down: %v, want error 2003 naming the unreachable backend", err)
+	}
+	relay.up()
+	// Clients that were idle between transactions carry on as if nothing
+	// happened: their first statement after the restart just works.
+	for i, s := range sessions {
+		mustExec(t, s, "INSERT INTO t VALUES (?)", i)
+	}
+	if got := queryString(t, sessions[0], "SELECT COUNT(*) FROM t"); got != "3" {
+		t.Fatalf("%s rows after restart", got)
+	}
+}
