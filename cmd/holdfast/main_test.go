@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+)
+
+// binary builds holdfast once per test binary run.
+func binary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "holdfast")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type process struct {
+	cmd    *exec.Cmd
+	addr   string
+	db     string
+	config string
+	out    *strings.Builder
+	exited chan error
+}
+
+func writeConfig(t *testing.T, path, addr, db string, users string) {
+	c := dbtest.Config(t)
+	cfg := fmt.Sprintf(`listen: %s
+shutdown_grace: 20s
+users:
+%s
+backend:
+  address: %s
+  user: %s
+  password: %q
+  database: %s
+pool:
+  min: 0
+  max: 4
+  max_idle: 4
+admin:
+  listen: ""
+log:
+  level: debug
+`, addr, users, c.Addr, c.User, c.Passwd, db)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func start(t *testing.T, users string) *process {
+	t.Helper()
+	p := &process{addr: freeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"), out: &strings.Builder{}, exited: make(chan error, 1)}
+	writeConfig(t, p.config, p.addr, p.db, users)
+	p.cmd = exec.Command(binary(t), "serve", "-config", p.config)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("holdfast output:\n%s", p.out.String())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("tcp", p.addr)
+		if err == nil {
+			c.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("holdfast did not listen on %s:\n%s", p.addr, p.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *process) open(t *testing.T, user, pass string) *sql.DB {
+	db, err := sql.Open("mysql", fmt.Sprintf("%s:%s@tcp(%s)/%s", user, pass, p.addr, p.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+const appUser = "  - name: app\n    password: app\n"
+
+func TestSIGHUPReloadsUsers(t *testing.T) {
+	p := start(t, appUser)
+	app := p.open(t, "app", "app")
+	conn, err := app.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "SET @kept = 'yes'"); err != nil {
+		t.Fatal(err)
+	}
+	late := p.open(t, "late", "late-pw")
+	if err := late.Ping(); err == nil {
+		t.Fatal("user late logged in before it was configured")
+	}
+	writeConfig(t, p.config, p.addr, p.db, "  - name: late\n    password: late-pw\n")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for late.Ping() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("user late still refused after SIGHUP")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The connected client keeps its session (and its pinned state).
+	var kept string
+	if err := conn.QueryRowContext(context.Background(), "SELECT @kept").Scan(&kept); err != nil || kept != "yes" {
+		t.Fatalf("existing session after reload: %q, %v", kept, err)
+	}
+	// The removed user can no longer log in.
+	fresh := p.open(t, "app", "app")
+	if err := fresh.Ping(); err == nil {
+		t.Fatal("removed user app still logs in")
+	}
+}
+
+func TestSIGTERMDrains(t *testing.T) {
+	p := start(t, appUser)
+	db := p.open(t, "app", "app")
+	if _, err := db.Exec("CREATE TABLE t (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	inTxn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idle.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := inTxn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// New connections are refused once the listener closes.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("still accepting connections after SIGTERM")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The idle client is closed; the one inside a transaction finishes it.
+	if _, err := idle.ExecContext(ctx, "SELECT 1"); err == nil {
+		t.Fatal("idle client still served during drain")
+	}
+	if _, err := tx.Exec("INSERT INTO t VALUES (2)"); err != nil {
+		t.Fatalf("statement inside the open transaction during drain: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("commit during drain: %v", err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("holdfast exited with %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("holdfast did not exit after its last transaction ended")
+	}
+	var n int
+	if err := dbtest.Open(t, p.db).QueryRow("SELECT COUNT(*) FROM t").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d rows committed (%v), want 2", n, err)
+	}
+	if !strings.Contains(p.out.String(), "shutting down") {
+		t.Fatalf("no shutdown log:\n%s", p.out.String())
+	}
+}
+
+func TestCheckConfig(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("pool:\n  max: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary(t), "check-config", "-config", bad).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "pool.max") {
+		t.Fatalf("check-config on a bad file: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,92 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	good := []struct {
+		name, yaml string
+		check      func(Config) bool
+	}{
+		{"empty file is the defaults", "", func(c Config) bool { return c.Listen == "127.0.0.1:6033" && c.Pool.Max == 16 }},
+		{"durations and sizes", "pool:\n  acquire_timeout: 250ms\nmax_allowed_packet: 32MiB\n", func(c Config) bool {
+			return c.Pool.AcquireTimeout == 250*time.Millisecond && c.MaxAllowedPacket == 32<<20
+		}},
+		{"plain byte count", "max_allowed_packet: 1048576\n", func(c Config) bool { return c.MaxAllowedPacket == 1<<20 }},
+		{"users replace the default", "users:\n  - name: a\n    password: x\n    auth_plugin: caching_sha2_password\n", func(c Config) bool {
+			return len(c.Users) == 1 && c.Users[0].AuthPlugin == "caching_sha2_password"
+		}},
+		{"admin off loopback with a token", "admin:\n  listen: 0.0.0.0:6034\n  token: s3cret\n", func(c Config) bool { return c.Admin.Token == "s3cret" }},
+		{"the shipped config.yaml", mustRead(t, "../config.yaml"), func(c Config) bool { return c.Backend.Database == "test" }},
+	}
+	for _, tc := range good {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(c) {
+				t.Fatalf("unexpected config %+v", c)
+			}
+		})
+	}
+
+	bad := []struct{ name, yaml, want string }{
+		{"unknown field", "pool:\n  maximum: 3\n", "field maximum not found"},
+		{"pool max zero", "pool:\n  max: 0\n", "config: pool.max: must be at least 1"},
+		{"min over max", "pool:\n  min: 9\n  max: 4\n  max_idle: 4\n", "config: pool.min: must be between 0 and pool.max (4), got 9"},
+		{"bad duration", "pool:\n  acquire_timeout: soon\n", "config:"},
+		{"negative waiters", "pool:\n  max_waiters: -1\n", "config: pool.max_waiters"},
+		{"jitter", "pool:\n  lifetime_jitter: 1.5\n", "config: pool.lifetime_jitter"},
+		{"listen without port", "listen: localhost\n", "config: listen: want host:port"},
+		{"bad size", "max_allowed_packet: lots\n", "bad size \"lots\""},
+		{"packet too small", "max_allowed_packet: 10\n", "config: max_allowed_packet"},
+		{"no users", "users: []\n", "config: users: at least one user"},
+		{"duplicate user", "users:\n  - name: a\n  - name: a\n", "config: users[1].name: duplicate user \"a\""},
+		{"bad plugin", "users:\n  - name: a\n    auth_plugin: sha256_password\n", "config: users[0].auth_plugin"},
+		{"admin off loopback without token", "admin:\n  listen: 0.0.0.0:6034\n", "config: admin.token: required"},
+		{"tls half set", "tls:\n  cert_file: a.pem\n", "config: tls: cert_file and key_file"},
+		{"log level", "log:\n  level: chatty\n", "config: log.level"},
+		{"statement cache", "sessions:\n  statement_cache: 0\n", "config: sessions.statement_cache"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadEnvironment(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("backend:\n  address: 10.0.0.1:3306\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HOLDFAST_BACKEND_ADDRESS", "127.0.0.1:3307")
+	t.Setenv("HOLDFAST_BACKEND_PASSWORD", "")
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Backend.Address != "127.0.0.1:3307" {
+		t.Fatalf("address %q: environment should win", c.Backend.Address)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Fatal("a missing file loaded")
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
