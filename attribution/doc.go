@@ -77,5 +77,28 @@
 // and a burst of junk tags can use up the bound; Folded makes either visible,
 // and max should be sized well above the number of live flows. holdfast's
 // own tags should be interned right after NewNames, so they always have their
-// own series.
+// own series (a Recorder does this for Options.Known).
+//
+// # Accounting
+//
+// A Recorder keeps one Tag per admitted name (Names semantics, MaxTags) and
+// the proxy reports to it what happens to each backend connection it lends.
+// A borrow runs from the moment a connection is lent to a tag to its return
+// to the pool. Wait is the time the borrower spent waiting for it before it
+// was lent; it is not part of the hold. Hold is the whole borrow: the
+// connection is out of the pool and no one else can use it. Hold splits
+// into exec, the time statements were running on it (sent to the backend
+// until the end of the answer), idle in transaction, the time a transaction
+// was open on it while holdfast waited for the client's next statement, and
+// a rest that is neither: relay and round trips inside an autocommit
+// borrow, and the idle time of a session pinned outside a transaction.
+// Hold seconds per second is the number of connections a tag keeps busy, the
+// figure the pool's size has to cover; a tag whose hold is mostly idle in
+// transaction is a fast-SQL, slow-transaction flow.
+//
+// Counters and sums are atomics on the Tag, and histograms fixed buckets
+// (Buckets, 100µs to 60s) of atomic counters, so recording takes no lock,
+// does not allocate, and touches only the tag's own counters. NewCollector
+// turns Recorder.Snapshot, and the proxy's live holders and gates, into
+// holdfast_tag_* metrics at scrape time.
 package attribution

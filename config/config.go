@@ -32,13 +32,35 @@ type Config struct {
 	// ShutdownGrace bounds how long SIGTERM waits for open transactions.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 
-	TLS      TLS      `yaml:"tls"`
-	Users    []User   `yaml:"users"`
-	Backend  Backend  `yaml:"backend"`
-	Pool     Pool     `yaml:"pool"`
-	Log      Log      `yaml:"log"`
-	Admin    Admin    `yaml:"admin"`
-	Sessions Sessions `yaml:"sessions"`
+	TLS         TLS         `yaml:"tls"`
+	Users       []User      `yaml:"users"`
+	Backend     Backend     `yaml:"backend"`
+	Pool        Pool        `yaml:"pool"`
+	Log         Log         `yaml:"log"`
+	Admin       Admin       `yaml:"admin"`
+	Sessions    Sessions    `yaml:"sessions"`
+	Attribution Attribution `yaml:"attribution"`
+	Tags        Tags        `yaml:"tags"`
+}
+
+// Attribution configures per-tag accounting.
+type Attribution struct {
+	// MaxTags bounds distinct tags; new ones past it are counted under
+	// "other".
+	MaxTags int `yaml:"max_tags"`
+	// SlowTransaction: a transaction that holds its connection at least
+	// this long while executing less than a tenth of that time is counted
+	// and logged (rate-limited) with its tag and statement.
+	SlowTransaction time.Duration `yaml:"slow_transaction"`
+}
+
+// Tags are on-call controls in force from start-up; the admin API changes
+// them at run time (those changes survive a reload).
+type Tags struct {
+	// Drained tags have new work refused.
+	Drained []string `yaml:"drained"`
+	// Limits caps a tag's concurrent backend connections.
+	Limits map[string]int `yaml:"limits"`
 }
 
 // TLS configures TLS for client connections. Both files empty means no TLS.
@@ -59,6 +81,9 @@ type User struct {
 	AuthPlugin string `yaml:"auth_plugin"`
 	// Admin users may KILL any client's connection or query, not only their own.
 	Admin bool `yaml:"admin"`
+	// DefaultTag attributes this user's untagged statements (when the
+	// connection has no conn_tag attribute).
+	DefaultTag string `yaml:"default_tag"`
 }
 
 // Backend is the one MySQL or MariaDB server holdfast pools connections to.
@@ -147,9 +172,10 @@ func Default() Config {
 			MaxWaiters:     10000,
 			PingAfterIdle:  30 * time.Second,
 		},
-		Log:      Log{Level: "info", Format: "text"},
-		Admin:    Admin{Listen: "127.0.0.1:6034"},
-		Sessions: Sessions{StatementCache: 1000},
+		Log:         Log{Level: "info", Format: "text"},
+		Admin:       Admin{Listen: "127.0.0.1:6034"},
+		Sessions:    Sessions{StatementCache: 1000},
+		Attribution: Attribution{MaxTags: 200, SlowTransaction: time.Second},
 	}
 }
 
@@ -320,7 +346,40 @@ func (c *Config) Validate() error {
 	if c.Sessions.StatementCache < 1 {
 		return bad("sessions.statement_cache", "must be at least 1, got %d", c.Sessions.StatementCache)
 	}
+	if c.Attribution.MaxTags < 1 {
+		return bad("attribution.max_tags", "must be at least 1, got %d", c.Attribution.MaxTags)
+	}
+	if c.Attribution.SlowTransaction <= 0 {
+		return bad("attribution.slow_transaction", "must be positive")
+	}
+	for i, t := range c.Tags.Drained {
+		if !validTag(t) {
+			return bad(fmt.Sprintf("tags.drained[%d]", i), "%q is not a tag (letters, digits and _ . : - only, at most 64)", t)
+		}
+	}
+	for t, n := range c.Tags.Limits {
+		if !validTag(t) {
+			return bad("tags.limits", "%q is not a tag (letters, digits and _ . : - only, at most 64)", t)
+		}
+		if n < 1 {
+			return bad("tags.limits."+t, "must be at least 1, got %d", n)
+		}
+	}
 	return nil
+}
+
+// validTag reports whether t is a tag as holdfast records it.
+func validTag(t string) bool {
+	if t == "" || len(t) > 64 {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func checkAddr(a string) error {

@@ -20,6 +20,8 @@ const (
 	codeMalformed      = 1835
 	codeConnectFailed  = 2003 // backend unreachable
 	codeServerLost     = 2013 // backend connection lost during a statement
+	codeTagDrained     = 9001 // the statement's tag is drained by on-call
+	codeTagLimit       = 9002 // no slot under the tag's connection limit in time
 )
 
 func newErr(code uint16, state, format string, a ...any) *sqlError {

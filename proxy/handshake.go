@@ -35,6 +35,7 @@ type User struct {
 	Password   string
 	AuthPlugin string // mysql_native_password or caching_sha2_password
 	Admin      bool
+	DefaultTag string
 }
 
 // users is the authentication handler go-mysql asks for credentials. The

@@ -20,6 +20,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/server"
 	"github.com/pingcap/tidb/pkg/parser/charset"
 
+	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
 )
 
@@ -45,10 +46,15 @@ const (
 // Server is the MySQL-protocol front end: it accepts client connections,
 // authenticates them, and runs one session per client over the shared pool.
 type Server struct {
-	log   *slog.Logger
-	pool  *Pool
-	users users
-	procs Procedures
+	log    *slog.Logger
+	pool   *Pool
+	users  users
+	procs  Procedures
+	rec    *attribution.Recorder
+	gates  gates
+	slow   slowLog
+	engine engineRegistry
+	cmds   atomic.Uint64
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -115,6 +121,7 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 		sessions:   map[uint32]*session{},
 	}
 	s.st.Pins = map[string]uint64{}
+	s.rec = attribution.NewRecorder(attribution.Options{MaxTags: cfg.Attribution.MaxTags})
 	s.cfg.Store(&cfg)
 	s.tlsConf.Store(tc)
 	s.users.set(usersFrom(cfg))
@@ -125,6 +132,7 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 	s.version.Store(&v)
 	s.pool = NewPool(s.backendSettings(), limitsFrom(cfg.Pool), log)
 	s.pool.onFirstDial = s.learnBackend
+	s.applyConfigGates(cfg.Tags)
 	if err := s.rebuildGreeting(); err != nil {
 		cancel()
 		return nil, err
@@ -151,7 +159,7 @@ func (s *Server) Pool() *Pool { return s.pool }
 func usersFrom(cfg config.Config) []User {
 	us := make([]User, 0, len(cfg.Users))
 	for _, u := range cfg.Users {
-		us = append(us, User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin, Admin: u.Admin})
+		us = append(us, User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin, Admin: u.Admin, DefaultTag: u.DefaultTag})
 	}
 	return us
 }
@@ -437,11 +445,7 @@ func (s *Server) countPin(reason string) {
 	s.mu.Unlock()
 }
 
-func (s *Server) countCommand() {
-	s.mu.Lock()
-	s.st.Commands++
-	s.mu.Unlock()
-}
+func (s *Server) countCommand() { s.cmds.Add(1) }
 
 // Stats returns a snapshot of the front end and the pool.
 func (s *Server) Stats() ServerStats {
@@ -449,6 +453,7 @@ func (s *Server) Stats() ServerStats {
 	st := s.st
 	st.Pins = maps.Clone(s.st.Pins)
 	st.ClientsActive = len(s.sessions)
+	st.Commands = s.cmds.Load()
 	sess := make([]*session, 0, len(s.sessions))
 	for _, x := range s.sessions {
 		sess = append(sess, x)
@@ -474,6 +479,7 @@ func (s *Server) Reload(cfg config.Config) error {
 	s.cfg.Store(&cfg)
 	s.users.set(usersFrom(cfg))
 	s.pool.SetLimits(limitsFrom(cfg.Pool))
+	s.applyConfigGates(cfg.Tags)
 	s.log.Info("configuration reloaded", "users", len(cfg.Users), "pool_max", cfg.Pool.Max)
 	return nil
 }

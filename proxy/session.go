@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -47,7 +48,16 @@ type session struct {
 
 	stmts    map[uint32]*clientStmt
 	nextStmt uint32
-	lastStmt uint32
+	lastStmt uint32 // id of the statement prepared last
+
+	// Attribution.
+	connTag      *attribution.Tag // conn_tag attribute, else the user's default
+	txnTag       *attribution.Tag // first tagged statement of the open transaction
+	pendingBegin []byte           // a deferred BEGIN (see hold.go)
+	h            hold
+	tagBuf       []byte
+	digest       []byte
+	lastSQL      []byte // the last statement, truncated (for holders and logs)
 
 	buf     []byte // command buffer
 	out     []byte // scratch for packets holdfast builds
@@ -55,9 +65,13 @@ type session struct {
 	holding atomic.Bool // bc != nil, for the drainer
 	pinned  atomic.Bool // pinReason != "", for Stats
 
-	mu      sync.Mutex // guards the fields below
-	execTID uint32     // backend thread running our statement now, 0 if none
-	killed  bool
+	mu        sync.Mutex // guards the fields below
+	execTID   uint32     // backend thread running our statement now, 0 if none
+	killed    bool
+	holdSince time.Time // zero when no backend connection is held
+	holdTag   string
+	inTxn     bool
+	stmtText  []byte
 }
 
 var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
@@ -85,6 +99,7 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, caps uint32, coll u
 		stmts:      map[uint32]*clientStmt{},
 	}
 	s.watch.s = s
+	s.connTag = srv.connTag(u, attrs)
 	return s
 }
 
@@ -156,9 +171,9 @@ func (s *session) dispatch(p []byte) bool {
 	case comQuery:
 		return s.comQuery(p)
 	case comInitDB:
-		return s.run(p, comInitDB, &initDBInfo)
+		return s.run(p, comInitDB, &initDBInfo, s.defaultTag())
 	case comFieldList, comStatistics:
-		return s.run(p, p[0], nil)
+		return s.run(p, p[0], nil, s.defaultTag())
 	case comSetOption:
 		return s.comSetOption(p)
 	case comResetConnection:
@@ -196,7 +211,11 @@ var initDBInfo = sqlscan.Info{Kind: sqlscan.KindUse, Statements: 1}
 func (s *session) comQuery(p []byte) bool {
 	sql := p[1:]
 	info := s.scanMode().Scan(sql)
+	tag, tagged := s.statementTag(sql)
+	s.noteTag(tag, tagged)
 	switch {
+	case (info.Kind == sqlscan.KindBegin || info.Kind == sqlscan.KindCommit || info.Kind == sqlscan.KindRollback) && s.deferTransaction(p, &info, tag, tagged):
+		return true
 	case info.Kind == sqlscan.KindKill && info.Kill.OK:
 		return s.kill(info.Kill.ID, info.Kill.Query)
 	case info.Features&sqlscan.FeatLocalInfile != 0:
@@ -214,7 +233,7 @@ func (s *session) comQuery(p []byte) bool {
 			return keep
 		}
 	}
-	return s.run(p, comQuery, &info)
+	return s.run(p, comQuery, &info, tag)
 }
 
 // scanMode is how the server lexes this session's statements: its
@@ -252,13 +271,14 @@ func connectionIDColumn(sql []byte) string {
 }
 
 // run sends one command to a backend and relays the response.
-func (s *session) run(p []byte, cmd byte, info *sqlscan.Info) bool {
-	bc, serr := s.borrow()
+func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.Tag) bool {
+	bc, serr := s.borrow(tag)
 	if serr != nil {
 		s.writeErr(serr)
 		return true
 	}
 	held := s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext
+	start := s.stmtStart(tag, p[1:])
 	s.setExec(bc.threadID)
 	s.watch.arm()
 	var rr relayResult
@@ -268,40 +288,12 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info) bool {
 	}
 	s.watch.disarm()
 	s.setExec(0)
+	s.stmtEnd(tag, start, err != nil || rr.failed)
 	if err != nil {
 		return s.relayFailed(err, &rr, held)
 	}
-	s.afterStatement(bc, &rr, info)
+	s.afterStatement(bc, &rr, info, tag)
 	return true
-}
-
-// borrow returns the held backend connection, or acquires one and brings
-// its session state in line with ours.
-func (s *session) borrow() (*backendConn, *sqlError) {
-	if s.bc != nil {
-		return s.bc, nil
-	}
-	bc, err := s.srv.pool.acquire(s.srv.ctx, s.foundRows)
-	if err != nil {
-		return nil, poolErr(err)
-	}
-	s.bc = bc
-	s.holding.Store(true)
-	if bc.vars == nil {
-		bc.vars = s.srv.baseVars()
-	}
-	if s.vars == nil {
-		s.vars = s.srv.initialVars(s.coll)
-	}
-	if err := s.sync(bc); err != nil {
-		s.release(!isIOError(err))
-		var se *sqlError
-		if errors.As(err, &se) {
-			return nil, se
-		}
-		return nil, newErr(codeServerLost, "HY000", "holdfast: lost the backend connection while restoring session state: %v", err)
-	}
-	return bc, nil
 }
 
 func poolErr(err error) *sqlError {
@@ -319,17 +311,21 @@ func poolErr(err error) *sqlError {
 // sync restores our database, session variables and multi-statement option
 // on bc, one round trip per thing that differs.
 func (s *session) sync(bc *backendConn) error {
-	if s.db != "" && (!bc.dbKnown || bc.db != s.db) {
-		if err := bc.writeCommandString(comInitDB, s.db); err != nil {
+	return syncConn(bc, s.db, s.vars, s.multiStmts)
+}
+
+func syncConn(bc *backendConn, db string, vars *varState, multiStmts bool) error {
+	if db != "" && (!bc.dbKnown || bc.db != db) {
+		if err := bc.writeCommandString(comInitDB, db); err != nil {
 			return err
 		}
 		if _, err := bc.readOK(); err != nil {
 			return err
 		}
-		bc.db, bc.dbKnown = s.db, true
+		bc.db, bc.dbKnown = db, true
 	}
-	if !s.vars.equal(bc.vars) {
-		if sql := restoreSQL(s.vars, bc.vars); sql != "" {
+	if !vars.equal(bc.vars) {
+		if sql := restoreSQL(vars, bc.vars); sql != "" {
 			if _, err := bc.queryLocked(sql); err != nil {
 				var se *sqlError
 				if errors.As(err, &se) {
@@ -339,28 +335,19 @@ func (s *session) sync(bc *backendConn) error {
 			}
 		}
 	}
-	bc.vars = s.vars
-	if bc.multiStmts != s.multiStmts {
-		if err := bc.setMultiStatements(s.multiStmts); err != nil {
+	bc.vars = vars
+	if bc.multiStmts != multiStmts {
+		if err := bc.setMultiStatements(multiStmts); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// release gives the held backend connection back to the pool.
-func (s *session) release(reusable bool) {
-	if s.bc == nil {
-		return
-	}
-	s.srv.pool.release(s.bc, reusable)
-	s.bc = nil
-	s.holding.Store(false)
-}
-
 // afterStatement records what the statement did to the session and returns
 // the backend connection unless the session must keep it.
-func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan.Info) {
+func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan.Info, tag *attribution.Tag) {
+	prev := s.status
 	s.status = rr.status &^ statusSessionChanged
 	if rr.insertID != 0 {
 		s.lastInsertID = rr.insertID
@@ -388,6 +375,7 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 			s.pinReason = reason
 			s.pinned.Store(true)
 			s.srv.countPin(reason)
+			tag.Pinned(reason)
 		}
 	}
 	s.holdNext = info != nil && info.Kind == sqlscan.KindSetTransaction && !rr.failed
@@ -401,7 +389,7 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 		}
 		s.status = st &^ statusSessionChanged
 	}
-	s.maybeRelease()
+	s.afterTxnState(prev, tag)
 }
 
 // readBackVars replaces the values the session tracker reported with the
@@ -551,6 +539,7 @@ func (s *session) resetSession() {
 	}
 	s.pinReason, s.holdNext = "", false
 	s.pinned.Store(false)
+	s.pendingBegin, s.txnTag = nil, nil
 	s.stmts = map[uint32]*clientStmt{}
 	s.lastStmt = 0
 	s.lastInsertID = 0

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -21,6 +22,7 @@ import (
 type clientStmt struct {
 	id       uint32
 	query    string
+	sql      []byte // query, truncated, for holders and logs
 	db       string // database it was prepared in
 	params   int
 	columns  int
@@ -28,6 +30,7 @@ type clientStmt struct {
 	longData map[uint16][]byte
 	longSize int
 	info     sqlscan.Info
+	tag      *attribution.Tag // its own tag, when its text carries one
 }
 
 // backendStmt is a statement prepared on one backend connection, with the
@@ -157,7 +160,8 @@ func (bc *backendConn) initDB(db string) (errPkt []byte, err error) {
 
 func (s *session) stmtPrepare(p []byte) bool {
 	query := string(p[1:])
-	bc, serr := s.borrow()
+	tag, tagged := s.statementTag(p[1:])
+	bc, serr := s.borrow(tag)
 	if serr != nil {
 		s.writeErr(serr)
 		return true
@@ -175,6 +179,10 @@ func (s *session) stmtPrepare(p []byte) bool {
 	}
 	s.nextStmt++
 	cs := &clientStmt{id: s.nextStmt, query: query, db: s.db, params: bs.params, columns: bs.columns, info: s.scanMode().Scan(p[1:])}
+	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
+	if tagged {
+		cs.tag = tag
+	}
 	s.stmts[cs.id] = cs
 	s.lastStmt = cs.id
 	out := append(s.out[:0], hdrOK)
@@ -261,17 +269,24 @@ func (s *session) stmtExecute(p []byte) bool {
 			return true
 		}
 	}
-	bc, serr := s.borrow()
+	tag := s.defaultTag()
+	if cs.tag != nil {
+		tag = cs.tag
+		s.noteTag(tag, true)
+	}
+	bc, serr := s.borrow(tag)
 	if serr != nil {
 		s.writeErr(serr)
 		return true
 	}
 	held := s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext
+	start := s.stmtStart(tag, cs.sql)
 	s.setExec(bc.threadID)
 	s.watch.arm()
 	rr, errPkt, err := s.executeOn(bc, cs, flags, iter, nullMap, values)
 	s.watch.disarm()
 	s.setExec(0)
+	s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
 	cs.longData, cs.longSize = nil, 0
 	if err != nil {
 		return s.relayFailed(err, &rr, held)
@@ -281,7 +296,7 @@ func (s *session) stmtExecute(p []byte) bool {
 		s.maybeRelease()
 		return true
 	}
-	s.afterStatement(bc, &rr, &cs.info)
+	s.afterStatement(bc, &rr, &cs.info, tag)
 	return true
 }
 

@@ -12,9 +12,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/proxy"
@@ -86,14 +88,32 @@ func serve(path string, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()
+	var admin *http.Server
+	if cfg.Admin.Listen != "" {
+		admin = &http.Server{Addr: cfg.Admin.Listen, Handler: srv.AdminHandler(srv.Registry()), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := admin.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("admin listener: %w", err)
+			}
+		}()
+		log.Info("admin API and metrics listening", "addr", cfg.Admin.Listen)
+	}
+	stopAdmin := func() {
+		if admin != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = admin.Shutdown(ctx)
+			cancel()
+		}
+	}
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	for {
 		select {
 		case err := <-errc:
+			stopAdmin()
 			srv.Close()
 			return err
 		case sig := <-sigs:
@@ -110,6 +130,7 @@ func serve(path string, cfg config.Config) error {
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 			err := srv.Drain(ctx)
 			cancel()
+			stopAdmin()
 			srv.Close()
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				return err

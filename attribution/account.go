@@ -1,0 +1,220 @@
+package attribution
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Pin reasons, the label values of holdfast_tag_pins_total{reason}. Pinned
+// counts any other string as PinOther.
+const (
+	PinTemporaryTable = "temporary_table"
+	PinUserVariable   = "user_variable"
+	PinGetLock        = "get_lock"
+	PinLockTables     = "lock_tables"
+	PinSQLPrepare     = "sql_prepare"
+	PinFoundRows      = "found_rows"
+	PinHandler        = "handler"
+	PinXA             = "xa"
+	PinCursor         = "cursor"
+	PinSessionState   = "session_state"
+	PinSessionTrack   = "session_track"
+	PinOther          = "other"
+)
+
+// Rejection reasons, the label values of holdfast_tag_rejected_total{reason}.
+// Rejected counts any other string as RejectOther.
+const (
+	RejectDrained = "drained" // the tag is drained: new borrows fail fast
+	RejectLimit   = "limit"   // the wait for a slot under the tag's connection cap timed out
+	RejectOther   = "other"
+)
+
+// pinReasons and rejectReasons are the label values in index order; the
+// last is the catch-all.
+var (
+	pinReasons = [...]string{PinTemporaryTable, PinUserVariable, PinGetLock, PinLockTables, PinSQLPrepare,
+		PinFoundRows, PinHandler, PinXA, PinCursor, PinSessionState, PinSessionTrack, PinOther}
+	rejectReasons = [...]string{RejectDrained, RejectLimit, RejectOther}
+)
+
+func pinIndex(reason string) int {
+	switch reason {
+	case PinTemporaryTable:
+		return 0
+	case PinUserVariable:
+		return 1
+	case PinGetLock:
+		return 2
+	case PinLockTables:
+		return 3
+	case PinSQLPrepare:
+		return 4
+	case PinFoundRows:
+		return 5
+	case PinHandler:
+		return 6
+	case PinXA:
+		return 7
+	case PinCursor:
+		return 8
+	case PinSessionState:
+		return 9
+	case PinSessionTrack:
+		return 10
+	}
+	return len(pinReasons) - 1
+}
+
+func rejectIndex(reason string) int {
+	switch reason {
+	case RejectDrained:
+		return 0
+	case RejectLimit:
+		return 1
+	}
+	return len(rejectReasons) - 1
+}
+
+// Tag accumulates the accounting of one tag. Get one from Recorder.Tag; the
+// Recorder keeps it for its own lifetime, so a caller may hold on to it (for
+// a session's or a transaction's tag, say). Every method is safe for
+// concurrent use, takes no lock, does not allocate and costs a few atomic
+// adds on counters of this tag only. A negative duration counts as zero.
+//
+// The proxy reports, per backend connection lent:
+//
+//	Borrowed(wait)                    when the connection is handed over
+//	Statement(d, failed)              for each statement run on it
+//	Transaction(), SlowTransaction()  when a transaction on it ends
+//	Pinned(reason)                    when session state pins it to the client
+//	Returned(hold, exec, idleInTxn)   when it goes back to the pool
+//
+// and Rejected(reason) for a borrow refused before any connection was lent.
+type Tag struct {
+	name string
+
+	// Hot counters. statements_total is stmt's count and borrows_total is
+	// wait's, so they cost no counter of their own.
+	hold, wait, stmt     histogram
+	exec, idle           sumNs
+	errors, transactions atomic.Uint64
+	slowTransactions     atomic.Uint64
+	pins                 [len(pinReasons)]atomic.Uint64
+	rejected             [len(rejectReasons)]atomic.Uint64
+}
+
+// Name returns the tag's name: a sanitized tag, one of holdfast's own names,
+// Untagged or Other. It is the label value of the tag's metrics.
+func (t *Tag) Name() string { return t.name }
+
+// Borrowed counts one backend connection lent to the tag (borrows_total) and
+// observes how long the borrower waited for it (wait_seconds), zero when one
+// was free at once.
+func (t *Tag) Borrowed(wait time.Duration) {
+	t.wait.observe(nanos(wait))
+}
+
+// Returned observes a borrow's end: hold is the time from Borrowed to the
+// connection's return (hold_seconds); exec is the part of hold spent
+// executing statements (exec_seconds_total) and idleInTxn the part spent
+// inside an open transaction waiting for the client's next statement
+// (idle_in_transaction_seconds_total). exec + idleInTxn should not exceed
+// hold; the rest is relay and round-trip time, and a pinned session's idle
+// time outside a transaction. Nothing checks this.
+func (t *Tag) Returned(hold, exec, idleInTxn time.Duration) {
+	t.hold.observe(nanos(hold))
+	t.exec.add(nanos(exec))
+	t.idle.add(nanos(idleInTxn))
+}
+
+// Statement counts one statement (statements_total) that took d, from being
+// sent to the backend to the end of its answer as holdfast relayed it
+// (statement_seconds), and one error (errors_total) when it failed.
+func (t *Tag) Statement(d time.Duration, failed bool) {
+	t.stmt.observe(nanos(d))
+	if failed {
+		t.errors.Add(1)
+	}
+}
+
+// Transaction counts one transaction (transactions_total): one begun
+// explicitly or with autocommit off, counted once when it commits or rolls
+// back. Autocommit statements are not transactions here.
+func (t *Tag) Transaction() { t.transactions.Add(1) }
+
+// Pinned counts one pin (pins_total{reason}): a client session tied to its
+// backend connection past the end of a transaction because of session state.
+// reason is one of the Pin* constants; any other string counts as PinOther.
+func (t *Tag) Pinned(reason string) { t.pins[pinIndex(reason)].Add(1) }
+
+// Rejected counts one borrow refused (rejected_total{reason}): RejectDrained
+// or RejectLimit; any other string counts as RejectOther.
+func (t *Tag) Rejected(reason string) { t.rejected[rejectIndex(reason)].Add(1) }
+
+// SlowTransaction counts one transaction that held its connection far longer
+// than it executed (slow_transactions_total). The caller decides what "far"
+// is; call it as well as Transaction, not instead.
+func (t *Tag) SlowTransaction() { t.slowTransactions.Add(1) }
+
+// TagStats is a snapshot of one tag's accounting, for the admin API and
+// tests. Counters and sums run from the Recorder's creation.
+type TagStats struct {
+	Tag string
+
+	Borrows          uint64 // backend connections lent
+	Statements       uint64
+	Errors           uint64 // statements that failed
+	Transactions     uint64
+	SlowTransactions uint64
+
+	// Sums in seconds. HoldSeconds, WaitSeconds and StatementSeconds are
+	// Hold.Sum, Wait.Sum and Stmt.Sum.
+	HoldSeconds, ExecSeconds, IdleInTxnSeconds, WaitSeconds, StatementSeconds float64
+
+	Hold, Wait, Stmt HistogramSnapshot // see HistogramSnapshot: counts are per bucket, not cumulative
+
+	// Pins and Rejected count by reason label; reasons never seen are
+	// absent, and a map is nil when it would be empty.
+	Pins, Rejected map[string]uint64
+}
+
+// statsLocked copies t; the caller holds Recorder.snapMu.
+func (t *Tag) statsLocked() TagStats {
+	s := TagStats{
+		Tag:              t.name,
+		Errors:           t.errors.Load(),
+		Transactions:     t.transactions.Load(),
+		SlowTransactions: t.slowTransactions.Load(),
+		ExecSeconds:      t.exec.secondsLocked(),
+		IdleInTxnSeconds: t.idle.secondsLocked(),
+		Hold:             t.hold.snapshotLocked(),
+		Wait:             t.wait.snapshotLocked(),
+		Stmt:             t.stmt.snapshotLocked(),
+	}
+	s.Borrows, s.Statements = s.Wait.Count, s.Stmt.Count
+	s.HoldSeconds, s.WaitSeconds, s.StatementSeconds = s.Hold.Sum, s.Wait.Sum, s.Stmt.Sum
+	s.Pins = countsByReason(t.pins[:], pinReasons[:])
+	s.Rejected = countsByReason(t.rejected[:], rejectReasons[:])
+	return s
+}
+
+func countsByReason(counts []atomic.Uint64, reasons []string) map[string]uint64 {
+	var m map[string]uint64
+	for i := range counts {
+		if n := counts[i].Load(); n != 0 {
+			if m == nil {
+				m = make(map[string]uint64)
+			}
+			m[reasons[i]] = n
+		}
+	}
+	return m
+}
+
+// active reports whether s shows anything recorded.
+func (s *TagStats) active() bool {
+	return s.Borrows != 0 || s.Statements != 0 || s.Errors != 0 || s.Transactions != 0 ||
+		s.SlowTransactions != 0 || s.Hold.Count != 0 || s.ExecSeconds != 0 || s.IdleInTxnSeconds != 0 ||
+		len(s.Pins) != 0 || len(s.Rejected) != 0
+}

@@ -1,0 +1,248 @@
+package proxy
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdfast-db/holdfast/attribution"
+)
+
+// On-call controls per tag: a drained tag's new borrows fail at once; a
+// limited tag may hold at most N backend connections, further borrowers
+// queue (bounded by the acquire timeout). Both apply when a borrow starts;
+// a connection already held (an open transaction) is not affected, except
+// that a drain with a grace period kills its holders when the grace ends.
+
+var (
+	errTagDrained = errors.New("proxy: tag drained")
+	errTagLimit   = errors.New("proxy: timed out waiting under the tag's connection limit")
+)
+
+type gate struct {
+	drained   bool
+	drainedAt time.Time
+	reason    string
+	killTimer *time.Timer
+	limit     int       // 0: none
+	inUse     int       // borrows entered under the limit
+	waiters   list.List // of chan struct{}, oldest first
+}
+
+// gates holds the controls in force. The zero value is ready to use.
+type gates struct {
+	active atomic.Int32 // number of tags with a control; 0 skips the lock
+
+	mu sync.Mutex // guards m
+	m  map[string]*gate
+}
+
+// GateState is one tag's controls, for the admin API and metrics.
+type GateState struct {
+	Tag       string    `json:"tag"`
+	Drained   bool      `json:"drained"`
+	DrainedAt time.Time `json:"drained_at,omitzero"`
+	Reason    string    `json:"reason,omitempty"`
+	Limit     int       `json:"limit"`
+	InUse     int       `json:"in_use"`
+}
+
+// enter admits a borrow for tag, waiting for a slot under its limit until
+// ctx ends. It reports whether the borrow was counted (and so must exit).
+func (g *gates) enter(ctx context.Context, tag string) (bool, error) {
+	if g.active.Load() == 0 {
+		return false, nil
+	}
+	g.mu.Lock()
+	gt := g.m[tag]
+	switch {
+	case gt == nil || (!gt.drained && gt.limit == 0):
+		g.mu.Unlock()
+		return false, nil
+	case gt.drained:
+		err := gt.drainErr(tag)
+		g.mu.Unlock()
+		return false, err
+	case gt.inUse < gt.limit && gt.waiters.Len() == 0:
+		gt.inUse++
+		g.mu.Unlock()
+		return true, nil
+	}
+	ch := make(chan struct{}, 1)
+	e := gt.waiters.PushBack(ch)
+	limitErr := fmt.Errorf("%w: tag '%s' is limited to %d backend connections by on-call", errTagLimit, tag, gt.limit)
+	g.mu.Unlock()
+	select {
+	case <-ch: // a slot was handed over, already counted
+		g.mu.Lock()
+		drained, err := gt.drained, gt.drainErr(tag)
+		g.mu.Unlock()
+		if drained {
+			g.exit(tag)
+			return false, err
+		}
+		return true, nil
+	case <-ctx.Done():
+		g.mu.Lock()
+		removed := false
+		for x := gt.waiters.Front(); x != nil; x = x.Next() {
+			if x == e {
+				gt.waiters.Remove(e)
+				removed = true
+				break
+			}
+		}
+		g.mu.Unlock()
+		if !removed { // handed a slot as we gave up: give it back
+			<-ch
+			g.exit(tag)
+		}
+		return false, limitErr
+	}
+}
+
+func (gt *gate) drainErr(tag string) error {
+	msg := fmt.Sprintf("tag '%s' is drained by on-call since %s", tag, gt.drainedAt.UTC().Format(time.RFC3339))
+	if gt.reason != "" {
+		msg += " (" + gt.reason + ")"
+	}
+	return fmt.Errorf("%w: %s; new work for this tag is refused until it is undrained", errTagDrained, msg)
+}
+
+// exit ends a counted borrow, handing the slot to the oldest waiter.
+func (g *gates) exit(tag string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gt := g.m[tag]
+	if gt == nil {
+		return
+	}
+	if e := gt.waiters.Front(); e != nil && (gt.limit == 0 || gt.inUse <= gt.limit) {
+		gt.waiters.Remove(e)
+		e.Value.(chan struct{}) <- struct{}{}
+		return
+	}
+	if gt.inUse > 0 {
+		gt.inUse--
+	}
+	g.cleanupLocked(tag, gt)
+}
+
+func (g *gates) getLocked(tag string) *gate {
+	if g.m == nil {
+		g.m = map[string]*gate{}
+	}
+	gt := g.m[tag]
+	if gt == nil {
+		gt = &gate{}
+		g.m[tag] = gt
+		g.active.Add(1)
+	}
+	return gt
+}
+
+// cleanupLocked forgets a tag with no control and nothing in flight.
+func (g *gates) cleanupLocked(tag string, gt *gate) {
+	if !gt.drained && gt.limit == 0 && gt.inUse == 0 && gt.waiters.Len() == 0 {
+		delete(g.m, tag)
+		g.active.Add(-1)
+	}
+}
+
+// drain refuses new borrows for tag. When grace > 0, kill runs after it
+// unless the tag is undrained first.
+func (g *gates) drain(tag, reason string, grace time.Duration, kill func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gt := g.getLocked(tag)
+	if !gt.drained {
+		gt.drained, gt.drainedAt = true, time.Now()
+	}
+	gt.reason = reason
+	if gt.killTimer != nil {
+		gt.killTimer.Stop()
+		gt.killTimer = nil
+	}
+	if grace > 0 && kill != nil {
+		gt.killTimer = time.AfterFunc(grace, kill)
+	}
+	// Waiters under a limit are refused too.
+	for e := gt.waiters.Front(); e != nil; e = gt.waiters.Front() {
+		gt.waiters.Remove(e)
+		gt.inUse++
+		e.Value.(chan struct{}) <- struct{}{}
+	}
+}
+
+func (g *gates) undrain(tag string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gt := g.m[tag]
+	if gt == nil {
+		return
+	}
+	gt.drained, gt.reason = false, ""
+	if gt.killTimer != nil {
+		gt.killTimer.Stop()
+		gt.killTimer = nil
+	}
+	g.cleanupLocked(tag, gt)
+}
+
+// setLimit caps tag at n connections (0 lifts the cap). held is how many
+// the tag holds now, so the cap counts borrows already in flight.
+func (g *gates) setLimit(tag string, n, held int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gt := g.getLocked(tag)
+	if gt.limit == 0 && n > 0 {
+		gt.inUse = held
+	}
+	gt.limit = n
+	if n == 0 {
+		gt.inUse = 0
+		for e := gt.waiters.Front(); e != nil; e = gt.waiters.Front() {
+			gt.waiters.Remove(e)
+			e.Value.(chan struct{}) <- struct{}{}
+		}
+	} else {
+		for gt.inUse < gt.limit {
+			e := gt.waiters.Front()
+			if e == nil {
+				break
+			}
+			gt.waiters.Remove(e)
+			gt.inUse++
+			e.Value.(chan struct{}) <- struct{}{}
+		}
+	}
+	g.cleanupLocked(tag, gt)
+}
+
+func (g *gates) snapshot() []GateState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]GateState, 0, len(g.m))
+	for tag, gt := range g.m {
+		if !gt.drained && gt.limit == 0 {
+			continue
+		}
+		out = append(out, GateState{Tag: tag, Drained: gt.drained, DrainedAt: gt.drainedAt, Reason: gt.reason, Limit: gt.limit, InUse: gt.inUse})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Tag < out[j].Tag })
+	return out
+}
+
+func (g *gates) attributionGates() []attribution.Gate {
+	s := g.snapshot()
+	out := make([]attribution.Gate, len(s))
+	for i, x := range s {
+		out[i] = attribution.Gate{Tag: x.Tag, Drained: x.Drained, Limit: x.Limit}
+	}
+	return out
+}

@@ -1,0 +1,88 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/holdfast-db/holdfast/attribution"
+)
+
+// Registry returns a new registry with holdfast's proxy and per-tag
+// collectors registered. Other components (the reservation engine) add
+// their own collectors to it.
+func (s *Server) Registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(s), attribution.NewCollector(s.rec, live{s}))
+	return reg
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+var (
+	dPoolConns     = desc("holdfast_pool_connections", "Backend connections open, by state (in_use: lent to a client or to holdfast's own work; idle: in the pool).", "state")
+	dPoolMax       = desc("holdfast_pool_max_connections", "The configured cap on backend connections (pool.max).")
+	dPoolWaiters   = desc("holdfast_pool_waiters", "Borrowers queued for a backend connection now.")
+	dPoolAcquires  = desc("holdfast_pool_acquires_total", "Backend connections lent.")
+	dPoolWaits     = desc("holdfast_pool_waits_total", "Acquisitions that had to queue for a backend connection.")
+	dPoolWaitSecs  = desc("holdfast_pool_wait_seconds_total", "Time borrowers spent queued for a backend connection.")
+	dPoolTimeouts  = desc("holdfast_pool_timeouts_total", "Borrowers that gave up after pool.acquire_timeout (clients got error 1040 or 2003).")
+	dPoolRejected  = desc("holdfast_pool_rejected_total", "Borrowers refused at once because pool.max_waiters were already queued.")
+	dPoolDials     = desc("holdfast_pool_dials_total", "Backend connection attempts.")
+	dPoolDialErrs  = desc("holdfast_pool_dial_errors_total", "Backend connection attempts that failed.")
+	dPoolClosed    = desc("holdfast_pool_closed_total", "Backend connections closed, by reason (lifetime, idle, broken, unhealthy).", "reason")
+	dClients       = desc("holdfast_clients", "Client connections open now.")
+	dClientsTotal  = desc("holdfast_clients_accepted_total", "Client connections that completed the handshake.")
+	dHandshakeFail = desc("holdfast_handshake_failures_total", "Client connections that failed the handshake (bad password, malformed, timeout).")
+	dClientsRej    = desc("holdfast_clients_rejected_total", "Client connections refused because sessions.max_clients were open.")
+	dCommands      = desc("holdfast_commands_total", "Client protocol commands received.")
+	dPinned        = desc("holdfast_pinned_sessions", "Client sessions pinned to a backend connection now.")
+	dPins          = desc("holdfast_pins_total", "Sessions pinned to a backend connection, by reason.", "reason")
+)
+
+type collector struct{ s *Server }
+
+func newCollector(s *Server) prometheus.Collector { return collector{s} }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{dPoolConns, dPoolMax, dPoolWaiters, dPoolAcquires, dPoolWaits, dPoolWaitSecs,
+		dPoolTimeouts, dPoolRejected, dPoolDials, dPoolDialErrs, dPoolClosed, dClients, dClientsTotal, dHandshakeFail,
+		dClientsRej, dCommands, dPinned, dPins} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	p := st.Pool
+	g := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	n := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	g(dPoolConns, float64(p.InUse), "in_use")
+	g(dPoolConns, float64(p.Idle), "idle")
+	g(dPoolMax, float64(p.Max))
+	g(dPoolWaiters, float64(p.Waiting))
+	n(dPoolAcquires, float64(p.Acquired))
+	n(dPoolWaits, float64(p.Waited))
+	n(dPoolWaitSecs, p.WaitTime.Seconds())
+	n(dPoolTimeouts, float64(p.Timeouts))
+	n(dPoolRejected, float64(p.Rejected))
+	n(dPoolDials, float64(p.Dials))
+	n(dPoolDialErrs, float64(p.DialErrors))
+	n(dPoolClosed, float64(p.ClosedLifetime), "lifetime")
+	n(dPoolClosed, float64(p.ClosedIdle), "idle")
+	n(dPoolClosed, float64(p.ClosedBroken), "broken")
+	n(dPoolClosed, float64(p.ClosedUnhealthy), "unhealthy")
+	g(dClients, float64(st.ClientsActive))
+	n(dClientsTotal, float64(st.ClientsTotal))
+	n(dHandshakeFail, float64(st.HandshakeFailures))
+	n(dClientsRej, float64(st.Rejected))
+	n(dCommands, float64(st.Commands))
+	g(dPinned, float64(st.PinnedSessions))
+	for reason, v := range st.Pins {
+		n(dPins, float64(v), reason)
+	}
+}
