@@ -33,5 +33,10 @@ fuzz:
 	    echo "== $$pkg $$f"; HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
 	  done; done
 
+## bench-proxy: sysbench direct / TCP relay / holdfast, and 5,000 connections through holdfast (~15 min)
+bench-proxy:
+	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \
+	  $(GO) run ./cmd/holdfast-bench -go $(GO) -mariadb $$addr $(BENCH_FLAGS)
+
 clean:
 	rm -rf bin

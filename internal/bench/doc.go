@@ -1,0 +1,21 @@
+// Package bench is the harness behind `make bench-proxy` (cmd/holdfast-bench):
+// it measures holdfast against the two baselines every proxy hop must be
+// judged by, MariaDB reached directly and a plain TCP relay, and it runs a
+// connection-scale test of many mostly idle clients.
+//
+// It owns:
+//   - Relay, a TCP relay that copies bytes both ways, optionally delaying
+//     every chunk in each direction (a userspace stand-in for netem, which
+//     these machines lack); the floor of any proxy hop when the delay is zero;
+//   - building and running a holdfast binary as a child process with a
+//     generated configuration, and reading its memory and CPU from /proc;
+//   - driving sysbench and parsing its report;
+//   - Client, a minimal MySQL text-protocol client cheap enough to hold
+//     thousands of connections from one process;
+//   - the orchestration (Run) and the printed report.
+//
+// It must not touch holdfast's own packages: holdfast is measured as a user
+// runs it, from a freshly built binary and a configuration file. Everything
+// the harness starts it stops; the sysbench tables stay in their database
+// (Options.Database) for the next run.
+package bench

@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/config"
+)
+
+// TestHoldfastConfigParses checks the generated file against holdfast's own
+// parser, so a config change in holdfast breaks this test, not the bench run.
+func TestHoldfastConfigParses(t *testing.T) {
+	hc := HoldfastConfig{
+		Listen:   "127.0.0.1:16033",
+		Users:    []string{"sbtest", "other"},
+		Backend:  Endpoint{Addr: "127.0.0.1:3306", User: "holdfast_bench_pool", Password: "p#w: x"},
+		Database: "holdfast_bench",
+		PoolMin:  2,
+		PoolMax:  32,
+	}
+	c, err := config.Parse(hc.YAML())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, hc.YAML())
+	}
+	if c.Listen != hc.Listen || c.Backend.Address != "127.0.0.1:3306" || c.Backend.User != "holdfast_bench_pool" ||
+		c.Backend.Password != "p#w: x" || c.Backend.Database != "holdfast_bench" {
+		t.Fatalf("parsed %+v", c)
+	}
+	if c.Pool.Min != 2 || c.Pool.Max != 32 || c.Pool.MaxIdle != 32 || c.Pool.AcquireTimeout != 30*time.Second {
+		t.Fatalf("pool %+v", c.Pool)
+	}
+	if len(c.Users) != 2 || c.Users[1].Name != "other" || c.Users[1].Password != "other" {
+		t.Fatalf("users %+v", c.Users)
+	}
+	if c.Admin.Listen != "" {
+		t.Fatalf("admin listener %q: the harness must not take a fixed port", c.Admin.Listen)
+	}
+}
+
+func TestProcReaders(t *testing.T) {
+	m, err := ReadProcMem(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RSS <= 0 || m.HWM < m.RSS {
+		t.Fatalf("mem %+v", m)
+	}
+	if _, err := ProcCPU(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := parseProcStat("1234 (a (weird) name) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1")
+	if err != nil || got != 3*time.Second {
+		t.Fatalf("parseProcStat: %v, %v; want 3s", got, err)
+	}
+	if _, err := parseProcStatus(strings.NewReader("Name:\tx\nVmRSS:\t12 MB\n")); err == nil {
+		t.Fatal("unexpected unit accepted")
+	}
+	pm, err := parseProcStatus(strings.NewReader("VmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n"))
+	if err != nil || pm.RSS != 1<<20 || pm.HWM != 2<<20 {
+		t.Fatalf("parseProcStatus: %+v, %v", pm, err)
+	}
+	lim, err := ProcNoFile(os.Getpid())
+	if err != nil || lim == "" {
+		t.Fatalf("ProcNoFile: %q, %v", lim, err)
+	}
+}
+
+func TestRaiseNoFile(t *testing.T) {
+	before, err := RaiseNoFile(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := RaiseNoFile(before) // never lowers
+	if err != nil || after != before {
+		t.Fatalf("RaiseNoFile(%d) = %d, %v", before, after, err)
+	}
+}

@@ -1,0 +1,288 @@
+package bench
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// echoServer echoes every connection on 127.0.0.1:0 and half-closes its
+// write side when the client half-closes, as a MySQL server closes when the
+// client goes away.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+				_ = c.(*net.TCPConn).CloseWrite()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func startRelay(t *testing.T, backend string, delay time.Duration) *Relay {
+	t.Helper()
+	r, err := StartRelay("127.0.0.1:0", backend, delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func dial(t *testing.T, addr string) *net.TCPConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.(*net.TCPConn)
+}
+
+// roundTrip sends one byte and waits for its echo.
+func roundTrip(t *testing.T, c net.Conn) time.Duration {
+	t.Helper()
+	var b [1]byte
+	start := time.Now()
+	if _, err := c.Write([]byte{'x'}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+func minRoundTrip(t *testing.T, c net.Conn, n int) time.Duration {
+	best := time.Hour
+	for range n {
+		best = min(best, roundTrip(t, c))
+	}
+	return best
+}
+
+func TestRelayDelayApplied(t *testing.T) {
+	echo := echoServer(t)
+	plain := dial(t, startRelay(t, echo, 0).Addr().String())
+	base := minRoundTrip(t, plain, 5)
+	// 500µs is what bench-reserve uses; 20ms is well above timer noise.
+	for _, delay := range []time.Duration{500 * time.Microsecond, 20 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			r := startRelay(t, echo, delay)
+			slow := dial(t, r.Addr().String())
+			got := minRoundTrip(t, slow, 5)
+			t.Logf("round trip: plain relay %v, %v each way %v; mean lateness %.0f µs",
+				base, delay, got, r.Stats().MeanLateNs/1e3)
+			if got < 2*delay {
+				t.Fatalf("round trip %v through a %v relay: want at least %v", got, delay, 2*delay)
+			}
+			// Generous: the machine is shared, but a lost wake-up would show
+			// as seconds, not milliseconds.
+			if got > 2*delay+500*time.Millisecond {
+				t.Fatalf("round trip %v through a %v relay: far more than %v", got, delay, 2*delay)
+			}
+			// The counter is bumped just after each write: the last may lag.
+			if st := r.Stats(); st.Chunks < 9 || st.Accepted != 1 || st.Active != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// TestRelayBytesIntact streams 8 MiB through delayed and plain relays while
+// reading concurrently, and checks every byte arrives in order.
+func TestRelayBytesIntact(t *testing.T) {
+	echo := echoServer(t)
+	for _, delay := range []time.Duration{0, 500 * time.Microsecond, 5 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			r := startRelay(t, echo, delay)
+			c := dial(t, r.Addr().String())
+			want := make([]byte, 8<<20)
+			_, _ = rand.Read(want)
+			errc := make(chan error, 1)
+			go func() {
+				// Odd write sizes so chunk boundaries fall anywhere.
+				rest := want
+				for len(rest) > 0 {
+					n := min(len(rest), 7919)
+					if _, err := c.Write(rest[:n]); err != nil {
+						errc <- err
+						return
+					}
+					rest = rest[n:]
+				}
+				errc <- c.CloseWrite()
+			}()
+			start := time.Now()
+			got, err := io.ReadAll(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("got %d bytes back, want %d identical bytes", len(got), len(want))
+			}
+			t.Logf("8 MiB echoed in %v", time.Since(start))
+		})
+	}
+}
+
+// TestRelayClosePropagates checks both directions of a close and Close of
+// the relay itself.
+func TestRelayClosePropagates(t *testing.T) {
+	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			r := startRelay(t, ln.Addr().String(), delay)
+
+			// Client closes: the backend reads the last bytes, then EOF.
+			c := dial(t, r.Addr().String())
+			b := accept(t, ln)
+			if _, err := c.Write([]byte("bye")); err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			if got := readAll(t, b); got != "bye" {
+				t.Fatalf("backend read %q, want \"bye\" then EOF", got)
+			}
+			b.Close()
+
+			// Backend closes: the client reads the last bytes, then EOF.
+			c = dial(t, r.Addr().String())
+			b = accept(t, ln)
+			if _, err := b.Write([]byte("gone")); err != nil {
+				t.Fatal(err)
+			}
+			b.Close()
+			if got := readAll(t, c); got != "gone" {
+				t.Fatalf("client read %q, want \"gone\" then EOF", got)
+			}
+			c.Close()
+			waitFor(t, func() bool { return r.Stats().Active == 0 })
+
+			// Relay closes: both ends see the connection end.
+			c = dial(t, r.Addr().String())
+			b = accept(t, ln)
+			waitFor(t, func() bool { return r.Stats().Active == 1 })
+			r.Close()
+			readAll(t, c)
+			readAll(t, b)
+			if _, err := net.Dial("tcp", r.Addr().String()); err == nil {
+				t.Fatal("relay still accepts after Close")
+			}
+			r.Close() // idempotent
+		})
+	}
+}
+
+// TestRelayGoroutines checks a delayed relay costs at most two goroutines
+// per connection.
+func TestRelayGoroutines(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	r := startRelay(t, ln.Addr().String(), time.Millisecond)
+	before := runtime.NumGoroutine()
+	const n = 50
+	var ends []net.Conn
+	for range n {
+		c := dial(t, r.Addr().String())
+		b := accept(t, ln)
+		ends = append(ends, c, b)
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(b, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return r.Stats().Active == n })
+	if d := runtime.NumGoroutine() - before; d > 2*n {
+		t.Fatalf("%d goroutines for %d relayed connections, want at most %d", d, n, 2*n)
+	}
+	for _, c := range ends {
+		c.Close()
+	}
+	waitFor(t, func() bool { return r.Stats().Active == 0 })
+}
+
+func TestRelayDialFailure(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	r := startRelay(t, dead, 0)
+	c := dial(t, r.Addr().String())
+	readAll(t, c) // fails unless the relay closes the client
+	waitFor(t, func() bool { return r.Stats().DialFails == 1 })
+}
+
+func accept(t *testing.T, ln net.Listener) net.Conn {
+	t.Helper()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readAll reads until EOF (or a reset, which also ends the connection),
+// failing after 10 s.
+func readAll(t *testing.T, c net.Conn) string {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var buf bytes.Buffer
+	_, err := io.Copy(&buf, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection still open after 10 s (read %q)", buf.String())
+	}
+	return buf.String()
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,491 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Options configures Run. DefaultOptions gives the values `make bench-proxy`
+// uses; the zero value is not usable.
+type Options struct {
+	Repo     string // holdfast's repository root, where ./cmd/holdfast is built
+	Go       string // the go command
+	Sysbench string // the sysbench executable
+
+	MariaDB       string // host:port of the MariaDB under test
+	AdminUser     string // MariaDB account that may create users and databases and SET GLOBAL
+	AdminPassword string
+	Database      string // holds the sysbench tables; kept between runs
+	// BenchUser is the MariaDB account sysbench logs in as, directly and
+	// through the relay; holdfast's pool logs in as BenchUser+"_pool", so
+	// MariaDB's process list tells its connections apart. Password = name.
+	BenchUser string
+
+	Rounds    int
+	Time      time.Duration // per sysbench run
+	Tables    int
+	TableSize int
+	PoolMax   int // holdfast's pool.max for the sysbench runs
+
+	ScaleConns    int
+	ScalePoolMax  int
+	ScaleTime     time.Duration
+	ScaleInterval time.Duration
+	RSSTarget     int64 // bytes
+
+	SkipSysbench bool
+	SkipScale    bool
+	// Profile is when to profile holdfast in one extra, uncounted
+	// point_select@16 run: "on-miss" (a throughput target missed),
+	// "always" or "never".
+	Profile string
+	// CPUProfile is where the profile is written; empty means a file in
+	// the scratch directory (only its summary is printed).
+	CPUProfile string
+	Keep       bool // keep the scratch directory (configs, logs, binary)
+}
+
+// DefaultOptions returns the defaults of `make bench-proxy`.
+func DefaultOptions() Options {
+	return Options{
+		Repo: ".", Go: "go", Sysbench: "sysbench",
+		MariaDB: "127.0.0.1:3306", AdminUser: "root",
+		Database: "holdfast_bench", BenchUser: "holdfast_bench",
+		Rounds: 5, Time: 10 * time.Second, Tables: 4, TableSize: 10000, PoolMax: 8,
+		ScaleConns: 5000, ScalePoolMax: 32, ScaleTime: 30 * time.Second, ScaleInterval: time.Second,
+		RSSTarget: 200 << 20,
+		Profile:   "on-miss",
+	}
+}
+
+// Workloads are the issue's sysbench workloads and their targets
+// (holdfast tps relative to the TCP relay).
+var Workloads = []Workload{
+	{Test: "oltp_point_select", Threads: 16, Target: 1.1},
+	{Test: "oltp_point_select", Threads: 256, Target: 1.3},
+	{Test: "oltp_read_write", Threads: 16, Target: 1.1},
+}
+
+// holdfastUser is the account sysbench logs in to holdfast as (password
+// the same).
+const holdfastUser = "sbtest"
+
+// Run runs the whole benchmark and writes its report to w. It returns an
+// error when a run failed or could not start; missed targets are reported,
+// not returned. Everything it starts is stopped before it returns.
+func Run(ctx context.Context, o Options, w io.Writer) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	b := &runner{o: o, w: w}
+	defer b.cleanup()
+	b.header(ctx)
+	if err := b.setup(ctx); err != nil {
+		return err
+	}
+	var failed []string
+	var sums []Summary
+	var verdicts []Verdict
+	if !o.SkipSysbench {
+		samples, err := b.sysbenchPhase(ctx)
+		if err != nil {
+			return err
+		}
+		sums = Summarize(samples, Workloads, Targets)
+		verdicts = Verdicts(sums, Workloads)
+		for _, s := range samples {
+			if s.Err != nil {
+				failed = append(failed, fmt.Sprintf("round %d %s %s: %v", s.Round, s.Workload, s.Target, s.Err))
+			}
+		}
+		b.printf("\n== sysbench results: medians of %d rounds ==\n", o.Rounds)
+		PrintSummaries(w, sums)
+		for _, v := range verdicts {
+			b.printf("%s\n", v)
+		}
+		b.maybeProfile(ctx, verdicts)
+		b.stopHoldfast()
+	}
+	var scale *ScaleReport
+	if !o.SkipScale {
+		var err error
+		if scale, err = b.scalePhase(ctx); err != nil {
+			failed = append(failed, "scale run: "+err.Error())
+		}
+	}
+
+	b.printf("\n== summary (load average now %s) ==\n", loadAvg())
+	if sums != nil {
+		PrintSummaries(w, sums)
+		for _, v := range verdicts {
+			b.printf("%s\n", v)
+		}
+	}
+	if scale != nil {
+		b.printf("connection scale: %d clients through holdfast (pool max %d), one statement each per %v for %v:\n",
+			o.ScaleConns, o.ScalePoolMax, o.ScaleInterval, o.ScaleTime)
+		scale.Print(w)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if len(failed) > 0 {
+		b.printf("\n%d run(s) failed:\n  %s\n", len(failed), strings.Join(failed, "\n  "))
+		return fmt.Errorf("bench: %d run(s) failed", len(failed))
+	}
+	return nil
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Rounds < 1:
+		return errors.New("bench: rounds must be at least 1")
+	case o.Time < time.Second:
+		return errors.New("bench: time must be at least 1s")
+	case o.Tables < 1 || o.TableSize < 1:
+		return errors.New("bench: tables and table-size must be positive")
+	case o.PoolMax < 1 || o.ScalePoolMax < 1:
+		return errors.New("bench: pool sizes must be positive")
+	case o.ScaleConns < 1 || o.ScaleTime <= 0 || o.ScaleInterval <= 0:
+		return errors.New("bench: scale-conns, scale-time and scale-interval must be positive")
+	}
+	switch o.Profile {
+	case "on-miss", "always", "never":
+	default:
+		return fmt.Errorf("bench: profile must be on-miss, always or never, got %q", o.Profile)
+	}
+	return nil
+}
+
+// poolUser is the MariaDB account holdfast's pool logs in as.
+func (o Options) poolUser() string { return o.BenchUser + "_pool" }
+
+// runner holds what one Run has started, so cleanup can stop it.
+type runner struct {
+	o       Options
+	w       io.Writer
+	dir     string // scratch: holdfast binary, configs, logs
+	bin     string
+	admin   *sql.DB
+	relay   *Relay
+	hf      *Holdfast
+	direct  Endpoint
+	viaHF   Endpoint
+	sysb    Sysbench
+	started time.Time
+}
+
+func (b *runner) printf(format string, a ...any) { fmt.Fprintf(b.w, format, a...) }
+
+func (b *runner) header(ctx context.Context) {
+	b.started = time.Now()
+	b.printf("== holdfast bench-proxy, %s ==\n", b.started.Format(time.RFC3339))
+	b.printf("command: %s\n", strings.Join(os.Args, " "))
+	b.printf("machine: nproc %d, load average %s, %s\n", runtime.NumCPU(), loadAvg(), runtime.Version())
+	if out, err := exec.CommandContext(ctx, b.o.Sysbench, "--version").Output(); err == nil {
+		b.printf("sysbench: %s\n", strings.TrimSpace(string(out)))
+	}
+}
+
+func (b *runner) setup(ctx context.Context) error {
+	o := b.o
+	lim, err := RaiseNoFile(uint64(2*o.ScaleConns + 1024))
+	if err != nil {
+		return err
+	}
+	b.printf("RLIMIT_NOFILE: %d (inherited by holdfast)\n", lim)
+
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = o.AdminUser, o.AdminPassword, "tcp", o.MariaDB
+	b.admin, err = sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	b.admin.SetMaxOpenConns(2)
+	var version string
+	var maxConns int
+	if err := b.admin.QueryRowContext(ctx, "SELECT VERSION(), @@max_connections").Scan(&version, &maxConns); err != nil {
+		return fmt.Errorf("bench: MariaDB at %s: %w", o.MariaDB, err)
+	}
+	b.printf("MariaDB: %s at %s, max_connections %d\n", version, o.MariaDB, maxConns)
+	stmts := []string{fmt.Sprintf("CREATE DATABASE IF NOT EXISTS `%s`", o.Database)}
+	for _, u := range []string{o.BenchUser, o.poolUser()} {
+		stmts = append(stmts,
+			fmt.Sprintf("CREATE USER IF NOT EXISTS '%s'@'%%' IDENTIFIED BY '%[1]s'", u),
+			fmt.Sprintf("ALTER USER '%s'@'%%' IDENTIFIED BY '%[1]s'", u),
+			fmt.Sprintf("GRANT ALL ON `%s`.* TO '%s'@'%%'", o.Database, u))
+	}
+	if maxConns < 2000 {
+		// 256 sysbench threads straight to MariaDB exceed its default 151.
+		// Left raised: other runs on this server may depend on it.
+		stmts = append(stmts, "SET GLOBAL max_connections = 2000")
+	}
+	for _, q := range stmts {
+		if _, err := b.admin.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("bench: %s: %w", q, err)
+		}
+		if strings.HasPrefix(q, "SET GLOBAL") {
+			b.printf("ran: %s (was %d; left raised)\n", q, maxConns)
+		}
+	}
+
+	b.dir, err = os.MkdirTemp("", "holdfast-bench-")
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	b.bin = filepath.Join(b.dir, "holdfast")
+	line, err := BuildHoldfast(ctx, o.Go, o.Repo, b.bin)
+	b.printf("build: %s\n", line)
+	if err != nil {
+		return err
+	}
+
+	b.direct = Endpoint{Name: TargetDirect, Addr: o.MariaDB, User: o.BenchUser, Password: o.BenchUser}
+	b.sysb = Sysbench{Path: o.Sysbench, Database: o.Database, Tables: o.Tables, TableSize: o.TableSize}
+	return b.prepareTables(ctx)
+}
+
+// prepareTables reuses sysbench tables of the right size, or recreates them.
+func (b *runner) prepareTables(ctx context.Context) error {
+	ok := true
+	for i := 1; i <= b.o.Tables && ok; i++ {
+		var n int
+		q := fmt.Sprintf("SELECT COUNT(*) FROM `%s`.sbtest%d", b.o.Database, i)
+		ok = b.admin.QueryRowContext(ctx, q).Scan(&n) == nil && n == b.o.TableSize
+	}
+	if ok {
+		b.printf("tables: reusing %d × %d rows in %s\n", b.o.Tables, b.o.TableSize, b.o.Database)
+		return nil
+	}
+	for _, cmd := range []string{"cleanup", "prepare"} {
+		args := b.sysb.Args("oltp_read_write", b.direct, cmd)
+		b.printf("tables: %s\n", b.sysb.CommandLine(args))
+		start := time.Now()
+		if _, _, err := b.sysb.Exec(ctx, args); err != nil {
+			return err
+		}
+		if cmd == "prepare" {
+			b.printf("tables: prepared in %v\n", time.Since(start).Round(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+func (b *runner) startHoldfast(ctx context.Context, name string, poolMin, poolMax int, extra ...string) (*Holdfast, error) {
+	addr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	hc := HoldfastConfig{
+		Listen:   addr,
+		Users:    []string{holdfastUser},
+		Backend:  Endpoint{Addr: b.o.MariaDB, User: b.o.poolUser(), Password: b.o.poolUser()},
+		Database: b.o.Database,
+		PoolMin:  poolMin,
+		PoolMax:  poolMax,
+	}
+	h, err := StartHoldfast(ctx, b.bin, b.dir, name, hc, extra...)
+	if err != nil {
+		return nil, err
+	}
+	b.hf = h
+	b.viaHF = Endpoint{Name: TargetHoldfast, Addr: addr, User: holdfastUser, Password: holdfastUser}
+	b.printf("holdfast: %s (pid %d; pool min %d max %d; log %s)\n", h.Cmdline, h.Pid(), poolMin, poolMax, h.LogPath)
+	return h, nil
+}
+
+func (b *runner) stopHoldfast() {
+	if b.hf == nil {
+		return
+	}
+	if err := b.hf.Stop(); err != nil {
+		b.printf("holdfast (pid %d) stopped uncleanly: %v\n", b.hf.Pid(), err)
+	}
+	b.hf = nil
+}
+
+func (b *runner) cleanup() {
+	b.stopHoldfast()
+	if b.relay != nil {
+		b.relay.Close()
+	}
+	if b.admin != nil {
+		b.admin.Close()
+	}
+	if b.dir != "" {
+		if b.o.Keep {
+			b.printf("scratch directory kept: %s\n", b.dir)
+		} else {
+			os.RemoveAll(b.dir)
+		}
+	}
+}
+
+// endpoint returns where target is.
+func (b *runner) endpoint(target string) Endpoint {
+	switch target {
+	case TargetRelay:
+		return Endpoint{Name: TargetRelay, Addr: b.relay.Addr().String(), User: b.o.BenchUser, Password: b.o.BenchUser}
+	case TargetHoldfast:
+		return b.viaHF
+	}
+	return b.direct
+}
+
+func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
+	o := b.o
+	var err error
+	b.relay, err = StartRelay("127.0.0.1:0", o.MariaDB, 0)
+	if err != nil {
+		return nil, err
+	}
+	b.printf("relay: %s → %s (io.Copy both ways, in this process)\n", b.relay.Addr(), o.MariaDB)
+	if _, err := b.startHoldfast(ctx, "holdfast-sysbench", o.PoolMax, o.PoolMax); err != nil {
+		return nil, err
+	}
+	b.printf("commands (each round runs every workload against direct, relay, holdfast in turn):\n")
+	for _, w := range Workloads {
+		for _, t := range Targets {
+			b.printf("  %s\n", b.sysb.CommandLine(b.sysb.RunArgs(w, b.endpoint(t), o.Time)))
+		}
+	}
+	total := time.Duration(o.Rounds*len(Workloads)*len(Targets)) * (o.Time + 2*time.Second)
+	b.printf("%d rounds × %d runs of %v: about %v\n\n", o.Rounds, len(Workloads)*len(Targets), o.Time, total.Round(time.Minute))
+
+	var samples []Sample
+	for round := 1; round <= o.Rounds; round++ {
+		for _, w := range Workloads {
+			for _, t := range Targets {
+				if ctx.Err() != nil {
+					return samples, ctx.Err()
+				}
+				s := b.runOne(ctx, round, w, t)
+				samples = append(samples, s)
+				b.printSample(s)
+			}
+		}
+	}
+	return samples, nil
+}
+
+// runOne runs sysbench once, measuring the hop's CPU and, for holdfast,
+// the backend connections it holds.
+func (b *runner) runOne(ctx context.Context, round int, w Workload, target string) Sample {
+	s := Sample{Round: round, Workload: w, Target: target, BackendConns: -1}
+	if target == TargetHoldfast && b.hf.Exited() {
+		s.Err = fmt.Errorf("holdfast has exited; see %s", b.hf.LogPath)
+		return s
+	}
+	hopCPU := func() time.Duration {
+		switch target {
+		case TargetRelay:
+			return SelfCPU()
+		case TargetHoldfast:
+			d, _ := ProcCPU(b.hf.Pid())
+			return d
+		}
+		return 0
+	}
+	var stopSampler func() int
+	if target == TargetHoldfast {
+		stopSampler = b.sampleBackendConns(ctx)
+	}
+	args := b.sysb.RunArgs(w, b.endpoint(target), b.o.Time)
+	rctx, cancel := context.WithTimeout(ctx, b.o.Time+2*time.Minute)
+	defer cancel()
+	cpu0, start := hopCPU(), time.Now()
+	out, sbCPU, err := b.sysb.Exec(rctx, args)
+	s.Wall, s.HopCPU, s.SysbenchCPU = time.Since(start), hopCPU()-cpu0, sbCPU
+	if stopSampler != nil {
+		s.BackendConns = stopSampler()
+	}
+	res, perr := ParseSysbench(out)
+	s.Result = res
+	if s.Err = err; s.Err == nil {
+		s.Err = perr
+	}
+	return s
+}
+
+// printSample prints one run; round 0 is the uncounted profile run.
+func (b *runner) printSample(s Sample) {
+	label := fmt.Sprintf("round %d/%d", s.Round, b.o.Rounds)
+	if s.Round == 0 {
+		label = "profile run"
+	}
+	if s.Err != nil {
+		b.printf("%s %-16s %-8s ERROR %v\n", label, s.Workload, s.Target, s.Err)
+		return
+	}
+	r := s.Result
+	line := fmt.Sprintf("%s %-16s %-8s tps %9.1f  qps %9.1f  p95 %7.2f ms  errors %d  reconnects %d  sysbench %.2f cores",
+		label, s.Workload, s.Target, r.TPS, r.QPS, r.P95, r.Errors, r.Reconnects,
+		s.SysbenchCPU.Seconds()/s.Wall.Seconds())
+	if s.HopCPU > 0 {
+		line += fmt.Sprintf("  hop %.2f cores", s.HopCPU.Seconds()/s.Wall.Seconds())
+	}
+	if s.BackendConns >= 0 {
+		line += fmt.Sprintf("  backend conns ≤ %d", s.BackendConns)
+	}
+	if r.Errors > 0 || r.Reconnects > 0 {
+		line += "  ! non-zero errors/reconnects"
+	}
+	b.printf("%s\n", line)
+}
+
+// sampleBackendConns counts holdfast's pool account's connections in MariaDB's
+// process list every 500 ms until the returned function is called, which
+// returns the most seen (-1 if no sample succeeded).
+func (b *runner) sampleBackendConns(ctx context.Context) func() int {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	most := -1
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var n int
+			err := b.admin.QueryRowContext(ctx,
+				"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = ?", b.o.poolUser()).Scan(&n)
+			if err == nil {
+				most = max(most, n)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() int {
+		cancel()
+		wg.Wait()
+		return most
+	}
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
