@@ -1,0 +1,200 @@
+// Command holdfastctl is the on-call CLI for holdfast's admin API: which
+// business flow ("tag") holds the database's connections, and drain or cap
+// one flow during an incident, without a deploy. Run `holdfastctl help`.
+// The commands live in internal/ctl; this file only parses the command line.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/holdfast-db/holdfast/internal/ctl"
+)
+
+const usage = `holdfastctl drives holdfast's admin API: see which flow ("tag") holds the
+database's connections, and drain or cap one tag during an incident.
+
+Usage:
+  holdfastctl [global flags] COMMAND [flags] [args]
+
+Commands:
+  tags                   every tag since holdfast started: connections held now, hold
+                         time, exec vs idle-in-transaction share, waits, counts, state
+  holders                backend connections held right now, longest first
+  top                    refreshing view: tags by connections held on average over the
+                         last interval, the pool, the longest holders (Ctrl-C quits)
+      -interval D        time between refreshes (default 2s)
+      -n N               tag rows (default 20; 0 = all)
+      -holders N         holder rows (default 10; 0 = none)
+      -once              print one frame (after one interval) and exit
+      -iterations N      print N frames and exit (default 0 = until Ctrl-C)
+  drain TAG              new borrows for TAG fail fast; current holders may finish
+      -grace D           then kill TAG's holders still holding after D (default: never)
+      -reason TEXT       recorded with the drain and shown in its error, e.g. incident-123
+  undrain TAG            lift the drain
+  limit TAG N            cap TAG at N backend connections; borrowers over it queue
+                         (N = off or 0 lifts the cap)
+  help                   this text
+
+Global flags (before or after the command):
+  -addr ADDR             holdfast's admin.listen, HOST:PORT or http(s)://HOST:PORT
+                         (default $HOLDFAST_ADMIN_ADDR, else 127.0.0.1:6034)
+  -token TOKEN           holdfast's admin.token, sent as a bearer token (default
+                         $HOLDFAST_ADMIN_TOKEN; prefer it: flags show up in ps)
+  -timeout D             limit on each request (default 5s)
+
+A TAG is 1-64 characters of [A-Za-z0-9_.:-]; one starting with '-' goes after --.
+Exit status: 0 done, 1 the admin API failed or could not be reached, 2 usage error.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// globals are the flags every command takes.
+type globals struct {
+	addr, token string
+	timeout     time.Duration
+}
+
+func (g *globals) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run prints errors and usage itself
+	fs.StringVar(&g.addr, "addr", g.addr, "holdfast's admin.listen")
+	fs.StringVar(&g.token, "token", g.token, "holdfast's admin.token")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "limit on each request")
+	return fs
+}
+
+// run is holdfastctl with its environment passed in; it returns the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	g := globals{addr: getenv("HOLDFAST_ADMIN_ADDR"), token: getenv("HOLDFAST_ADMIN_TOKEN"), timeout: 5 * time.Second}
+	if g.addr == "" {
+		g.addr = ctl.DefaultAddr
+	}
+	fs := g.flagSet("holdfastctl")
+	if err := fs.Parse(args); err != nil {
+		return done(flagErr(err), stdout, stderr)
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, args := fs.Arg(0), fs.Args()[1:]
+	fs = g.flagSet("holdfastctl " + cmd)
+	top := ctl.TopOptions{}
+	var once bool
+	var grace time.Duration
+	var reason string
+	var want []string // the positional arguments
+	switch cmd {
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "tags", "holders":
+	case "top":
+		fs.DurationVar(&top.Interval, "interval", 2*time.Second, "")
+		fs.IntVar(&top.Tags, "n", 20, "")
+		fs.IntVar(&top.Holders, "holders", 10, "")
+		fs.IntVar(&top.Iterations, "iterations", 0, "")
+		fs.BoolVar(&once, "once", false, "")
+	case "drain":
+		fs.DurationVar(&grace, "grace", 0, "")
+		fs.StringVar(&reason, "reason", "", "")
+		want = []string{"TAG"}
+	case "undrain":
+		want = []string{"TAG"}
+	case "limit":
+		want = []string{"TAG", "N"}
+	default:
+		return done(&ctl.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, stdout, stderr)
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return done(flagErr(err), stdout, stderr)
+	}
+	if len(pos) != len(want) {
+		return done(&ctl.UsageError{Msg: strings.TrimSpace("usage: holdfastctl " + cmd + " " + strings.Join(want, " "))}, stdout, stderr)
+	}
+	client, err := ctl.NewClient(g.addr, g.token, g.timeout)
+	if err != nil {
+		return done(err, stdout, stderr)
+	}
+	c := &ctl.CLI{Client: client, Out: stdout}
+	if f, ok := stdout.(*os.File); ok {
+		c.Width, c.Terminal = ctl.TerminalWidth(f)
+	}
+	if once {
+		top.Iterations = 1
+	}
+	switch cmd {
+	case "tags":
+		err = c.Tags(ctx)
+	case "holders":
+		err = c.Holders(ctx)
+	case "top":
+		err = c.Top(ctx, top)
+	case "drain":
+		err = c.Drain(ctx, pos[0], grace, reason)
+	case "undrain":
+		err = c.Undrain(ctx, pos[0])
+	case "limit":
+		err = c.Limit(ctx, pos[0], pos[1])
+	}
+	return done(err, stdout, stderr)
+}
+
+// parseInterleaved parses fs from args, allowing flags after positional
+// arguments (drain TAG -grace 30s); everything after "--" is positional.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// flagErr makes a flag parse error a usage error; -h stays flag.ErrHelp.
+func flagErr(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return &ctl.UsageError{Msg: err.Error()}
+}
+
+// done prints err and maps it to the exit code: 0, 1, or 2 for usage.
+func done(err error, stdout, stderr io.Writer) int {
+	var ue *ctl.UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "holdfastctl: %v\nRun 'holdfastctl help' for usage.\n", err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "holdfastctl: %v\n", err)
+	return 1
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// admin is a fake admin API that records what it is asked.
+type admin struct {
+	srv  *httptest.Server
+	mu   sync.Mutex // guards reqs
+	reqs []string   // "METHOD escaped-path?query auth"
+}
+
+func newAdmin(t *testing.T) *admin {
+	a := &admin{}
+	mux := http.NewServeMux()
+	reply := func(pattern, body string) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			a.mu.Lock()
+			a.reqs = append(a.reqs, r.Method+" "+r.URL.EscapedPath()+"?"+r.URL.RawQuery+" "+r.Header.Get("Authorization"))
+			a.mu.Unlock()
+			if r.Header.Get("Authorization") == "Bearer wrong" {
+				w.WriteHeader(http.StatusUnauthorized)
+				io.WriteString(w, `{"error":"bad token"}`)
+				return
+			}
+			io.WriteString(w, strings.ReplaceAll(body, "{tag}", r.PathValue("tag")))
+		})
+	}
+	reply("GET /api/tags", `{"tags":[{"tag":"checkout","hold_seconds":12.5,"exec_seconds":3.1,"idle_in_transaction_seconds":8.9,"wait_seconds":0.4,"borrows":1200,"statements":5400,"errors":2,"transactions":1100,"slow_transactions":3,"held_now":2,"drained":false,"limit":0}],"folded":0}`)
+	reply("GET /api/holders", `{"holders":[{"client_id":10042,"user":"app","tag":"checkout","held_for_seconds":0.250,"in_transaction":true,"statement":"UPDATE inventory SET ..."}]}`)
+	reply("GET /api/pool", `{"open":8,"in_use":3,"idle":5,"waiting":0,"max":16,"acquired":123,"waited":4,"wait_seconds":0.02,"timeouts":0,"rejected":0,"clients":40,"pinned_sessions":1}`)
+	reply("POST /api/tags/{tag}/drain", `{"tag":"{tag}","drained":true}`)
+	reply("DELETE /api/tags/{tag}/drain", `{"tag":"{tag}","drained":false}`)
+	reply("PUT /api/tags/{tag}/limit", `{"tag":"{tag}","limit":2}`)
+	reply("DELETE /api/tags/{tag}/limit", `{"tag":"{tag}","limit":0}`)
+	a.srv = httptest.NewServer(mux)
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *admin) addr() string { return a.srv.Listener.Addr().String() }
+
+func (a *admin) requests() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.reqs...)
+}
+
+// holdfastctl runs the command with env as its whole environment.
+func holdfastctl(env map[string]string, args ...string) (code int, stdout, stderr string) {
+	var out, errOut strings.Builder
+	code = run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		code     int
+		out, err string // substrings; "" means must be empty
+	}{
+		{[]string{"help"}, 0, "Usage:\n  holdfastctl [global flags] COMMAND", ""},
+		{[]string{"-h"}, 0, "Commands:", ""},
+		{[]string{"drain", "-h"}, 0, "drain TAG", ""},
+		{nil, 2, "", "Usage:"},
+		{[]string{"frobnicate"}, 2, "", `holdfastctl: unknown command "frobnicate"` + "\nRun 'holdfastctl help' for usage.\n"},
+		{[]string{"tags", "-x"}, 2, "", "flag provided but not defined: -x"},
+		{[]string{"tags", "extra"}, 2, "", "usage: holdfastctl tags\n"},
+		{[]string{"limit", "checkout"}, 2, "", "usage: holdfastctl limit TAG N\n"},
+		{[]string{"limit", "checkout", "two"}, 2, "", `got "two"`},
+		{[]string{"drain", "checkout v2"}, 2, "", `try "checkout_v2"`},
+		{[]string{"top", "-interval", "0s"}, 2, "", "-interval 0s must be positive"},
+		{[]string{"-addr", "ftp://x", "tags"}, 2, "", "bad -addr"},
+		{[]string{"-timeout", "soon", "tags"}, 2, "", "invalid value"},
+	} {
+		code, out, errOut := holdfastctl(nil, tc.args...)
+		if code != tc.code {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", tc.args, code, tc.code, errOut)
+		}
+		for _, c := range []struct{ got, want string }{{out, tc.out}, {errOut, tc.err}} {
+			if c.want == "" && c.got != "" || !strings.Contains(c.got, c.want) {
+				t.Errorf("%q: output %q, want it to contain %q", tc.args, c.got, c.want)
+			}
+		}
+	}
+}
+
+func TestCommands(t *testing.T) {
+	a := newAdmin(t)
+	env := map[string]string{"HOLDFAST_ADMIN_ADDR": a.addr(), "HOLDFAST_ADMIN_TOKEN": "envtok"}
+	for _, tc := range []struct {
+		args []string
+		req  string
+		out  string
+	}{
+		{[]string{"tags"}, "GET /api/tags? Bearer envtok", "checkout         2    12.5      25             71    0.40     1200   5400  1100       2     3  -\n"},
+		{[]string{"holders"}, "GET /api/holders? Bearer envtok", " 10042  app   checkout     250ms  yes     UPDATE inventory SET ...\n"},
+		{[]string{"drain", "holdfast:reserve", "-grace", "30s", "-reason", "incident-123"},
+			"POST /api/tags/holdfast%3Areserve/drain?grace=30s&reason=incident-123 Bearer envtok",
+			"drained holdfast:reserve (incident-123): its new borrows fail fast, holders still holding after 30s are killed (undo: holdfastctl undrain holdfast:reserve)\n"},
+		{[]string{"-token", "flagtok", "undrain", "checkout"}, "DELETE /api/tags/checkout/drain? Bearer flagtok", "undrained checkout: its new borrows proceed\n"},
+		{[]string{"limit", "checkout", "2", "-token", "flagtok"}, "PUT /api/tags/checkout/limit?max=2 Bearer flagtok", "limited checkout to 2 backend connections"},
+		{[]string{"limit", "checkout", "off"}, "DELETE /api/tags/checkout/limit? Bearer envtok", "lifted the limit on checkout"},
+		{[]string{"undrain", "--", "-odd-tag"}, "DELETE /api/tags/-odd-tag/drain? Bearer envtok", "undrained -odd-tag"},
+	} {
+		before := len(a.requests())
+		code, out, errOut := holdfastctl(env, tc.args...)
+		if code != 0 || errOut != "" {
+			t.Errorf("%q: exit %d, stderr %q", tc.args, code, errOut)
+		}
+		if !strings.Contains(out, tc.out) {
+			t.Errorf("%q: stdout\n%s\nwant it to contain %q", tc.args, out, tc.out)
+		}
+		if reqs := a.requests()[before:]; len(reqs) != 1 || reqs[0] != tc.req {
+			t.Errorf("%q: requests %q, want [%q]", tc.args, reqs, tc.req)
+		}
+	}
+}
+
+// TestAddrFlag: -addr after the command beats $HOLDFAST_ADMIN_ADDR, and no
+// token means no Authorization header.
+func TestAddrFlag(t *testing.T) {
+	a := newAdmin(t)
+	code, _, errOut := holdfastctl(map[string]string{"HOLDFAST_ADMIN_ADDR": "127.0.0.1:1"}, "tags", "-addr", "http://"+a.addr())
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if reqs := a.requests(); len(reqs) != 1 || reqs[0] != "GET /api/tags? " {
+		t.Errorf("requests %q", reqs)
+	}
+}
+
+func TestTopOnce(t *testing.T) {
+	a := newAdmin(t)
+	code, out, errOut := holdfastctl(nil, "top", "-addr", a.addr(), "-once", "-interval", "10ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, w := range []string{"pool  open 8  in use 3  idle 5  waiting 0  max 16", "TAG", "LONGEST HOLDERS", "10042"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("frame lacks %q:\n%s", w, out)
+		}
+	}
+	if n := strings.Count(out, "pool  open"); n != 1 {
+		t.Errorf("%d frames, want 1", n)
+	}
+	if n := len(a.requests()); n != 6 {
+		t.Errorf("%d requests, want 6 (two snapshots)", n)
+	}
+}
+
+func TestAPIErrorsExit1(t *testing.T) {
+	a := newAdmin(t)
+	code, out, errOut := holdfastctl(map[string]string{"HOLDFAST_ADMIN_TOKEN": "wrong"}, "-addr", a.addr(), "tags")
+	if code != 1 || out != "" || !strings.Contains(errOut, "401 Unauthorized: bad token (the token was refused") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	code, _, errOut = holdfastctl(nil, "-addr", dead, "drain", "checkout")
+	if code != 1 || !strings.HasPrefix(errOut, "holdfastctl: cannot reach holdfast's admin API at "+dead) ||
+		!strings.Contains(errOut, "admin.listen") || strings.Contains(errOut, "Run 'holdfastctl help'") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}

@@ -1,0 +1,351 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultAddr is holdfast's default admin.listen.
+const DefaultAddr = "127.0.0.1:6034"
+
+// maxBody bounds a response body; the admin API's largest answer, the tag
+// list, is bounded by holdfast's tag cardinality limit and far smaller.
+const maxBody = 16 << 20
+
+// Tag is one row of GET /api/tags. Counters are totals since holdfast
+// started; the seconds are sums over every borrow of the tag.
+type Tag struct {
+	Tag                      string  `json:"tag"`
+	HoldSeconds              float64 `json:"hold_seconds"`                // backend connection held, borrow to return
+	ExecSeconds              float64 `json:"exec_seconds"`                // of which executing statements
+	IdleInTransactionSeconds float64 `json:"idle_in_transaction_seconds"` // of which idle inside a transaction
+	WaitSeconds              float64 `json:"wait_seconds"`                // waiting to borrow
+	Borrows                  int64   `json:"borrows"`
+	Statements               int64   `json:"statements"`
+	Errors                   int64   `json:"errors"`
+	Transactions             int64   `json:"transactions"`
+	SlowTransactions         int64   `json:"slow_transactions"`
+	HeldNow                  int     `json:"held_now"` // backend connections held right now
+	Drained                  bool    `json:"drained"`
+	Limit                    int     `json:"limit"` // 0: no cap
+}
+
+// TagList is the answer of GET /api/tags.
+type TagList struct {
+	Tags   []Tag `json:"tags"`   // by HoldSeconds, largest first
+	Folded int64 `json:"folded"` // new tag names counted under "other" once the bound was reached
+}
+
+// Holder is one backend connection held right now (GET /api/holders).
+type Holder struct {
+	ClientID       uint64  `json:"client_id"` // 0: holdfast's own work (tag "holdfast:...")
+	User           string  `json:"user"`
+	Tag            string  `json:"tag"`
+	HeldForSeconds float64 `json:"held_for_seconds"`
+	InTransaction  bool    `json:"in_transaction"`
+	Statement      string  `json:"statement"` // current or last statement, possibly a digest
+}
+
+// Pool is the answer of GET /api/pool. Open..Max and Clients,
+// PinnedSessions are gauges; the rest are totals since holdfast started.
+type Pool struct {
+	Open           int     `json:"open"`
+	InUse          int     `json:"in_use"`
+	Idle           int     `json:"idle"`
+	Waiting        int     `json:"waiting"`
+	Max            int     `json:"max"`
+	Acquired       int64   `json:"acquired"`
+	Waited         int64   `json:"waited"` // acquisitions that had to queue
+	WaitSeconds    float64 `json:"wait_seconds"`
+	Timeouts       int64   `json:"timeouts"`
+	Rejected       int64   `json:"rejected"` // waiter cap reached
+	Clients        int     `json:"clients"`
+	PinnedSessions int     `json:"pinned_sessions"`
+}
+
+// DrainState is the answer of POST and DELETE /api/tags/{tag}/drain.
+type DrainState struct {
+	Tag     string `json:"tag"`
+	Drained bool   `json:"drained"`
+}
+
+// LimitState is the answer of PUT and DELETE /api/tags/{tag}/limit.
+type LimitState struct {
+	Tag   string `json:"tag"`
+	Limit int    `json:"limit"` // 0: no cap
+}
+
+// Client calls holdfast's admin API. Build it with NewClient; it is safe
+// for concurrent use.
+type Client struct {
+	addr  string // as the user gave it, for messages
+	base  string // scheme://host[/prefix], no trailing slash
+	token string // "": send no Authorization header
+	hc    *http.Client
+}
+
+// NewClient returns a client for the admin API at addr: HOST:PORT (plain
+// HTTP, as holdfast serves it) or an http:// or https:// URL, optionally with
+// a path prefix when a reverse proxy sits in front. token, when not empty,
+// is sent as "Authorization: Bearer <token>". timeout bounds each request,
+// body included; 0 means no bound. A bad addr is a *UsageError.
+func NewClient(addr, token string, timeout time.Duration) (*Client, error) {
+	raw := addr
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") ||
+		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, usagef("bad -addr %q: want HOST:PORT (holdfast's admin.listen) or http://HOST:PORT", addr)
+	}
+	if timeout < 0 {
+		return nil, usagef("bad -timeout %v: want a positive duration, or 0 for none", timeout)
+	}
+	base := u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/")
+	return &Client{addr: addr, base: base, token: token, hc: &http.Client{Timeout: timeout}}, nil
+}
+
+// Addr is the admin address as given to NewClient.
+func (c *Client) Addr() string { return c.addr }
+
+// Tags returns every tag's totals (GET /api/tags).
+func (c *Client) Tags(ctx context.Context) (TagList, error) {
+	var l TagList
+	err := c.do(ctx, http.MethodGet, "/api/tags", nil, &l, "tags")
+	return l, err
+}
+
+// Holders returns the backend connections held right now (GET /api/holders).
+func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
+	var r struct {
+		Holders []Holder `json:"holders"`
+	}
+	err := c.do(ctx, http.MethodGet, "/api/holders", nil, &r, "holders")
+	return r.Holders, err
+}
+
+// Pool returns the backend pool's state (GET /api/pool).
+func (c *Client) Pool(ctx context.Context) (Pool, error) {
+	var p Pool
+	err := c.do(ctx, http.MethodGet, "/api/pool", nil, &p, "open", "in_use", "max")
+	return p, err
+}
+
+// Drain makes new borrows for tag fail fast (POST /api/tags/{tag}/drain).
+// grace > 0 asks holdfast to kill the tag's holders after it; 0 lets them
+// finish. reason, when not empty, is recorded with the drain.
+func (c *Client) Drain(ctx context.Context, tag string, grace time.Duration, reason string) (DrainState, error) {
+	q := url.Values{}
+	if grace > 0 {
+		q.Set("grace", grace.String())
+	}
+	if reason != "" {
+		q.Set("reason", reason)
+	}
+	var s DrainState
+	err := c.do(ctx, http.MethodPost, tagPath(tag, "drain"), q, &s, "tag", "drained")
+	return s, err
+}
+
+// Undrain lifts a drain (DELETE /api/tags/{tag}/drain).
+func (c *Client) Undrain(ctx context.Context, tag string) (DrainState, error) {
+	var s DrainState
+	err := c.do(ctx, http.MethodDelete, tagPath(tag, "drain"), nil, &s, "tag", "drained")
+	return s, err
+}
+
+// SetLimit caps tag at max concurrent backend connections (PUT
+// /api/tags/{tag}/limit?max=N); max 0 lifts the cap (DELETE).
+func (c *Client) SetLimit(ctx context.Context, tag string, max int) (LimitState, error) {
+	method, q := http.MethodDelete, url.Values(nil)
+	if max > 0 {
+		method, q = http.MethodPut, url.Values{"max": {strconv.Itoa(max)}}
+	}
+	var s LimitState
+	err := c.do(ctx, method, tagPath(tag, "limit"), q, &s, "tag", "limit")
+	return s, err
+}
+
+// tagPath is /api/tags/{tag}/{what} with tag escaped as one path segment.
+func tagPath(tag, what string) string {
+	return "/api/tags/" + escapeSegment(tag) + "/" + what
+}
+
+// escapeSegment percent-encodes every byte of s outside RFC 3986's
+// unreserved set [A-Za-z0-9-._~]. Stricter than url.PathEscape, which leaves
+// ':' alone: "holdfast:reserve" becomes "holdfast%3Areserve", so no router
+// can mistake a tag for a scheme, a parameter or two segments.
+func escapeSegment(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if 'a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' ||
+			ch == '-' || ch == '.' || ch == '_' || ch == '~' {
+			b.WriteByte(ch)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[ch>>4])
+		b.WriteByte(hex[ch&15])
+	}
+	return b.String()
+}
+
+// do sends one request and decodes a 2xx JSON answer into out, which must
+// carry every key in required (so a different service answering on the
+// port is reported, not shown as an empty table). Every failure is an
+// *Error, except the end of ctx, which is returned as ctx.Err().
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, out any, required ...string) error {
+	target := c.base + path
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	e := &Error{Addr: c.addr, Method: method, Path: path}
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	if err != nil {
+		e.Message, e.Err = "cannot build the request", err
+		return e
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "holdfastctl")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return c.networkError(e, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return c.networkError(e, err)
+	}
+	e.Status = resp.StatusCode
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return c.statusError(e, body)
+	}
+	if len(body) > maxBody {
+		e.Message = fmt.Sprintf("response larger than %d MiB", maxBody>>20)
+		return e
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(body, &keys); err != nil {
+		e.Message = fmt.Sprintf("response is not a JSON object (%v): %s", err, snippet(body))
+		e.Err = err
+		e.Hint = "is " + c.addr + " holdfast's admin.listen?"
+		return e
+	}
+	for _, k := range required {
+		if _, ok := keys[k]; !ok {
+			e.Message = fmt.Sprintf("response has no %q field: %s", k, snippet(body))
+			e.Hint = "is " + c.addr + " holdfast's admin.listen, and is that holdfast new enough to serve " + path + "?"
+			return e
+		}
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		e.Message = fmt.Sprintf("cannot decode the response: %v", err)
+		e.Err = err
+		return e
+	}
+	return nil
+}
+
+func (c *Client) networkError(e *Error, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // drop the repeated method and URL
+	}
+	e.Err = err
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		e.Message = fmt.Sprintf("no answer within %v: %v", c.hc.Timeout, err)
+	} else {
+		e.Message = err.Error()
+	}
+	e.Hint = "is holdfast running with admin.listen set to " + c.addr + "? point -addr at it"
+	return e
+}
+
+func (c *Client) statusError(e *Error, body []byte) error {
+	var r struct {
+		Error *string `json:"error"`
+	}
+	if json.Unmarshal(body, &r) == nil && r.Error != nil {
+		e.Message = *r.Error
+	} else {
+		e.Message = snippet(body)
+		if e.Message == "" {
+			e.Message = "(empty body)"
+		}
+	}
+	switch {
+	case e.Status == http.StatusUnauthorized && c.token == "":
+		e.Hint = "this admin API wants a token: pass -token or set HOLDFAST_ADMIN_TOKEN to holdfast's admin.token"
+	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden:
+		e.Hint = "the token was refused: check it against holdfast's admin.token"
+	case r.Error == nil && (e.Status == http.StatusNotFound || e.Status == http.StatusMethodNotAllowed):
+		e.Hint = "is " + c.addr + " holdfast's admin.listen, and is that holdfast new enough to serve " + e.Path + "?"
+	}
+	return e
+}
+
+// snippet is the start of a body as one clean line, for messages.
+func snippet(body []byte) string {
+	return truncate(clean(string(bytes.TrimSpace(body))), 120)
+}
+
+// Error is a failed admin API call.
+type Error struct {
+	Addr    string // the admin address as given
+	Method  string
+	Path    string // escaped, without the query
+	Status  int    // HTTP status; 0 when no response arrived
+	Message string // the server's "error" text, or what went wrong
+	Hint    string // what to check; may be empty
+	Err     error  // underlying network or decoding error; may be nil
+}
+
+func (e *Error) Error() string {
+	var s string
+	if e.Status == 0 {
+		s = fmt.Sprintf("cannot reach holdfast's admin API at %s (%s %s): %s", e.Addr, e.Method, e.Path, clean(e.Message))
+	} else {
+		status := strconv.Itoa(e.Status)
+		if t := http.StatusText(e.Status); t != "" {
+			status += " " + t
+		}
+		s = fmt.Sprintf("%s %s at %s: %s: %s", e.Method, e.Path, e.Addr, status, clean(e.Message))
+	}
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// UsageError is a mistake on the command line, found before any request
+// was sent; cmd/holdfastctl exits 2 on it.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+func usagef(format string, a ...any) error { return &UsageError{Msg: fmt.Sprintf(format, a...)} }

@@ -1,0 +1,268 @@
+package ctl
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxTagLen is attribution.MaxTagLen, restated (see the package doc).
+const maxTagLen = 64
+
+// CLI runs the on-call commands against one admin API and prints to Out.
+// Set Client and Out; the other fields have usable zero values. Its methods
+// are meant to be called one at a time, from the goroutine that owns Out.
+type CLI struct {
+	Client *Client
+	Out    io.Writer
+	// Width is the terminal's width in columns; 0 means Out is not a
+	// terminal: statements are cut to 60 characters instead of to the width.
+	Width int
+	// Terminal makes top redraw one screen in place (ANSI clear) instead of
+	// printing frame after frame.
+	Terminal bool
+	// Now and Sleep are the clock top measures intervals with; nil means
+	// time.Now and a timer. Sleep returns early with ctx.Err().
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Tags prints every tag's totals since holdfast started, most hold time
+// first.
+func (c *CLI) Tags(ctx context.Context) error {
+	l, err := c.Client.Tags(ctx)
+	if err != nil {
+		return err
+	}
+	return writeTags(c.Out, l)
+}
+
+func writeTags(w io.Writer, l TagList) error {
+	tags := slices.Clone(l.Tags)
+	slices.SortStableFunc(tags, func(a, b Tag) int { return cmp.Compare(b.HoldSeconds, a.HoldSeconds) })
+	t := table{cols: []column{
+		{name: "TAG"}, {name: "HELD NOW", right: true}, {name: "HOLD s", right: true},
+		{name: "EXEC %", right: true}, {name: "IDLE-IN-TXN %", right: true}, {name: "WAIT s", right: true},
+		{name: "BORROWS", right: true}, {name: "STMTS", right: true}, {name: "TXNS", right: true},
+		{name: "ERRORS", right: true}, {name: "SLOW", right: true}, {name: "STATE"},
+	}}
+	for _, g := range tags {
+		t.add(clean(g.Tag), strconv.Itoa(g.HeldNow), fmtSeconds(g.HoldSeconds),
+			fmtPct(g.ExecSeconds, g.HoldSeconds), fmtPct(g.IdleInTransactionSeconds, g.HoldSeconds),
+			fmtSeconds(g.WaitSeconds), itoa(g.Borrows), itoa(g.Statements), itoa(g.Transactions),
+			itoa(g.Errors), itoa(g.SlowTransactions), state(g.Drained, g.Limit))
+	}
+	var b strings.Builder
+	if len(tags) == 0 {
+		b.WriteString("no tags yet: holdfast has lent no backend connection since it started\n")
+	} else {
+		if err := t.write(&b, 0); err != nil {
+			return err
+		}
+		b.WriteString("totals since holdfast started; EXEC % and IDLE-IN-TXN % are shares of HOLD s\n")
+	}
+	if l.Folded > 0 {
+		fmt.Fprintf(&b, "%d new tag names were counted under \"other\": holdfast's tag bound was reached\n", l.Folded)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Holders prints the backend connections held right now, longest first.
+func (c *CLI) Holders(ctx context.Context) error {
+	hs, err := c.Client.Holders(ctx)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	if err := writeHolders(&b, hs, 0, c.Width); err != nil {
+		return err
+	}
+	_, err = io.WriteString(c.Out, b.String())
+	return err
+}
+
+// writeHolders prints the n longest holders (all when n is 0) with a
+// summary line. width is as CLI.Width.
+func writeHolders(w io.Writer, hs []Holder, n, width int) error {
+	hs = slices.Clone(hs)
+	slices.SortStableFunc(hs, func(a, b Holder) int { return cmp.Compare(b.HeldForSeconds, a.HeldForSeconds) })
+	inTxn := 0
+	for _, h := range hs {
+		if h.InTransaction {
+			inTxn++
+		}
+	}
+	if len(hs) == 0 {
+		_, err := io.WriteString(w, "no backend connection is held right now\n")
+		return err
+	}
+	shown := hs
+	if n > 0 && len(shown) > n {
+		shown = shown[:n]
+	}
+	t := table{cols: []column{
+		{name: "CLIENT", right: true}, {name: "USER"}, {name: "TAG"}, {name: "HELD FOR", right: true},
+		{name: "IN TXN"}, {name: "STATEMENT"},
+	}}
+	for _, h := range shown {
+		client := "-" // holdfast's own work
+		if h.ClientID != 0 {
+			client = strconv.FormatUint(h.ClientID, 10)
+		}
+		txn := "no"
+		if h.InTransaction {
+			txn = "yes"
+		}
+		stmt := clean(h.Statement)
+		if width <= 0 {
+			stmt = truncate(stmt, 60)
+		}
+		t.add(client, orDash(clean(h.User)), clean(h.Tag), fmtHeld(h.HeldForSeconds), txn, orDash(stmt))
+	}
+	if err := t.write(w, width); err != nil {
+		return err
+	}
+	more := ""
+	if len(shown) < len(hs) {
+		more = fmt.Sprintf(" (%d not shown)", len(hs)-len(shown))
+	}
+	_, err := fmt.Fprintf(w, "%s held, %d in a transaction%s\n", plural(len(hs), "backend connection"), inTxn, more)
+	return err
+}
+
+// Drain makes new borrows for tag fail fast; with grace > 0 holdfast kills
+// the tag's holders once it has passed. It prints one line.
+func (c *CLI) Drain(ctx context.Context, tag string, grace time.Duration, reason string) error {
+	if err := CheckTag(tag); err != nil {
+		return err
+	}
+	if grace < 0 {
+		return usagef("drain: -grace %v is negative", grace)
+	}
+	s, err := c.Client.Drain(ctx, tag, grace, reason)
+	if err != nil {
+		return err
+	}
+	name := answeredTag(s.Tag, tag)
+	if !s.Drained {
+		return c.unexpected("drain", name, "drained=false")
+	}
+	holders := "current holders may finish"
+	if grace > 0 {
+		holders = fmt.Sprintf("holders still holding after %v are killed", grace)
+	}
+	why := ""
+	if reason != "" {
+		why = " (" + clean(reason) + ")"
+	}
+	_, err = fmt.Fprintf(c.Out, "drained %s%s: its new borrows fail fast, %s (undo: holdfastctl undrain %s)\n", name, why, holders, name)
+	return err
+}
+
+// Undrain lifts a drain. It prints one line.
+func (c *CLI) Undrain(ctx context.Context, tag string) error {
+	if err := CheckTag(tag); err != nil {
+		return err
+	}
+	s, err := c.Client.Undrain(ctx, tag)
+	if err != nil {
+		return err
+	}
+	name := answeredTag(s.Tag, tag)
+	if s.Drained {
+		return c.unexpected("undrain", name, "drained=true")
+	}
+	_, err = fmt.Fprintf(c.Out, "undrained %s: its new borrows proceed\n", name)
+	return err
+}
+
+// Limit caps tag at max concurrent backend connections; max is a positive
+// number, or "off" or "0" to lift the cap (see ParseLimit). It prints one
+// line.
+func (c *CLI) Limit(ctx context.Context, tag, max string) error {
+	if err := CheckTag(tag); err != nil {
+		return err
+	}
+	n, err := ParseLimit(max)
+	if err != nil {
+		return err
+	}
+	s, err := c.Client.SetLimit(ctx, tag, n)
+	if err != nil {
+		return err
+	}
+	name := answeredTag(s.Tag, tag)
+	if s.Limit != n {
+		return c.unexpected("limit", name, fmt.Sprintf("limit=%d", s.Limit))
+	}
+	if n == 0 {
+		_, err = fmt.Fprintf(c.Out, "lifted the limit on %s: it may hold any number of backend connections\n", name)
+		return err
+	}
+	_, err = fmt.Fprintf(c.Out, "limited %s to %d backend connections: borrowers over the cap queue (lift: holdfastctl limit %s off)\n", name, n, name)
+	return err
+}
+
+func (c *CLI) unexpected(cmd, tag, got string) error {
+	return fmt.Errorf("%s %s: holdfast at %s answered %s; run holdfastctl tags to see the tag's state", cmd, tag, c.Client.Addr(), got)
+}
+
+// answeredTag is the tag holdfast named in its answer, or the one asked for
+// when the answer left it empty.
+func answeredTag(answered, asked string) string {
+	if answered = clean(answered); answered != "" {
+		return answered
+	}
+	return asked
+}
+
+// ParseLimit reads the N of "limit TAG N": a positive number of backend
+// connections, or "off" or "0", which lift the cap (returned as 0).
+func ParseLimit(s string) (int, error) {
+	if strings.EqualFold(s, "off") {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, usagef("limit: N must be a number of backend connections, or off (or 0) to lift the cap; got %q", s)
+	}
+	return n, nil
+}
+
+// CheckTag rejects what cannot name a holdfast tag: tags are 1 to 64 bytes
+// of [A-Za-z0-9_.:-]. "." and ".." are refused too: they cannot be one
+// segment of a URL path.
+func CheckTag(tag string) error {
+	switch {
+	case tag == "":
+		return usagef("empty tag")
+	case tag == "." || tag == "..":
+		return usagef("tag %q cannot be addressed through the admin API (it is a URL path step)", tag)
+	case len(tag) > maxTagLen:
+		return usagef("tag %q is %d bytes long; holdfast tags are at most %d", truncate(tag, 40), len(tag), maxTagLen)
+	}
+	bad := false
+	fixed := []byte(strings.TrimSpace(tag))
+	for i, ch := range fixed {
+		if !tagByte(ch) {
+			fixed[i], bad = '_', true
+		}
+	}
+	if bad || len(fixed) != len(tag) {
+		return usagef("tag %q has characters outside [A-Za-z0-9_.:-]; holdfast counts each such byte as '_', so try %q", tag, fixed)
+	}
+	return nil
+}
+
+func tagByte(ch byte) bool {
+	return 'a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' ||
+		ch == '_' || ch == '.' || ch == ':' || ch == '-'
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,27 @@
+// Package ctl is the on-call CLI's library (cmd/holdfastctl): an HTTP client
+// for holdfast's admin API, the readable tables it prints, and the commands
+// built on them — tags, holders, top, drain, undrain and limit.
+//
+// It owns:
+//   - Client, which speaks the admin API's JSON contract (GET /api/tags,
+//     /api/holders, /api/pool; POST/DELETE /api/tags/{tag}/drain;
+//     PUT/DELETE /api/tags/{tag}/limit) and turns every failure into an
+//     *Error that names the admin address and what to check;
+//   - the commands (Tags, Holders, Top, Drain, Undrain, Limit), each writing
+//     plain text to an io.Writer;
+//   - Rates, the arithmetic behind top: the change of a tag's hold_seconds
+//     counter over the wall time between two snapshots is the average number
+//     of backend connections the tag held in that time.
+//
+// It must not import holdfast's server packages (proxy, attribution, config,
+// ...): it is a client of the admin API and nothing more, so it works against
+// any holdfast that serves the contract, and the tag charset it checks
+// ([A-Za-z0-9_.:-], at most 64 bytes) is restated here from the attribution
+// package's documentation rather than imported. It reads no configuration
+// and no environment; cmd/holdfastctl wires flags, the environment and the
+// terminal into it.
+//
+// Everything from the server that reaches the terminal — tags, user names,
+// statement text, error messages — goes through clean first, so a statement
+// cannot smuggle escape sequences into an on-call engineer's terminal.
+package ctl
