@@ -45,6 +45,10 @@ type Config struct {
 
 // Attribution configures per-tag accounting.
 type Attribution struct {
+	// Disabled turns per-tag accounting off: statements are not parsed for
+	// tags and nothing is recorded per tag (pool metrics remain). It exists
+	// to measure attribution's own cost.
+	Disabled bool `yaml:"disabled"`
 	// MaxTags bounds distinct tags; new ones past it are counted under
 	// "other".
 	MaxTags int `yaml:"max_tags"`

@@ -36,6 +36,9 @@ const maxStmtCopy = 512
 // statementTag resolves the tag a statement runs under: its own, else its
 // transaction's, else the connection's. tagged reports an explicit tag.
 func (s *session) statementTag(sql []byte) (tag *attribution.Tag, tagged bool) {
+	if !s.srv.attr {
+		return s.connTag, false
+	}
 	b, ok := attribution.AppendTag(s.tagBuf[:0], sql)
 	s.tagBuf = b[:0]
 	if ok {
@@ -79,7 +82,10 @@ func (s *session) borrow(tag *attribution.Tag) (*backendConn, *sqlError) {
 		tag.Rejected("limit")
 		return nil, newErr(codeTagLimit, "HY000", "holdfast: %v", err)
 	}
-	start := time.Now()
+	var start time.Time
+	if s.srv.attr {
+		start = time.Now()
+	}
 	bc, err := s.srv.pool.acquire(s.srv.ctx, s.foundRows)
 	if err != nil {
 		if counted {
@@ -87,8 +93,11 @@ func (s *session) borrow(tag *attribution.Tag) (*backendConn, *sqlError) {
 		}
 		return nil, poolErr(err)
 	}
-	now := time.Now()
-	tag.Borrowed(now.Sub(start))
+	var now time.Time
+	if s.srv.attr {
+		now = time.Now()
+		tag.Borrowed(now.Sub(start))
+	}
 	s.bc = bc
 	s.h = hold{start: now, tag: tag}
 	if counted {
@@ -108,7 +117,9 @@ func (s *session) borrow(tag *attribution.Tag) (*backendConn, *sqlError) {
 	if err == nil && s.pendingBegin != nil {
 		err = s.startDeferredBegin(bc)
 	}
-	s.h.exec += time.Since(now)
+	if s.srv.attr {
+		s.h.exec += time.Since(now)
+	}
 	if err != nil {
 		s.release(!isIOError(err))
 		var se *sqlError
@@ -126,16 +137,17 @@ func (s *session) release(reusable bool) {
 	if s.bc == nil {
 		return
 	}
-	now := time.Now()
-	held := now.Sub(s.h.start)
-	tag := s.h.tag
-	if s.txnTag != nil {
-		tag = s.txnTag
-	}
-	tag.Returned(held, s.h.exec, s.h.idleInTxn)
-	if s.h.hadTxn && held >= s.srv.slowTxn() && s.h.exec*10 < held {
-		tag.SlowTransaction()
-		s.srv.logSlowTransaction(tag.Name(), s.id, held, s.h.exec, s.h.idleInTxn, s.h.longStmt)
+	if s.srv.attr {
+		held := time.Since(s.h.start)
+		tag := s.h.tag
+		if s.txnTag != nil {
+			tag = s.txnTag
+		}
+		tag.Returned(held, s.h.exec, s.h.idleInTxn)
+		if s.h.hadTxn && held >= s.srv.slowTxn() && s.h.exec*10 < held {
+			tag.SlowTransaction()
+			s.srv.logSlowTransaction(tag.Name(), s.id, held, s.h.exec, s.h.idleInTxn, s.h.longStmt)
+		}
 	}
 	if s.h.gated != "" {
 		s.srv.gates.exit(s.h.gated)
@@ -152,6 +164,9 @@ func (s *session) release(reusable bool) {
 // stmtStart begins timing a statement on the held connection: the gap since
 // the previous one counts as idle in a transaction when one was open.
 func (s *session) stmtStart(tag *attribution.Tag, sql []byte) time.Time {
+	if !s.srv.attr {
+		return time.Time{}
+	}
 	now := time.Now()
 	if !s.h.lastEnd.IsZero() && s.h.endInTxn {
 		gap := now.Sub(s.h.lastEnd)
@@ -178,6 +193,9 @@ func (s *session) defaultTagFor(tag *attribution.Tag) *attribution.Tag {
 
 // stmtEnd records a statement's execution.
 func (s *session) stmtEnd(tag *attribution.Tag, start time.Time, failed bool) {
+	if !s.srv.attr {
+		return
+	}
 	now := time.Now()
 	d := now.Sub(start)
 	tag.Statement(d, failed)
@@ -193,7 +211,7 @@ func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
 	if inTxn {
 		s.h.hadTxn = true
 	}
-	if prev&statusInTrans != 0 && !inTxn {
+	if prev&statusInTrans != 0 && !inTxn && s.srv.attr {
 		s.defaultTagFor(tag).Transaction()
 	}
 	s.mu.Lock()

@@ -55,6 +55,7 @@ type Server struct {
 	slow   slowLog
 	engine engineRegistry
 	cmds   atomic.Uint64
+	attr   bool // per-tag accounting on (attribution.disabled false)
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -122,6 +123,7 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 	}
 	s.st.Pins = map[string]uint64{}
 	s.rec = attribution.NewRecorder(attribution.Options{MaxTags: cfg.Attribution.MaxTags})
+	s.attr = !cfg.Attribution.Disabled
 	s.cfg.Store(&cfg)
 	s.tlsConf.Store(tc)
 	s.users.set(usersFrom(cfg))
