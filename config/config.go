@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/holdfast-db/holdfast/refiller"
+	"github.com/holdfast-db/holdfast/reservation"
 )
 
 // Config is the whole of holdfast's configuration. The zero value is not
@@ -41,6 +44,23 @@ type Config struct {
 	Sessions    Sessions    `yaml:"sessions"`
 	Attribution Attribution `yaml:"attribution"`
 	Tags        Tags        `yaml:"tags"`
+	Reservation Reservation `yaml:"reservation"`
+}
+
+// Reservation configures the inventory-reservation engine behind
+// CALL holdfast.* and its background work.
+type Reservation struct {
+	// Enabled answers CALL holdfast.* and runs the refiller, sweeper and
+	// reconciler. Disabled, CALL holdfast.* reaches the backend like any
+	// other CALL.
+	Enabled bool `yaml:"enabled"`
+	// ReplicaDSN (a go-sql-driver DSN) is where the reconciler reads; empty
+	// means the primary, through the pool.
+	ReplicaDSN string `yaml:"replica_dsn"`
+	// Engine settings (TTL rule, pool cap, coalescing, sweeper, reconciler).
+	reservation.Config `yaml:",inline"`
+	// Refiller settings (watermark, intervals).
+	Refiller refiller.Config `yaml:"refiller"`
 }
 
 // Attribution configures per-tag accounting.
@@ -180,6 +200,7 @@ func Default() Config {
 		Admin:       Admin{Listen: "127.0.0.1:6034"},
 		Sessions:    Sessions{StatementCache: 1000},
 		Attribution: Attribution{MaxTags: 200, SlowTransaction: time.Second},
+		Reservation: Reservation{Enabled: true, Config: reservation.DefaultConfig()},
 	}
 }
 
@@ -359,6 +380,17 @@ func (c *Config) Validate() error {
 	for i, t := range c.Tags.Drained {
 		if !validTag(t) {
 			return bad(fmt.Sprintf("tags.drained[%d]", i), "%q is not a tag (letters, digits and _ . : - only, at most 64)", t)
+		}
+	}
+	if c.Reservation.Enabled {
+		if err := c.Reservation.Config.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		if err := c.Reservation.Refiller.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		if rc, fc := c.Reservation.PoolCap, c.Reservation.Refiller.PoolCap; rc != fc && rc != 0 && fc != 0 {
+			return bad("reservation.refiller.pool_cap", "%d must equal reservation.pool_cap %d", fc, rc)
 		}
 	}
 	for t, n := range c.Tags.Limits {

@@ -2,12 +2,8 @@ package proxy
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -84,11 +80,11 @@ func (s *Server) BorrowEngine(ctx context.Context, tag string) (*EngineConn, err
 	return c, nil
 }
 
-// Exec runs one statement; args replace '?' placeholders as SQL literals.
-// A MySQL error comes back as an error with Number() (the connection stays
-// usable); any other error means the connection is broken.
-func (c *EngineConn) Exec(ctx context.Context, query string, args ...any) (affected, insertID uint64, err error) {
-	res, err := c.run(ctx, query, args)
+// Exec runs one statement. A MySQL error comes back as an error with
+// Number() (the connection stays usable); any other error means the
+// connection is broken.
+func (c *EngineConn) Exec(ctx context.Context, sql string) (affected, insertID uint64, err error) {
+	res, err := c.run(ctx, sql)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -96,19 +92,15 @@ func (c *EngineConn) Exec(ctx context.Context, query string, args ...any) (affec
 }
 
 // Query runs one statement and returns all rows; NULL is a nil []byte.
-func (c *EngineConn) Query(ctx context.Context, query string, args ...any) ([][][]byte, error) {
-	res, err := c.run(ctx, query, args)
+func (c *EngineConn) Query(ctx context.Context, sql string) ([][][]byte, error) {
+	res, err := c.run(ctx, sql)
 	if err != nil {
 		return nil, err
 	}
 	return res.rows, nil
 }
 
-func (c *EngineConn) run(ctx context.Context, query string, args []any) (*textResult, error) {
-	sql, err := Interpolate(query, args)
-	if err != nil {
-		return nil, err
-	}
+func (c *EngineConn) run(ctx context.Context, sql string) (*textResult, error) {
 	now := time.Now()
 	c.mu.Lock()
 	if c.inTxn && !c.lastEnd.IsZero() {
@@ -162,98 +154,4 @@ func (s *Server) engineHolders(now time.Time) []HolderInfo {
 		c.mu.Unlock()
 	}
 	return out
-}
-
-// Interpolate replaces each '?' outside quotes in query with args[i] as a
-// SQL literal: nil, integers, floats, bool, string (as a utf8mb4 hex
-// literal, immune to sql_mode and character set), []byte (binary hex
-// literal) and time.Time (UTC, microseconds).
-func Interpolate(query string, args []any) (string, error) {
-	if len(args) == 0 {
-		return query, nil
-	}
-	var b strings.Builder
-	b.Grow(len(query) + 16*len(args))
-	n := 0
-	var quote byte
-	for i := 0; i < len(query); i++ {
-		ch := query[i]
-		switch {
-		case quote != 0:
-			if ch == '\\' && i+1 < len(query) {
-				b.WriteByte(ch)
-				i++
-				ch = query[i]
-			} else if ch == quote {
-				quote = 0
-			}
-		case ch == '\'' || ch == '"' || ch == '`':
-			quote = ch
-		case ch == '?':
-			if n >= len(args) {
-				return "", fmt.Errorf("proxy: %d placeholders but %d arguments", n+1, len(args))
-			}
-			if err := appendLiteral(&b, args[n]); err != nil {
-				return "", fmt.Errorf("proxy: argument %d: %w", n+1, err)
-			}
-			n++
-			continue
-		}
-		b.WriteByte(ch)
-	}
-	if n != len(args) {
-		return "", fmt.Errorf("proxy: %d placeholders but %d arguments", n, len(args))
-	}
-	return b.String(), nil
-}
-
-func appendLiteral(b *strings.Builder, v any) error {
-	switch x := v.(type) {
-	case nil:
-		b.WriteString("NULL")
-	case int:
-		b.WriteString(strconv.Itoa(x))
-	case int32:
-		b.WriteString(strconv.FormatInt(int64(x), 10))
-	case int64:
-		b.WriteString(strconv.FormatInt(x, 10))
-	case uint32:
-		b.WriteString(strconv.FormatUint(uint64(x), 10))
-	case uint64:
-		b.WriteString(strconv.FormatUint(x, 10))
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return fmt.Errorf("%v cannot be stored", x)
-		}
-		b.WriteString(strconv.FormatFloat(x, 'g', -1, 64))
-	case bool:
-		if x {
-			b.WriteByte('1')
-		} else {
-			b.WriteByte('0')
-		}
-	case string:
-		if x == "" {
-			b.WriteString("''")
-			return nil
-		}
-		b.WriteString("_utf8mb4 X'")
-		b.WriteString(hex.EncodeToString([]byte(x)))
-		b.WriteByte('\'')
-	case []byte:
-		if len(x) == 0 {
-			b.WriteString("X''")
-			return nil
-		}
-		b.WriteString("X'")
-		b.WriteString(hex.EncodeToString(x))
-		b.WriteByte('\'')
-	case time.Time:
-		b.WriteByte('\'')
-		b.WriteString(x.UTC().Format("2006-01-02 15:04:05.000000"))
-		b.WriteByte('\'')
-	default:
-		return fmt.Errorf("unsupported type %T", v)
-	}
-	return nil
 }

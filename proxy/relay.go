@@ -269,6 +269,7 @@ type column struct {
 type resultSet struct {
 	cols []column
 	rows [][]any // nil, int64, uint64, float64, string, []byte, time.Time
+	more bool    // another result follows (a CALL's closing OK)
 }
 
 func appendColumnDef(b []byte, c column) []byte {
@@ -311,6 +312,9 @@ func (s *session) writeResultSet(rs *resultSet, binaryRows bool) {
 	}
 	s.out = appendEOF(s.out[:0], 0, st)
 	s.writePacket(s.out)
+	if rs.more {
+		st |= statusMoreResults
+	}
 	for _, row := range rs.rows {
 		if binaryRows {
 			s.out = appendBinaryRow(s.out[:0], rs.cols, row)

@@ -228,10 +228,8 @@ func (s *session) comQuery(p []byte) bool {
 		// The id clients KILL by is holdfast's, not a backend thread's.
 		s.writeSingleValue(connectionIDColumn(sql), uint64(s.id), false)
 		return true
-	case info.Kind == sqlscan.KindCall && s.srv.procs != nil:
-		if handled, keep := s.maybeProcedure(sql, nil); handled {
-			return keep
-		}
+	case info.Kind == sqlscan.KindCall && s.srv.procs != nil && s.maybeProcedure(sql):
+		return true
 	}
 	return s.run(p, comQuery, &info, tag)
 }
@@ -727,11 +725,4 @@ func (w *clientWatch) disarm() {
 		<-done
 		_ = w.s.nc.SetReadDeadline(time.Time{})
 	}
-}
-
-// maybeProcedure answers CALL holdfast.* itself. args are the binary
-// parameters of a prepared CALL (nil for COM_QUERY).
-func (s *session) maybeProcedure(sql []byte, args []any) (handled, keep bool) {
-	_ = fmt.Sprint(sql, args)
-	return false, true
 }

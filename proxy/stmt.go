@@ -31,6 +31,7 @@ type clientStmt struct {
 	longSize int
 	info     sqlscan.Info
 	tag      *attribution.Tag // its own tag, when its text carries one
+	call     *sqlscan.Call    // CALL holdfast.*: answered by holdfast
 }
 
 // backendStmt is a statement prepared on one backend connection, with the
@@ -159,6 +160,9 @@ func (bc *backendConn) initDB(db string) (errPkt []byte, err error) {
 }
 
 func (s *session) stmtPrepare(p []byte) bool {
+	if s.prepareProcedure(p) {
+		return true
+	}
 	query := string(p[1:])
 	tag, tagged := s.statementTag(p[1:])
 	bc, serr := s.borrow(tag)
@@ -256,6 +260,11 @@ func (s *session) stmtExecute(p []byte) bool {
 	}
 	if cs.longSize > s.srv.maxPacket() {
 		s.writeErr(newErr(codePacketTooLarge, "08S01", "Parameter of prepared statement %d sent with COM_STMT_SEND_LONG_DATA is longer than 'max_allowed_packet' (%d bytes)", cs.id, s.srv.maxPacket()))
+		cs.longData, cs.longSize = nil, 0
+		return true
+	}
+	if cs.call != nil {
+		s.executeProcedure(cs, nullMap, values)
 		cs.longData, cs.longSize = nil, 0
 		return true
 	}

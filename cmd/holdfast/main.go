@@ -2,6 +2,7 @@
 // pools backend connections and attributes their hold time by tag.
 //
 //	holdfast [serve] [-config FILE]                   run the sidecar
+//	holdfast migrate [-config FILE]                   create or upgrade the reservation schema
 //	holdfast check-config [-config FILE] [-print-listen]  validate a configuration
 //	holdfast check-backend [-config FILE] [-print-address]  connect to the backend once
 package main
@@ -20,6 +21,8 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/proxy"
+	"github.com/holdfast-db/holdfast/refiller"
+	"github.com/holdfast-db/holdfast/reservation"
 )
 
 func main() {
@@ -48,6 +51,10 @@ func run(args []string) error {
 	switch cmd {
 	case "serve":
 		return serve(*path, cfg)
+	case "migrate":
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		return migrate(ctx, cfg)
 	case "check-config":
 		if *printListen {
 			fmt.Println(cfg.Listen)
@@ -69,7 +76,7 @@ func run(args []string) error {
 		fmt.Printf("%s (%s)\n", cfg.Backend.Address, version)
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want serve or check-config)", cmd)
+	return fmt.Errorf("unknown command %q (want serve, migrate, check-config or check-backend)", cmd)
 }
 
 func newLogger(c config.Log) *slog.Logger {
@@ -88,11 +95,25 @@ func serve(path string, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
+	reg := srv.Registry()
+	if cfg.Reservation.Enabled {
+		eng, err := newEngine(cfg, srv, log)
+		if err != nil {
+			return err
+		}
+		reg.MustRegister(reservation.NewCollector(eng.eng), refiller.NewCollector(eng.ref))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := eng.start(ctx); err != nil {
+			return err
+		}
+		defer eng.close()
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()
 	var admin *http.Server
 	if cfg.Admin.Listen != "" {
-		admin = &http.Server{Addr: cfg.Admin.Listen, Handler: srv.AdminHandler(srv.Registry()), ReadHeaderTimeout: 10 * time.Second}
+		admin = &http.Server{Addr: cfg.Admin.Listen, Handler: srv.AdminHandler(reg), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := admin.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("admin listener: %w", err)

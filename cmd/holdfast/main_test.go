@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,8 +44,26 @@ type process struct {
 	addr   string
 	db     string
 	config string
-	out    *strings.Builder
+	out    *syncBuffer
 	exited chan error
+}
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func writeConfig(t *testing.T, path, addr, db string, users string) {
@@ -74,7 +93,7 @@ log:
 
 func start(t *testing.T, users string) *process {
 	t.Helper()
-	p := &process{addr: freeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"), out: &strings.Builder{}, exited: make(chan error, 1)}
+	p := &process{addr: freeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"), out: &syncBuffer{}, exited: make(chan error, 1)}
 	writeConfig(t, p.config, p.addr, p.db, users)
 	p.cmd = exec.Command(binary(t), "serve", "-config", p.config)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+)
+
+// startWithSchema starts holdfast after `holdfast migrate` on its database.
+func startWithSchema(t *testing.T) *process {
+	t.Helper()
+	p := start(t, appUser)
+	out, err := exec.Command(p.cmd.Path, "migrate", "-config", p.config).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "applied reservation schema migrations") {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	return p
+}
+
+func (p *process) cli(t *testing.T, sql string) (string, error) {
+	host, port, _ := strings.Cut(p.addr, ":")
+	cmd := exec.Command("mariadb", "--no-defaults", "--protocol=tcp", "-h", host, "-P", port, "-uapp", "-papp", "--batch", p.db)
+	cmd.Stdin = strings.NewReader(sql)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// snapshot is the business state, for "changed nothing": stock, active
+// reservations and their records. The unit pool is left out: the refiller
+// tops it up in the background at any time (and the insufficient-stock
+// path may refill inline), which changes no business fact.
+func snapshot(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var b strings.Builder
+	for _, q := range []string{
+		"SELECT shop_id, inventory_item_id, inventory_group_id, on_hand FROM inventory_ledger ORDER BY 1, 2, 3",
+		"SELECT COUNT(*), COALESCE(SUM(quantity), 0) FROM reserved_quantities",
+		"SELECT COUNT(*) FROM reservations",
+	} {
+		rows, err := db.Query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]sql.RawBytes, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vals {
+				b.Write(v)
+				b.WriteByte(' ')
+			}
+			b.WriteByte('\n')
+		}
+		rows.Close()
+	}
+	return b.String()
+}
+
+func TestCallFromCLI(t *testing.T) {
+	p := startWithSchema(t)
+	out, err := p.cli(t, `CALL holdfast.receive(7, 1001, 1, 10);
+CALL holdfast.reserve(7, 'cli-1', '[{"item":1001,"qty":3,"locations":[1]}]', 1800);
+CALL holdfast.availability(7, 1001);
+`)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"inventory_item_id\tinventory_group_id\ton_hand\treserved\tpooled\n1001\t1\t10\t0\t",
+		"token\texpires_at\tline_no\tinventory_item_id\tinventory_group_id\tquantity\tstate\treplayed\nrsv_",
+		"\t1\t1001\t1\t3\tactive\t0\n",
+		"inventory_group_id\ton_hand\treserved\tpooled\tavailable\n1\t10\t3\t",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
+	token := out[strings.Index(out, "rsv_"):]
+	token = token[:strings.IndexByte(token, '\t')]
+	out, err = p.cli(t, fmt.Sprintf("CALL holdfast.extend('%s', 3600);\nCALL holdfast.claim('%s');\nCALL holdfast.claim('%s');\n", token, token, token))
+	if err != nil || !strings.Contains(out, "\tclaimed\t") || !strings.Contains(out, "\tduplicate\t") {
+		t.Fatalf("extend/claim: %v\n%s", err, out)
+	}
+	out, err = p.cli(t, "CALL holdfast.reserve(7, 'cli-2', 'not json', 600);\n")
+	if err == nil || !strings.Contains(out, "ERROR 9105 (22023)") {
+		t.Fatalf("bad JSON from the CLI: %v\n%s", err, out)
+	}
+	out, err = p.cli(t, "CALL holdfast.release('rsv_0123456789abcdef');\n")
+	if err == nil || !strings.Contains(out, "ERROR 9103 (45000)") {
+		t.Fatalf("unknown token: %v\n%s", err, out)
+	}
+}
+
+// TestCallFromDriver runs every procedure through go-sql-driver/mysql, as
+// prepared statements and with interpolateParams, and checks each bad
+// argument gets its error and changes nothing.
+func TestCallFromDriver(t *testing.T) {
+	p := startWithSchema(t)
+	direct := dbtest.Open(t, p.db)
+	for _, mode := range []string{"prepared", "interpolated"} {
+		t.Run(mode, func(t *testing.T) {
+			dsn := fmt.Sprintf("app:app@tcp(%s)/%s?parseTime=true", p.addr, p.db)
+			if mode == "interpolated" {
+				dsn += "&interpolateParams=true"
+			}
+			db, err := sql.Open("mysql", dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			shop := 100
+			if mode == "interpolated" {
+				shop = 200
+			}
+			one := func(q string, args ...any) []string {
+				t.Helper()
+				rows, err := db.Query(q, args...)
+				if err != nil {
+					t.Fatalf("%s %v: %v", q, args, err)
+				}
+				defer rows.Close()
+				cols, _ := rows.Columns()
+				var first []string
+				for rows.Next() {
+					vals := make([]sql.NullString, len(cols))
+					ptrs := make([]any, len(cols))
+					for i := range vals {
+						ptrs[i] = &vals[i]
+					}
+					if err := rows.Scan(ptrs...); err != nil {
+						t.Fatal(err)
+					}
+					if first == nil {
+						for _, v := range vals {
+							first = append(first, v.String)
+						}
+					}
+				}
+				if err := rows.Err(); err != nil {
+					t.Fatal(err)
+				}
+				return first
+			}
+			one("CALL holdfast.receive(?, ?, ?, ?)", shop, 5, 1, 20)
+			one("CALL holdfast.receive(?, ?, ?, ?)", shop, 5, 2, 20)
+			if r := one("CALL holdfast.set_on_hand(?, ?, ?, ?)", shop, 5, 2, 15); r[2] != "15" {
+				t.Fatalf("set_on_hand: %v", r)
+			}
+			if r := one("CALL holdfast.adjust(?, ?, ?, ?)", shop, 5, 2, -5); r[2] != "10" {
+				t.Fatalf("adjust: %v", r)
+			}
+			res := one("CALL holdfast.reserve(?, ?, ?, ?)", shop, "key-"+mode, `[{"item":5,"qty":4,"locations":[2,1]}]`, 1800)
+			token := res[0]
+			// Location 2 is preferred and has stock (10 after adjust).
+			if !strings.HasPrefix(token, "rsv_") || res[4] != "2" || res[5] != "4" {
+				t.Fatalf("reserve: %v", res)
+			}
+			if r := one("CALL holdfast.reserve(?, ?, ?, ?)", shop, "key-"+mode, `[{"item":5,"qty":4,"locations":[2,1]}]`, 1800); r[0] != token || r[7] != "1" {
+				t.Fatalf("replay: %v, want token %s replayed", r, token)
+			}
+			one("CALL holdfast.extend(?, ?)", token, 2400)
+			if r := one("CALL holdfast.availability(?, ?)", shop, 5); r[0] != "1" || r[2] != "0" {
+				t.Fatalf("availability of location 1: %v", r)
+			}
+			if r := one("CALL holdfast.claim(?)", token); r[1] != "claimed" {
+				t.Fatalf("claim: %v", r)
+			}
+			t2 := one("CALL holdfast.reserve(?, ?, ?, NULL)", shop, "key2-"+mode, `[{"item":5,"qty":1,"locations":[1]}]`)[0]
+			if r := one("CALL holdfast.release(?)", t2); r[1] != "released" {
+				t.Fatalf("release: %v", r)
+			}
+
+			before := snapshot(t, direct)
+			for _, bad := range []struct {
+				args []any
+				code uint16
+				why  string // the message names the cause
+			}{
+				{[]any{shop, "k-neg", `[{"item":5,"qty":-1,"locations":[1]}]`, 1800}, 9105, "qty"},
+				{[]any{shop, "k-json", `[{"item":5,`, 1800}, 9105, "lines_json"},
+				{[]any{shop, "k-type", `[{"item":"five","qty":1,"locations":[1]}]`, 1800}, 9105, "item"},
+				{[]any{shop, "k-ttl", `[{"item":5,"qty":1,"locations":[1]}]`, "abc"}, 9105, "ttl_seconds"},
+				{[]any{shop, "k-ttl2", `[{"item":5,"qty":1,"locations":[1]}]`, 1}, 9105, "ttl_seconds"},
+				{[]any{shop, "k-loc", `[{"item":5,"qty":1,"locations":[99]}]`, 1800}, 9105, "location 99"},
+				{[]any{shop, "k-many", manyLines(10000), 1800}, 9105, "lines"},
+				{[]any{shop, "k-stock", `[{"item":5,"qty":500,"locations":[1]}]`, 1800}, 9101, "line 1"},
+				{[]any{shop, "key-" + mode, `[{"item":5,"qty":2,"locations":[1]}]`, 1800}, 9102, "key-" + mode},
+			} {
+				_, err := db.Exec("CALL holdfast.reserve(?, ?, ?, ?)", bad.args...)
+				var me *mysql.MySQLError
+				if !errors.As(err, &me) || me.Number != bad.code || !strings.Contains(me.Message, bad.why) {
+					t.Fatalf("reserve%v: %v, want error %d about %q", bad.args[1:2], err, bad.code, bad.why)
+				}
+			}
+			if _, err := db.Exec("CALL holdfast.reserve(?, ?, ?)", shop, "k", "[]"); mysqlNumber(err) != 1318 {
+				t.Fatalf("wrong argument count: %v", err)
+			}
+			if after := snapshot(t, direct); after != before {
+				t.Fatalf("failed calls changed the tables:\nbefore\n%s\nafter\n%s", before, after)
+			}
+		})
+	}
+}
+
+func mysqlNumber(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+func manyLines(n int) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"item":%d,"qty":1,"locations":[1]}`, i+1)
+	}
+	b.WriteByte(']')
+	return b.String()
+}

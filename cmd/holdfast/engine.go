@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy"
+	"github.com/holdfast-db/holdfast/refiller"
+	"github.com/holdfast-db/holdfast/reservation"
+)
+
+// poolConns lends the proxy's pool connections to the reservation engine:
+// its transactions are borrows like any other, attributed to their tags.
+type poolConns struct{ srv *proxy.Server }
+
+func (p poolConns) Borrow(ctx context.Context, tag string) (reservation.Conn, error) {
+	c, err := p.srv.BorrowEngine(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	return engineConn{c}, nil
+}
+
+type engineConn struct{ c *proxy.EngineConn }
+
+func (e engineConn) Exec(ctx context.Context, query string, args ...any) (reservation.Result, error) {
+	q, err := reservation.Interpolate(query, args...)
+	if err != nil {
+		return reservation.Result{}, err
+	}
+	affected, id, err := e.c.Exec(ctx, q)
+	return reservation.Result{AffectedRows: affected, LastInsertID: id}, err
+}
+
+func (e engineConn) Query(ctx context.Context, query string, args ...any) ([][][]byte, error) {
+	q, err := reservation.Interpolate(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return e.c.Query(ctx, q)
+}
+
+func (e engineConn) Release(broken bool) { e.c.Release(broken) }
+
+// engine is the reservation engine and its refiller, wired to the pool.
+type engine struct {
+	eng     *reservation.Engine
+	ref     *refiller.Refiller
+	replica *sql.DB
+}
+
+func newEngine(cfg config.Config, srv *proxy.Server, log *slog.Logger) (*engine, error) {
+	rc := cfg.Reservation
+	if rc.Refiller.PoolCap == 0 {
+		rc.Refiller.PoolCap = rc.PoolCap
+	}
+	conns := poolConns{srv}
+	ref, err := refiller.New(conns, rc.Refiller, log)
+	if err != nil {
+		return nil, err
+	}
+	e := &engine{ref: ref}
+	var replica reservation.Conns
+	if rc.ReplicaDSN != "" {
+		if e.replica, err = sql.Open("mysql", rc.ReplicaDSN); err != nil {
+			return nil, fmt.Errorf("reservation.replica_dsn: %w", err)
+		}
+		replica = reservation.SQLConns(e.replica)
+	}
+	e.eng, err = reservation.New(rc.Config, reservation.Options{Conns: conns, ReplicaConns: replica, Refiller: ref, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	srv.SetProcedures(e.eng)
+	return e, nil
+}
+
+func (e *engine) start(ctx context.Context) error {
+	if err := e.ref.Start(ctx); err != nil {
+		return err
+	}
+	return e.eng.Start(ctx)
+}
+
+func (e *engine) close() {
+	_ = e.eng.Close()
+	_ = e.ref.Close()
+	if e.replica != nil {
+		_ = e.replica.Close()
+	}
+}
+
+// backendDB opens database/sql on the configured backend, for holdfast's
+// command-line tools (migrate).
+func backendDB(cfg config.Config) (*sql.DB, error) {
+	c := mysql.NewConfig()
+	c.Net, c.Addr, c.User, c.Passwd, c.DBName = "tcp", cfg.Backend.Address, cfg.Backend.User, cfg.Backend.Password, cfg.Backend.Database
+	c.Timeout = cfg.Backend.DialTimeout
+	return sql.Open("mysql", c.FormatDSN())
+}
+
+// migrate creates or upgrades the reservation schema.
+func migrate(ctx context.Context, cfg config.Config) error {
+	db, err := backendDB(cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	applied, err := reservation.Migrate(ctx, reservation.SQLConns(db))
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Printf("reservation schema is up to date (version %d) in %s/%s\n", reservation.SchemaVersion(), cfg.Backend.Address, cfg.Backend.Database)
+	} else {
+		fmt.Printf("applied reservation schema migrations %v in %s/%s\n", applied, cfg.Backend.Address, cfg.Backend.Database)
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+)
+
+// CALL holdfast.<name>(...) is answered by the Procedures (the reservation
+// engine), in the text protocol and as a prepared statement, never by the
+// backend. A procedure runs in its own transactions on connections it
+// borrows from the pool under its own tags, so it cannot join a
+// transaction the client has open: such a call is refused.
+
+const (
+	codeProcInTxn  = 9003 // CALL holdfast.* inside the caller's transaction
+	codeParseError = 1064
+	procTimeout    = 30 * time.Second
+)
+
+// isHoldfastCall reports whether a CALL statement names the holdfast
+// schema, judged from its digest so that comments and quoting do not matter.
+func (s *session) isHoldfastCall(sql []byte) bool {
+	s.digest = sqlscan.AppendDigest(s.digest[:0], sql, 64)
+	d := bytes.ToLower(s.digest)
+	return bytes.HasPrefix(d, []byte("call holdfast.")) || bytes.HasPrefix(d, []byte("call `holdfast`."))
+}
+
+// maybeProcedure answers a text-protocol CALL holdfast.*; it reports
+// whether the statement was one.
+func (s *session) maybeProcedure(sql []byte) bool {
+	if !s.isHoldfastCall(sql) {
+		return false
+	}
+	call, err := s.scanMode().ParseCall(sql)
+	if err != nil {
+		s.writeErr(newErr(codeParseError, "42000", "holdfast: %v", err))
+		return true
+	}
+	args := make([]any, len(call.Args))
+	for i, a := range call.Args {
+		v, err := textArg(a)
+		if err != nil {
+			s.writeErr(newErr(codeWrongArguments, "HY000", "holdfast.%s: argument %d: %v", call.Name, i+1, err))
+			return true
+		}
+		args[i] = v
+	}
+	s.runProcedure(call.Name, args, false)
+	return true
+}
+
+func textArg(a sqlscan.Arg) (any, error) {
+	switch a.Kind {
+	case sqlscan.ArgNull:
+		return nil, nil
+	case sqlscan.ArgInt:
+		if v, err := strconv.ParseInt(a.Text, 10, 64); err == nil {
+			return v, nil
+		}
+		if v, err := strconv.ParseUint(a.Text, 10, 64); err == nil {
+			return v, nil
+		}
+		return a.Text, nil
+	case sqlscan.ArgDecimal:
+		if v, err := strconv.ParseFloat(a.Text, 64); err == nil {
+			return v, nil
+		}
+		return a.Text, nil
+	case sqlscan.ArgString:
+		return a.Text, nil
+	}
+	return nil, errors.New("a '?' placeholder outside a prepared statement")
+}
+
+// runProcedure calls the engine and answers with its result set followed
+// by the OK that ends every CALL, or with its error.
+func (s *session) runProcedure(name string, args []any, binaryRows bool) {
+	name = strings.ToLower(name)
+	if s.status&statusInTrans != 0 {
+		s.writeErr(newErr(codeProcInTxn, "HY000", "holdfast: CALL holdfast.%s runs in its own transaction and cannot join yours; call it outside BEGIN ... COMMIT", name))
+		return
+	}
+	if s.caps&mysql.CLIENT_MULTI_RESULTS == 0 {
+		s.writeErr(newErr(1312, "0A000", "PROCEDURE holdfast.%s can't return a result set in the given context", name))
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.srv.ctx, procTimeout)
+	defer cancel()
+	cols, rows, err := s.srv.procs.Call(ctx, name, args)
+	if err != nil {
+		var me interface {
+			MySQLError() (uint16, string, string)
+		}
+		if errors.As(err, &me) {
+			code, state, msg := me.MySQLError()
+			s.writeErr(newErr(code, state, "%s", msg))
+		} else {
+			s.writeErr(newErr(codeUnknownError, "HY000", "holdfast.%s: %v", name, err))
+		}
+		return
+	}
+	if len(cols) > 0 {
+		rs := resultSet{cols: make([]column, len(cols)), rows: rows, more: true}
+		for i, c := range cols {
+			rs.cols[i] = column{name: c, typ: columnType(rows, i)}
+		}
+		s.writeResultSet(&rs, binaryRows)
+	}
+	s.writeOK(0, 0)
+}
+
+// columnType picks a column's wire type from its first non-NULL value.
+func columnType(rows [][]any, i int) byte {
+	for _, r := range rows {
+		if i >= len(r) || r[i] == nil {
+			continue
+		}
+		switch r[i].(type) {
+		case int64, uint64, int:
+			return mysql.MYSQL_TYPE_LONGLONG
+		case float64:
+			return mysql.MYSQL_TYPE_DOUBLE
+		case time.Time:
+			return mysql.MYSQL_TYPE_DATETIME
+		}
+		return mysql.MYSQL_TYPE_VAR_STRING
+	}
+	return mysql.MYSQL_TYPE_VAR_STRING
+}
+
+// prepareProcedure answers COM_STMT_PREPARE of a CALL holdfast.* locally;
+// it reports whether the statement was one.
+func (s *session) prepareProcedure(p []byte) bool {
+	if s.srv.procs == nil || !s.isHoldfastCall(p[1:]) {
+		return false
+	}
+	call, err := s.scanMode().ParseCall(p[1:])
+	if err != nil {
+		s.writeErr(newErr(codeParseError, "42000", "holdfast: %v", err))
+		return true
+	}
+	params := 0
+	for _, a := range call.Args {
+		if a.Kind == sqlscan.ArgParam {
+			params++
+		}
+	}
+	s.nextStmt++
+	cs := &clientStmt{id: s.nextStmt, query: string(p[1:]), params: params, call: &call}
+	s.stmts[cs.id] = cs
+	s.lastStmt = cs.id
+	out := append(s.out[:0], hdrOK)
+	out = binary.LittleEndian.AppendUint32(out, cs.id)
+	out = binary.LittleEndian.AppendUint16(out, 0) // columns: known only when it runs
+	out = binary.LittleEndian.AppendUint16(out, uint16(params))
+	out = append(out, 0, 0, 0)
+	s.out = out
+	s.writePacket(out)
+	if params > 0 {
+		for i := 0; i < params; i++ {
+			s.out = appendColumnDef(s.out[:0], column{name: "?", typ: mysql.MYSQL_TYPE_VAR_STRING})
+			s.writePacket(s.out)
+		}
+		s.out = appendEOF(s.out[:0], 0, s.status&^statusSessionChanged)
+		s.writePacket(s.out)
+	}
+	return true
+}
+
+// executeProcedure runs a prepared CALL holdfast.* with its bound
+// parameters.
+func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte) {
+	params, err := decodeParams(cs, nullMap, values)
+	if err != nil {
+		s.writeErr(errMalformedPacket(err.Error()))
+		return
+	}
+	args := make([]any, len(cs.call.Args))
+	for i, a := range cs.call.Args {
+		if a.Kind == sqlscan.ArgParam {
+			args[i] = params[a.Index]
+			continue
+		}
+		v, err := textArg(a)
+		if err != nil {
+			s.writeErr(newErr(codeWrongArguments, "HY000", "holdfast.%s: argument %d: %v", cs.call.Name, i+1, err))
+			return
+		}
+		args[i] = v
+	}
+	s.runProcedure(cs.call.Name, args, true)
+}
+
+// decodeParams decodes the binary-protocol parameters of an execute using
+// the types the client sent (now or on an earlier execute).
+func decodeParams(cs *clientStmt, nullMap, values []byte) ([]any, error) {
+	out := make([]any, cs.params)
+	for i := 0; i < cs.params; i++ {
+		if nullMap[i/8]&(1<<(i%8)) != 0 {
+			continue
+		}
+		if d, ok := cs.longData[uint16(i)]; ok {
+			out[i] = string(d)
+			continue
+		}
+		typ, unsigned := cs.types[2*i], cs.types[2*i+1]&0x80 != 0
+		var n int
+		switch typ {
+		case mysql.MYSQL_TYPE_NULL:
+			continue
+		case mysql.MYSQL_TYPE_TINY:
+			n = 1
+		case mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR:
+			n = 2
+		case mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_FLOAT:
+			n = 4
+		case mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_DOUBLE:
+			n = 8
+		case mysql.MYSQL_TYPE_DATE, mysql.MYSQL_TYPE_DATETIME, mysql.MYSQL_TYPE_TIMESTAMP, mysql.MYSQL_TYPE_TIME:
+			if len(values) < 1 {
+				return nil, fmt.Errorf("parameter %d truncated", i+1)
+			}
+			n = 1 + int(values[0])
+		default: // strings, decimals, blobs, JSON: length-encoded
+			v, k, ok := readLenEncString(values)
+			if !ok {
+				return nil, fmt.Errorf("parameter %d truncated", i+1)
+			}
+			out[i] = string(v)
+			values = values[k:]
+			continue
+		}
+		if len(values) < n {
+			return nil, fmt.Errorf("parameter %d truncated", i+1)
+		}
+		b := values[:n]
+		values = values[n:]
+		switch typ {
+		case mysql.MYSQL_TYPE_TINY:
+			out[i] = intParam(uint64(b[0]), int64(int8(b[0])), unsigned)
+		case mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR:
+			u := binary.LittleEndian.Uint16(b)
+			out[i] = intParam(uint64(u), int64(int16(u)), unsigned)
+		case mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24:
+			u := binary.LittleEndian.Uint32(b)
+			out[i] = intParam(uint64(u), int64(int32(u)), unsigned)
+		case mysql.MYSQL_TYPE_LONGLONG:
+			u := binary.LittleEndian.Uint64(b)
+			out[i] = intParam(u, int64(u), unsigned)
+		case mysql.MYSQL_TYPE_FLOAT:
+			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
+		case mysql.MYSQL_TYPE_DOUBLE:
+			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b))
+		default:
+			out[i] = formatBinaryTime(typ, b[1:])
+		}
+	}
+	return out, nil
+}
+
+func intParam(u uint64, i int64, unsigned bool) any {
+	if unsigned {
+		if u > math.MaxInt64 {
+			return u
+		}
+		return int64(u)
+	}
+	return i
+}
+
+// formatBinaryTime renders a binary DATE/DATETIME/TIME value as text.
+func formatBinaryTime(typ byte, b []byte) string {
+	if typ == mysql.MYSQL_TYPE_TIME {
+		if len(b) < 8 {
+			return "00:00:00"
+		}
+		sign := ""
+		if b[0] == 1 {
+			sign = "-"
+		}
+		days := binary.LittleEndian.Uint32(b[1:])
+		return fmt.Sprintf("%s%02d:%02d:%02d", sign, uint32(b[5])+24*days, b[6], b[7])
+	}
+	var y, mo, d, h, mi, sec int
+	var us uint32
+	if len(b) >= 4 {
+		y, mo, d = int(binary.LittleEndian.Uint16(b)), int(b[2]), int(b[3])
+	}
+	if len(b) >= 7 {
+		h, mi, sec = int(b[4]), int(b[5]), int(b[6])
+	}
+	if len(b) >= 11 {
+		us = binary.LittleEndian.Uint32(b[7:])
+	}
+	if typ == mysql.MYSQL_TYPE_DATE {
+		return fmt.Sprintf("%04d-%02d-%02d", y, mo, d)
+	}
+	if us != 0 {
+		return fmt.Sprintf("%04d-%02d-%02d %02d:%02d:%02d.%06d", y, mo, d, h, mi, sec, us)
+	}
+	return fmt.Sprintf("%04d-%02d-%02d %02d:%02d:%02d", y, mo, d, h, mi, sec)
+}
+
+// SetProcedures installs what answers CALL holdfast.* (call before Serve).
+func (s *Server) SetProcedures(p Procedures) { s.procs = p }

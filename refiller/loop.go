@@ -1,0 +1,277 @@
+package refiller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/holdfast-db/holdfast/reservation"
+)
+
+// Start runs the background loop until ctx is cancelled or Close is called.
+// Start may be called once.
+func (r *Refiller) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return errors.New("refiller: closed")
+	}
+	if r.started {
+		return errors.New("refiller: already started")
+	}
+	r.started = true
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.loop(ctx)
+	}()
+	return nil
+}
+
+// Close stops the background loop and waits for it. Refills already
+// running (inline ones included) finish on their own. Close is idempotent.
+func (r *Refiller) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	cancel := r.cancel
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	r.wg.Wait()
+	return nil
+}
+
+func (r *Refiller) loop(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.Interval)
+	defer tick.Stop()
+	var scan <-chan time.Time
+	if r.cfg.ScanInterval > 0 {
+		t := time.NewTicker(r.cfg.ScanInterval)
+		defer t.Stop()
+		scan = t.C
+	}
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+			// A reserve took units: look now, at most every minCheckGap,
+			// so a hot pool is topped up before it runs dry rather than
+			// on the next tick.
+			if wait := minCheckGap - time.Since(last); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			last = time.Now()
+			r.CheckDirty(ctx)
+		case <-tick.C:
+			last = time.Now()
+			r.CheckDirty(ctx)
+		case <-scan:
+			if err := r.ScanOnce(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("refiller: scan failed", "err", err)
+			}
+		}
+	}
+}
+
+// minCheckGap spaces the checks Notify triggers.
+const minCheckGap = 5 * time.Millisecond
+
+// poolState is an unlocked look at one pool.
+type poolState struct {
+	key                  reservation.PoolKey
+	onHand, pooled, held int64
+	needsFill, needsTrim bool
+}
+
+func (r *Refiller) judge(p *poolState) {
+	low := float64(p.pooled) < r.cfg.Watermark*float64(r.cfg.PoolCap)
+	room := p.onHand - p.pooled - p.held
+	p.needsFill = low && room > 0
+	p.needsTrim = room < 0 || p.pooled > int64(r.cfg.PoolCap)
+}
+
+// CheckDirty looks at the pools notified since the last call (one unlocked
+// statement) and refills those under the watermark whose ledger has units
+// to add, and those that promise more than the ledger holds. The loop calls
+// it every Interval.
+func (r *Refiller) CheckDirty(ctx context.Context) {
+	r.mu.Lock()
+	keys := make([]reservation.PoolKey, 0, len(r.dirty))
+	for k := range r.dirty {
+		keys = append(keys, k)
+	}
+	clear(r.dirty)
+	r.mu.Unlock()
+	for len(keys) > 0 {
+		n := min(len(keys), 100)
+		states, err := r.look(ctx, keys[:n])
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("refiller: depth check failed", "err", err)
+			}
+			return
+		}
+		for _, s := range states {
+			if s.needsFill || s.needsTrim {
+				if err := r.refillShared(ctx, s.key, Background); err != nil && ctx.Err() == nil {
+					r.log.Warn("refiller: refill failed", "pool", s.key.String(), "err", err)
+				}
+			}
+		}
+		keys = keys[n:]
+	}
+}
+
+// look reads depth, on_hand and held quantity of keys in one statement.
+func (r *Refiller) look(ctx context.Context, keys []reservation.PoolKey) ([]*poolState, error) {
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		w := k.WhereSQL()
+		fmt.Fprintf(&b, `SELECT %d, on_hand, (SELECT COUNT(*) FROM reservation_units WHERE %s),
+ (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities WHERE %s) FROM inventory_ledger WHERE %s`, i, w, w, w)
+	}
+	rows, err := r.query(ctx, b.String())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*poolState, 0, len(rows))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, row := range rows {
+		v, err := ints(row)
+		if err != nil {
+			return nil, err
+		}
+		s := &poolState{key: keys[v[0]], onHand: v[1], pooled: v[2], held: v[3]}
+		r.judge(s)
+		if h := r.hot[s.key]; h != nil {
+			h.depth, h.seen = s.pooled, true
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// ScanOnce walks every ledger row (pages of 500, unlocked) and refills the
+// pools that need it. It finds pools nobody reserved from here: stock just
+// received, pools other instances drained, pools left over-promised.
+func (r *Refiller) ScanOnce(ctx context.Context) error {
+	var after reservation.PoolKey
+	for {
+		rows, err := r.query(ctx, `SELECT l.shop_id, l.inventory_item_id, l.inventory_group_id, l.on_hand,
+ (SELECT COUNT(*) FROM reservation_units u
+   WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id),
+ (SELECT COALESCE(SUM(q.quantity), 0) FROM reserved_quantities q
+   WHERE q.shop_id = l.shop_id AND q.inventory_item_id = l.inventory_item_id AND q.inventory_group_id = l.inventory_group_id)
+FROM inventory_ledger l
+WHERE l.shop_id > ? OR (l.shop_id = ? AND (l.inventory_item_id > ? OR (l.inventory_item_id = ? AND l.inventory_group_id > ?)))
+ORDER BY l.shop_id, l.inventory_item_id, l.inventory_group_id LIMIT 500`,
+			after.ShopID, after.ShopID, after.ItemID, after.ItemID, after.GroupID)
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			v, err := ints(row)
+			if err != nil {
+				return err
+			}
+			s := &poolState{key: reservation.PoolKey{ShopID: v[0], ItemID: v[1], GroupID: v[2]}, onHand: v[3], pooled: v[4], held: v[5]}
+			after = s.key
+			r.judge(s)
+			if s.needsFill || s.needsTrim {
+				if err := r.refillShared(ctx, s.key, Scan); err != nil {
+					if ctx.Err() != nil {
+						return err
+					}
+					r.log.Warn("refiller: refill failed", "pool", s.key.String(), "err", err)
+				}
+			}
+		}
+		if len(rows) < 500 {
+			return nil
+		}
+	}
+}
+
+func (r *Refiller) query(ctx context.Context, q string, args ...any) ([][][]byte, error) {
+	c, err := r.conns.Borrow(ctx, reservation.TagRefill)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.Query(ctx, q, args...)
+	var d reservation.DBError
+	c.Release(err != nil && !errors.As(err, &d))
+	return rows, err
+}
+
+// touchLocked counts a reserve on key for the hot-pool ranking, keeping at
+// most 4*HotPools pools (the least touched is forgotten).
+func (r *Refiller) touchLocked(key reservation.PoolKey) {
+	if h := r.hot[key]; h != nil {
+		h.touches++
+		return
+	}
+	if len(r.hot) >= 4*r.cfg.HotPools {
+		var victim reservation.PoolKey
+		least := ^uint64(0)
+		for k, h := range r.hot {
+			if h.touches < least {
+				victim, least = k, h.touches
+			}
+		}
+		delete(r.hot, victim)
+		// Age the rest so new hot pools can climb.
+		for _, h := range r.hot {
+			h.touches -= min(h.touches, least)
+		}
+	}
+	r.hot[key] = &hotPool{touches: 1}
+}
+
+// PoolDepth is one pool's last observed depth.
+type PoolDepth struct {
+	Key   reservation.PoolKey
+	Depth int64
+}
+
+// hottestLocked returns up to HotPools pools with a known depth, most
+// reserved from first.
+func (r *Refiller) hottestLocked() []PoolDepth {
+	type kv struct {
+		k reservation.PoolKey
+		h *hotPool
+	}
+	all := make([]kv, 0, len(r.hot))
+	for k, h := range r.hot {
+		if h.seen {
+			all = append(all, kv{k, h})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].h.touches > all[j].h.touches })
+	if len(all) > r.cfg.HotPools {
+		all = all[:r.cfg.HotPools]
+	}
+	out := make([]PoolDepth, len(all))
+	for i, x := range all {
+		out[i] = PoolDepth{x.k, x.h.depth}
+	}
+	return out
+}

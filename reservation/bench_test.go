@@ -1,0 +1,243 @@
+package reservation_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/refiller"
+	"github.com/holdfast-db/holdfast/reservation"
+	"github.com/holdfast-db/holdfast/reservation/restest"
+)
+
+// BenchmarkReserveHotItem measures, in one run, reservations per second on
+// ONE hot item/location with N concurrent clients, through a relay adding
+// latency each way between client and MariaDB (these machines have no
+// netem), for:
+//
+//	txcounter  transactional counter: UPDATE counter ... WHERE available >= 1 and INSERT a reservation row, one transaction
+//	update     one autocommit UPDATE ... WHERE available >= 1 (keeps no reservation record)
+//	naive      the engine, one transaction per reserve (Config.DisableCoalescing)
+//	coalesced  the engine with the per-pool combiner (the default)
+//	coalesced_tx  the combiner without sessions (Config.DisableSessions): 7 round trips per batch, not 5
+//
+// and reports each mode's rate, p50 and p99, and the ratios coalesced/naive,
+// coalesced/update and coalesced/txcounter, so the design choice is
+// measured against baselines taken in the same run. It asserts no absolute
+// time. Not part of the default test run:
+//
+//	go test -run '^$' -bench BenchmarkReserveHotItem -benchtime 1x ./reservation/
+//
+// Knobs: HOLDFAST_BENCH_CLIENTS (comma list, default 64), HOLDFAST_BENCH_SECONDS
+// (per mode, default 3), HOLDFAST_BENCH_DELAY (each way, default 500us),
+// HOLDFAST_BENCH_MODES (comma list, default all five), and engine tuning
+// HOLDFAST_BENCH_BATCHES_PER_POOL, HOLDFAST_BENCH_WATERMARK (refiller).
+func BenchmarkReserveHotItem(b *testing.B) {
+	clientsList := envList("HOLDFAST_BENCH_CLIENTS", "64")
+	seconds, _ := strconv.ParseFloat(envOr("HOLDFAST_BENCH_SECONDS", "3"), 64)
+	delay, err := time.ParseDuration(envOr("HOLDFAST_BENCH_DELAY", "500us"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	modes := envList("HOLDFAST_BENCH_MODES", "txcounter,update,naive,coalesced_tx,coalesced")
+	dur := time.Duration(seconds * float64(time.Second))
+
+	_, name := restest.NewDB(b, 4)
+	relay := restest.NewRelay(b, restest.Target(b), delay)
+	direct := restest.OpenVia(b, name, restest.Target(b), 8)
+	for _, q := range []string{
+		"CREATE TABLE bench_counter (item BIGINT PRIMARY KEY, available BIGINT NOT NULL)",
+		"CREATE TABLE bench_counter_log (id BIGINT AUTO_INCREMENT PRIMARY KEY, item BIGINT NOT NULL, created_at DATETIME(6) NOT NULL)",
+		"INSERT INTO bench_counter VALUES (1, 1000000000)",
+		"INSERT INTO inventory_ledger VALUES (1, 1, 1, 1000000000, UTC_TIMESTAMP(6))",
+	} {
+		if _, err := direct.Exec(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		for _, cs := range clientsList {
+			clients, _ := strconv.Atoi(cs)
+			res := map[string]benchResult{}
+			for _, mode := range modes {
+				r := runMode(b, mode, name, relay.Addr, clients, dur)
+				res[mode] = r
+				fmt.Printf("clients=%-3d %-9s %8.0f res/s  p50 %6.2fms  p99 %6.2fms  (%d ok, %d errors)\n",
+					clients, mode, r.rate, ms(r.p50), ms(r.p99), r.ok, r.errs)
+				b.ReportMetric(r.rate, fmt.Sprintf("%s_c%d_res/s", mode, clients))
+				b.ReportMetric(ms(r.p99), fmt.Sprintf("%s_c%d_p99_ms", mode, clients))
+			}
+			for _, base := range []string{"naive", "coalesced_tx", "update", "txcounter"} {
+				if c, ok := res["coalesced"]; ok {
+					if r, ok := res[base]; ok && r.rate > 0 {
+						fmt.Printf("clients=%-3d coalesced/%s = %.2f\n", clients, base, c.rate/r.rate)
+						b.ReportMetric(c.rate/r.rate, fmt.Sprintf("coalesced/%s_c%d", base, clients))
+					}
+				}
+			}
+		}
+	}
+	b.StopTimer()
+	var onHand, pooled, reserved int64
+	direct.QueryRow(`SELECT (SELECT on_hand FROM inventory_ledger), (SELECT COUNT(*) FROM reservation_units),
+ (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities)`).Scan(&onHand, &pooled, &reserved)
+	if pooled+reserved > onHand {
+		b.Errorf("oversold: pool %d + reserved %d > on_hand %d", pooled, reserved, onHand)
+	}
+}
+
+type benchResult struct {
+	rate     float64
+	p50, p99 time.Duration
+	ok, errs int64
+}
+
+func runMode(b *testing.B, mode, name, addr string, clients int, dur time.Duration) benchResult {
+	db := restest.OpenVia(b, name, addr, min(clients, 64))
+	var op func(ctx context.Context, i int) error
+	switch mode {
+	case "update":
+		op = func(ctx context.Context, _ int) error {
+			_, err := db.ExecContext(ctx, "UPDATE bench_counter SET available = available - 1 WHERE item = 1 AND available >= 1")
+			return err
+		}
+	case "txcounter":
+		op = func(ctx context.Context, _ int) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "UPDATE bench_counter SET available = available - 1 WHERE item = 1 AND available >= 1"); err != nil {
+				tx.Rollback()
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO bench_counter_log (item, created_at) VALUES (1, UTC_TIMESTAMP(6))"); err != nil {
+				tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		}
+	case "naive", "coalesced", "coalesced_tx":
+		eng := benchEngine(b, db, mode == "naive", mode == "coalesced_tx")
+		lines := linesJSON(1, 1, 1)
+		op = func(ctx context.Context, i int) error {
+			_, _, err := eng.Call(ctx, "reserve", []any{int64(1), fmt.Sprintf("%s-%d-%d", mode, clients, i), lines, int64(600)})
+			return err
+		}
+	default:
+		b.Fatalf("unknown mode %q", mode)
+	}
+	// Warm the pool and the connections.
+	warm, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = op(warm, -1)
+	cancel()
+
+	ctx, stop := context.WithTimeout(context.Background(), dur)
+	defer stop()
+	var seq, ok, errs atomic.Int64
+	var firstErr atomic.Value
+	var mu sync.Mutex // guards lat
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if err := op(context.Background(), int(seq.Add(1))); err != nil {
+					if errs.Add(1) == 1 {
+						firstErr.Store(err.Error())
+					}
+					continue
+				}
+				if ctx.Err() == nil {
+					mine = append(mine, time.Since(t0))
+					ok.Add(1)
+				}
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if e := firstErr.Load(); e != nil {
+		fmt.Printf("  %s: first error: %v\n", mode, e)
+	}
+	db.Close()
+	slices.Sort(lat)
+	q := func(p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[int(math.Min(float64(len(lat)-1), p*float64(len(lat))))]
+	}
+	return benchResult{rate: float64(ok.Load()) / elapsed.Seconds(), p50: q(0.5), p99: q(0.99), ok: ok.Load(), errs: errs.Load()}
+}
+
+func benchEngine(b *testing.B, db *sql.DB, naive, noSessions bool) *reservation.Engine {
+	conns := reservation.SQLConns(db)
+	rc := refiller.Config{ScanInterval: -1}
+	if v, err := strconv.ParseFloat(os.Getenv("HOLDFAST_BENCH_WATERMARK"), 64); err == nil {
+		rc.Watermark = v
+	}
+	ref, err := refiller.New(conns, rc, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.DisableCoalescing = naive
+	cfg.DisableSessions = noSessions
+	if v, err := strconv.Atoi(os.Getenv("HOLDFAST_BENCH_BATCHES_PER_POOL")); err == nil {
+		cfg.BatchesPerPool = v
+	}
+	cfg.ReserveTimeout = 30 * time.Second
+	eng, err := reservation.New(cfg, reservation.Options{Conns: conns, Refiller: ref})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ref.Start(ctx)
+	b.Cleanup(func() {
+		cancel()
+		eng.Close()
+		ref.Close()
+		s, rs := eng.Stats(), ref.Stats()
+		fmt.Printf("  engine naive=%v sessions=%v: %d reserve transactions, batch size p50 %v p99 %v, %d backoffs, %d reserves waited for inline refills, refills %v\n",
+			naive, !noSessions, s.Batches, s.BatchSize.Quantile(0.5), s.BatchSize.Quantile(0.99), s.Backoffs, s.InlineRefills, rs.Refills)
+	})
+	return eng
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func envList(k, def string) []string {
+	var out []string
+	for _, s := range strings.Split(envOr(k, def), ",") {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

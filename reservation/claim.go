@@ -1,0 +1,384 @@
+package reservation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Result columns of claim, release and extend.
+var (
+	ClaimColumns   = []string{"token", "outcome", "line_no", "inventory_item_id", "inventory_group_id", "quantity"}
+	ReleaseColumns = []string{"token", "outcome", "quantity"}
+	ExtendColumns  = []string{"token", "expires_at"}
+)
+
+// headerByID reads one reservations row without locking it; nil if absent.
+func (e *Engine) headerByID(ctx context.Context, tag string, id uint64) (*header, error) {
+	rows, err := e.query(ctx, tag, "SELECT "+headerCols+" FROM reservations WHERE reservation_id = ?", id)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return decodeHeader(rows[0])
+}
+
+func unknownToken(proc string, id uint64) error {
+	return newError(CodeUnknownToken, "45000", "holdfast.%s: unknown reservation token %s", proc, formatToken(id))
+}
+
+// lockLedgerSQL locks the ledger rows of keys in primary-key order, in one
+// statement (InnoDB walks the ranges in key order).
+func lockLedgerSQL(keys []PoolKey) string {
+	var b strings.Builder
+	b.WriteString("SELECT shop_id, inventory_item_id, inventory_group_id, on_hand FROM inventory_ledger FORCE INDEX (PRIMARY) WHERE ")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(" + k.WhereSQL() + ")")
+	}
+	b.WriteString(" ORDER BY shop_id, inventory_item_id, inventory_group_id FOR UPDATE")
+	return b.String()
+}
+
+func headerPools(h *header) []PoolKey {
+	keys := make([]PoolKey, 0, len(h.lines))
+	for _, l := range h.lines {
+		k := PoolKey{h.shop, l.item, l.group}
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b PoolKey) int { return cmpBool(ledgerLess(a, b), ledgerLess(b, a)) })
+	return keys
+}
+
+// deleteLines deletes the locked lines of reservation id; column col of
+// each held row is its line_no.
+func deleteLines(ctx context.Context, c Conn, id uint64, held [][][]byte, col int) error {
+	keys := make([][]int64, len(held))
+	for i, r := range held {
+		n, err := colInt(r[col])
+		if err != nil {
+			return err
+		}
+		keys[i] = []int64{int64(id), n}
+	}
+	_, err := DeleteByKeys(ctx, c, TableReserved, lineCols, keys, "")
+	return err
+}
+
+// errAlreadyClaimed makes a claim transaction roll back when another claim
+// of the same reservation committed first.
+var errAlreadyClaimed = errors.New("reservation: already claimed")
+
+func (e *Engine) callClaim(ctx context.Context, args []any) ([]string, [][]any, error) {
+	start := time.Now()
+	defer func() { e.m.claimDur.observe(time.Since(start)) }()
+	id, err := tokenArg("claim", args, 0)
+	if err != nil {
+		e.m.claims.inc(claimBadArgument)
+		return nil, nil, err
+	}
+	outcome, h, err := e.claim(ctx, id)
+	switch {
+	case err == nil:
+		e.m.claims.inc(outcome)
+	case errors.Is(err, ErrUnknownToken):
+		e.m.claims.inc(claimUnknown)
+	case errors.Is(err, ErrExpired):
+		e.m.claims.inc(claimForcedFailed)
+	case errors.Is(err, ErrGuardViolated):
+		e.m.claims.inc(claimGuardRefused)
+	default:
+		e.m.claims.inc(claimError)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	tok := formatToken(h.id)
+	rows := make([][]any, len(h.lines))
+	for i, l := range h.lines {
+		rows[i] = []any{tok, claimOutcomes[outcome], int64(i + 1), l.item, l.group, l.qty}
+	}
+	return ClaimColumns, rows, nil
+}
+
+// claim deducts a reservation from the ledger: an unlocked read of the
+// reservation, then one transaction that locks the ledger rows (key order),
+// re-checks the reservation's lines FOR UPDATE and its row FOR UPDATE,
+// deducts each line with the guard on_hand >= qty, deletes the lines and
+// records the claim (state, claimed_at, claim_kind) — the claim log that
+// makes a repeated claim a reported duplicate.
+//
+// If the reservation expired (or was released) the deduction is forced: the
+// same guarded UPDATE, which may push pool + reserved above on_hand (the
+// units went back to the pool and may be reserved by someone else); it is
+// alerted either way, and the pools are handed to the refiller, which
+// shrinks a pool that exceeds the ledger. A failed forced deduction changes
+// nothing and is error 9104: the payment must be refunded.
+func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
+	h, err := e.headerByID(ctx, TagClaim, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	if h == nil {
+		return 0, nil, unknownToken("claim", id)
+	}
+	if h.state == "claimed" {
+		return claimDuplicate, h, nil
+	}
+	keys := headerPools(h)
+	var (
+		outcome   int
+		expiredAt time.Time
+		short     string
+	)
+	err = e.tx.Run(ctx, TagClaim, func(ctx context.Context, c Conn) error {
+		outcome, short = claimClaimed, ""
+		if _, err := c.Query(ctx, lockLedgerSQL(keys)); err != nil {
+			return err
+		}
+		held, err := c.Query(ctx, "SELECT line_no, expires_at <= UTC_TIMESTAMP(6) FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE", id)
+		if err != nil {
+			return err
+		}
+		hrow, err := c.Query(ctx, "SELECT state, expires_at FROM reservations WHERE reservation_id = ? FOR UPDATE", id)
+		if err != nil {
+			return err
+		}
+		if len(hrow) == 0 {
+			return unknownToken("claim", id) // pruned meanwhile
+		}
+		if string(hrow[0][0]) == "1" {
+			return errAlreadyClaimed
+		}
+		expiredAt, _ = colTime(hrow[0][1])
+		present := make(map[int64]bool, len(held))
+		for _, r := range held {
+			n, _ := colInt(r[0])
+			present[n] = true
+			if string(r[1]) == "1" {
+				outcome = claimLate
+			}
+		}
+		if string(hrow[0][0]) == "2" || len(present) < len(h.lines) {
+			outcome = claimForced
+		}
+		for i, l := range h.lines {
+			res, err := c.Exec(ctx, "UPDATE inventory_ledger SET on_hand = on_hand - ?, updated_at = UTC_TIMESTAMP(6) WHERE "+
+				PoolKey{h.shop, l.item, l.group}.WhereSQL()+" AND on_hand >= ?", l.qty, l.qty)
+			if err != nil {
+				return err
+			}
+			if res.AffectedRows != 1 {
+				short = fmt.Sprintf("line %d (item %d at location %d) needs %d and on_hand is lower", i+1, l.item, l.group, l.qty)
+				if outcome == claimForced {
+					return ErrExpired // rolls back; reported below
+				}
+				// The units were held, yet the ledger no longer covers
+				// them: a forced claim of an expired reservation took
+				// them (the seeds' "Y meets the guard"), or the ledger
+				// was changed outside holdfast. Deduct nothing.
+				return newError(CodeGuardViolated, "45000",
+					"holdfast.claim: reservation %s: %s although it was reserved (a forced claim or a change outside holdfast took the units); nothing was deducted, refund or restock",
+					formatToken(id), short)
+			}
+		}
+		if len(held) > 0 {
+			if err := deleteLines(ctx, c, id, held, 0); err != nil {
+				return err
+			}
+		}
+		kind := map[int]string{claimClaimed: "normal", claimLate: "late", claimForced: "forced"}[outcome]
+		_, err = c.Exec(ctx, "UPDATE reservations SET state = 1, finished_at = UTC_TIMESTAMP(6), claim_kind = ? WHERE reservation_id = ?", kind, id)
+		return err
+	})
+	tok := formatToken(id)
+	switch {
+	case errors.Is(err, errAlreadyClaimed):
+		return claimDuplicate, h, nil
+	case errors.Is(err, ErrGuardViolated):
+		e.log.Error("reservation: claim refused by the ledger guard although the units were reserved, refund needed",
+			"token", tok, "shop_id", h.shop, "reason", short)
+		return 0, nil, err
+	case errors.Is(err, ErrExpired):
+		e.log.Error("reservation: claim after expiry: forced deduction FAILED, refund needed",
+			"token", tok, "shop_id", h.shop, "expired_at", expiredAt, "reason", short)
+		return 0, nil, newError(CodeExpired, "45000",
+			"holdfast.claim: reservation %s expired at %s and the forced deduction failed: %s; nothing was deducted, refund the payment",
+			tok, expiredAt.Format(time.RFC3339), short)
+	case err != nil:
+		return 0, nil, err
+	}
+	switch outcome {
+	case claimLate:
+		e.log.Warn("reservation: claim after expiry: units were still held, claimed; TTL is too short for the payment flow",
+			"token", tok, "shop_id", h.shop, "expired_at", expiredAt)
+	case claimForced:
+		e.log.Error("reservation: claim after expiry: forced deduction succeeded; pool + reserved may exceed on_hand until the refiller shrinks the pool",
+			"token", tok, "shop_id", h.shop, "expired_at", expiredAt, "released", h.state == "released")
+		for _, k := range keys {
+			if err := e.refiller.RefillNow(ctx, k); err != nil {
+				e.log.Error("reservation: refill after forced claim failed", "pool", k.String(), "err", err)
+			}
+		}
+	}
+	return outcome, h, nil
+}
+
+func (e *Engine) callRelease(ctx context.Context, args []any) ([]string, [][]any, error) {
+	id, err := tokenArg("release", args, 0)
+	if err != nil {
+		e.m.ops[opRelease].inc(opBadArgument)
+		return nil, nil, err
+	}
+	outcome, qty, err := e.release(ctx, id)
+	if err != nil {
+		e.m.ops[opRelease].inc(opOutcomeOf(err))
+		return nil, nil, err
+	}
+	e.m.ops[opRelease].inc(outcome)
+	name := map[int]string{opOK: "released", opDuplicate: "duplicate", opExpired: "expired", opClaimed: "claimed"}[outcome]
+	return ReleaseColumns, [][]any{{formatToken(id), name, qty}}, nil
+}
+
+// release deletes a reservation's lines and marks it released. Releasing
+// twice reports "duplicate"; releasing a claimed reservation changes nothing
+// and reports "claimed"; releasing an expired one reports "expired" (and
+// marks it released, so a later claim is a forced one). It locks
+// reserved_quantities then reservations and never the ledger: giving units
+// back cannot break the invariant.
+func (e *Engine) release(ctx context.Context, id uint64) (int, int64, error) {
+	var (
+		outcome int
+		qty     int64
+		pools   []PoolKey
+	)
+	err := e.tx.Run(ctx, TagRelease, func(ctx context.Context, c Conn) error {
+		outcome, qty, pools = opOK, 0, nil
+		held, err := c.Query(ctx, "SELECT shop_id, inventory_item_id, inventory_group_id, quantity, line_no FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE", id)
+		if err != nil {
+			return err
+		}
+		hrow, err := c.Query(ctx, "SELECT state FROM reservations WHERE reservation_id = ? FOR UPDATE", id)
+		if err != nil {
+			return err
+		}
+		if len(hrow) == 0 {
+			return unknownToken("release", id)
+		}
+		switch string(hrow[0][0]) {
+		case "1":
+			outcome = opClaimed
+			return nil
+		case "2":
+			outcome = opDuplicate
+			return nil
+		}
+		if len(held) == 0 {
+			outcome = opExpired
+		}
+		for _, r := range held {
+			v, err := rowInts(r)
+			if err != nil {
+				return err
+			}
+			qty += v[3]
+			pools = append(pools, PoolKey{v[0], v[1], v[2]})
+		}
+		if len(held) > 0 {
+			if err := deleteLines(ctx, c, id, held, 4); err != nil {
+				return err
+			}
+		}
+		_, err = c.Exec(ctx, "UPDATE reservations SET state = 2, finished_at = UTC_TIMESTAMP(6) WHERE reservation_id = ?", id)
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, k := range pools {
+		e.refiller.Notify(k)
+	}
+	return outcome, qty, nil
+}
+
+func (e *Engine) callExtend(ctx context.Context, args []any) ([]string, [][]any, error) {
+	id, err := tokenArg("extend", args, 0)
+	if err != nil {
+		e.m.ops[opExtend].inc(opBadArgument)
+		return nil, nil, err
+	}
+	if args[1] == nil {
+		e.m.ops[opExtend].inc(opBadArgument)
+		return nil, nil, badArg("extend", 2, "ttl_seconds", "must be a positive integer, got NULL")
+	}
+	ttl, err := e.ttlArg("extend", args, 1)
+	if err != nil {
+		e.m.ops[opExtend].inc(opBadArgument)
+		return nil, nil, err
+	}
+	exp, err := e.extend(ctx, id, ttl)
+	if err != nil {
+		e.m.ops[opExtend].inc(opOutcomeOf(err))
+		return nil, nil, err
+	}
+	e.m.ops[opExtend].inc(opOK)
+	return ExtendColumns, [][]any{{formatToken(id), exp}}, nil
+}
+
+// extend sets a live reservation's expiry to now + ttl. It locks the ledger
+// rows first: the refiller decides which lines are expired under the ledger
+// lock and deletes them in the same transaction, so an extend must not slip
+// in between.
+func (e *Engine) extend(ctx context.Context, id uint64, ttl time.Duration) (time.Time, error) {
+	h, err := e.headerByID(ctx, TagExtend, id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if h == nil {
+		return time.Time{}, unknownToken("extend", id)
+	}
+	tok := formatToken(id)
+	if h.state == "claimed" || h.state == "released" {
+		return time.Time{}, newError(CodeExpired, "45000", "holdfast.extend: reservation %s is %s, not active", tok, h.state)
+	}
+	var exp time.Time
+	err = e.tx.Run(ctx, TagExtend, func(ctx context.Context, c Conn) error {
+		if _, err := c.Query(ctx, lockLedgerSQL(headerPools(h))); err != nil {
+			return err
+		}
+		held, err := c.Query(ctx, "SELECT expires_at <= UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE", id)
+		if err != nil {
+			return err
+		}
+		hrow, err := c.Query(ctx, "SELECT state FROM reservations WHERE reservation_id = ? FOR UPDATE", id)
+		if err != nil {
+			return err
+		}
+		if len(hrow) == 0 {
+			return unknownToken("extend", id)
+		}
+		if string(hrow[0][0]) != "0" {
+			return newError(CodeExpired, "45000", "holdfast.extend: reservation %s is no longer active", tok)
+		}
+		if len(held) < len(h.lines) || slices.ContainsFunc(held, func(r [][]byte) bool { return string(r[0]) == "1" }) {
+			return newError(CodeExpired, "45000", "holdfast.extend: reservation %s expired at %s", tok, h.expiresAt.Format(time.RFC3339))
+		}
+		now, err := colTime(held[0][1])
+		if err != nil {
+			return err
+		}
+		exp = now.Add(ttl).Truncate(time.Microsecond)
+		if _, err := c.Exec(ctx, "UPDATE reserved_quantities SET expires_at = ? WHERE reservation_id = ?", exp, id); err != nil {
+			return err
+		}
+		_, err = c.Exec(ctx, "UPDATE reservations SET expires_at = ? WHERE reservation_id = ?", exp, id)
+		return err
+	})
+	return exp, err
+}

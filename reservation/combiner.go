@@ -1,0 +1,226 @@
+package reservation
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// The combiner coalesces concurrent single-line reserves of one pool into
+// one transaction (runBatch), the way group commit coalesces log flushes.
+// Without it, N concurrent reservers of a hot item run N transactions that
+// each scan past the rows the others hold; with it, the reservers of one
+// pool in this process take their units with one SKIP LOCKED select and one
+// DELETE and INSERT per table, and the round trips are paid once per batch.
+//
+// There is no goroutine per pool: the reserver that finds fewer than
+// Config.BatchesPerPool batches running becomes a leader and runs batches
+// from the queue until its own request is answered, then hands leadership to
+// the oldest waiter still queued. Every request waits for at most its own
+// batch plus the batches queued ahead of it.
+
+type pendingState uint8
+
+const (
+	stQueued pendingState = iota // in queue, nobody has taken it
+	stLead                       // in queue, told to lead
+	stTaken                      // inside a running batch
+)
+
+// combiner is the queue of one pool.
+type combiner struct {
+	key PoolKey
+
+	mu      sync.Mutex // guards following
+	queue   []*pending
+	running int  // leaders running or handed leadership
+	dead    bool // removed from Engine.combiners; use a new one
+}
+
+// submit queues a single-line reserve on pool and waits for its outcome. A
+// retry (front) goes to the head of the queue, so a reserve that came up
+// short keeps its age instead of queuing behind newcomers.
+func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, front bool) outcome {
+	p := &pending{req: req, pools: []PoolKey{pool}, wake: make(chan bool, 1)}
+	var cb *combiner
+	for {
+		e.combMu.Lock()
+		cb = e.combiners[pool]
+		if cb == nil {
+			cb = &combiner{key: pool}
+			e.combiners[pool] = cb
+		}
+		cb.mu.Lock()
+		e.combMu.Unlock()
+		if !cb.dead {
+			break
+		}
+		cb.mu.Unlock()
+	}
+	if len(cb.queue) >= e.cfg.MaxWaitersPerPool {
+		cb.mu.Unlock()
+		e.m.rejected.Add(1)
+		return outcome{err: newError(CodeBusy, "HY000",
+			"holdfast.reserve: %d reserves already queued on item %d at location %d; nothing was reserved, retry",
+			e.cfg.MaxWaitersPerPool, pool.ItemID, pool.GroupID)}
+	}
+	if front {
+		cb.queue = append([]*pending{p}, cb.queue...)
+	} else {
+		cb.queue = append(cb.queue, p)
+	}
+	lead := cb.running < e.cfg.BatchesPerPool
+	if lead {
+		cb.running++
+		p.state = stLead
+	}
+	cb.mu.Unlock()
+
+	for {
+		if lead {
+			e.lead(ctx, cb, p)
+			return p.out
+		}
+		select {
+		case l := <-p.wake:
+			if !l {
+				return p.out
+			}
+			lead = true
+		case <-ctx.Done():
+			cb.mu.Lock()
+			switch p.state {
+			case stQueued:
+				cb.removeLocked(p)
+				cb.mu.Unlock()
+				return outcome{err: ctx.Err()}
+			case stLead:
+				// Leadership (and maybe a session) was handed to us: pass
+				// them on.
+				cb.removeLocked(p)
+				s := cb.handOffLocked(p.sess)
+				cb.mu.Unlock()
+				e.closeSession(s)
+				e.dropIfIdle(cb)
+				return outcome{err: ctx.Err()}
+			default:
+				// Our batch is running; it will answer into p.wake,
+				// buffered. Whatever it reserves stays findable by the
+				// idempotency key, so the client's retry gets it.
+				cb.mu.Unlock()
+				return outcome{err: ctx.Err()}
+			}
+		}
+	}
+}
+
+// lead runs batches from cb's queue until me has been answered, then hands
+// leadership on. The batches run under a context detached from the leader's
+// own cancellation (they answer other reservers too), bounded by
+// ReserveTimeout.
+func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ReserveTimeout+5*time.Second)
+	defer cancel()
+	sess := me.sess
+	me.sess = nil
+	for {
+		// Take up to MaxBatch requests in arrival order, leaving those that
+		// were handed leadership: they lead their own batch.
+		cb.mu.Lock()
+		var batch []*pending
+		rest := cb.queue[:0:0]
+		mine := false
+		for _, p := range cb.queue {
+			if len(batch) < e.cfg.MaxBatch && (p == me || p.state == stQueued) {
+				p.state = stTaken
+				mine = mine || p == me
+				batch = append(batch, p)
+			} else {
+				rest = append(rest, p)
+			}
+		}
+		cb.queue = rest
+		n := len(batch)
+		cb.mu.Unlock()
+
+		if n > 0 {
+			var err error
+			if sess == nil {
+				sess, err = e.openSession(bctx)
+			}
+			if err != nil {
+				for _, p := range batch {
+					p.out = outcome{err: err}
+				}
+			} else {
+				e.runBatch(bctx, batch, sess) // sess may be nil: no session free
+				if sess != nil && (sess.broken || noneGotUnits(batch)) {
+					// Do not hold a connection while the reserves back
+					// off or wait for a refill.
+					e.closeSession(sess)
+					sess = nil
+				}
+			}
+		}
+		for _, p := range batch {
+			if p != me {
+				p.wake <- false
+			}
+		}
+		if mine || n == 0 {
+			cb.mu.Lock()
+			sess = cb.handOffLocked(sess)
+			cb.mu.Unlock()
+			e.closeSession(sess) // nobody queued: release the connection
+			e.dropIfIdle(cb)
+			return
+		}
+	}
+}
+
+func noneGotUnits(batch []*pending) bool {
+	for _, p := range batch {
+		if p.out.res != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// handOffLocked passes the caller's leadership, and its session, to the
+// oldest queued waiter. If nobody waits it gives leadership up and returns
+// the session for the caller to close (outside the lock: it is I/O).
+func (cb *combiner) handOffLocked(s *session) *session {
+	for _, p := range cb.queue {
+		if p.state == stQueued {
+			p.state = stLead
+			p.sess = s
+			p.wake <- true
+			return nil
+		}
+	}
+	cb.running--
+	return s
+}
+
+func (cb *combiner) removeLocked(p *pending) {
+	for i, q := range cb.queue {
+		if q == p {
+			cb.queue = append(cb.queue[:i], cb.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// dropIfIdle removes cb from the engine's map when nobody uses it, so the
+// map holds only pools with reserves in flight.
+func (e *Engine) dropIfIdle(cb *combiner) {
+	e.combMu.Lock()
+	defer e.combMu.Unlock()
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	if cb.running == 0 && len(cb.queue) == 0 && !cb.dead {
+		cb.dead = true
+		delete(e.combiners, cb.key)
+	}
+}

@@ -1,0 +1,182 @@
+package reservation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Conns lends backend connections. Every borrow is attributed to tag (e.g. "holdfast:reserve").
+type Conns interface {
+	Borrow(ctx context.Context, tag string) (Conn, error)
+}
+
+// Conn is one borrowed backend connection, used by one goroutine at a time.
+type Conn interface {
+	// Exec runs one statement; args are interpolated by the implementation as SQL literals
+	// (supported: nil, int, int64, uint64, float64, string, []byte, bool, time.Time).
+	Exec(ctx context.Context, query string, args ...any) (Result, error)
+	// Query runs one statement and returns all rows; a NULL is a nil []byte.
+	Query(ctx context.Context, query string, args ...any) ([][][]byte, error)
+	// Release returns the connection. broken=true discards it (use after any I/O error, context
+	// cancellation mid-statement, or when the session state is unknown, e.g. a transaction could not be rolled back).
+	Release(broken bool)
+}
+
+// Result is what Exec reports.
+type Result struct{ AffectedRows, LastInsertID uint64 }
+
+// DBError is an error the database itself returned, with its MySQL error
+// number. Conn implementations must return errors from the server as (or
+// wrapping) a DBError so the engine can tell a deadlock (1213), a lock-wait
+// timeout (1205) or a duplicate key (1062) from an I/O failure.
+type DBError interface {
+	error
+	Number() uint16
+}
+
+// MySQL error numbers the engine acts on.
+const (
+	errNumDupKey   = 1062
+	errNumLockWait = 1205
+	errNumDeadlock = 1213
+)
+
+// Borrow tags. Every connection the engine or the refiller takes from the
+// pool is borrowed under one of these, so its hold time is attributed.
+const (
+	TagReserve   = "holdfast:reserve"
+	TagClaim     = "holdfast:claim"
+	TagRelease   = "holdfast:release"
+	TagExtend    = "holdfast:extend"
+	TagStock     = "holdfast:stock"
+	TagRead      = "holdfast:read"
+	TagRefill    = "holdfast:refill"
+	TagSweep     = "holdfast:sweep"
+	TagReconcile = "holdfast:reconcile"
+	TagMigrate   = "holdfast:migrate"
+)
+
+// dbErrorNumber reports the MySQL error number inside err, if any.
+func dbErrorNumber(err error) (uint16, bool) {
+	var d DBError
+	if errors.As(err, &d) {
+		return d.Number(), true
+	}
+	return 0, false
+}
+
+// IsDBError reports whether err came from the database with number n.
+func IsDBError(err error, n uint16) bool {
+	got, ok := dbErrorNumber(err)
+	return ok && got == n
+}
+
+// Interpolate replaces each ? outside quotes and comments in query with the
+// SQL literal of the next arg. It is what SQLConns does and what any other
+// Conn implementation may use. Strings and byte slices that are not plain
+// printable ASCII without quotes or backslashes are written as hex literals
+// (X'..'), which read the same whatever the server's sql_mode
+// (NO_BACKSLASH_ESCAPES included).
+func Interpolate(query string, args ...any) (string, error) {
+	if len(args) == 0 {
+		return query, nil
+	}
+	buf := make([]byte, 0, len(query)+16*len(args))
+	n := 0
+	var quote byte
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+			buf = append(buf, c)
+		case c == '\'' || c == '"' || c == '`':
+			quote = c
+			buf = append(buf, c)
+		case c == '?':
+			if n >= len(args) {
+				return "", fmt.Errorf("reservation: query has more placeholders than the %d args", len(args))
+			}
+			var err error
+			if buf, err = AppendLiteral(buf, args[n]); err != nil {
+				return "", fmt.Errorf("reservation: arg %d: %w", n+1, err)
+			}
+			n++
+		default:
+			buf = append(buf, c)
+		}
+	}
+	if n != len(args) {
+		return "", fmt.Errorf("reservation: query has %d placeholders for %d args", n, len(args))
+	}
+	return string(buf), nil
+}
+
+// AppendLiteral appends v as a SQL literal. Supported: nil, int, int64,
+// uint64, float64, string, []byte, bool, time.Time (written in UTC with
+// microseconds).
+func AppendLiteral(buf []byte, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case nil:
+		return append(buf, "NULL"...), nil
+	case int:
+		return strconv.AppendInt(buf, int64(v), 10), nil
+	case int64:
+		return strconv.AppendInt(buf, v, 10), nil
+	case uint64:
+		return strconv.AppendUint(buf, v, 10), nil
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return buf, fmt.Errorf("float %v has no SQL literal", v)
+		}
+		return strconv.AppendFloat(buf, v, 'g', -1, 64), nil
+	case bool:
+		if v {
+			return append(buf, '1'), nil
+		}
+		return append(buf, '0'), nil
+	case string:
+		return appendStringLiteral(buf, v), nil
+	case []byte:
+		if v == nil {
+			return append(buf, "NULL"...), nil
+		}
+		return appendStringLiteral(buf, string(v)), nil
+	case time.Time:
+		buf = append(buf, '\'')
+		buf = v.UTC().AppendFormat(buf, "2006-01-02 15:04:05.000000")
+		return append(buf, '\''), nil
+	default:
+		return buf, fmt.Errorf("unsupported argument type %T", v)
+	}
+}
+
+func appendStringLiteral(buf []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '\'' || c == '\\' || c == '"' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		buf = append(buf, '\'')
+		buf = append(buf, s...)
+		return append(buf, '\'')
+	}
+	if s == "" {
+		return append(buf, "''"...)
+	}
+	const hex = "0123456789ABCDEF"
+	buf = append(buf, "X'"...)
+	for i := 0; i < len(s); i++ {
+		buf = append(buf, hex[s[i]>>4], hex[s[i]&0xf])
+	}
+	return append(buf, '\'')
+}

@@ -1,0 +1,184 @@
+package reservation_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/reservation"
+	"github.com/holdfast-db/holdfast/reservation/restest"
+)
+
+// TestMigrateIdempotent: the schema migrates once, a second run applies
+// nothing, versions are recorded, and the tables have the designed keys.
+func TestMigrateIdempotent(t *testing.T) {
+	db, _ := restest.NewDB(t, 4) // NewDB ran Migrate once
+	applied, err := reservation.Migrate(context.Background(), reservation.SQLConns(db))
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("second Migrate applied %v, err %v; want nothing", applied, err)
+	}
+	var v int
+	if err := db.QueryRow("SELECT MAX(version) FROM holdfast_schema_migrations").Scan(&v); err != nil || v != reservation.SchemaVersion() {
+		t.Fatalf("recorded version %d (%v), want %d", v, err, reservation.SchemaVersion())
+	}
+	keys := func(table string) string {
+		rows, err := db.Query(`SELECT index_name, GROUP_CONCAT(column_name ORDER BY seq_in_index), MIN(non_unique)
+FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ? GROUP BY index_name ORDER BY index_name`, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var name, cols string
+			var nonUnique int
+			rows.Scan(&name, &cols, &nonUnique)
+			kind := "unique"
+			if nonUnique == 1 {
+				kind = "index"
+			}
+			out = append(out, name+"("+cols+") "+kind)
+		}
+		return strings.Join(out, "; ")
+	}
+	for table, want := range map[string]string{
+		"inventory_ledger":    "PRIMARY(shop_id,inventory_item_id,inventory_group_id) unique",
+		"reservation_units":   "PRIMARY(shop_id,inventory_item_id,inventory_group_id,id) unique",
+		"reserved_quantities": "PRIMARY(reservation_id,line_no) unique; rq_expires(expires_at) index; rq_pool(shop_id,inventory_item_id,inventory_group_id,expires_at) index",
+		"reservations":        "PRIMARY(reservation_id) unique; reservations_expires(expires_at) index; reservations_idempotency(shop_id,idempotency_key) unique",
+	} {
+		if got := keys(table); got != want {
+			t.Errorf("%s keys:\n got %s\nwant %s", table, got, want)
+		}
+	}
+}
+
+// TestReserveClaimRoundTrip walks one reservation through every procedure
+// and checks the result shapes.
+func TestReserveClaimRoundTrip(t *testing.T) {
+	v := newEnv(t, envOpts{})
+	v.receive(1001, 1, 10)
+	v.receive(1001, 2, 5)
+	v.receive(1002, 1, 3)
+
+	cols, rows, err := v.call("reserve", int64(shop), "order-1",
+		`[{"item":1001,"qty":7,"locations":[1,2]},{"item":1002,"qty":2,"locations":[1]}]`, int64(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cols, reservation.ReserveColumns) || len(rows) != 2 {
+		t.Fatalf("reserve returned %v %v", cols, rows)
+	}
+	tok := rows[0][0].(string)
+	exp := rows[0][1].(time.Time)
+	if d := time.Until(exp); d < 590*time.Second || d > 610*time.Second {
+		t.Errorf("expires_at %v is not ~600s away", exp)
+	}
+	if got := rows[0][2:]; !reflect.DeepEqual(got, []any{int64(1), int64(1001), int64(1), int64(7), "active", int64(0)}) {
+		t.Errorf("line 1 = %v", got)
+	}
+	if got := rows[1][2:6]; !reflect.DeepEqual(got, []any{int64(2), int64(1002), int64(1), int64(2)}) {
+		t.Errorf("line 2 = %v", got)
+	}
+	v.checkInvariant(1001, 1)
+
+	// A second order for 4 of item 1001 no longer fits location 1 (3 left):
+	// it goes to location 2.
+	_, rows, err = v.call("reserve", int64(shop), "order-2", linesJSON(1001, 4, 1, 2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := rows[0][4]; g != int64(2) {
+		t.Errorf("order-2 went to location %v, want 2", g)
+	}
+	tok2 := rows[0][0].(string)
+
+	_, av, _ := v.call("availability", int64(shop), int64(1001))
+	want := [][]any{{int64(1), int64(10), int64(7), av[0][3], int64(3)}, {int64(2), int64(5), int64(4), av[1][3], int64(1)}}
+	if !reflect.DeepEqual(av, want) {
+		t.Errorf("availability = %v, want %v", av, want)
+	}
+
+	cols, ext, err := v.call("extend", tok, int64(1200))
+	if err != nil || !reflect.DeepEqual(cols, reservation.ExtendColumns) {
+		t.Fatalf("extend: %v %v", cols, err)
+	}
+	if d := time.Until(ext[0][1].(time.Time)); d < 1190*time.Second {
+		t.Errorf("extended expiry %v too early", ext[0][1])
+	}
+
+	cols, cl, err := v.call("claim", tok)
+	if err != nil || !reflect.DeepEqual(cols, reservation.ClaimColumns) {
+		t.Fatalf("claim: %v %v", cols, err)
+	}
+	if cl[0][1] != "claimed" || len(cl) != 2 {
+		t.Errorf("claim rows %v", cl)
+	}
+	if onHand, _, _ := v.pool(1001, 1); onHand != 3 {
+		t.Errorf("on_hand after claim = %d, want 3", onHand)
+	}
+	cols, rel, err := v.call("release", tok2)
+	if err != nil || !reflect.DeepEqual(cols, reservation.ReleaseColumns) {
+		t.Fatalf("release: %v %v", cols, err)
+	}
+	if !reflect.DeepEqual(rel, [][]any{{tok2, "released", int64(4)}}) {
+		t.Errorf("release rows %v", rel)
+	}
+	if _, rel, _ = v.call("release", tok2); rel[0][1] != "duplicate" {
+		t.Errorf("second release %v", rel)
+	}
+	if _, rel, _ = v.call("release", tok); rel[0][1] != "claimed" {
+		t.Errorf("release of claimed %v", rel)
+	}
+	if _, _, err := v.call("extend", tok2, int64(60)); code(err) != reservation.CodeExpired {
+		t.Errorf("extend of released: %v", err)
+	}
+	for _, it := range [][2]int64{{1001, 1}, {1001, 2}, {1002, 1}} {
+		v.checkInvariant(it[0], it[1])
+	}
+}
+
+// TestCallErrors: unknown procedures and wrong argument counts get MySQL's
+// own codes.
+func TestCallErrors(t *testing.T) {
+	v := newEnv(t, envOpts{})
+	_, _, err := v.call("nope")
+	var me interface {
+		MySQLError() (uint16, string, string)
+	}
+	if !errors.As(err, &me) {
+		t.Fatalf("unknown procedure: %v", err)
+	}
+	if c, s, m := me.MySQLError(); c != 1305 || s != "42000" || m != "PROCEDURE holdfast.nope does not exist" {
+		t.Errorf("got %d %s %q", c, s, m)
+	}
+	_, _, err = v.call("claim")
+	errors.As(err, &me)
+	if c, s, m := me.MySQLError(); c != 1318 || s != "42000" || m != "Incorrect number of arguments for PROCEDURE holdfast.claim; expected 1, got 0" {
+		t.Errorf("got %d %s %q", c, s, m)
+	}
+}
+
+// TestLifecycle: New starts nothing, Start runs the loops, Close is
+// idempotent and later calls fail.
+func TestLifecycle(t *testing.T) {
+	v := newEnv(t, envOpts{})
+	if err := v.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.eng.Start(context.Background()); err == nil {
+		t.Error("second Start succeeded")
+	}
+	if err := v.eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := v.call("availability", int64(1), int64(1)); !errors.Is(err, reservation.ErrClosed) {
+		t.Errorf("call after Close: %v", err)
+	}
+}

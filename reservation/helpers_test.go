@@ -1,0 +1,200 @@
+package reservation_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/refiller"
+	"github.com/holdfast-db/holdfast/reservation"
+	"github.com/holdfast-db/holdfast/reservation/restest"
+)
+
+const shop = 1
+
+// env is one private database with an engine and a refiller on it.
+type env struct {
+	t     *testing.T
+	db    *sql.DB
+	name  string
+	conns reservation.Conns
+	eng   *reservation.Engine
+	ref   *refiller.Refiller
+	logs  *logBuffer
+}
+
+type envOpts struct {
+	cfg        func(*reservation.Config)
+	refCfg     func(*refiller.Config)
+	maxConns   int
+	background bool // start the refiller loop and the engine's sweeper/reconciler
+}
+
+// testConfig is the default config with the TTL rule's payment side zeroed,
+// so tests may use TTLs of a second.
+func testConfig() reservation.Config {
+	c := reservation.DefaultConfig()
+	c.PaymentTimeout, c.CallbackRetryWindow, c.ClockSkew = 0, 0, 0
+	c.DefaultTTL = time.Minute
+	return c
+}
+
+func newEnv(t *testing.T, o envOpts) *env {
+	t.Helper()
+	db, name := restest.NewDB(t, o.maxConns)
+	v := &env{t: t, db: db, name: name, conns: reservation.SQLConns(db), logs: &logBuffer{}}
+	v.addEngine(o)
+	return v
+}
+
+// addEngine builds (another) engine and refiller on the env's database, as a
+// second holdfast instance would be; the first one becomes v.eng / v.ref.
+func (v *env) addEngine(o envOpts) (*reservation.Engine, *refiller.Refiller) {
+	t := v.t
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(v.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	rc := refiller.Config{Interval: 20 * time.Millisecond, ScanInterval: -1}
+	if o.refCfg != nil {
+		o.refCfg(&rc)
+	}
+	ref, err := refiller.New(v.conns, rc, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.PoolCap = rc.PoolCap
+	if cfg.PoolCap == 0 {
+		cfg.PoolCap = 1000
+	}
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	eng, err := reservation.New(cfg, reservation.Options{Conns: v.conns, Refiller: ref, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.background {
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := ref.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cancel)
+	}
+	t.Cleanup(func() {
+		eng.Close()
+		ref.Close()
+	})
+	if v.eng == nil {
+		v.eng, v.ref = eng, ref
+	}
+	return eng, ref
+}
+
+func (v *env) call(name string, args ...any) ([]string, [][]any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return v.eng.Call(ctx, name, args)
+}
+
+func (v *env) mustCall(name string, args ...any) [][]any {
+	v.t.Helper()
+	_, rows, err := v.call(name, args...)
+	if err != nil {
+		v.t.Fatalf("CALL holdfast.%s%v: %v", name, args, err)
+	}
+	return rows
+}
+
+// receive puts qty units of item at group into the ledger.
+func (v *env) receive(item, group, qty int64) {
+	v.t.Helper()
+	v.mustCall("receive", int64(shop), item, group, qty)
+}
+
+func linesJSON(item, qty int64, locs ...int64) string {
+	var l []string
+	for _, g := range locs {
+		l = append(l, fmt.Sprint(g))
+	}
+	return fmt.Sprintf(`[{"item":%d,"qty":%d,"locations":[%s]}]`, item, qty, strings.Join(l, ","))
+}
+
+// reserve reserves qty of item from the first location of locs that has it.
+func reserve(ctx context.Context, e *reservation.Engine, key string, ttl int64, item, qty int64, locs ...int64) (string, error) {
+	_, rows, err := e.Call(ctx, "reserve", []any{int64(shop), key, linesJSON(item, qty, locs...), ttl})
+	if err != nil {
+		return "", err
+	}
+	return rows[0][0].(string), nil
+}
+
+// code returns the MySQL error code err carries, 0 if none.
+func code(err error) uint16 {
+	var m interface {
+		MySQLError() (uint16, string, string)
+	}
+	if errors.As(err, &m) {
+		c, _, _ := m.MySQLError()
+		return c
+	}
+	return 0
+}
+
+func (v *env) scalar(q string, args ...any) int64 {
+	v.t.Helper()
+	var n sql.NullInt64
+	if err := v.db.QueryRow(q, args...).Scan(&n); err != nil {
+		v.t.Fatalf("%s: %v", q, err)
+	}
+	return n.Int64
+}
+
+// pool reports on_hand, pool rows, and reserved quantity (all lines
+// present), read in one statement so they are one consistent snapshot.
+func (v *env) pool(item, group int64) (onHand, pooled, reserved int64) {
+	v.t.Helper()
+	w := fmt.Sprintf("shop_id = %d AND inventory_item_id = %d AND inventory_group_id = %d", shop, item, group)
+	err := v.db.QueryRow("SELECT (SELECT on_hand FROM inventory_ledger WHERE "+w+"), (SELECT COUNT(*) FROM reservation_units WHERE "+w+
+		"), (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities WHERE "+w+")").Scan(&onHand, &pooled, &reserved)
+	if err != nil {
+		v.t.Fatalf("pool(%d, %d): %v", item, group, err)
+	}
+	return
+}
+
+// checkInvariant fails the test if pool + reserved > on_hand for the pool.
+func (v *env) checkInvariant(item, group int64) {
+	v.t.Helper()
+	onHand, pooled, reserved := v.pool(item, group)
+	if pooled+reserved > onHand {
+		v.t.Fatalf("invariant broken for item %d at %d: pool %d + reserved %d > on_hand %d", item, group, pooled, reserved, onHand)
+	}
+}
+
+// logBuffer collects the engine's logs for alert checks.
+type logBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}

@@ -1,0 +1,231 @@
+package reservation
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// reqLine is one line of a reserve: a quantity of one item from the first
+// of its candidate locations that can supply all of it.
+type reqLine struct {
+	item      int64
+	qty       int64
+	locations []int64 // candidate inventory_group_ids, in order of preference
+}
+
+// reserveReq is a decoded, validated reserve call.
+type reserveReq struct {
+	shop   int64
+	key    string
+	lines  []reqLine
+	ttlArg int64 // ttl_seconds as given; 0 for NULL
+	ttl    time.Duration
+	hash   [32]byte // identifies the request, for replays
+}
+
+// maxLinesJSON bounds the lines_json argument before it is decoded.
+const maxLinesJSON = 4 << 20
+
+// lineLimits bound what parseLines accepts.
+type lineLimits struct {
+	MaxLines, MaxLocations int
+	MaxQty                 int64
+}
+
+// jsonLine is the wire shape of one line:
+//
+//	{"item": 1001, "qty": 2, "locations": [3, 1]}
+//
+// Fields are kept raw so each gets its own error message.
+type jsonLine struct {
+	Item      json.RawMessage `json:"item"`
+	Qty       json.RawMessage `json:"qty"`
+	Locations json.RawMessage `json:"locations"`
+}
+
+// parseLines decodes and validates reserve's lines_json. The error text says
+// which line and field is wrong and why; it is meant for the client.
+func parseLines(s string, lim lineLimits) ([]reqLine, error) {
+	if len(s) > maxLinesJSON {
+		return nil, fmt.Errorf("is %d bytes; at most %d are allowed", len(s), maxLinesJSON)
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	var raw []*jsonLine
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("is not a JSON array of lines like [{\"item\":1001,\"qty\":1,\"locations\":[1,2]}]: %s", jsonErrText(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("has data after the JSON array")
+	}
+	if raw == nil {
+		return nil, errors.New("must be a JSON array of lines, got null")
+	}
+	if len(raw) == 0 {
+		return nil, errors.New("must list at least one line")
+	}
+	if len(raw) > lim.MaxLines {
+		return nil, fmt.Errorf("has %d lines; at most %d are allowed", len(raw), lim.MaxLines)
+	}
+	out := make([]reqLine, len(raw))
+	firstLine := make(map[int64]int, len(raw))
+	for i, r := range raw {
+		n := i + 1
+		if r == nil {
+			return nil, fmt.Errorf("line %d: must be an object, got null", n)
+		}
+		if r.Item == nil {
+			return nil, fmt.Errorf("line %d: missing \"item\"", n)
+		}
+		item, ok := positiveNumber(r.Item)
+		if !ok {
+			return nil, fmt.Errorf("line %d: \"item\" must be a positive integer, got %s", n, shortJSON(r.Item))
+		}
+		if prev, dup := firstLine[item]; dup {
+			return nil, fmt.Errorf("line %d: item %d is already on line %d (put the whole quantity on one line)", n, item, prev)
+		}
+		firstLine[item] = n
+		if r.Qty == nil {
+			return nil, fmt.Errorf("line %d: missing \"qty\"", n)
+		}
+		qty, ok := positiveNumber(r.Qty)
+		if !ok {
+			return nil, fmt.Errorf("line %d: \"qty\" must be a positive integer, got %s", n, shortJSON(r.Qty))
+		}
+		if qty > lim.MaxQty {
+			return nil, fmt.Errorf("line %d: \"qty\" %d exceeds the pool cap %d", n, qty, lim.MaxQty)
+		}
+		var locsRaw []json.RawMessage
+		if r.Locations == nil || json.Unmarshal(r.Locations, &locsRaw) != nil {
+			return nil, fmt.Errorf("line %d: \"locations\" must be an array of inventory_group_ids, got %s", n, shortJSON(r.Locations))
+		}
+		if len(locsRaw) == 0 {
+			return nil, fmt.Errorf("line %d: \"locations\" must list at least one inventory_group_id", n)
+		}
+		if len(locsRaw) > lim.MaxLocations {
+			return nil, fmt.Errorf("line %d: %d locations; at most %d are allowed", n, len(locsRaw), lim.MaxLocations)
+		}
+		locs := make([]int64, len(locsRaw))
+		for j, l := range locsRaw {
+			g, ok := positiveNumber(l)
+			if !ok {
+				return nil, fmt.Errorf("line %d: location %d must be a positive integer, got %s", n, j+1, shortJSON(l))
+			}
+			for _, prev := range locs[:j] {
+				if prev == g {
+					return nil, fmt.Errorf("line %d: location %d is listed twice", n, g)
+				}
+			}
+			locs[j] = g
+		}
+		out[i] = reqLine{item: item, qty: qty, locations: locs}
+	}
+	return out, nil
+}
+
+// positiveNumber accepts a JSON number literal holding an integer >= 1
+// (not a string, not 1.0, not 1e3).
+func positiveNumber(raw json.RawMessage) (int64, bool) {
+	v, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	return v, err == nil && v > 0
+}
+
+func shortJSON(raw json.RawMessage) string {
+	if raw == nil {
+		return "nothing"
+	}
+	s := string(bytes.TrimSpace(raw))
+	if len(s) > 40 {
+		s = s[:40] + "..."
+	}
+	return s
+}
+
+func jsonErrText(err error) string {
+	var ute *json.UnmarshalTypeError
+	if errors.As(err, &ute) {
+		want := "a value of another type"
+		switch ute.Type.Kind() {
+		case reflect.Slice:
+			want = "an array"
+		case reflect.Struct, reflect.Pointer:
+			want = "an object"
+		}
+		return fmt.Sprintf("found a JSON %s where %s was expected", ute.Value, want)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// requestHash identifies a reserve request for idempotency: the same key
+// with a different hash is a conflict.
+func requestHash(shop, ttlArg int64, lines []reqLine) [32]byte {
+	var b bytes.Buffer
+	var n [8]byte
+	put := func(v int64) {
+		binary.BigEndian.PutUint64(n[:], uint64(v))
+		b.Write(n[:])
+	}
+	b.WriteString("holdfast.reserve/v1")
+	put(shop)
+	put(ttlArg)
+	put(int64(len(lines)))
+	for _, l := range lines {
+		put(l.item)
+		put(l.qty)
+		put(int64(len(l.locations)))
+		for _, g := range l.locations {
+			put(g)
+		}
+	}
+	return sha256.Sum256(b.Bytes())
+}
+
+// heldLine is one line as reserved: the location chosen for it.
+type heldLine struct {
+	item, group, qty int64
+}
+
+// encodeLines is the reservations.lines column: "item,group,qty;..." in line order.
+func encodeLines(ls []heldLine) []byte {
+	var b []byte
+	for i, l := range ls {
+		if i > 0 {
+			b = append(b, ';')
+		}
+		b = strconv.AppendInt(b, l.item, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, l.group, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, l.qty, 10)
+	}
+	return b
+}
+
+func decodeLines(b []byte) ([]heldLine, error) {
+	var out []heldLine
+	for _, part := range strings.Split(string(b), ";") {
+		f := strings.Split(part, ",")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("reservation: corrupt lines column %q", b)
+		}
+		var v [3]int64
+		for i := range f {
+			x, err := strconv.ParseInt(f[i], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("reservation: corrupt lines column %q", b)
+			}
+			v[i] = x
+		}
+		out = append(out, heldLine{item: v[0], group: v[1], qty: v[2]})
+	}
+	return out, nil
+}

@@ -1,0 +1,111 @@
+package reservation
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+// Deleting many rows by primary key.
+//
+// A DELETE ... WHERE pk IN (long list) is planned from index statistics once
+// the list is longer than eq_range_index_dive_limit (200 by default), and
+// the plan is then often a scan of the whole table or key prefix; a DELETE
+// does not skip rows it cannot lock the way a SKIP LOCKED select does, so it
+// waits on every row another reserve holds, and two such DELETEs deadlock.
+// FORCE INDEX only turns the scan into a prefix scan. Joining a derived
+// table of the exact keys, STRAIGHT_JOIN so the keys drive, makes the plan an
+// eq_ref lookup per key: exactly those rows are locked, whatever the
+// statistics say. Every multi-row delete of the engine and the refiller
+// goes through DeleteByKeys.
+//
+// The same reasoning keeps every locking access to reserved_quantities on
+// its primary key (reservation_id, line_no): a DELETE that found rows through
+// rq_pool or rq_expires would lock the secondary record before the clustered
+// one, the opposite of a claim or release deleting by primary key, and
+// InnoDB deadlocks the two. Rows are found with an unlocked read and deleted
+// by key, with the condition re-checked on the locked row.
+
+// DeleteByKeys deletes the rows of table whose columns cols equal one of
+// keys, plus the condition cond on the row (aliased t; "" for none) with its
+// args, and returns the number of rows deleted.
+func DeleteByKeys(ctx context.Context, c Conn, table string, cols []string, keys [][]int64, cond string, args ...any) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	var b strings.Builder
+	b.Grow(64 + len(keys)*(16+24*len(cols)))
+	b.WriteString("DELETE t FROM (")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		b.WriteString("SELECT ")
+		for j, v := range k {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(strconv.FormatInt(v, 10))
+			if i == 0 {
+				b.WriteString(" AS k" + strconv.Itoa(j))
+			}
+		}
+	}
+	b.WriteString(") k STRAIGHT_JOIN " + table + " t ON ")
+	for j, col := range cols {
+		if j > 0 {
+			b.WriteString(" AND ")
+		}
+		b.WriteString("t." + col + " = k.k" + strconv.Itoa(j))
+	}
+	if cond != "" {
+		b.WriteString(" WHERE " + cond)
+	}
+	res, err := c.Exec(ctx, b.String(), args...)
+	return int(res.AffectedRows), err
+}
+
+var (
+	unitCols = []string{"shop_id", "inventory_item_id", "inventory_group_id", "id"}
+	lineCols = []string{"reservation_id", "line_no"}
+)
+
+// DeleteUnits deletes the given unit ids of key's pool.
+func DeleteUnits(ctx context.Context, c Conn, key PoolKey, ids []int64) (int, error) {
+	keys := make([][]int64, len(ids))
+	for i, id := range ids {
+		keys[i] = []int64{key.ShopID, key.ItemID, key.GroupID, id}
+	}
+	return DeleteByKeys(ctx, c, TableUnits, unitCols, keys, "")
+}
+
+// DeleteExpiredLines deletes key's reserved lines whose expires_at is at or
+// before now (a DATETIME(6) value as the database printed it), inside the
+// caller's READ COMMITTED transaction, which must already hold key's
+// inventory_ledger row lock (so no claim or extend of this pool is in
+// flight). It returns the number of lines deleted.
+func DeleteExpiredLines(ctx context.Context, c Conn, key PoolKey, now string) (int, error) {
+	rows, err := c.Query(ctx, "SELECT reservation_id, line_no FROM reserved_quantities WHERE "+key.WhereSQL()+" AND expires_at <= ?", now)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	return deleteLinesByKey(ctx, c, rows, now)
+}
+
+// deleteLinesByKey deletes the (reservation_id, line_no) rows given, if they
+// are still expired at now.
+func deleteLinesByKey(ctx context.Context, c Conn, rows [][][]byte, now string) (int, error) {
+	keys := make([][]int64, 0, len(rows))
+	for _, r := range rows {
+		id, err := colInt(r[0])
+		if err != nil {
+			return 0, err
+		}
+		n, err := colInt(r[1])
+		if err != nil {
+			return 0, err
+		}
+		keys = append(keys, []int64{id, n})
+	}
+	return DeleteByKeys(ctx, c, TableReserved, lineCols, keys, "t.expires_at <= ?", now)
+}

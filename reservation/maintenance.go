@@ -1,0 +1,205 @@
+package reservation
+
+import (
+	"context"
+	"time"
+)
+
+// The sweeper and the reconciler: the engine's background loops, started
+// by Start. Both are also callable one cycle at a time (SweepOnce,
+// ReconcileOnce) for tests and the on-call CLI.
+
+func (e *Engine) runSweeper(ctx context.Context) {
+	pace := time.Duration(float64(time.Second) / e.cfg.SweepRate)
+	for {
+		n, err := e.SweepOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := pace
+		if err != nil {
+			e.log.Warn("reservation: sweep failed", "err", err)
+			wait = e.cfg.SweepInterval
+		} else if n < e.cfg.SweepBatch {
+			// Caught up: prune old finished reservations, then rest.
+			if _, err := e.PruneOnce(ctx); err != nil && ctx.Err() == nil {
+				e.log.Warn("reservation: prune failed", "err", err)
+			}
+			wait = e.cfg.SweepInterval
+		}
+		if sleepCtx(ctx, wait) != nil {
+			return
+		}
+	}
+}
+
+// SweepOnce deletes up to Config.SweepBatch expired reserved lines in one
+// READ COMMITTED transaction and returns how many it deleted. The units go
+// back to the ledger's unpooled remainder; the refiller re-pools them. It
+// takes no ledger lock: deleting reservations can only lower
+// pool + reserved. An extend racing with it wins: the DELETE re-checks
+// expires_at on the row it locks.
+func (e *Engine) SweepOnce(ctx context.Context) (int, error) {
+	rows, err := e.query(ctx, TagSweep,
+		"SELECT reservation_id, line_no, UTC_TIMESTAMP(6) FROM reserved_quantities WHERE expires_at <= UTC_TIMESTAMP(6) ORDER BY expires_at LIMIT ?",
+		e.cfg.SweepBatch)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	now := string(rows[0][2])
+	var n int
+	err = e.tx.Run(ctx, TagSweep, func(ctx context.Context, c Conn) error {
+		var err error
+		n, err = deleteLinesByKey(ctx, c, rows, now)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	e.m.swept.Add(uint64(n))
+	return n, nil
+}
+
+// PruneOnce deletes up to Config.SweepBatch reservations that ended more
+// than Config.Retention ago (their expiry passed that long ago and no line
+// is held), so the idempotency and claim records stay bounded. Like every
+// locking statement of the engine it deletes by primary key.
+func (e *Engine) PruneOnce(ctx context.Context) (int, error) {
+	rows, err := e.query(ctx, TagSweep,
+		"SELECT reservation_id, UTC_TIMESTAMP(6) - INTERVAL ? SECOND FROM reservations WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? SECOND ORDER BY expires_at LIMIT ?",
+		int64(e.cfg.Retention/time.Second), int64(e.cfg.Retention/time.Second), e.cfg.SweepBatch)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	keys := make([][]int64, len(rows))
+	for i, r := range rows {
+		id, err := colInt(r[0])
+		if err != nil {
+			return 0, err
+		}
+		keys[i] = []int64{id}
+	}
+	var n int
+	err = e.tx.Run(ctx, TagSweep, func(ctx context.Context, c Conn) error {
+		var err error
+		n, err = DeleteByKeys(ctx, c, TableReservations, []string{"reservation_id"}, keys,
+			"t.expires_at < ? AND NOT EXISTS (SELECT 1 FROM reserved_quantities r WHERE r.reservation_id = t.reservation_id)", string(rows[0][1]))
+		return err
+	})
+	e.m.pruned.Add(uint64(n))
+	return n, err
+}
+
+// Violation is a pool that breaks the invariant pool + reserved <= on_hand.
+type Violation struct {
+	Key      PoolKey
+	OnHand   int64
+	Pooled   int64
+	Reserved int64 // every reserved line present, expired or not
+	// Cycles is how many consecutive cycles the pool has failed.
+	Cycles int
+}
+
+// reconcilerState is the reconciler's memory between cycles. Only the
+// reconciler goroutine (or a ReconcileOnce caller, never both) touches it.
+type reconcilerState struct {
+	streak map[PoolKey]int
+}
+
+func (e *Engine) runReconciler(ctx context.Context) {
+	for {
+		if sleepCtx(ctx, e.cfg.ReconcileInterval) != nil {
+			return
+		}
+		if _, err := e.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("reservation: reconcile failed", "err", err)
+		}
+	}
+}
+
+// ReconcileOnce checks, for every ledger row, that
+//
+//	rows in reservation_units + quantity in reserved_quantities <= on_hand
+//
+// reading through ReplicaConns (the primary when none is configured), one
+// consistent statement per page of 500 ledger rows. It counts every reserved
+// line present, expired or not, which the engine also keeps within on_hand;
+// only a forced claim, or a write outside holdfast, breaks it. A pool is
+// alerted (error log, metric) when it has failed ReconcileAlertAfter
+// consecutive cycles, which rides out replication lag. It returns this
+// cycle's violations. Not safe to call concurrently with itself or with the
+// loop Start runs.
+func (e *Engine) ReconcileOnce(ctx context.Context) ([]Violation, error) {
+	if e.recon.streak == nil {
+		e.recon.streak = map[PoolKey]int{}
+	}
+	var found []Violation
+	var after PoolKey
+	for {
+		rows, err := e.readReplica(ctx, `SELECT l.shop_id, l.inventory_item_id, l.inventory_group_id, l.on_hand,
+ (SELECT COUNT(*) FROM reservation_units u
+   WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id),
+ (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r
+   WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.inventory_group_id = l.inventory_group_id)
+FROM inventory_ledger l
+WHERE l.shop_id > ? OR (l.shop_id = ? AND (l.inventory_item_id > ? OR (l.inventory_item_id = ? AND l.inventory_group_id > ?)))
+ORDER BY l.shop_id, l.inventory_item_id, l.inventory_group_id LIMIT 500`,
+			after.ShopID, after.ShopID, after.ItemID, after.ItemID, after.GroupID)
+		if err != nil {
+			e.m.reconErrors.Add(1)
+			return nil, err
+		}
+		for _, r := range rows {
+			v, err := rowInts(r)
+			if err != nil {
+				e.m.reconErrors.Add(1)
+				return nil, err
+			}
+			k := PoolKey{v[0], v[1], v[2]}
+			after = k
+			if v[4]+v[5] > v[3] {
+				found = append(found, Violation{Key: k, OnHand: v[3], Pooled: v[4], Reserved: v[5]})
+			}
+		}
+		if len(rows) < 500 {
+			break
+		}
+	}
+	failing := make(map[PoolKey]bool, len(found))
+	alerting := 0
+	for i := range found {
+		k := found[i].Key
+		failing[k] = true
+		e.recon.streak[k]++
+		n := e.recon.streak[k]
+		found[i].Cycles = n
+		if n >= e.cfg.ReconcileAlertAfter {
+			alerting++
+			if n == e.cfg.ReconcileAlertAfter {
+				e.m.reconAlerts.Add(1)
+				e.log.Error("reservation: invariant broken: pool rows + reserved > on_hand",
+					"pool", k.String(), "on_hand", found[i].OnHand, "pooled", found[i].Pooled,
+					"reserved", found[i].Reserved, "cycles", n)
+			}
+		}
+	}
+	for k := range e.recon.streak {
+		if !failing[k] {
+			delete(e.recon.streak, k)
+		}
+	}
+	e.m.reconCycles.Add(1)
+	e.m.reconViolations.Store(int64(len(found)))
+	e.m.reconAlerting.Store(int64(alerting))
+	return found, nil
+}
+
+func (e *Engine) readReplica(ctx context.Context, q string, args ...any) ([][][]byte, error) {
+	c, err := e.replica.Borrow(ctx, TagReconcile)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.Query(ctx, q, args...)
+	c.Release(err != nil && !isDB(err))
+	return rows, err
+}

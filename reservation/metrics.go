@@ -1,0 +1,303 @@
+package reservation
+
+import (
+	"math"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcome labels. Each list is fixed, so every label set is bounded.
+const (
+	reserveReserved = iota
+	reserveReplayed
+	reserveConflict
+	reserveInsufficient
+	reserveBadArgument
+	reserveBusy
+	reserveError
+)
+
+var reserveOutcomes = []string{"reserved", "replayed", "conflict", "insufficient", "bad_argument", "busy", "error"}
+
+func reserveOutcomeOf(err error) int {
+	if e, ok := err.(*Error); ok {
+		switch e.Code {
+		case CodeInsufficientStock:
+			return reserveInsufficient
+		case CodeIdempotencyConflict:
+			return reserveConflict
+		case CodeBadArgument:
+			return reserveBadArgument
+		case CodeBusy:
+			return reserveBusy
+		}
+	}
+	return reserveError
+}
+
+// Claim outcomes: claimed (normal), duplicate (already claimed), late (expired
+// but its units still held), forced (expired, forced deduction succeeded),
+// forced_failed (expired, ledger short: refund), guard_refused (held, but
+// the ledger no longer covers it: refund), unknown_token, bad_argument, error.
+const (
+	claimClaimed = iota
+	claimDuplicate
+	claimLate
+	claimForced
+	claimForcedFailed
+	claimGuardRefused
+	claimUnknown
+	claimBadArgument
+	claimError
+)
+
+var claimOutcomes = []string{"claimed", "duplicate", "late", "forced", "forced_failed", "guard_refused", "unknown_token", "bad_argument", "error"}
+
+// Outcomes of release, extend and the stock procedures.
+const (
+	opOK = iota
+	opDuplicate
+	opExpired
+	opClaimed
+	opUnknown
+	opBadArgument
+	opGuardViolated
+	opError
+)
+
+var opOutcomes = []string{"ok", "duplicate", "expired", "claimed", "unknown_token", "bad_argument", "guard_violated", "error"}
+
+func opOutcomeOf(err error) int {
+	if e, ok := err.(*Error); ok {
+		switch e.Code {
+		case CodeUnknownToken:
+			return opUnknown
+		case CodeExpired:
+			return opExpired
+		case CodeBadArgument:
+			return opBadArgument
+		case CodeGuardViolated:
+			return opGuardViolated
+		}
+	}
+	return opError
+}
+
+var opNames = []string{"release", "extend", "receive", "set_on_hand", "adjust", "availability"}
+
+const (
+	opRelease = iota
+	opExtend
+	opReceive
+	opSetOnHand
+	opAdjust
+	opAvailability
+)
+
+type counterVec []atomic.Uint64
+
+func newCounterVec(n int) counterVec { return make(counterVec, n) }
+func (c counterVec) inc(i int)       { c[i].Add(1) }
+func (c counterVec) snapshot(names []string) map[string]uint64 {
+	m := make(map[string]uint64, len(names))
+	for i, n := range names {
+		m[n] = c[i].Load()
+	}
+	return m
+}
+
+// metrics are the engine's counters; Stats copies them.
+type metrics struct {
+	reserves      counterVec
+	claims        counterVec
+	ops           []counterVec // by op, then outcome
+	backoffs      atomic.Uint64
+	inlineRefills atomic.Uint64
+	rejected      atomic.Uint64
+	batches       atomic.Uint64
+	deadlocks     atomic.Uint64
+	lockWaits     atomic.Uint64
+	swept         atomic.Uint64
+	pruned        atomic.Uint64
+	reserveDur    *Histogram
+	claimDur      *Histogram
+	batchSize     *Histogram
+
+	reconCycles     atomic.Uint64
+	reconErrors     atomic.Uint64
+	reconAlerts     atomic.Uint64
+	reconViolations atomic.Int64
+	reconAlerting   atomic.Int64
+}
+
+func (m *metrics) init() {
+	m.reserves = newCounterVec(len(reserveOutcomes))
+	m.claims = newCounterVec(len(claimOutcomes))
+	m.ops = make([]counterVec, len(opNames))
+	for i := range m.ops {
+		m.ops[i] = newCounterVec(len(opOutcomes))
+	}
+	m.reserveDur = NewHistogram(DurationBuckets)
+	m.claimDur = NewHistogram(DurationBuckets)
+	m.batchSize = NewHistogram([]float64{1, 2, 4, 8, 16, 32, 64, 128, 256})
+}
+
+func (m *metrics) countRetry(code uint16) {
+	if code == errNumDeadlock {
+		m.deadlocks.Add(1)
+	} else {
+		m.lockWaits.Add(1)
+	}
+}
+
+// Stats is a snapshot of the engine's counters.
+type Stats struct {
+	Reserves map[string]uint64            // by outcome
+	Claims   map[string]uint64            // by outcome
+	Ops      map[string]map[string]uint64 // by procedure, then outcome
+	// Backoffs counts jittered sleeps after a shortfall caused by rows other
+	// transactions held.
+	Backoffs uint64
+	// InlineRefills counts reserves that waited for an inline refill because
+	// the pool was really short (concurrent waiters share one refill
+	// transaction): the leading indicator of reserve p99.
+	InlineRefills uint64
+	// Rejected counts reserves refused because too many waited on one pool.
+	Rejected uint64
+	// Batches counts reserve transactions (coalesced or not).
+	Batches uint64
+	// Deadlocks and LockWaitTimeouts count transactions retried after 1213
+	// and 1205.
+	Deadlocks, LockWaitTimeouts uint64
+	// Swept counts reserved lines the sweeper deleted; Pruned counts
+	// finished reservations deleted after the retention window.
+	Swept, Pruned uint64
+
+	ReconcileCycles uint64
+	ReconcileErrors uint64
+	// ReconcileViolations is the number of pools that broke the invariant in
+	// the last cycle; ReconcileAlerting those that did so for
+	// ReconcileAlertAfter cycles in a row. ReconcileAlerts counts pools
+	// entering the alerting state.
+	ReconcileViolations, ReconcileAlerting int64
+	ReconcileAlerts                        uint64
+
+	ReserveDuration, ClaimDuration HistogramSnapshot
+	// BatchSize is the number of reserves per reserve transaction.
+	BatchSize HistogramSnapshot
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Stats {
+	m := &e.m
+	s := Stats{
+		Reserves:            m.reserves.snapshot(reserveOutcomes),
+		Claims:              m.claims.snapshot(claimOutcomes),
+		Ops:                 map[string]map[string]uint64{},
+		Backoffs:            m.backoffs.Load(),
+		InlineRefills:       m.inlineRefills.Load(),
+		Rejected:            m.rejected.Load(),
+		Batches:             m.batches.Load(),
+		Deadlocks:           m.deadlocks.Load(),
+		LockWaitTimeouts:    m.lockWaits.Load(),
+		Swept:               m.swept.Load(),
+		Pruned:              m.pruned.Load(),
+		ReconcileCycles:     m.reconCycles.Load(),
+		ReconcileErrors:     m.reconErrors.Load(),
+		ReconcileViolations: m.reconViolations.Load(),
+		ReconcileAlerting:   m.reconAlerting.Load(),
+		ReconcileAlerts:     m.reconAlerts.Load(),
+		ReserveDuration:     m.reserveDur.Snapshot(),
+		ClaimDuration:       m.claimDur.Snapshot(),
+		BatchSize:           m.batchSize.Snapshot(),
+	}
+	for i, n := range opNames {
+		s.Ops[n] = m.ops[i].snapshot(opOutcomes)
+	}
+	return s
+}
+
+// DurationBuckets are the buckets of the engine's _seconds histograms.
+var DurationBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// Histogram is a fixed-bucket histogram safe for concurrent use, turned into
+// a Prometheus histogram at scrape time.
+type Histogram struct {
+	bounds []float64
+	counts []atomic.Uint64 // len(bounds)+1, the last is +Inf
+	sum    atomic.Uint64   // float64 bits
+}
+
+// NewHistogram returns a histogram with the given ascending upper bounds.
+func NewHistogram(bounds []float64) *Histogram {
+	return &Histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+}
+
+func (h *Histogram) observe(d time.Duration) { h.Observe(d.Seconds()) }
+func (h *Histogram) observeValue(v float64)  { h.Observe(v) }
+
+// Observe records one value.
+func (h *Histogram) Observe(v float64) {
+	i := sort.SearchFloat64s(h.bounds, v)
+	h.counts[i].Add(1)
+	for {
+		old := h.sum.Load()
+		if h.sum.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+v)) {
+			return
+		}
+	}
+}
+
+// HistogramSnapshot is a copy of a Histogram: Counts[i] is the number of
+// values <= Bounds[i] and > Bounds[i-1]; the last count is above every bound.
+type HistogramSnapshot struct {
+	Bounds []float64
+	Counts []uint64
+	Count  uint64
+	Sum    float64
+}
+
+// Snapshot copies h.
+func (h *Histogram) Snapshot() HistogramSnapshot {
+	s := HistogramSnapshot{Bounds: h.bounds, Counts: make([]uint64, len(h.counts))}
+	for i := range h.counts {
+		s.Counts[i] = h.counts[i].Load()
+		s.Count += s.Counts[i]
+	}
+	s.Sum = math.Float64frombits(h.sum.Load())
+	return s
+}
+
+// Quantile estimates the q-quantile (0..1) as the upper bound of the bucket
+// it falls in; +Inf when it is above every bound, 0 when empty.
+func (s HistogramSnapshot) Quantile(q float64) float64 {
+	if s.Count == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(s.Count)))
+	var seen uint64
+	for i, c := range s.Counts {
+		seen += c
+		if seen >= rank {
+			if i < len(s.Bounds) {
+				return s.Bounds[i]
+			}
+			return math.Inf(1)
+		}
+	}
+	return math.Inf(1)
+}
+
+// ConstHistogram turns s into a Prometheus histogram metric.
+func (s HistogramSnapshot) ConstHistogram(desc *prometheus.Desc, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(s.Bounds))
+	var cum uint64
+	for i, b := range s.Bounds {
+		cum += s.Counts[i]
+		buckets[b] = cum
+	}
+	return prometheus.MustNewConstHistogram(desc, s.Count, s.Sum, buckets, labels...)
+}

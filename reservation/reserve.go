@@ -1,0 +1,437 @@
+package reservation
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ReserveColumns are the columns of reserve's result: one row per line.
+var ReserveColumns = []string{"token", "expires_at", "line_no", "inventory_item_id", "inventory_group_id", "quantity", "state", "replayed"}
+
+// reservation is a reservation as reported to the client.
+type reservation struct {
+	id        uint64
+	expiresAt time.Time
+	lines     []heldLine
+	state     string // active, claimed, released, expired
+	replayed  bool
+}
+
+func (r *reservation) rows() [][]any {
+	out := make([][]any, len(r.lines))
+	replayed := int64(0)
+	if r.replayed {
+		replayed = 1
+	}
+	tok := formatToken(r.id)
+	for i, l := range r.lines {
+		out[i] = []any{tok, r.expiresAt, int64(i + 1), l.item, l.group, l.qty, r.state, replayed}
+	}
+	return out
+}
+
+// Tokens are "rsv_" and 16 hex digits of the reservation_id.
+const tokenPrefix = "rsv_"
+
+func formatToken(id uint64) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], id)
+	return tokenPrefix + hex.EncodeToString(b[:])
+}
+
+func parseToken(s string) (uint64, bool) {
+	if len(s) != len(tokenPrefix)+16 || !strings.HasPrefix(s, tokenPrefix) {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(s[len(tokenPrefix):], 16, 64)
+	return v, err == nil && v != 0
+}
+
+func tokenArg(proc string, args []any, i int) (uint64, error) {
+	s, ok := args[i].(string)
+	if b, isBytes := args[i].([]byte); isBytes {
+		s, ok = string(b), true
+	}
+	id, valid := parseToken(s)
+	if !ok || !valid {
+		return 0, badArg(proc, i+1, "token", "is not a holdfast reservation token (rsv_ and 16 hex digits), got %s", describe(args[i]))
+	}
+	return id, nil
+}
+
+// newID returns a random non-zero reservation id.
+func newID() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if v := binary.BigEndian.Uint64(b[:]) >> 1; v != 0 {
+			return v
+		}
+	}
+}
+
+func (e *Engine) callReserve(ctx context.Context, args []any) ([]string, [][]any, error) {
+	start := time.Now()
+	req, err := e.parseReserve(args)
+	if err != nil {
+		e.m.reserves.inc(reserveBadArgument)
+		return nil, nil, err
+	}
+	res, err := e.reserve(ctx, req)
+	e.m.reserveDur.observe(time.Since(start))
+	if err != nil {
+		e.m.reserves.inc(reserveOutcomeOf(err))
+		return nil, nil, err
+	}
+	if res.replayed {
+		e.m.reserves.inc(reserveReplayed)
+	} else {
+		e.m.reserves.inc(reserveReserved)
+	}
+	return ReserveColumns, res.rows(), nil
+}
+
+func (e *Engine) parseReserve(args []any) (*reserveReq, error) {
+	const proc = "reserve"
+	shop, err := intArg(proc, args, 0, "shop_id", positive)
+	if err != nil {
+		return nil, err
+	}
+	key, err := stringArg(proc, args, 1, "idempotency_key", 255)
+	if err != nil {
+		return nil, err
+	}
+	js, ok := args[2].(string)
+	if b, isBytes := args[2].([]byte); isBytes {
+		js, ok = string(b), true
+	}
+	if !ok {
+		return nil, badArg(proc, 3, "lines_json", "must be a JSON string, got %s", describe(args[2]))
+	}
+	lines, err := parseLines(js, lineLimits{MaxLines: e.cfg.MaxLines, MaxLocations: e.cfg.MaxLocations, MaxQty: int64(e.cfg.PoolCap)})
+	if err != nil {
+		return nil, badArg(proc, 3, "lines_json", "%s", err.Error())
+	}
+	ttl, err := e.ttlArg(proc, args, 3)
+	if err != nil {
+		return nil, err
+	}
+	var ttlArg int64
+	if args[3] != nil {
+		ttlArg, _ = toInt(args[3])
+	}
+	return &reserveReq{shop: shop, key: key, lines: lines, ttlArg: ttlArg, ttl: ttl,
+		hash: requestHash(shop, ttlArg, lines)}, nil
+}
+
+// outcome is what one attempt (one transaction, alone or coalesced) did
+// for one reserve.
+type outcome struct {
+	res   *reservation         // success, or a replay found by the duplicate-key path
+	err   error                // final failure (conflict, I/O, ...)
+	short []int                // indexes of lines that did not get their units
+	stats map[PoolKey]poolStat // unlocked look at the short pools, read once per batch
+	retry bool                 // try again at once (duplicate key resolved for someone else, ...)
+}
+
+// reserve runs the reserve loop of the design: take units; on a shortfall
+// the transaction is already rolled back, so count without locks and either
+// back off (rows merely locked), refill inline (pool really short), move the
+// line to its next location (ledger short there), or report insufficient
+// stock (ledger short everywhere).
+func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, error) {
+	deadline := time.Now().Add(e.cfg.ReserveTimeout)
+	choice := make([]int, len(req.lines)) // index into each line's locations
+	seen := make([][]string, len(req.lines))
+	backoffs := 0
+	retried := false
+	coalesced := !e.cfg.DisableCoalescing && len(req.lines) == 1
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		pools := make([]PoolKey, len(req.lines))
+		for i, l := range req.lines {
+			pools[i] = PoolKey{req.shop, l.item, l.locations[choice[i]]}
+		}
+		var out outcome
+		if coalesced {
+			out = e.submit(ctx, pools[0], req, retried)
+		} else {
+			p := &pending{req: req, pools: pools}
+			e.runBatch(ctx, []*pending{p}, nil)
+			out = p.out
+		}
+		switch {
+		case out.err != nil:
+			return nil, out.err
+		case out.res != nil:
+			return out.res, nil
+		case out.retry:
+			continue
+		}
+
+		retried = true
+		shortPools := make([]PoolKey, 0, len(out.short))
+		for _, i := range out.short {
+			shortPools = append(shortPools, pools[i])
+		}
+		stats := out.stats
+		if stats == nil {
+			var err error
+			if stats, err = e.poolStats(ctx, e.reader(TagReserve), shortPools); err != nil {
+				return nil, err
+			}
+		}
+		var refill []PoolKey
+		backoff := false
+		for _, i := range out.short {
+			l, k := req.lines[i], pools[i]
+			st := stats[k]
+			switch {
+			case !st.exists:
+				if r, err := e.replayOrConflict(ctx, req); r != nil || err != nil {
+					return r, err
+				}
+				return nil, newError(CodeBadArgument, "22023",
+					"holdfast.reserve: argument 3 (lines_json) line %d: location %d is unknown for item %d (no inventory_ledger row)",
+					i+1, k.GroupID, l.item)
+			case st.available() < l.qty:
+				seen[i] = append(seen[i], fmt.Sprintf("%d at location %d", max(st.available(), 0), k.GroupID))
+				choice[i]++
+				if choice[i] == len(l.locations) {
+					if r, err := e.replayOrConflict(ctx, req); r != nil || err != nil {
+						return r, err
+					}
+					return nil, newError(CodeInsufficientStock, "45000",
+						"holdfast.reserve: insufficient stock for line %d (item %d, qty %d): available %s",
+						i+1, l.item, l.qty, strings.Join(seen[i], ", "))
+				}
+			case st.pooled >= l.qty:
+				backoff = true // the rows exist but others hold them
+			default:
+				refill = append(refill, k)
+			}
+		}
+		if time.Now().After(deadline) {
+			if r, err := e.replayOrConflict(ctx, req); r != nil || err != nil {
+				return r, err
+			}
+			return nil, newError(CodeBusy, "HY000",
+				"holdfast.reserve: could not take the units within %v (pool contention); nothing was reserved, retry", e.cfg.ReserveTimeout)
+		}
+		if len(refill) > 0 {
+			slices.SortFunc(refill, func(a, b PoolKey) int { return cmpBool(groupLess(a, b), groupLess(b, a)) })
+			for _, k := range refill {
+				e.m.inlineRefills.Add(1)
+				if err := e.refiller.RefillNow(ctx, k); err != nil {
+					return nil, fmt.Errorf("reservation: inline refill of %v: %w", k, err)
+				}
+			}
+			continue
+		}
+		if backoff && coalesced && backoffs < 2 {
+			// The rows are held by a sibling batch of this pool, which
+			// commits within one transaction time; the next batch starts
+			// after it, so requeue at the head at once.
+			backoffs++
+			continue
+		}
+		if backoff {
+			e.m.backoffs.Add(1)
+			if err := sleepCtx(ctx, jitter(e.cfg.BackoffMin, e.cfg.BackoffMax, backoffs)); err != nil {
+				return nil, err
+			}
+			backoffs++
+		}
+	}
+}
+
+func cmpBool(less, greater bool) int {
+	switch {
+	case less:
+		return -1
+	case greater:
+		return 1
+	}
+	return 0
+}
+
+// poolStat is an unlocked snapshot of one pool.
+type poolStat struct {
+	exists bool  // the ledger row exists
+	onHand int64 // inventory_ledger.on_hand
+	pooled int64 // reservation_units rows, locked ones included
+	active int64 // reserved quantity not yet expired
+	held   int64 // reserved quantity, expired lines not yet deleted included
+}
+
+// available is what the ledger can still promise: on_hand less the live
+// reservations (the pool is part of it).
+func (s poolStat) available() int64 { return s.onHand - s.active }
+
+// poolStats reads the given pools in one consistent, lock-free statement.
+func (e *Engine) poolStats(ctx context.Context, read readFunc, keys []PoolKey) (map[PoolKey]poolStat, error) {
+	out := make(map[PoolKey]poolStat, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		fmt.Fprintf(&b, `SELECT %d, l.on_hand,
+ (SELECT COUNT(*) FROM reservation_units u WHERE %s),
+ (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r WHERE %s AND r.expires_at > UTC_TIMESTAMP(6)),
+ (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r WHERE %s)
+ FROM inventory_ledger l WHERE %s`, i, qualified(k, "u"), qualified(k, "r"), qualified(k, "r"), qualified(k, "l"))
+	}
+	rows, err := read(ctx, b.String())
+	if err != nil {
+		return nil, err
+	}
+	for _, row := range rows {
+		v, err := rowInts(row)
+		if err != nil {
+			return nil, err
+		}
+		out[keys[v[0]]] = poolStat{exists: true, onHand: v[1], pooled: v[2], active: v[3], held: v[4]}
+	}
+	return out, nil
+}
+
+// qualified is k.WhereSQL with every column prefixed by alias.
+func qualified(k PoolKey, alias string) string {
+	return fmt.Sprintf("%s.shop_id = %d AND %s.inventory_item_id = %d AND %s.inventory_group_id = %d",
+		alias, k.ShopID, alias, k.ItemID, alias, k.GroupID)
+}
+
+// readFunc runs one lock-free read.
+type readFunc func(ctx context.Context, q string, args ...any) ([][][]byte, error)
+
+// reader reads on a connection borrowed under tag for each read.
+func (e *Engine) reader(tag string) readFunc {
+	return func(ctx context.Context, q string, args ...any) ([][][]byte, error) {
+		return e.query(ctx, tag, q, args...)
+	}
+}
+
+// query runs one autocommit read on a connection borrowed under tag.
+func (e *Engine) query(ctx context.Context, tag string, q string, args ...any) ([][][]byte, error) {
+	c, err := e.conns.Borrow(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.Query(ctx, q, args...)
+	c.Release(err != nil && !isDB(err))
+	return rows, err
+}
+
+// header is a reservations row.
+type header struct {
+	id        uint64
+	shop      int64
+	key       string
+	hash      []byte
+	state     string
+	lines     []heldLine
+	expiresAt time.Time
+}
+
+const headerCols = "reservation_id, shop_id, idempotency_key, request_hash, state, line_items, expires_at, expires_at <= UTC_TIMESTAMP(6)"
+
+func decodeHeader(row [][]byte) (*header, error) {
+	id, err := colUint(row[0])
+	if err != nil {
+		return nil, err
+	}
+	shop, err := colInt(row[1])
+	if err != nil {
+		return nil, err
+	}
+	lines, err := decodeLines(row[5])
+	if err != nil {
+		return nil, err
+	}
+	exp, err := colTime(row[6])
+	if err != nil {
+		return nil, err
+	}
+	h := &header{id: id, shop: shop, key: string(row[2]), hash: row[3], lines: lines, expiresAt: exp}
+	switch string(row[4]) {
+	case "1":
+		h.state = "claimed"
+	case "2":
+		h.state = "released"
+	default:
+		h.state = "active"
+		if string(row[7]) == "1" {
+			h.state = "expired"
+		}
+	}
+	return h, nil
+}
+
+type idemKey struct {
+	shop int64
+	key  string
+}
+
+// lookupKeys reads the reservations rows of the given idempotency keys.
+func (e *Engine) lookupKeys(ctx context.Context, read readFunc, keys []idemKey) (map[idemKey]*header, error) {
+	var b strings.Builder
+	args := make([]any, 0, 2*len(keys))
+	b.WriteString("SELECT " + headerCols + " FROM reservations WHERE ")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(shop_id = ? AND idempotency_key = ?)")
+		args = append(args, k.shop, []byte(k.key))
+	}
+	rows, err := read(ctx, b.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[idemKey]*header, len(rows))
+	for _, row := range rows {
+		h, err := decodeHeader(row)
+		if err != nil {
+			return nil, err
+		}
+		out[idemKey{h.shop, h.key}] = h
+	}
+	return out, nil
+}
+
+// replayOrConflict answers req from an existing reservation with its key:
+// the original reservation if the request is the same, a conflict error if
+// not, or (nil, nil) if the key is unused.
+func (e *Engine) replayOrConflict(ctx context.Context, req *reserveReq) (*reservation, error) {
+	found, err := e.lookupKeys(ctx, e.reader(TagReserve), []idemKey{{req.shop, req.key}})
+	if err != nil {
+		return nil, err
+	}
+	h := found[idemKey{req.shop, req.key}]
+	if h == nil {
+		return nil, nil
+	}
+	return answerFromHeader(req, h)
+}
+
+func answerFromHeader(req *reserveReq, h *header) (*reservation, error) {
+	if string(h.hash) != string(req.hash[:]) {
+		return nil, newError(CodeIdempotencyConflict, "45000",
+			"holdfast.reserve: idempotency key %s of shop %d was used by a different request (reservation %s); use a new key for a new request",
+			quoteShort(req.key), req.shop, formatToken(h.id))
+	}
+	return &reservation{id: h.id, expiresAt: h.expiresAt, lines: h.lines, state: h.state, replayed: true}, nil
+}

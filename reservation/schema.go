@@ -1,0 +1,151 @@
+package reservation
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// Table names. The engine writes them without a schema prefix, so they live
+// in the database the backend connection uses by default.
+const (
+	TableLedger       = "inventory_ledger"
+	TableUnits        = "reservation_units"
+	TableReserved     = "reserved_quantities"
+	TableReservations = "reservations"
+	TableMigrations   = "holdfast_schema_migrations"
+)
+
+// Migration is one versioned schema step. Statements must be idempotent
+// (CREATE TABLE IF NOT EXISTS and the like): two holdfast instances may
+// migrate at once, and DDL commits implicitly, so no lock can cover a step.
+type Migration struct {
+	Version    int
+	Name       string
+	Statements []string
+}
+
+// Migrations lists every schema version in order. Append only; never edit a
+// released step. All SQL is valid on MySQL 8 and MariaDB 10.6+.
+var Migrations = []Migration{{
+	Version: 1,
+	Name:    "reservation engine tables",
+	Statements: []string{
+		// The source of truth. on_hand only ever drops at claim (and by
+		// set_on_hand/adjust); pooling and reserving borrow from it.
+		`CREATE TABLE IF NOT EXISTS inventory_ledger (
+  shop_id BIGINT NOT NULL,
+  inventory_item_id BIGINT NOT NULL,
+  inventory_group_id BIGINT NOT NULL,
+  on_hand BIGINT NOT NULL,
+  updated_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (shop_id, inventory_item_id, inventory_group_id)
+) ENGINE=InnoDB`,
+		// One row per reservable unit. The filter columns are the clustered
+		// key, so taking a unit locks exactly one index record.
+		`CREATE TABLE IF NOT EXISTS reservation_units (
+  shop_id BIGINT NOT NULL,
+  inventory_item_id BIGINT NOT NULL,
+  inventory_group_id BIGINT NOT NULL,
+  id BIGINT NOT NULL,
+  PRIMARY KEY (shop_id, inventory_item_id, inventory_group_id, id)
+) ENGINE=InnoDB`,
+		// One row per line of each held reservation; deleted at claim,
+		// release and expiry. rq_pool serves the refill's and the
+		// reconciler's per-pool sums and the refill's expired-row delete;
+		// rq_expires serves the sweeper.
+		`CREATE TABLE IF NOT EXISTS reserved_quantities (
+  reservation_id BIGINT UNSIGNED NOT NULL,
+  line_no SMALLINT UNSIGNED NOT NULL,
+  shop_id BIGINT NOT NULL,
+  inventory_item_id BIGINT NOT NULL,
+  inventory_group_id BIGINT NOT NULL,
+  quantity INT NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (reservation_id, line_no),
+  KEY rq_pool (shop_id, inventory_item_id, inventory_group_id, expires_at),
+  KEY rq_expires (expires_at)
+) ENGINE=InnoDB`,
+		// One row per reservation, kept for the retention window after it
+		// ends: the idempotency record (UNIQUE(shop_id, idempotency_key)
+		// plus the request hash that tells a replay from a conflict), the
+		// line items as reserved, and the claim log (state, claimed_at,
+		// claim_kind) that makes claim idempotent. state: 0 active,
+		// 1 claimed, 2 released. An active reservation whose expires_at
+		// has passed is expired.
+		`CREATE TABLE IF NOT EXISTS reservations (
+  reservation_id BIGINT UNSIGNED NOT NULL,
+  shop_id BIGINT NOT NULL,
+  idempotency_key VARBINARY(255) NOT NULL,
+  request_hash BINARY(32) NOT NULL,
+  state TINYINT NOT NULL,
+  line_count SMALLINT UNSIGNED NOT NULL,
+  line_items BLOB NOT NULL,
+  created_at DATETIME(6) NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  finished_at DATETIME(6) NULL,
+  claim_kind VARCHAR(16) NULL,
+  PRIMARY KEY (reservation_id),
+  UNIQUE KEY reservations_idempotency (shop_id, idempotency_key),
+  KEY reservations_expires (expires_at)
+) ENGINE=InnoDB`,
+	},
+}}
+
+// SchemaVersion is the version Migrate brings the database to.
+func SchemaVersion() int { return Migrations[len(Migrations)-1].Version }
+
+// Migrate brings the schema to SchemaVersion through conns, borrowing one
+// connection under TagMigrate, and records each applied version in
+// holdfast_schema_migrations. It is idempotent and safe to run from several
+// instances at once. It returns the versions it applied.
+func Migrate(ctx context.Context, conns Conns) (applied []int, err error) {
+	c, err := conns.Borrow(ctx, TagMigrate)
+	if err != nil {
+		return nil, fmt.Errorf("reservation: migrate: borrow: %w", err)
+	}
+	broken := false
+	defer func() { c.Release(broken) }()
+	if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+TableMigrations+` (
+  version INT NOT NULL,
+  name VARCHAR(255) NOT NULL,
+  applied_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (version)
+) ENGINE=InnoDB`); err != nil {
+		broken = !isDB(err)
+		return nil, fmt.Errorf("reservation: migrate: %w", err)
+	}
+	rows, err := c.Query(ctx, `SELECT version FROM `+TableMigrations)
+	if err != nil {
+		broken = !isDB(err)
+		return nil, fmt.Errorf("reservation: migrate: %w", err)
+	}
+	have := map[int]bool{}
+	for _, r := range rows {
+		v, _ := strconv.Atoi(string(r[0]))
+		have[v] = true
+	}
+	for _, m := range Migrations {
+		if have[m.Version] {
+			continue
+		}
+		for i, stmt := range m.Statements {
+			if _, err := c.Exec(ctx, stmt); err != nil {
+				broken = !isDB(err)
+				return applied, fmt.Errorf("reservation: migrate: version %d (%s) statement %d: %w", m.Version, m.Name, i+1, err)
+			}
+		}
+		if _, err := c.Exec(ctx, `INSERT IGNORE INTO `+TableMigrations+` (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(6))`,
+			m.Version, m.Name); err != nil {
+			broken = !isDB(err)
+			return applied, fmt.Errorf("reservation: migrate: record version %d: %w", m.Version, err)
+		}
+		applied = append(applied, m.Version)
+	}
+	return applied, nil
+}
+
+func isDB(err error) bool {
+	_, ok := dbErrorNumber(err)
+	return ok
+}

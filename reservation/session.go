@@ -1,0 +1,136 @@
+package reservation
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// A session is one borrowed connection a combiner keeps across consecutive
+// batches of one pool, passed from leader to leader while reserves keep
+// queuing, and released when the queue drains. For its lifetime the
+// connection runs at
+//
+//	SET SESSION <isolation> = 'READ-COMMITTED', autocommit = 0
+//
+// so each batch is SELECT, DELETE, INSERT, INSERT, COMMIT — five round trips
+// instead of seven (no SET TRANSACTION, no START TRANSACTION); every
+// transaction is still READ COMMITTED, and the server default is untouched.
+// Before Release the session is put back to the server's defaults
+// (isolation = @@GLOBAL value, autocommit = 1), the state a pooled backend
+// connection has; if that fails, or any statement's outcome is unknown, the
+// connection is released broken. The borrow is attributed to
+// holdfast:reserve for as long as the batches run.
+type session struct {
+	c      Conn
+	broken bool // the session state is unknown: release the connection broken
+}
+
+// isoVar learns, once per engine, the isolation variable's name: MySQL 8
+// (and MariaDB 11.1+) call it transaction_isolation, MariaDB before that
+// and MySQL 5.7 tx_isolation.
+type isoVar struct {
+	mu   sync.Mutex // guards name
+	name string
+}
+
+func (v *isoVar) get(ctx context.Context, c Conn) (string, error) {
+	if name := v.known(); name != "" {
+		return name, nil
+	}
+	// Probe outside the lock; concurrent probes agree.
+	name := "transaction_isolation"
+	if _, err := c.Query(ctx, "SELECT @@SESSION.transaction_isolation"); err != nil {
+		if !isDB(err) {
+			return "", err
+		}
+		name = "tx_isolation"
+	}
+	v.mu.Lock()
+	v.name = name
+	v.mu.Unlock()
+	return name, nil
+}
+
+// known returns the name once learned.
+func (v *isoVar) known() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.name
+}
+
+// openSession borrows a connection and puts it in session mode. It returns
+// nil, nil when MaxSessions are already open: the caller then runs its
+// batch on a connection borrowed for that transaction alone.
+func (e *Engine) openSession(ctx context.Context) (*session, error) {
+	if e.cfg.DisableSessions {
+		return nil, nil
+	}
+	select {
+	case e.sessions <- struct{}{}:
+	default:
+		return nil, nil
+	}
+	c, err := e.conns.Borrow(ctx, TagReserve)
+	if err != nil {
+		<-e.sessions
+		return nil, err
+	}
+	name, err := e.iso.get(ctx, c)
+	if err == nil {
+		_, err = c.Exec(ctx, "SET SESSION "+name+" = 'READ-COMMITTED', autocommit = 0")
+	}
+	if err != nil {
+		c.Release(true)
+		<-e.sessions
+		return nil, err
+	}
+	return &session{c: c}, nil
+}
+
+// closeSession restores the connection's defaults and releases it.
+func (e *Engine) closeSession(s *session) {
+	if s == nil {
+		return
+	}
+	if !s.broken {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		name := e.iso.known() // set: the session was opened with it
+		if _, err := s.c.Exec(ctx, "SET SESSION "+name+" = @@GLOBAL."+name+", autocommit = 1"); err != nil {
+			s.broken = true
+		}
+	}
+	s.c.Release(s.broken)
+	<-e.sessions
+}
+
+// sessionTx runs fn as one transaction on the session (autocommit is off,
+// so the first statement starts it) and commits, or rolls back on error,
+// retrying deadlocks and lock-wait timeouts like TxRunner.
+func (e *Engine) sessionTx(ctx context.Context, s *session, fn func(ctx context.Context, c Conn) error) error {
+	for attempt := 0; ; attempt++ {
+		err := fn(ctx, s.c)
+		if err == nil {
+			if _, err = s.c.Exec(ctx, "COMMIT"); err != nil && !isDB(err) {
+				s.broken = true
+			}
+			return err
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, rerr := s.c.Exec(rctx, "ROLLBACK")
+		cancel()
+		if rerr != nil {
+			s.broken = true
+			return err
+		}
+		n, ok := dbErrorNumber(err)
+		if !ok || (n != errNumDeadlock && n != errNumLockWait) || attempt >= e.cfg.MaxTxRetries {
+			return err
+		}
+		e.m.countRetry(n)
+		if err := sleepCtx(ctx, jitter(e.cfg.BackoffMin, e.cfg.BackoffMax, attempt)); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package reservation
+
+import (
+	"context"
+)
+
+// Result columns of the stock procedures.
+var (
+	StockColumns        = []string{"inventory_item_id", "inventory_group_id", "on_hand", "reserved", "pooled"}
+	AvailabilityColumns = []string{"inventory_group_id", "on_hand", "reserved", "pooled", "available"}
+)
+
+// maxStock bounds on_hand and every quantity a stock procedure takes.
+const maxStock = 1_000_000_000_000
+
+func (e *Engine) stockArgs(proc string, args []any, last string, rule intRule) (PoolKey, int64, error) {
+	var k PoolKey
+	var err error
+	if k.ShopID, err = intArg(proc, args, 0, "shop_id", positive); err != nil {
+		return k, 0, err
+	}
+	if k.ItemID, err = intArg(proc, args, 1, "inventory_item_id", positive); err != nil {
+		return k, 0, err
+	}
+	if k.GroupID, err = intArg(proc, args, 2, "inventory_group_id", positive); err != nil {
+		return k, 0, err
+	}
+	v, err := intArg(proc, args, 3, last, rule)
+	if err != nil {
+		return k, 0, err
+	}
+	if v > maxStock || v < -maxStock {
+		return k, 0, badArg(proc, 4, last, "must be between %d and %d, got %d", -maxStock, maxStock, v)
+	}
+	return k, v, nil
+}
+
+func (e *Engine) callReceive(ctx context.Context, args []any) ([]string, [][]any, error) {
+	k, qty, err := e.stockArgs("receive", args, "quantity", positive)
+	if err != nil {
+		e.m.ops[opReceive].inc(opBadArgument)
+		return nil, nil, err
+	}
+	row, err := e.changeStock(ctx, "receive", k, func(onHand int64) int64 { return onHand + qty })
+	return e.stockAnswer(opReceive, row, err)
+}
+
+func (e *Engine) callSetOnHand(ctx context.Context, args []any) ([]string, [][]any, error) {
+	k, v, err := e.stockArgs("set_on_hand", args, "on_hand", nonNegative)
+	if err != nil {
+		e.m.ops[opSetOnHand].inc(opBadArgument)
+		return nil, nil, err
+	}
+	row, err := e.changeStock(ctx, "set_on_hand", k, func(int64) int64 { return v })
+	return e.stockAnswer(opSetOnHand, row, err)
+}
+
+func (e *Engine) callAdjust(ctx context.Context, args []any) ([]string, [][]any, error) {
+	k, delta, err := e.stockArgs("adjust", args, "delta", anyInt)
+	if err != nil {
+		e.m.ops[opAdjust].inc(opBadArgument)
+		return nil, nil, err
+	}
+	if delta == 0 {
+		e.m.ops[opAdjust].inc(opBadArgument)
+		return nil, nil, badArg("adjust", 4, "delta", "must not be 0")
+	}
+	row, err := e.changeStock(ctx, "adjust", k, func(onHand int64) int64 { return onHand + delta })
+	return e.stockAnswer(opAdjust, row, err)
+}
+
+func (e *Engine) stockAnswer(op int, row []any, err error) ([]string, [][]any, error) {
+	if err != nil {
+		e.m.ops[op].inc(opOutcomeOf(err))
+		return nil, nil, err
+	}
+	e.m.ops[op].inc(opOK)
+	return StockColumns, [][]any{row}, nil
+}
+
+// changeStock sets key's on_hand to next(on_hand) under the guard
+//
+//	next(on_hand) >= reserved quantity still live
+//
+// and shrinks the pool so that pool rows + reserved <= the new on_hand: the
+// pool is only pre-cut availability, so it gives way; live reservations do
+// not (9106). One transaction, in the global lock order: the ledger row FOR
+// UPDATE; every pool row FOR UPDATE (this waits for reserves that hold units,
+// and no new reservation can start on the pool, since their SKIP LOCKED
+// select finds nothing and their inline refill waits for the ledger row);
+// then reserved_quantities, whose expired lines of this pool are deleted. A
+// missing ledger row counts as on_hand 0 and is created.
+func (e *Engine) changeStock(ctx context.Context, proc string, k PoolKey, next func(int64) int64) ([]any, error) {
+	var row []any
+	err := e.tx.Run(ctx, TagStock, func(ctx context.Context, c Conn) error {
+		led, err := c.Query(ctx, "SELECT on_hand FROM inventory_ledger WHERE "+k.WhereSQL()+" FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		var onHand int64
+		exists := len(led) > 0
+		if exists {
+			if onHand, err = colInt(led[0][0]); err != nil {
+				return err
+			}
+		}
+		units, err := c.Query(ctx, "SELECT id FROM reservation_units FORCE INDEX (PRIMARY) WHERE "+k.WhereSQL()+" ORDER BY id DESC FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		rs, err := c.Query(ctx, "SELECT UTC_TIMESTAMP(6), COALESCE(SUM(IF(expires_at > UTC_TIMESTAMP(6), quantity, 0)), 0), COUNT(*) FROM reserved_quantities WHERE "+k.WhereSQL())
+		if err != nil {
+			return err
+		}
+		now := string(rs[0][0])
+		v, err := rowInts(rs[0][1:])
+		if err != nil {
+			return err
+		}
+		live, lines := v[0], v[1]
+		n := next(onHand)
+		switch {
+		case n < 0:
+			return newError(CodeGuardViolated, "45000", "holdfast.%s: on_hand of item %d at location %d would be %d; it cannot go below 0",
+				proc, k.ItemID, k.GroupID, n)
+		case n > maxStock:
+			return newError(CodeGuardViolated, "45000", "holdfast.%s: on_hand of item %d at location %d would be %d; at most %d is allowed",
+				proc, k.ItemID, k.GroupID, n, int64(maxStock))
+		case n < live:
+			return newError(CodeGuardViolated, "45000",
+				"holdfast.%s: on_hand of item %d at location %d would be %d, below the %d units held by live reservations; release or claim them first",
+				proc, k.ItemID, k.GroupID, n, live)
+		}
+		pooled := int64(len(units))
+		if excess := pooled + live - n; excess > 0 {
+			ids := make([]int64, excess)
+			for i, u := range units[:excess] {
+				if ids[i], err = colInt(u[0]); err != nil {
+					return err
+				}
+			}
+			if _, err := DeleteUnits(ctx, c, k, ids); err != nil {
+				return err
+			}
+			pooled -= excess
+		}
+		if exists {
+			_, err = c.Exec(ctx, "UPDATE inventory_ledger SET on_hand = ?, updated_at = UTC_TIMESTAMP(6) WHERE "+k.WhereSQL(), n)
+		} else {
+			_, err = c.Exec(ctx, "INSERT INTO inventory_ledger (shop_id, inventory_item_id, inventory_group_id, on_hand, updated_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))",
+				k.ShopID, k.ItemID, k.GroupID, n)
+		}
+		if err != nil {
+			return err
+		}
+		if lines > 0 {
+			if _, err := DeleteExpiredLines(ctx, c, k, now); err != nil {
+				return err
+			}
+		}
+		row = []any{k.ItemID, k.GroupID, n, live, pooled}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.refiller.Notify(k)
+	return row, nil
+}
+
+func (e *Engine) callAvailability(ctx context.Context, args []any) ([]string, [][]any, error) {
+	const proc = "availability"
+	shop, err := intArg(proc, args, 0, "shop_id", positive)
+	if err == nil {
+		var item int64
+		if item, err = intArg(proc, args, 1, "inventory_item_id", positive); err == nil {
+			return e.availability(ctx, shop, item)
+		}
+	}
+	e.m.ops[opAvailability].inc(opBadArgument)
+	return nil, nil, err
+}
+
+// availability reports, per location of one item, on_hand, the quantity held
+// by live reservations, the pooled units and what can still be reserved
+// (on_hand - reserved, not below 0), in one lock-free read.
+func (e *Engine) availability(ctx context.Context, shop, item int64) ([]string, [][]any, error) {
+	rows, err := e.query(ctx, TagRead, `SELECT l.inventory_group_id, l.on_hand,
+ (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r
+   WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.inventory_group_id = l.inventory_group_id
+     AND r.expires_at > UTC_TIMESTAMP(6)),
+ (SELECT COUNT(*) FROM reservation_units u
+   WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id)
+FROM inventory_ledger l WHERE l.shop_id = ? AND l.inventory_item_id = ? ORDER BY l.inventory_group_id`, shop, item)
+	if err != nil {
+		e.m.ops[opAvailability].inc(opError)
+		return nil, nil, err
+	}
+	out := make([][]any, 0, len(rows))
+	for _, r := range rows {
+		v, err := rowInts(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, []any{v[0], v[1], v[2], v[3], max(v[1]-v[2], 0)})
+	}
+	e.m.ops[opAvailability].inc(opOK)
+	return AvailabilityColumns, out, nil
+}
