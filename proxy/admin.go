@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 // token whenever the admin listener is not on loopback.
 //
 //	GET    /metrics                     Prometheus metrics
+//	GET    /debug/pprof/...             Go profiles (net/http/pprof)
 //	GET    /api/tags                    per-tag totals, by hold time
 //	GET    /api/holders                 backend connections held now
 //	GET    /api/pool                    pool and client counts
@@ -30,6 +32,9 @@ import (
 func (s *Server) AdminHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /api/tags", s.apiTags)
 	mux.HandleFunc("GET /api/holders", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"holders": nonNil(s.Holders())})

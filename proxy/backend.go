@@ -64,6 +64,7 @@ type backendConn struct {
 	threadID  uint32
 	version   string
 	nc        net.Conn
+	raw       syscall.RawConn // for alive(); nil when nc has none
 	r         packetReader
 	w         packetWriter
 	foundRows bool // negotiated CLIENT_FOUND_ROWS (a pool variant)
@@ -128,6 +129,9 @@ func dialBackend(ctx context.Context, s BackendSettings, foundRows bool) (*backe
 		dbKnown:    true,
 		multiStmts: true,
 	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		bc.raw, _ = sc.SyscallConn()
+	}
 	if _, err := bc.query(ctx, backendInitSQL); err != nil {
 		bc.close()
 		return nil, fmt.Errorf("proxy: initialise backend connection: %w", err)
@@ -153,16 +157,11 @@ func (bc *backendConn) alive() bool {
 	if bc.r.br.Buffered() > 0 {
 		return false
 	}
-	sc, ok := bc.nc.(syscall.Conn)
-	if !ok {
+	if bc.raw == nil {
 		return true
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
 	alive := true
-	err = rc.Read(func(fd uintptr) bool {
+	err := bc.raw.Read(func(fd uintptr) bool {
 		var b [1]byte
 		n, err := syscall.Read(int(fd), b[:])
 		switch {

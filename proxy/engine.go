@@ -62,7 +62,9 @@ func (s *Server) BorrowEngine(ctx context.Context, tag string) (*EngineConn, err
 		}
 		return nil, err
 	}
-	t.Borrowed(time.Since(start))
+	if s.attr {
+		t.Borrowed(time.Since(start))
+	}
 	c := &EngineConn{srv: s, bc: bc, tag: t, gated: counted, start: time.Now()}
 	if bc.vars == nil {
 		bc.vars = s.baseVars()
@@ -110,7 +112,9 @@ func (c *EngineConn) run(ctx context.Context, sql string) (*textResult, error) {
 	c.mu.Unlock()
 	res, err := c.bc.query(ctx, sql)
 	end := time.Now()
-	c.tag.Statement(end.Sub(now), err != nil)
+	if c.srv.attr {
+		c.tag.Statement(end.Sub(now), err != nil)
+	}
 	c.mu.Lock()
 	c.exec += end.Sub(now)
 	c.lastEnd = end
@@ -136,7 +140,9 @@ func (c *EngineConn) Release(broken bool) {
 	c.srv.engine.mu.Lock()
 	delete(c.srv.engine.conns, c)
 	c.srv.engine.mu.Unlock()
-	c.tag.Returned(time.Since(c.start), exec, idle)
+	if c.srv.attr {
+		c.tag.Returned(time.Since(c.start), exec, idle)
+	}
 	if c.gated {
 		c.srv.gates.exit(c.tag.Name())
 	}

@@ -70,10 +70,12 @@ func (s *session) borrow(tag *attribution.Tag) (*backendConn, *sqlError) {
 	if s.bc != nil {
 		return s.bc, nil
 	}
-	lim := s.srv.pool.Limits()
-	ctx, cancel := context.WithTimeout(s.srv.ctx, lim.AcquireTimeout)
-	counted, err := s.srv.gates.enter(ctx, tag.Name())
-	cancel()
+	counted, err := false, error(nil)
+	if s.srv.gates.active.Load() > 0 {
+		ctx, cancel := context.WithTimeout(s.srv.ctx, s.srv.pool.Limits().AcquireTimeout)
+		counted, err = s.srv.gates.enter(ctx, tag.Name())
+		cancel()
+	}
 	if err != nil {
 		if errors.Is(err, errTagDrained) {
 			tag.Rejected("drained")

@@ -128,6 +128,13 @@ func (p *Pool) Stats() PoolStats {
 // acquire lends a connection with the given CLIENT_FOUND_ROWS variant,
 // waiting at most the acquire timeout (or ctx, whichever ends first).
 func (p *Pool) acquire(ctx context.Context, foundRows bool) (*backendConn, error) {
+	// Fast path: an idle connection, without the timer a wait needs.
+	if bc := p.takeIdle(foundRows); bc != nil {
+		if bc = p.check(bc); bc != nil {
+			p.lent(time.Time{}, false)
+			return bc, nil
+		}
+	}
 	p.mu.Lock()
 	timeout := p.limits.AcquireTimeout
 	p.mu.Unlock()
@@ -214,6 +221,24 @@ func (p *Pool) lent(start time.Time, waited bool) {
 	p.mu.Unlock()
 }
 
+// takeIdle takes the most recently returned idle connection of the variant,
+// or returns nil.
+func (p *Pool) takeIdle(foundRows bool) *backendConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	for i := len(p.idle) - 1; i >= 0; i-- {
+		if bc := p.idle[i]; bc.foundRows == foundRows {
+			p.idle = append(p.idle[:i], p.idle[i+1:]...)
+			p.inUse++
+			return bc
+		}
+	}
+	return nil
+}
+
 // take decides, under the lock, how an acquisition proceeds: with an idle
 // connection, by dialing a new one, or by queueing as a waiter.
 func (p *Pool) take(foundRows bool) (*backendConn, *waiter, bool, error) {
@@ -267,6 +292,8 @@ func (p *Pool) check(bc *backendConn) *backendConn {
 	p.mu.Lock()
 	pingAfter := p.limits.PingAfterIdle
 	p.mu.Unlock()
+	// Every lend checks the socket (one non-blocking read), so a backend
+	// connection the server closed while it sat idle is never handed out.
 	ok := bc.alive()
 	if ok && pingAfter > 0 && !bc.idleFrom.IsZero() && time.Since(bc.idleFrom) > pingAfter {
 		ok = bc.ping(time.Second) == nil

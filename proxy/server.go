@@ -293,6 +293,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.ln = ln
 	s.mu.Unlock()
 	s.pool.Start()
+	s.wg.Add(1)
+	go s.watchdog()
 	s.warm()
 	s.log.Info("holdfast listening", "addr", ln.Addr().String())
 	var backoff time.Duration
@@ -328,6 +330,34 @@ func (s *Server) warm() {
 		return
 	}
 	s.pool.release(bc, true)
+}
+
+// watchdog starts watching the client socket of statements that have run
+// longer than watchDelay (see clientWatch).
+func (s *Server) watchdog() {
+	defer s.wg.Done()
+	t := time.NewTicker(watchDelay / 2)
+	defer t.Stop()
+	var sess []*session
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case now := <-t.C:
+			sess = sess[:0]
+			s.mu.Lock()
+			for _, x := range s.sessions {
+				sess = append(sess, x)
+			}
+			s.mu.Unlock()
+			limit := now.Add(-watchDelay).UnixNano()
+			for _, x := range sess {
+				if since := x.watch.since.Load(); since != 0 && since < limit {
+					x.watch.start()
+				}
+			}
+		}
+	}
 }
 
 // Addr returns the listening address (after Serve started), or nil.

@@ -662,33 +662,27 @@ var errClientGone = errors.New("proxy: client connection gone")
 
 // clientWatch notices a client that disconnects while its statement runs
 // (drivers close the socket when a context is cancelled) and interrupts
-// the statement so the backend connection is not held for nothing. It only
-// starts reading after a statement has run for watchDelay.
+// the statement so the backend connection is not held for nothing. A
+// statement only marks itself as running (one atomic store); the server's
+// watchdog starts reading the client socket once a statement has run for
+// watchDelay.
 type clientWatch struct {
-	s       *session
+	s     *session
+	since atomic.Int64 // UnixNano when the running statement started; 0: none
+
 	mu      sync.Mutex // guards the fields below
-	t       *time.Timer
-	armed   bool
 	running bool
 	done    chan struct{}
 }
 
 const watchDelay = 100 * time.Millisecond
 
-func (w *clientWatch) arm() {
-	w.mu.Lock()
-	w.armed = true
-	if w.t == nil {
-		w.t = time.AfterFunc(watchDelay, w.fire)
-	} else {
-		w.t.Reset(watchDelay)
-	}
-	w.mu.Unlock()
-}
+func (w *clientWatch) arm() { w.since.Store(time.Now().UnixNano()) }
 
-func (w *clientWatch) fire() {
+// start begins watching if the statement still runs; the watchdog calls it.
+func (w *clientWatch) start() {
 	w.mu.Lock()
-	if !w.armed {
+	if w.since.Load() == 0 || w.running {
 		w.mu.Unlock()
 		return
 	}
@@ -696,27 +690,26 @@ func (w *clientWatch) fire() {
 	w.done = make(chan struct{})
 	done := w.done
 	w.mu.Unlock()
-	defer close(done)
-	// The session goroutine does not read while a statement runs, so the
-	// reader is ours until disarm. Anything read stays buffered for it.
-	_, err := w.s.r.br.Peek(1)
-	if err == nil {
-		return
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
-		return // disarmed
-	}
-	w.s.srv.log.Info("client disconnected during a statement; interrupting it", "client", w.s.id)
-	w.s.interrupt()
+	go func() {
+		defer close(done)
+		// The session goroutine does not read while a statement runs, so
+		// the reader is ours until disarm. Anything read stays buffered.
+		_, err := w.s.r.br.Peek(1)
+		if err == nil {
+			return
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+			return // disarmed
+		}
+		w.s.srv.log.Info("client disconnected during a statement; interrupting it", "client", w.s.id)
+		w.s.interrupt()
+	}()
 }
 
 func (w *clientWatch) disarm() {
+	w.since.Store(0)
 	w.mu.Lock()
-	w.armed = false
-	if w.t != nil {
-		w.t.Stop()
-	}
 	running, done := w.running, w.done
 	w.running = false
 	w.mu.Unlock()

@@ -24,6 +24,7 @@ type clientStmt struct {
 	query    string
 	sql      []byte // query, truncated, for holders and logs
 	db       string // database it was prepared in
+	key      string // stmtKey(db, query)
 	params   int
 	columns  int
 	types    []byte // 2 bytes per parameter, from the last execute that sent them
@@ -75,11 +76,10 @@ func stmtKey(db, query string) string { return db + "\x00" + query }
 // prepareOn returns the statement prepared on bc, preparing it if needed in
 // database db (switching there and back when bc is elsewhere). A backend
 // ERR reply comes back as errPkt (a copy, to relay verbatim).
-func (bc *backendConn) prepareOn(db, query string, cacheSize int) (bs *backendStmt, errPkt []byte, err error) {
+func (bc *backendConn) prepareOn(db, query, key string, cacheSize int) (bs *backendStmt, errPkt []byte, err error) {
 	if bc.stmts == nil {
 		bc.stmts = newStmtCache(cacheSize)
 	}
-	key := stmtKey(db, query)
 	if bs, ok := bc.stmts.lru.Get(key); ok {
 		return bs, nil, nil
 	}
@@ -171,7 +171,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 		return true
 	}
 	s.setExec(bc.threadID)
-	bs, errPkt, err := bc.prepareOn(s.db, query, s.srv.stmtCacheSize())
+	bs, errPkt, err := bc.prepareOn(s.db, query, stmtKey(s.db, query), s.srv.stmtCacheSize())
 	s.setExec(0)
 	if err != nil {
 		return s.relayFailed(err, &relayResult{}, s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext)
@@ -184,6 +184,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 	s.nextStmt++
 	cs := &clientStmt{id: s.nextStmt, query: query, db: s.db, params: bs.params, columns: bs.columns, info: s.scanMode().Scan(p[1:])}
 	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
+	cs.key = stmtKey(cs.db, cs.query)
 	if tagged {
 		cs.tag = tag
 	}
@@ -313,7 +314,7 @@ func (s *session) stmtExecute(p []byte) bool {
 // the execute with holdfast's view of the parameter types, and relays the
 // result.
 func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, nullMap, values []byte) (relayResult, []byte, error) {
-	bs, errPkt, err := bc.prepareOn(cs.db, cs.query, s.srv.stmtCacheSize())
+	bs, errPkt, err := bc.prepareOn(cs.db, cs.query, cs.key, s.srv.stmtCacheSize())
 	if err != nil || errPkt != nil {
 		return relayResult{}, errPkt, err
 	}
@@ -380,7 +381,7 @@ func (s *session) stmtReset(p []byte) bool {
 	}
 	cs.longData, cs.longSize = nil, 0
 	if s.pinReason == "cursor" && s.bc != nil {
-		if bs, ok := s.bc.stmts.lru.Peek(stmtKey(cs.db, cs.query)); ok {
+		if bs, ok := s.bc.stmts.lru.Peek(cs.key); ok {
 			var b [5]byte
 			b[0] = comStmtReset
 			binary.LittleEndian.PutUint32(b[1:], bs.id)
@@ -405,7 +406,7 @@ func (s *session) stmtFetch(p []byte) bool {
 	}
 	var bs *backendStmt
 	if s.bc != nil && s.bc.stmts != nil {
-		bs, _ = s.bc.stmts.lru.Peek(stmtKey(cs.db, cs.query))
+		bs, _ = s.bc.stmts.lru.Peek(cs.key)
 	}
 	if s.pinReason != "cursor" || bs == nil || len(p) < 9 {
 		s.writeErr(newErr(1421, "HY000", "The statement (%d) has no open cursor.", cs.id))

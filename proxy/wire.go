@@ -101,13 +101,13 @@ func grow(b []byte, n int) []byte {
 type packetWriter struct {
 	bw  *bufio.Writer
 	seq uint8
+	hdr [4]byte
 }
 
 func (w *packetWriter) writeHeader(n int) error {
-	var h [4]byte
-	h[0], h[1], h[2], h[3] = byte(n), byte(n>>8), byte(n>>16), w.seq
+	w.hdr[0], w.hdr[1], w.hdr[2], w.hdr[3] = byte(n), byte(n>>8), byte(n>>16), w.seq
 	w.seq++
-	_, err := w.bw.Write(h[:])
+	_, err := w.bw.Write(w.hdr[:])
 	return err
 }
 

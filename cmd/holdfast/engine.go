@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -102,6 +103,24 @@ func backendDB(cfg config.Config) (*sql.DB, error) {
 	c.Net, c.Addr, c.User, c.Passwd, c.DBName = "tcp", cfg.Backend.Address, cfg.Backend.User, cfg.Backend.Password, cfg.Backend.Database
 	c.Timeout = cfg.Backend.DialTimeout
 	return sql.Open("mysql", c.FormatDSN())
+}
+
+// schemaInstalled reports whether `holdfast migrate` has run on the
+// backend's database. An unreachable backend counts as installed (the
+// engine's own errors will say what is wrong once it is back).
+func schemaInstalled(ctx context.Context, cfg config.Config) bool {
+	db, err := backendDB(cfg)
+	if err != nil {
+		return true
+	}
+	defer db.Close()
+	var v sql.NullInt64
+	err = db.QueryRowContext(ctx, "SELECT MAX(version) FROM holdfast_schema_migrations").Scan(&v)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1146 {
+		return false
+	}
+	return err != nil || v.Valid
 }
 
 // migrate creates or upgrades the reservation schema.

@@ -104,10 +104,18 @@ func serve(path string, cfg config.Config) error {
 		reg.MustRegister(reservation.NewCollector(eng.eng), refiller.NewCollector(eng.ref))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		if err := eng.start(ctx); err != nil {
-			return err
+		cctx, ccancel := context.WithTimeout(ctx, cfg.Backend.DialTimeout)
+		installed := schemaInstalled(cctx, cfg)
+		ccancel()
+		if installed {
+			if err := eng.start(ctx); err != nil {
+				return err
+			}
+			defer eng.close()
+		} else {
+			log.Warn("the reservation schema is not installed: run `holdfast migrate`; CALL holdfast.* fails and the refiller, sweeper and reconciler stay off until holdfast restarts after it",
+				"database", cfg.Backend.Database)
 		}
-		defer eng.close()
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()
