@@ -38,5 +38,15 @@ bench-proxy:
 	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \
 	  $(GO) run ./cmd/holdfast-bench -go $(GO) -mariadb $$addr $(BENCH_FLAGS)
 
+## bench-attribution: sysbench point_select@16/@64 through holdfast, attribution on vs off (~7 min)
+bench-attribution:
+	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \
+	  $(GO) run ./cmd/holdfast-bench -mode attribution -go $(GO) -mariadb $$addr $(BENCH_FLAGS)
+
+## bench-reserve: (a) txn counter / (b) autocommit UPDATE / (c) CALL holdfast.reserve on one hot item, 8/64/256 clients, via a 0.5 ms relay (~7 min)
+bench-reserve:
+	@addr=$$(scripts/mariadb-up.sh) && \
+	  $(GO) run ./cmd/holdfast-bench-reserve -go $(GO) -mariadb $$addr $(BENCH_FLAGS)
+
 clean:
 	rm -rf bin

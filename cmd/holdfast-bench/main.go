@@ -1,8 +1,11 @@
-// Command holdfast-bench is the `make bench-proxy` harness: sysbench against
+// Command holdfast-bench is the harness of `make bench-proxy` and `make
+// bench-attribution`. With -mode proxy (the default): sysbench against
 // MariaDB directly, through a plain TCP relay and through a freshly built
-// holdfast, then a connection-scale run. See internal/bench.
+// holdfast, then a connection-scale run. With -mode attribution: sysbench
+// point_select through two holdfast processes from one fresh build, per-tag
+// accounting on and off. See internal/bench.
 //
-//	holdfast-bench [-mariadb HOST:PORT] [-rounds N] [-time D] ...
+//	holdfast-bench [-mode proxy|attribution] [-mariadb HOST:PORT] [-rounds N] [-time D] ...
 package main
 
 import (
@@ -18,6 +21,7 @@ import (
 
 func main() {
 	o := bench.DefaultOptions()
+	flag.StringVar(&o.Mode, "mode", o.Mode, "comparison to run: proxy (direct / relay / holdfast, connection scale) or attribution (holdfast with attribution on / off)")
 	flag.StringVar(&o.Repo, "repo", o.Repo, "holdfast repository root (./cmd/holdfast is built from it)")
 	flag.StringVar(&o.Go, "go", o.Go, "go command used to build holdfast")
 	flag.StringVar(&o.Sysbench, "sysbench", o.Sysbench, "sysbench executable")
@@ -26,18 +30,18 @@ func main() {
 	flag.StringVar(&o.AdminPassword, "mariadb-password", o.AdminPassword, "password of -mariadb-user")
 	flag.StringVar(&o.Database, "database", o.Database, "database for the sysbench tables (kept between runs)")
 	flag.StringVar(&o.BenchUser, "bench-user", o.BenchUser, "MariaDB account created for sysbench; holdfast's pool uses NAME_pool (password = name)")
-	flag.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds; each runs every workload against direct, relay, holdfast")
+	flag.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds; each runs every workload against every target (proxy: direct, relay, holdfast; attribution: on-tagged, off, on)")
 	flag.DurationVar(&o.Time, "time", o.Time, "duration of each sysbench run")
 	flag.IntVar(&o.Tables, "tables", o.Tables, "sysbench --tables")
 	flag.IntVar(&o.TableSize, "table-size", o.TableSize, "sysbench --table-size")
-	flag.IntVar(&o.PoolMax, "pool-max", o.PoolMax, "holdfast pool.max for the sysbench runs")
+	flag.IntVar(&o.PoolMax, "pool-max", o.PoolMax, "holdfast pool.min and pool.max for the sysbench runs")
 	flag.IntVar(&o.ScaleConns, "scale-conns", o.ScaleConns, "client connections in the connection-scale run")
 	flag.IntVar(&o.ScalePoolMax, "scale-pool-max", o.ScalePoolMax, "holdfast pool.max for the connection-scale run")
 	flag.DurationVar(&o.ScaleTime, "scale-time", o.ScaleTime, "duration of the connection-scale statement phase")
 	flag.DurationVar(&o.ScaleInterval, "scale-interval", o.ScaleInterval, "each scale connection runs one statement per interval")
-	flag.BoolVar(&o.SkipSysbench, "skip-sysbench", false, "skip the sysbench comparison")
-	flag.BoolVar(&o.SkipScale, "skip-scale", false, "skip the connection-scale run")
-	flag.StringVar(&o.Profile, "profile", o.Profile, "profile holdfast in an extra point_select@16 run: on-miss, always or never")
+	flag.BoolVar(&o.SkipSysbench, "skip-sysbench", false, "skip the sysbench comparison (proxy mode)")
+	flag.BoolVar(&o.SkipScale, "skip-scale", false, "skip the connection-scale run (proxy mode)")
+	flag.StringVar(&o.Profile, "profile", o.Profile, "profile holdfast in an extra run (proxy: point_select@16; attribution: the attribution-on process, the first missed workload): on-miss, always or never")
 	flag.StringVar(&o.CPUProfile, "holdfast-cpuprofile", "", "where to write that profile (holdfast's -cpuprofile when it has one, else perf)")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the scratch directory (binary, configs, holdfast logs)")
 	flag.Parse()

@@ -48,6 +48,7 @@ const (
 	capProtocol41     = 0x00000200
 	capTransactions   = 0x00002000
 	capSecureConn     = 0x00008000
+	capMultiResults   = 0x00020000 // Query follows SERVER_MORE_RESULTS_EXISTS; CALL needs it
 	capPluginAuth     = 0x00080000
 	capDeprecateEOF   = 0x01000000
 	statusMoreResults = 0x0008
@@ -127,7 +128,7 @@ func (c *Client) handshake(user, password, db string) error {
 		return fmt.Errorf("%w: server lacks PROTOCOL_41 or SECURE_CONNECTION", ErrProtocol)
 	}
 	c.caps = capLongPassword | capLongFlag | capProtocol41 | capTransactions | capSecureConn |
-		capPluginAuth | capDeprecateEOF
+		capMultiResults | capPluginAuth | capDeprecateEOF
 	if db != "" {
 		c.caps |= capConnectWithDB
 	}

@@ -1,7 +1,10 @@
-// Package bench is the harness behind `make bench-proxy` (cmd/holdfast-bench):
-// it measures holdfast against the two baselines every proxy hop must be
-// judged by, MariaDB reached directly and a plain TCP relay, and it runs a
-// connection-scale test of many mostly idle clients.
+// Package bench is the harness behind `make bench-proxy` and `make
+// bench-attribution` (cmd/holdfast-bench, Options.Mode). bench-proxy
+// measures holdfast against the two baselines every proxy hop must be judged
+// by, MariaDB reached directly and a plain TCP relay, and runs a
+// connection-scale test of many mostly idle clients. bench-attribution
+// measures the cost of per-tag accounting: the same binary with attribution
+// on and off, side by side (attribution.go).
 //
 // It owns:
 //   - Relay, a TCP relay that copies bytes both ways, optionally delaying
@@ -12,7 +15,7 @@
 //   - driving sysbench and parsing its report;
 //   - Client, a minimal MySQL text-protocol client cheap enough to hold
 //     thousands of connections from one process;
-//   - the orchestration (Run) and the printed report.
+//   - the orchestration (Run) and the printed report, both modes.
 //
 // It must not touch holdfast's own packages: holdfast is measured as a user
 // runs it, from a freshly built binary and a configuration file. Everything

@@ -113,7 +113,7 @@ func (b *runner) maybeProfile(ctx context.Context, verdicts []Verdict) {
 		return
 	}
 	b.printf("holdfast has no -cpuprofile flag; sampling it with perf instead\n")
-	b.profilePerf(ctx, perf, w, path)
+	b.profilePerf(ctx, perf, w, TargetHoldfast, path)
 }
 
 func (b *runner) profileBuiltin(ctx context.Context, w Workload, path string) {
@@ -133,10 +133,13 @@ func (b *runner) profileBuiltin(ctx context.Context, w Workload, path string) {
 	b.printf("%s\nprofile: %s (go tool pprof %s %s)\n", out, path, b.bin, path)
 }
 
-func (b *runner) profilePerf(ctx context.Context, perf string, w Workload, path string) {
+// profilePerf samples the holdfast serving target with perf during one
+// extra, uncounted run of w against target, and prints where its CPU went.
+func (b *runner) profilePerf(ctx context.Context, perf string, w Workload, target, path string) {
+	h := b.holdfastOf(target)
 	data := path + ".perf.data"
 	secs := strconv.Itoa(int(b.o.Time / time.Second))
-	rec := exec.CommandContext(ctx, perf, "record", "-F", "499", "-g", "-p", strconv.Itoa(b.hf.Pid()),
+	rec := exec.CommandContext(ctx, perf, "record", "-F", "499", "-g", "-p", strconv.Itoa(h.Pid()),
 		"-o", data, "--", "sleep", secs)
 	b.printf("profile: %s\n", strings.Join(rec.Args, " "))
 	var recOut strings.Builder
@@ -146,7 +149,7 @@ func (b *runner) profilePerf(ctx context.Context, perf string, w Workload, path 
 		return
 	}
 	time.Sleep(200 * time.Millisecond) // let perf attach before the load starts
-	s := b.runOne(ctx, 0, w, TargetHoldfast)
+	s := b.runOne(ctx, 0, w, target)
 	b.printSample(s)
 	if err := rec.Wait(); err != nil {
 		b.printf("profile: perf record: %v\n%s", err, tail(recOut.String(), 5))
@@ -162,7 +165,7 @@ func (b *runner) profilePerf(ctx context.Context, perf string, w Workload, path 
 		b.printf("profile: perf report: %v\n%s", err, tail(byDSO, 5))
 		return
 	}
-	b.printf("where holdfast's CPU went (perf, %s s at 499 Hz, pid %d):\n%s", secs, b.hf.Pid(), dropComments(byDSO, 5))
+	b.printf("where holdfast's CPU went (perf, %s s at 499 Hz, pid %d):\n%s", secs, h.Pid(), dropComments(byDSO, 5))
 	if self, err := report("--no-children", "-g", "none", "--sort", "dso,sym", "--percent-limit", "0.7"); err == nil {
 		b.printf("self time, top functions:\n%s", dropComments(self, 20))
 	}

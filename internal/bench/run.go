@@ -20,6 +20,10 @@ import (
 // Options configures Run. DefaultOptions gives the values `make bench-proxy`
 // uses; the zero value is not usable.
 type Options struct {
+	// Mode is the comparison Run makes: ModeProxy (`make bench-proxy`) or
+	// ModeAttribution (`make bench-attribution`).
+	Mode string
+
 	Repo     string // holdfast's repository root, where ./cmd/holdfast is built
 	Go       string // the go command
 	Sysbench string // the sysbench executable
@@ -37,7 +41,9 @@ type Options struct {
 	Time      time.Duration // per sysbench run
 	Tables    int
 	TableSize int
-	PoolMax   int // holdfast's pool.max for the sysbench runs
+	PoolMax   int // holdfast's pool.max (and pool.min) for the sysbench runs
+
+	// The connection-scale run and SkipSysbench, SkipScale: ModeProxy only.
 
 	ScaleConns    int
 	ScalePoolMax  int
@@ -49,7 +55,8 @@ type Options struct {
 	SkipScale    bool
 	// Profile is when to profile holdfast in one extra, uncounted
 	// point_select@16 run: "on-miss" (a throughput target missed),
-	// "always" or "never".
+	// "always" or "never". ModeAttribution profiles the attribution-on
+	// process, with perf, in a run of the first workload that missed.
 	Profile string
 	// CPUProfile is where the profile is written; empty means a file in
 	// the scratch directory (only its summary is printed).
@@ -60,6 +67,7 @@ type Options struct {
 // DefaultOptions returns the defaults of `make bench-proxy`.
 func DefaultOptions() Options {
 	return Options{
+		Mode: ModeProxy,
 		Repo: ".", Go: "go", Sysbench: "sysbench",
 		MariaDB: "127.0.0.1:3306", AdminUser: "root",
 		Database: "holdfast_bench", BenchUser: "holdfast_bench",
@@ -69,6 +77,16 @@ func DefaultOptions() Options {
 		Profile:   "on-miss",
 	}
 }
+
+// The comparisons Run can make (Options.Mode).
+const (
+	// ModeProxy: sysbench direct / through a TCP relay / through holdfast,
+	// then the connection-scale run.
+	ModeProxy = "proxy"
+	// ModeAttribution: sysbench through holdfast with per-tag accounting
+	// on and off; see attribution.go.
+	ModeAttribution = "attribution"
+)
 
 // Workloads are the issue's sysbench workloads and their targets
 // (holdfast tps relative to the TCP relay).
@@ -94,6 +112,9 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	b.header(ctx)
 	if err := b.setup(ctx); err != nil {
 		return err
+	}
+	if o.Mode == ModeAttribution {
+		return b.runAttribution(ctx)
 	}
 	var failed []string
 	var sums []Summary
@@ -149,6 +170,11 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 }
 
 func (o Options) validate() error {
+	switch o.Mode {
+	case ModeProxy, ModeAttribution:
+	default:
+		return fmt.Errorf("bench: mode must be %s or %s, got %q", ModeProxy, ModeAttribution, o.Mode)
+	}
 	switch {
 	case o.Rounds < 1:
 		return errors.New("bench: rounds must be at least 1")
@@ -185,15 +211,22 @@ type runner struct {
 	viaHF   Endpoint
 	sysb    Sysbench
 	started time.Time
+	load0   string // load average when the run started
+
+	// ModeAttribution's targets: the holdfast serving each, and where
+	// sysbench connects for it. Nil in ModeProxy, which uses hf and viaHF.
+	hfs       map[string]*Holdfast
+	eps       map[string]Endpoint
+	attrProcs []attrProc
 }
 
 func (b *runner) printf(format string, a ...any) { fmt.Fprintf(b.w, format, a...) }
 
 func (b *runner) header(ctx context.Context) {
-	b.started = time.Now()
-	b.printf("== holdfast bench-proxy, %s ==\n", b.started.Format(time.RFC3339))
+	b.started, b.load0 = time.Now(), loadAvg()
+	b.printf("== holdfast bench-%s, %s ==\n", b.o.Mode, b.started.Format(time.RFC3339))
 	b.printf("command: %s\n", strings.Join(os.Args, " "))
-	b.printf("machine: nproc %d, load average %s, %s\n", runtime.NumCPU(), loadAvg(), runtime.Version())
+	b.printf("machine: nproc %d, load average %s, %s\n", runtime.NumCPU(), b.load0, runtime.Version())
 	if out, err := exec.CommandContext(ctx, b.o.Sysbench, "--version").Output(); err == nil {
 		b.printf("sysbench: %s\n", strings.TrimSpace(string(out)))
 	}
@@ -227,7 +260,7 @@ func (b *runner) setup(ctx context.Context) error {
 			fmt.Sprintf("ALTER USER '%s'@'%%' IDENTIFIED BY '%[1]s'", u),
 			fmt.Sprintf("GRANT ALL ON `%s`.* TO '%s'@'%%'", o.Database, u))
 	}
-	if maxConns < 2000 {
+	if maxConns < 2000 && o.Mode == ModeProxy {
 		// 256 sysbench threads straight to MariaDB exceed its default 151.
 		// Left raised: other runs on this server may depend on it.
 		stmts = append(stmts, "SET GLOBAL max_connections = 2000")
@@ -318,6 +351,7 @@ func (b *runner) stopHoldfast() {
 
 func (b *runner) cleanup() {
 	b.stopHoldfast()
+	b.stopAttributionHoldfasts()
 	if b.relay != nil {
 		b.relay.Close()
 	}
@@ -335,6 +369,9 @@ func (b *runner) cleanup() {
 
 // endpoint returns where target is.
 func (b *runner) endpoint(target string) Endpoint {
+	if e, ok := b.eps[target]; ok {
+		return e
+	}
 	switch target {
 	case TargetRelay:
 		return Endpoint{Name: TargetRelay, Addr: b.relay.Addr().String(), User: b.o.BenchUser, Password: b.o.BenchUser}
@@ -380,20 +417,33 @@ func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
 	return samples, nil
 }
 
+// holdfastOf is the holdfast process serving target; nil for direct and
+// the relay.
+func (b *runner) holdfastOf(target string) *Holdfast {
+	if h, ok := b.hfs[target]; ok {
+		return h
+	}
+	if target == TargetHoldfast {
+		return b.hf
+	}
+	return nil
+}
+
 // runOne runs sysbench once, measuring the hop's CPU and, for holdfast,
 // the backend connections it holds.
 func (b *runner) runOne(ctx context.Context, round int, w Workload, target string) Sample {
 	s := Sample{Round: round, Workload: w, Target: target, BackendConns: -1}
-	if target == TargetHoldfast && b.hf.Exited() {
-		s.Err = fmt.Errorf("holdfast has exited; see %s", b.hf.LogPath)
+	hf := b.holdfastOf(target)
+	if hf != nil && hf.Exited() {
+		s.Err = fmt.Errorf("holdfast has exited; see %s", hf.LogPath)
 		return s
 	}
 	hopCPU := func() time.Duration {
-		switch target {
-		case TargetRelay:
+		switch {
+		case target == TargetRelay:
 			return SelfCPU()
-		case TargetHoldfast:
-			d, _ := ProcCPU(b.hf.Pid())
+		case hf != nil:
+			d, _ := ProcCPU(hf.Pid())
 			return d
 		}
 		return 0

@@ -1,0 +1,346 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ModeAttribution (`make bench-attribution`) measures what per-tag
+// accounting costs: sysbench oltp_point_select through two holdfast
+// processes built from the same binary, in front of the same MariaDB, whose
+// configurations differ only in attribution.disabled.
+//
+// sysbench cannot put a /* conn_tag:... */ comment on its statements, and
+// untagged statements are attributed to "untagged", which skips the tag
+// parser's hit path. So the attribution-on process has two client accounts:
+// sysbench logs in as holdfastUser for the "on" target (its statements stay
+// untagged) and as taggedUser, whose default_tag is benchTag, for the
+// "on-tagged" target: holdfast gives a connection the tag of its conn_tag
+// connection attribute, else its user's default_tag, so every statement of
+// those runs is accounted to a real tag, as an application's would be. The
+// attribution-off process has the same accounts; with attribution disabled
+// the tag is never used. After the rounds the harness reads GET /api/tags
+// from both processes to show the tags really were (and were not) recorded.
+//
+// Every round runs each workload against the three targets back to back,
+// the order reversed each round (roundOrder), so the off runs alternate with
+// on runs throughout and which variant goes first alternates.
+
+// ModeAttribution's targets.
+const (
+	TargetAttrOn     = "on"        // attribution on; sysbench's statements untagged
+	TargetAttrTagged = "on-tagged" // attribution on; every statement tagged by the user's default_tag
+	TargetAttrOff    = "off"       // attribution.disabled: true
+)
+
+// AttributionTargets is the order of targets in odd rounds; even rounds
+// run them reversed.
+var AttributionTargets = []string{TargetAttrTagged, TargetAttrOff, TargetAttrOn}
+
+// AttributionWorkloads are the workloads of ModeAttribution. Target is the
+// least on/off tps ratio that passes: the issue allows attribution to cost
+// at most 3%.
+var AttributionWorkloads = []Workload{
+	{Test: "oltp_point_select", Threads: 16, Target: 0.97},
+	{Test: "oltp_point_select", Threads: 64, Target: 0.97},
+}
+
+const (
+	// taggedUser is the holdfast account whose default_tag is benchTag
+	// (password the same as the name).
+	taggedUser = "sbtest_tagged"
+	benchTag   = "sysbench"
+	// engineTagPrefix starts the tags of holdfast's own work (reservation
+	// engine, refiller, sweeper).
+	engineTagPrefix = "holdfast:"
+)
+
+// attrProc is one of ModeAttribution's two holdfast processes.
+type attrProc struct {
+	name  string // "on" or "off"
+	h     *Holdfast
+	admin string // its admin listener, for GET /api/tags
+}
+
+func (b *runner) runAttribution(ctx context.Context) error {
+	o := b.o
+	if err := b.startAttributionHoldfasts(ctx); err != nil {
+		return err
+	}
+	b.printf("commands (each round runs every workload against %s in turn, reversed in even rounds):\n",
+		strings.Join(AttributionTargets, ", "))
+	for _, w := range AttributionWorkloads {
+		for _, t := range AttributionTargets {
+			b.printf("  %-9s %s\n", t, b.sysb.CommandLine(b.sysb.RunArgs(w, b.endpoint(t), o.Time)))
+		}
+	}
+	runs := len(AttributionWorkloads) * len(AttributionTargets)
+	total := time.Duration(o.Rounds*runs) * (o.Time + 2*time.Second)
+	b.printf("%d rounds × %d runs of %v: about %v\n", o.Rounds, runs, o.Time, total.Round(time.Second))
+
+	var samples []Sample
+	for round := 1; round <= o.Rounds; round++ {
+		b.printf("\nround %d/%d: load average %s\n", round, o.Rounds, loadAvg())
+		for _, w := range AttributionWorkloads {
+			for _, t := range roundOrder(AttributionTargets, round) {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				s := b.runOne(ctx, round, w, t)
+				samples = append(samples, s)
+				b.printSample(s)
+			}
+		}
+	}
+
+	var failed []string
+	for _, s := range samples {
+		if s.Err != nil {
+			failed = append(failed, fmt.Sprintf("round %d %s %s: %v", s.Round, s.Workload, s.Target, s.Err))
+		}
+	}
+	sums := Summarize(samples, AttributionWorkloads, AttributionTargets)
+	verdicts := AttrVerdicts(samples, sums, AttributionWorkloads, []string{TargetAttrTagged, TargetAttrOn}, TargetAttrOff)
+	printResults := func() {
+		PrintSummaries(b.w, sums)
+		b.printf("(hop = the holdfast process serving the target; on and on-tagged are the same process)\n")
+		for _, v := range verdicts {
+			b.printf("%s\n", v)
+		}
+	}
+	b.printf("\n== sysbench results: medians of %d rounds ==\n", o.Rounds)
+	printResults()
+	if err := b.checkAttribution(ctx, samples); err != nil {
+		failed = append(failed, "attribution check: "+err.Error())
+	}
+	b.maybeProfileAttribution(ctx, verdicts)
+	b.stopAttributionHoldfasts()
+
+	b.printf("\n== summary (load average at start %s, now %s) ==\n", b.load0, loadAvg())
+	printResults()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if len(failed) > 0 {
+		b.printf("\n%d run(s) failed:\n  %s\n", len(failed), strings.Join(failed, "\n  "))
+		return fmt.Errorf("bench: %d run(s) failed", len(failed))
+	}
+	return nil
+}
+
+// startAttributionHoldfasts starts the attribution-on and -off processes
+// from the one binary built by setup and points the targets at them.
+func (b *runner) startAttributionHoldfasts(ctx context.Context) error {
+	o := b.o
+	b.hfs, b.eps = map[string]*Holdfast{}, map[string]Endpoint{}
+	for _, off := range []bool{false, true} {
+		name := "on"
+		if off {
+			name = "off"
+		}
+		addr, err := FreeAddr()
+		if err != nil {
+			return err
+		}
+		admin, err := FreeAddr()
+		if err != nil {
+			return err
+		}
+		hc := HoldfastConfig{
+			Listen:              addr,
+			Users:               []string{holdfastUser, taggedUser},
+			DefaultTags:         map[string]string{taggedUser: benchTag},
+			Backend:             Endpoint{Addr: o.MariaDB, User: o.poolUser(), Password: o.poolUser()},
+			Database:            o.Database,
+			PoolMin:             o.PoolMax,
+			PoolMax:             o.PoolMax,
+			AttributionDisabled: off,
+			AdminListen:         admin,
+		}
+		h, err := StartHoldfast(ctx, b.bin, b.dir, "holdfast-attribution-"+name, hc)
+		if err != nil {
+			return err
+		}
+		b.attrProcs = append(b.attrProcs, attrProc{name: name, h: h, admin: admin})
+		b.printf("holdfast %s: %s (pid %d; attribution.disabled: %v; pool min %d max %d; admin %s; log %s)\n",
+			name, h.Cmdline, h.Pid(), off, o.PoolMax, o.PoolMax, admin, h.LogPath)
+		if off {
+			b.hfs[TargetAttrOff] = h
+			b.eps[TargetAttrOff] = Endpoint{Name: TargetAttrOff, Addr: addr, User: holdfastUser, Password: holdfastUser}
+			continue
+		}
+		b.hfs[TargetAttrOn], b.hfs[TargetAttrTagged] = h, h
+		b.eps[TargetAttrOn] = Endpoint{Name: TargetAttrOn, Addr: addr, User: holdfastUser, Password: holdfastUser}
+		b.eps[TargetAttrTagged] = Endpoint{Name: TargetAttrTagged, Addr: addr, User: taggedUser, Password: taggedUser}
+	}
+	b.printf("configs: identical but for attribution.disabled; client accounts %s (no default_tag: target %s, and %s on the off process)\n"+
+		"  and %s (default_tag: %s: target %s, every statement accounted to tag %q)\n",
+		holdfastUser, TargetAttrOn, TargetAttrOff, taggedUser, benchTag, TargetAttrTagged, benchTag)
+	return nil
+}
+
+// stopAttributionHoldfasts stops both processes; it may be called more than once.
+func (b *runner) stopAttributionHoldfasts() {
+	for _, p := range b.attrProcs {
+		if err := p.h.Stop(); err != nil {
+			b.printf("holdfast %s (pid %d) stopped uncleanly: %v\n", p.name, p.h.Pid(), err)
+		}
+	}
+	b.attrProcs = nil
+}
+
+// checkAttribution reads per-tag statement counts from both processes and
+// compares them with the queries sysbench ran: the on process must have
+// accounted the on-tagged runs to benchTag, the off process no client
+// statement. holdfast's own background work (tags "holdfast:...", e.g. the
+// reservation sweeper) is printed but not judged: holdfast accounts it even
+// with attribution disabled.
+func (b *runner) checkAttribution(ctx context.Context, samples []Sample) error {
+	queries := map[string]int64{}
+	for _, s := range samples {
+		if s.Err == nil {
+			queries[s.Target] += s.Result.Queries
+		}
+	}
+	b.printf("\n== attribution check: GET /api/tags of each process after the rounds ==\n")
+	var problems []string
+	for _, p := range b.attrProcs {
+		tags, err := fetchTagStatements(ctx, p.admin)
+		if err != nil {
+			return err
+		}
+		var clients uint64 // statements under tags other than holdfast's own
+		var parts []string
+		for _, t := range tags {
+			if !strings.HasPrefix(t.Tag, engineTagPrefix) {
+				clients += t.Statements
+			}
+			if t.Statements > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d statements (%.1f s held)", t.Tag, t.Statements, t.HoldSeconds))
+			}
+		}
+		if len(parts) == 0 {
+			parts = []string{"no statements recorded under any tag"}
+		}
+		b.printf("  %-3s %s\n", p.name+":", strings.Join(parts, "; "))
+		if p.name == "off" {
+			if clients > 0 {
+				problems = append(problems, fmt.Sprintf("the off process recorded %d client statements", clients))
+			}
+			continue
+		}
+		b.printf("      sysbench ran %d queries in the %s runs and %d in the %s runs\n",
+			queries[TargetAttrTagged], TargetAttrTagged, queries[TargetAttrOn], TargetAttrOn)
+		var tagged uint64
+		for _, t := range tags {
+			if t.Tag == benchTag {
+				tagged = t.Statements
+			}
+		}
+		if queries[TargetAttrTagged] > 0 && tagged < uint64(queries[TargetAttrTagged]) {
+			problems = append(problems, fmt.Sprintf("tag %q has %d statements, fewer than the %d queries of the %s runs",
+				benchTag, tagged, queries[TargetAttrTagged], TargetAttrTagged))
+		}
+	}
+	if len(problems) > 0 {
+		b.printf("  ! %s\n", strings.Join(problems, "; "))
+		return fmt.Errorf("bench: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// tagStatements is the part of one GET /api/tags row the check reads.
+type tagStatements struct {
+	Tag         string  `json:"tag"`
+	Statements  uint64  `json:"statements"`
+	HoldSeconds float64 `json:"hold_seconds"`
+}
+
+// fetchTagStatements reads GET /api/tags from the admin listener at addr.
+func fetchTagStatements(ctx context.Context, addr string) ([]tagStatements, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/tags", nil)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("bench: GET /api/tags: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("bench: GET /api/tags: %s", resp.Status)
+	}
+	var body struct {
+		Tags []tagStatements `json:"tags"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, fmt.Errorf("bench: GET /api/tags: %w", err)
+	}
+	return body.Tags, nil
+}
+
+// maybeProfileAttribution samples the attribution-on process with perf
+// during one extra, uncounted run of the first workload and target that
+// missed (point_select@16 on-tagged with Profile "always" and no miss).
+func (b *runner) maybeProfileAttribution(ctx context.Context, verdicts []AttrVerdict) {
+	o := b.o
+	w, target, missed := AttributionWorkloads[0], TargetAttrTagged, false
+	for _, v := range verdicts {
+		if !v.Pass {
+			w, target, missed = v.Workload, v.On, true
+			break
+		}
+	}
+	if o.Profile == "never" || (o.Profile == "on-miss" && !missed) {
+		return
+	}
+	path := o.CPUProfile
+	if path == "" {
+		path = b.dir + "/holdfast-attribution-on.cpu"
+	}
+	b.printf("\n== profile of holdfast with attribution on: one extra %s run against %s, not counted ==\n", w, target)
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		b.printf("perf is not installed: no profile taken\n")
+		return
+	}
+	if h := b.holdfastOf(target); h == nil || h.Exited() {
+		b.printf("the attribution-on holdfast is not running: no profile taken\n")
+		return
+	}
+	b.profilePerf(ctx, perf, w, target, path)
+	data := path + ".perf.data"
+	out, err := exec.CommandContext(ctx, perf, "report", "-i", data, "--stdio", "--no-children",
+		"-g", "none", "--sort", "sym").CombinedOutput()
+	if err != nil {
+		return // profilePerf has said why
+	}
+	share, fns := perfShare(string(out), "/attribution.")
+	b.printf("self time in package attribution: %.1f%% of holdfast's samples (%d functions)\n", share, fns)
+}
+
+// perfShare sums the self-time percentages of the `perf report --sort sym`
+// lines whose symbol contains sub, and counts them.
+func perfShare(report, sub string) (pct float64, n int) {
+	for _, l := range strings.Split(report, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") || !strings.Contains(l, sub) {
+			continue
+		}
+		p, err := strconv.ParseFloat(strings.TrimSuffix(f[0], "%"), 64)
+		if err != nil {
+			continue
+		}
+		pct += p
+		n++
+	}
+	return pct, n
+}

@@ -1,0 +1,619 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// `make bench-reserve` (RunReserve) measures holdfast's reservation engine on
+// one hot item at one location against two baselines on a counter row, all
+// through the same holdfast: load generator → holdfast → Relay adding
+// RelayDelay each way → MariaDB. Each round runs, for each client count,
+// the three workloads (reserve_load.go) back to back, their order rotated
+// every round; every run starts from fresh state (a fresh counter, or a
+// fresh shop whose one pool receives OnHand units) and ends with a
+// consistency check: nothing oversold, every reservation the clients were
+// told of exists, and no other.
+
+// ReserveOptions configures RunReserve. DefaultReserveOptions gives the
+// values `make bench-reserve` uses; the zero value is not usable.
+type ReserveOptions struct {
+	Repo string // holdfast's repository root, where ./cmd/holdfast is built
+	Go   string // the go command
+
+	MariaDB       string // host:port of the MariaDB under test
+	AdminUser     string // MariaDB account that may create users and databases
+	AdminPassword string
+	// Database belongs to the harness: it is dropped and created afresh
+	// at the start of every run. holdfast's schema and the counter tables
+	// live in it.
+	Database string
+	// PoolUser is the MariaDB account holdfast's pool logs in as (created,
+	// password = name).
+	PoolUser string
+
+	PoolMax    int           // holdfast pool.min and pool.max
+	Clients    []int         // concurrent clients, each a connection to holdfast
+	Time       time.Duration // of each run
+	Rounds     int
+	Workloads  []string      // subset of ReserveWorkloads, in first-round order
+	RelayDelay time.Duration // added by the relay in each direction
+	// Pause separates runs, so one run's background work (InnoDB purge,
+	// refills) settles before the next.
+	Pause time.Duration
+
+	OnHand   int64 // units at the start of every run: counter and ledger
+	TTL      int   // ttl_seconds of each reserve (and of the baseline's records)
+	Item     int64 // the hot inventory_item_id
+	Location int64 // its inventory_group_id
+
+	Keep bool // keep the scratch directory (binary, config, holdfast's log)
+}
+
+// DefaultReserveOptions returns the defaults of `make bench-reserve`.
+func DefaultReserveOptions() ReserveOptions {
+	return ReserveOptions{
+		Repo: ".", Go: "go",
+		MariaDB: "127.0.0.1:3306", AdminUser: "root",
+		Database: "holdfast_bench_reserve", PoolUser: "holdfast_rsv_pool",
+		PoolMax: 32, Clients: []int{8, 64, 256}, Time: 10 * time.Second, Rounds: 3,
+		Workloads:  slices.Clone(ReserveWorkloads),
+		RelayDelay: 500 * time.Microsecond, Pause: 2 * time.Second,
+		OnHand: 10_000_000, TTL: 3600, Item: 1001, Location: 1,
+	}
+}
+
+func (o ReserveOptions) validate() error {
+	switch {
+	case o.Rounds < 1:
+		return errors.New("bench: rounds must be at least 1")
+	case o.Time < time.Second:
+		return errors.New("bench: time must be at least 1s")
+	case o.PoolMax < 1:
+		return errors.New("bench: pool-max must be positive")
+	case len(o.Clients) == 0:
+		return errors.New("bench: no client counts")
+	case o.RelayDelay < 0 || o.Pause < 0:
+		return errors.New("bench: relay-delay and pause must not be negative")
+	case o.OnHand < 1 || o.TTL < 1 || o.Item < 1 || o.Location < 1:
+		return errors.New("bench: on-hand, ttl, item and location must be positive")
+	case o.Database == "" || strings.ContainsAny(o.Database, "`'\\") || strings.ContainsAny(o.PoolUser, "`'\\@"):
+		return errors.New("bench: database and pool user must be plain names")
+	}
+	for _, n := range o.Clients {
+		if n < 1 {
+			return fmt.Errorf("bench: client count %d is not positive", n)
+		}
+	}
+	if len(o.Workloads) == 0 {
+		return errors.New("bench: no workloads")
+	}
+	for _, w := range o.Workloads {
+		if !slices.Contains(ReserveWorkloads, w) {
+			return fmt.Errorf("bench: unknown workload %q (want a, b or c)", w)
+		}
+	}
+	return nil
+}
+
+// ParseClients parses a comma-separated list of client counts ("8,64,256").
+func ParseClients(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bench: client count %q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// reserveUser is the account the clients log in to holdfast as
+// (password the same).
+const reserveUser = "reserver"
+
+// reserveRunner holds what one RunReserve has started, so cleanup can stop
+// it.
+type reserveRunner struct {
+	o       ReserveOptions
+	w       io.Writer
+	dir     string
+	bin     string
+	admin   *sql.DB // no default database
+	db      *sql.DB // the bench database, directly (not through the relay)
+	relay   *Relay
+	hf      *Holdfast
+	ep      Endpoint // holdfast, for the clients
+	metrics string   // holdfast's /metrics URL
+	dbPid   int      // MariaDB's process, 0 when not local
+	shop    int64    // the last shop used by WorkloadCall
+}
+
+func (b *reserveRunner) printf(format string, a ...any) { fmt.Fprintf(b.w, format, a...) }
+
+// RunReserve runs `make bench-reserve` and writes its report to w. It
+// returns an error when a run errored or failed its consistency check, or
+// when the bench could not start; missed targets are reported, not
+// returned. Everything it starts is stopped before it returns.
+func RunReserve(ctx context.Context, o ReserveOptions, w io.Writer) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	b := &reserveRunner{o: o, w: w}
+	defer b.cleanup()
+	load0 := loadAvg()
+	b.printf("== holdfast bench-reserve, %s ==\n", time.Now().Format(time.RFC3339))
+	b.printf("command: %s\n", strings.Join(os.Args, " "))
+	b.printf("machine: nproc %d, load average %s, %s\n", runtime.NumCPU(), load0, runtime.Version())
+	if err := b.setup(ctx); err != nil {
+		return err
+	}
+
+	var samples []ReserveSample
+	for round := 1; round <= o.Rounds; round++ {
+		b.printf("\n-- round %d/%d (load average %s) --\n", round, o.Rounds, loadAvg())
+		for _, n := range o.Clients {
+			for _, wl := range reserveOrder(o.Workloads, round) {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				s := b.runOne(ctx, round, wl, n)
+				samples = append(samples, s)
+				b.printSample(s)
+				if b.hf.Exited() {
+					return fmt.Errorf("bench: holdfast exited; see %s", b.hf.LogPath)
+				}
+				if o.Pause > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(o.Pause):
+					}
+				}
+			}
+		}
+	}
+
+	var failed []string
+	verified := 0
+	for _, s := range samples {
+		if s.Err != nil || len(s.Problems) > 0 {
+			why := strings.Join(s.Problems, "; ")
+			if s.Err != nil {
+				why = strings.TrimPrefix(strings.Join([]string{why, s.Err.Error()}, "; "), "; ")
+			}
+			failed = append(failed, fmt.Sprintf("round %d %s at %d clients: %s", s.Round, workloadName(s.Workload), s.Clients, why))
+		}
+		if len(s.Problems) == 0 && s.Load.Wall > 0 {
+			verified++
+		}
+	}
+	sums := SummarizeReserve(samples, o.Workloads, o.Clients)
+	b.printf("\n== summary: medians of %d rounds of %v, pool max %d, relay %v each way (load average %s → %s) ==\n",
+		o.Rounds, o.Time, o.PoolMax, o.RelayDelay, load0, loadAvg())
+	PrintReserveSummaries(w, sums)
+	b.printRelay(samples)
+	b.printf("consistency: %d of %d runs verified (zero oversell, every reservation accounted for)\n", verified, len(samples))
+	for _, v := range ReserveVerdicts(sums) {
+		b.printf("%s\n", v)
+	}
+	if verified == len(samples) {
+		b.printf("PASS  zero oversell in every run\n")
+	} else {
+		b.printf("MISS  zero oversell in every run: %d run(s) failed their check or errored\n", len(samples)-verified)
+	}
+	if len(failed) > 0 {
+		b.printf("\n%d run(s) errored or failed their check:\n  %s\n", len(failed), strings.Join(failed, "\n  "))
+		return fmt.Errorf("bench: %d run(s) errored or failed their check", len(failed))
+	}
+	return ctx.Err()
+}
+
+func (b *reserveRunner) setup(ctx context.Context) error {
+	o := b.o
+	lim, err := RaiseNoFile(uint64(4*slices.Max(o.Clients) + 1024))
+	if err != nil {
+		return err
+	}
+	b.printf("RLIMIT_NOFILE: %d (inherited by holdfast)\n", lim)
+
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = o.AdminUser, o.AdminPassword, "tcp", o.MariaDB
+	if b.admin, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	b.admin.SetMaxOpenConns(2)
+	var version, pidFile string
+	var maxConns int
+	if err := b.admin.QueryRowContext(ctx, "SELECT VERSION(), @@max_connections, @@pid_file").
+		Scan(&version, &maxConns, &pidFile); err != nil {
+		return fmt.Errorf("bench: MariaDB at %s: %w", o.MariaDB, err)
+	}
+	isolation := "unknown"
+	for _, v := range []string{"@@global.transaction_isolation", "@@global.tx_isolation"} { // MariaDB ≥ 11.1, older
+		if b.admin.QueryRowContext(ctx, "SELECT "+v).Scan(&isolation) == nil {
+			break
+		}
+	}
+	b.dbPid = localPid(pidFile)
+	b.printf("MariaDB: %s at %s, max_connections %d, isolation %s, CPU measured: %v\n",
+		version, o.MariaDB, maxConns, isolation, b.dbPid != 0)
+	for _, q := range []string{
+		fmt.Sprintf("DROP DATABASE IF EXISTS `%s`", o.Database),
+		fmt.Sprintf("CREATE DATABASE `%s`", o.Database),
+		fmt.Sprintf("CREATE USER IF NOT EXISTS '%s'@'%%' IDENTIFIED BY '%[1]s'", o.PoolUser),
+		fmt.Sprintf("ALTER USER '%s'@'%%' IDENTIFIED BY '%[1]s'", o.PoolUser),
+		fmt.Sprintf("GRANT ALL ON `%s`.* TO '%s'@'%%'", o.Database, o.PoolUser),
+	} {
+		if _, err := b.admin.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("bench: %s: %w", q, err)
+		}
+	}
+	b.printf("database: %s dropped and created afresh; holdfast's pool logs in as %s\n", o.Database, o.PoolUser)
+	cfg.DBName = o.Database
+	if b.db, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	b.db.SetMaxOpenConns(4)
+	for _, q := range reserveSchema {
+		if _, err := b.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+
+	if b.dir, err = os.MkdirTemp("", "holdfast-bench-reserve-"); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	b.bin = filepath.Join(b.dir, "holdfast")
+	line, err := BuildHoldfast(ctx, o.Go, o.Repo, b.bin)
+	b.printf("build: %s\n", line)
+	if err != nil {
+		return err
+	}
+
+	if b.relay, err = StartRelay("127.0.0.1:0", o.MariaDB, o.RelayDelay); err != nil {
+		return err
+	}
+	b.printf("relay: %s → %s, %v added each way (bench.Relay, in this process)\n", b.relay.Addr(), o.MariaDB, o.RelayDelay)
+	if err := b.calibrate(ctx); err != nil {
+		return err
+	}
+
+	addr, err := FreeAddr()
+	if err != nil {
+		return err
+	}
+	adminAddr, err := FreeAddr()
+	if err != nil {
+		return err
+	}
+	hc := HoldfastConfig{
+		Listen:      addr,
+		Users:       []string{reserveUser},
+		Backend:     Endpoint{Addr: b.relay.Addr().String(), User: o.PoolUser, Password: o.PoolUser},
+		Database:    o.Database,
+		PoolMin:     o.PoolMax,
+		PoolMax:     o.PoolMax,
+		AdminListen: adminAddr,
+	}
+	migrateCfg := filepath.Join(b.dir, "holdfast-migrate.yaml")
+	if err := os.WriteFile(migrateCfg, hc.YAML(), 0o600); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, b.bin, "migrate", "-config", migrateCfg)
+	cmd.Env = childEnv()
+	out, err := cmd.CombinedOutput()
+	b.printf("migrate: %s: %s\n", strings.Join(cmd.Args, " "), strings.TrimSpace(string(out)))
+	if err != nil {
+		return fmt.Errorf("bench: holdfast migrate: %w", err)
+	}
+	if b.hf, err = StartHoldfast(ctx, b.bin, b.dir, "holdfast-reserve", hc); err != nil {
+		return err
+	}
+	b.ep = Endpoint{Name: TargetHoldfast, Addr: addr, User: reserveUser, Password: reserveUser}
+	b.metrics = "http://" + adminAddr + "/metrics"
+	b.printf("holdfast: %s (pid %d; pool min = max = %d; backend = the relay; reservation settings: holdfast's defaults; log %s)\n",
+		b.hf.Cmdline, b.hf.Pid(), o.PoolMax, b.hf.LogPath)
+
+	k := PoolKey{Shop: 1, Item: o.Item, Location: o.Location}
+	b.printf("load generator: bench.Client connections (raw text protocol, in this process) as %s to holdfast %s, database %s;\n"+
+		"  each client sends one operation after another for %v; a run's rate is reservations / (start → last answer)\n",
+		reserveUser, addr, o.Database, o.Time)
+	b.printf("workloads (one hot row / pool; %d units at the start of every run):\n", o.OnHand)
+	b.printf("  (a) BEGIN; %s; %s; COMMIT\n", sqlTakeCounter, fmt.Sprintf(sqlInsertBaseline, "<run>-<client>-<seq>", o.Item, o.TTL))
+	b.printf("  (b) %s   (autocommit; no reservation record)\n", sqlTakeCounter)
+	b.printf("  (c) %s\n      (a fresh shop_id per run, stocked with CALL holdfast.receive(<shop>, %d, %d, %d))\n",
+		ReserveCall(k.Shop, o.Item, o.Location, "<run>-<client>-<seq>", o.TTL), o.Item, o.Location, o.OnHand)
+	b.printf("rounds: %d × clients %v × workloads %v (rotated each round), %v each, %v pause: about %v\n",
+		o.Rounds, o.Clients, o.Workloads, o.Time, o.Pause,
+		(time.Duration(o.Rounds*len(o.Clients)*len(o.Workloads)) * (o.Time + o.Pause + 2*time.Second)).Round(time.Second))
+	return nil
+}
+
+// calibrate measures what the relay really adds: SELECT 1 round trips
+// directly and through the relay, one connection each, alternating.
+func (b *reserveRunner) calibrate(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var rtts [2][]time.Duration
+	var cs [2]*Client
+	for i, addr := range []string{b.o.MariaDB, b.relay.Addr().String()} {
+		c, err := Dial(cctx, addr, b.o.PoolUser, b.o.PoolUser, b.o.Database)
+		if err != nil {
+			return fmt.Errorf("bench: relay calibration: %w", err)
+		}
+		defer c.Close()
+		cs[i] = c
+	}
+	st0 := b.relay.Stats()
+	for range 200 {
+		for i, c := range cs {
+			t0 := time.Now()
+			if _, err := c.Query("SELECT 1"); err != nil {
+				return fmt.Errorf("bench: relay calibration: %w", err)
+			}
+			rtts[i] = append(rtts[i], time.Since(t0))
+		}
+	}
+	st := b.relay.Stats()
+	for i := range rtts {
+		slices.Sort(rtts[i])
+	}
+	direct, relayed := percentile(rtts[0], 0.5), percentile(rtts[1], 0.5)
+	late := time.Duration(0)
+	if n := st.Chunks - st0.Chunks; n > 0 {
+		late = (st.Late - st0.Late) / time.Duration(n)
+	}
+	b.printf("relay calibration (200 sequential SELECT 1, otherwise idle process): median round trip direct %v, via relay %v:\n"+
+		"  %v added per round trip, so %v one way (configured %v; the relay's own count: chunks written %v late on average)\n",
+		roundDur(direct), roundDur(relayed), roundDur(relayed-direct), roundDur((relayed-direct)/2), b.o.RelayDelay, roundDur(late))
+	return nil
+}
+
+// runOne makes one run of workload wl at n clients, from fresh state, and
+// checks it.
+func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int) ReserveSample {
+	o := b.o
+	s := ReserveSample{Round: round, Workload: wl, Clients: n}
+	runTag := fmt.Sprintf("r%d%s%d", round, wl, n)
+	var op Op
+	var k PoolKey
+	switch wl {
+	case WorkloadTxn, WorkloadUpdate:
+		if s.Err = ResetCounter(ctx, b.db, o.OnHand); s.Err != nil {
+			return s
+		}
+		op = UpdateOp()
+		if wl == WorkloadTxn {
+			op = TxnOp(runTag, o.Item, o.TTL)
+		}
+	case WorkloadCall:
+		b.shop++
+		k = PoolKey{Shop: b.shop, Item: o.Item, Location: o.Location}
+		if s.Err = b.receive(ctx, k, o.OnHand); s.Err != nil {
+			return s
+		}
+		op = CallOp(runTag, k, o.TTL)
+	}
+
+	m0, merr := b.scrape(ctx)
+	var hf0, hf1, db0, db1, self0, self1 time.Duration
+	var st0, st1 RelayStats
+	res, err := RunLoad(ctx, LoadSpec{Endpoint: b.ep, Database: o.Database, Clients: n, Duration: o.Time, Op: op,
+		Started: func() {
+			st0, db0, self0 = b.relay.Stats(), b.dbCPU(), SelfCPU()
+			hf0, _ = ProcCPU(b.hf.Pid())
+		},
+		Finished: func() {
+			st1, db1, self1 = b.relay.Stats(), b.dbCPU(), SelfCPU()
+			hf1, _ = ProcCPU(b.hf.Pid())
+		},
+	})
+	s.Load, s.LoadAvg = res, loadAvg()
+	s.HoldfastCPU, s.MariaDBCPU, s.SelfCPU = hf1-hf0, db1-db0, self1-self0
+	s.RelayChunks, s.RelayLate = st1.Chunks-st0.Chunks, st1.Late-st0.Late
+	if merr == nil {
+		if m1, err := b.scrape(ctx); err == nil {
+			s.Metrics = metricsDigest(m0, m1, wl == WorkloadCall)
+		}
+	}
+	switch {
+	case err != nil:
+		s.Err = err
+	case res.Broken > 0:
+		s.Err = fmt.Errorf("%d connection(s) broke: %s", res.Broken, res.FirstErr)
+	case res.Failed > 0:
+		s.Err = fmt.Errorf("%d operation(s) failed: %s", res.Failed, res.FirstErr)
+	}
+	if err != nil && res.Wall == 0 {
+		return s
+	}
+
+	// Check, on a context of its own: a cancelled bench still reports
+	// what it measured.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	switch wl {
+	case WorkloadTxn, WorkloadUpdate:
+		c, err := CheckCounter(cctx, b.db)
+		if err != nil {
+			s.Err = errors.Join(s.Err, err)
+			break
+		}
+		s.Problems = c.Problems(o.OnHand, res.Reserved, wl == WorkloadTxn)
+	case WorkloadCall:
+		c, err := CheckPool(cctx, b.db, k, res.IDs)
+		if err != nil {
+			s.Err = errors.Join(s.Err, err)
+			break
+		}
+		s.Problems = c.Problems(o.OnHand, res.Reserved)
+		if len(s.Problems) == 0 {
+			// Keep the tables the same size from run to run.
+			if err := DropShop(cctx, b.db, k); err != nil {
+				s.Err = errors.Join(s.Err, err)
+			}
+		}
+	}
+	return s
+}
+
+// receive stocks pool k with qty units through holdfast.
+func (b *reserveRunner) receive(ctx context.Context, k PoolKey, qty int64) error {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := Dial(dctx, b.ep.Addr, b.ep.User, b.ep.Password, b.o.Database)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	var onHand string
+	q := fmt.Sprintf("CALL holdfast.receive(%d, %d, %d, %d)", k.Shop, k.Item, k.Location, qty)
+	if _, err := c.Exec(q, func(cols [][]byte) error {
+		if len(cols) < 3 {
+			return fmt.Errorf("bench: receive answered %d columns", len(cols))
+		}
+		onHand = string(cols[2])
+		return nil
+	}); err != nil {
+		return fmt.Errorf("bench: %s: %w", q, err)
+	}
+	if onHand != strconv.FormatInt(qty, 10) {
+		return fmt.Errorf("bench: %s: on_hand is now %q, want %d (a fresh shop)", q, onHand, qty)
+	}
+	return nil
+}
+
+// scrape reads holdfast's /metrics.
+func (b *reserveRunner) scrape(ctx context.Context) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.metrics, nil)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("bench: metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("bench: metrics: %s", resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+func (b *reserveRunner) dbCPU() time.Duration {
+	if b.dbPid == 0 {
+		return 0
+	}
+	d, _ := ProcCPU(b.dbPid)
+	return d
+}
+
+// localPid reads the pid of a MariaDB running on this machine from its pid
+// file; 0 when it cannot be read or names no mariadbd/mysqld process.
+func localPid(pidFile string) int {
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		return 0
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if name := strings.TrimSpace(string(comm)); err != nil || (name != "mariadbd" && name != "mysqld") {
+		return 0
+	}
+	return pid
+}
+
+func (b *reserveRunner) printSample(s ReserveSample) {
+	label := fmt.Sprintf("round %d/%d %3d clients %-22s", s.Round, b.o.Rounds, s.Clients, workloadName(s.Workload))
+	r := s.Load
+	if r.Wall == 0 {
+		b.printf("%s ERROR %v\n", label, s.Err)
+		return
+	}
+	cores := func(d time.Duration) float64 { return d.Seconds() / r.Wall.Seconds() }
+	b.printf("%s %8.1f res/s  p50 %6.2f ms  p99 %6.2f ms  max %7.2f ms  reserved %d  sold out %d  busy %d  failed %d\n",
+		label, r.Rate(), ms(r.P50), ms(r.P99), ms(r.Max), r.Reserved, r.SoldOut, r.Busy, r.Failed)
+	db := "n/a"
+	if b.dbPid != 0 {
+		db = fmt.Sprintf("%.2f", cores(s.MariaDBCPU))
+	}
+	b.printf("    cores: holdfast %.2f, MariaDB %s, bench+relay %.2f;  relay one way %v + %v late = %v;  load %s\n",
+		cores(s.HoldfastCPU), db, cores(s.SelfCPU), b.o.RelayDelay, roundDur(s.MeanLate()), roundDur(b.o.RelayDelay+s.MeanLate()), s.LoadAvg)
+	if s.Metrics != "" {
+		b.printf("    holdfast: %s\n", s.Metrics)
+	}
+	switch {
+	case len(s.Problems) > 0:
+		b.printf("    CHECK FAILED: %s\n", strings.Join(s.Problems, "; "))
+	case s.Workload == WorkloadCall:
+		b.printf("    check OK: %d reserved lines = %d tokens, pool + reserved ≤ on_hand %d\n", r.Reserved, len(r.IDs), b.o.OnHand)
+	default:
+		b.printf("    check OK: counter fell by exactly %d, never below 0\n", r.Reserved)
+	}
+	if r.SoldOut > 0 {
+		b.printf("    ! sold out %d times: raise -on-hand; this run's rate is not comparable\n", r.SoldOut)
+	}
+	if s.Err != nil {
+		b.printf("    ERROR %v\n", s.Err)
+	}
+}
+
+// printRelay reports the delay the relay really applied over all runs.
+func (b *reserveRunner) printRelay(samples []ReserveSample) {
+	var chunks int64
+	var late time.Duration
+	for _, s := range samples {
+		chunks += s.RelayChunks
+		late += s.RelayLate
+	}
+	if chunks == 0 {
+		return
+	}
+	mean := late / time.Duration(chunks)
+	b.printf("relay: configured %v each way; chunks went out %v late on average over %d chunks, so %v each way, ≈ %v per round trip applied\n",
+		b.o.RelayDelay, roundDur(mean), chunks, roundDur(b.o.RelayDelay+mean), roundDur(2*(b.o.RelayDelay+mean)))
+}
+
+func (b *reserveRunner) cleanup() {
+	if b.hf != nil {
+		if err := b.hf.Stop(); err != nil {
+			b.printf("holdfast (pid %d) stopped uncleanly: %v\n", b.hf.Pid(), err)
+		}
+	}
+	if b.relay != nil {
+		b.relay.Close()
+	}
+	for _, db := range []*sql.DB{b.db, b.admin} {
+		if db != nil {
+			db.Close()
+		}
+	}
+	if b.dir != "" {
+		if b.o.Keep {
+			b.printf("scratch directory kept: %s\n", b.dir)
+		} else {
+			os.RemoveAll(b.dir)
+		}
+	}
+}
