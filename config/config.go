@@ -145,6 +145,9 @@ type Pool struct {
 	// PingAfterIdle sends COM_PING before lending a connection idle longer
 	// than this (a cheap socket check runs on every lend regardless).
 	PingAfterIdle time.Duration `yaml:"ping_after_idle"`
+	// PipelineDepth lets up to this many autocommit SELECTs from different
+	// clients share one backend connection, queued in order on it (0: off).
+	PipelineDepth int `yaml:"pipeline_depth"`
 }
 
 // Log configures structured logging.
@@ -195,6 +198,7 @@ func Default() Config {
 			AcquireTimeout: 5 * time.Second,
 			MaxWaiters:     10000,
 			PingAfterIdle:  30 * time.Second,
+			PipelineDepth:  8,
 		},
 		Log:         Log{Level: "info", Format: "text"},
 		Admin:       Admin{Listen: "127.0.0.1:6034"},
@@ -354,6 +358,8 @@ func (c *Config) Validate() error {
 		return bad("pool.max_waiters", "must not be negative")
 	case p.PingAfterIdle < 0:
 		return bad("pool.ping_after_idle", "must not be negative")
+	case p.PipelineDepth < 0 || p.PipelineDepth > 256:
+		return bad("pool.pipeline_depth", "must be between 0 (off) and 256, got %d", p.PipelineDepth)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -107,7 +107,7 @@ func TestSysbench(t *testing.T) {
 	})
 	host, port, _ := strings.Cut(p.addr, ":")
 	args := []string{"oltp_read_write", "--db-driver=mysql", "--mysql-host=" + host, "--mysql-port=" + port,
-		"--mysql-user=app", "--mysql-password=app", "--mysql-db=" + p.db, "--tables=4", "--table-size=10000",
+		"--mysql-user=app", "--mysql-password=app", "--mysql-db=" + p.db, "--tables=4", "--table-size=50000",
 		"--mysql-ignore-errors=none"}
 	run := func(extra ...string) string {
 		cmd := exec.Command("sysbench", append(append([]string{}, args...), extra...)...)

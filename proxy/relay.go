@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"time"
@@ -27,12 +29,19 @@ type relayResult struct {
 // (status, insert id, session state) and rewritten only for clients that
 // did not negotiate CLIENT_SESSION_TRACK.
 //
-// An error is either errClientGone (the client's socket failed) or a
-// backend I/O or protocol error; both leave the backend connection unusable.
-func (s *session) relay(bc *backendConn, cmd byte) (relayResult, error) {
+// When the client's socket fails, the rest of the response is read and
+// dropped, so the backend connection stays in step, and errClientGone is
+// returned. Any other error is a backend I/O or protocol error, which
+// leaves the backend connection unusable.
+func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 	// An ERR packet carries no status: until an OK or EOF says otherwise,
 	// the status is what it was.
 	rr := relayResult{status: s.status}
+	defer func() {
+		if s.gone && err == nil {
+			err = errClientGone
+		}
+	}()
 	for {
 		n, err := bc.r.header()
 		if err != nil {
@@ -110,9 +119,7 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 		p = s.out
 	}
 	rr.started = true
-	if err := s.w.writePacket(p); err != nil {
-		return false, errClientGone
-	}
+	s.clientWrote(s.w.writePacket(p))
 	return ok.status&statusMoreResults != 0, nil
 }
 
@@ -128,9 +135,7 @@ func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResu
 		return false, fmt.Errorf("%w: bad column count", errMalformed)
 	}
 	rr.started = true
-	if err := s.w.writePacket(p); err != nil {
-		return false, errClientGone
-	}
+	s.clientWrote(s.w.writePacket(p))
 	for i := uint64(0); i < ncols; i++ {
 		n, err := bc.r.header()
 		if err != nil {
@@ -151,9 +156,7 @@ func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResu
 	if !isEOF(p[0], len(p)) {
 		return false, fmt.Errorf("%w: no EOF after column definitions", errMalformed)
 	}
-	if err := s.w.writePacket(p); err != nil {
-		return false, errClientGone
-	}
+	s.clientWrote(s.w.writePacket(p))
 	if _, st := eofStatus(p); cmd == comStmtExecute && st&statusCursorExists != 0 {
 		rr.status, rr.cursor = st, true
 		return false, nil
@@ -181,9 +184,7 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 				return false, err
 			}
 			_, rr.status = eofStatus(p)
-			if err := s.w.writePacket(p); err != nil {
-				return false, errClientGone
-			}
+			s.clientWrote(s.w.writePacket(p))
 			return rr.status&statusMoreResults != 0, nil
 		case first[0] == hdrErr:
 			rr.failed = true
@@ -202,9 +203,7 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 // continuations) from the backend to the client without buffering it whole.
 func (s *session) stream(bc *backendConn, n int) error {
 	for {
-		if err := s.w.writeHeader(n); err != nil {
-			return errClientGone
-		}
+		s.clientWrote(s.w.writeHeader(n))
 		if err := copyN(s, bc, n); err != nil {
 			return err
 		}
@@ -219,19 +218,28 @@ func (s *session) stream(bc *backendConn, n int) error {
 }
 
 func copyN(s *session, bc *backendConn, n int) error {
-	br, bw := bc.r.br, s.w.bw
+	br := bc.r.br
 	for n > 0 {
 		b, err := br.Peek(min(n, br.Size()))
 		if err != nil {
 			return err
 		}
-		if _, err := bw.Write(b); err != nil {
-			return errClientGone
+		if _, err := s.w.bw.Write(b); err != nil {
+			s.clientWrote(err)
 		}
 		_, _ = br.Discard(len(b))
 		n -= len(b)
 	}
 	return nil
+}
+
+// clientWrote notes a failed write to the client: from then on the response
+// is read and dropped (s.gone).
+func (s *session) clientWrote(err error) {
+	if err != nil && !s.gone {
+		s.gone = true
+		s.w.bw = bufio.NewWriterSize(io.Discard, 4096)
+	}
 }
 
 // readRest reads the payload of a small packet whose header was read.

@@ -55,7 +55,10 @@ type Server struct {
 	slow   slowLog
 	engine engineRegistry
 	cmds   atomic.Uint64
-	attr   bool // per-tag accounting on (attribution.disabled false)
+	pipes  pipes
+	// pipelined counts statements run on a shared (pipelined) connection.
+	pipelined atomic.Uint64
+	attr      bool // per-tag accounting on (attribution.disabled false)
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -96,6 +99,7 @@ type ServerStats struct {
 	HandshakeFailures uint64
 	Rejected          uint64 // over sessions.max_clients
 	Commands          uint64
+	Pipelined         uint64 // statements run on a shared connection
 	PinnedSessions    int
 	Pins              map[string]uint64 // pins by reason, since start
 	Pool              PoolStats
@@ -486,6 +490,7 @@ func (s *Server) Stats() ServerStats {
 	st.Pins = maps.Clone(s.st.Pins)
 	st.ClientsActive = len(s.sessions)
 	st.Commands = s.cmds.Load()
+	st.Pipelined = s.pipelined.Load()
 	sess := make([]*session, 0, len(s.sessions))
 	for _, x := range s.sessions {
 		sess = append(sess, x)

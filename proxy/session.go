@@ -58,10 +58,12 @@ type session struct {
 	tagBuf       []byte
 	digest       []byte
 	lastSQL      []byte // the last statement, truncated (for holders and logs)
+	pipeBuf      []byte // a pipelined COM_STMT_EXECUTE
 
 	buf     []byte // command buffer
 	out     []byte // scratch for packets holdfast builds
 	watch   clientWatch
+	gone    bool        // a write to the client failed; responses are dropped
 	holding atomic.Bool // bc != nil, for the drainer
 	pinned  atomic.Bool // pinReason != "", for Stats
 
@@ -136,7 +138,7 @@ func (s *session) serve() {
 		s.w.bw.Reset(nil)
 		writerPool.Put(s.w.bw)
 		s.w.bw = nil
-		if !keep || ferr != nil {
+		if !keep || ferr != nil || s.gone {
 			return
 		}
 	}
@@ -230,6 +232,11 @@ func (s *session) comQuery(p []byte) bool {
 		return true
 	case info.Kind == sqlscan.KindCall && s.srv.procs != nil && s.maybeProcedure(sql):
 		return true
+	}
+	if s.pipelinable(&info, len(p)) {
+		if handled, keep := s.runPipelined(func(*backendConn) []byte { return p }, tag, nil, sql); handled {
+			return keep
+		}
 	}
 	return s.run(p, comQuery, &info, tag)
 }
@@ -499,7 +506,8 @@ func pinReason(info *sqlscan.Info, rr *relayResult) string {
 // transaction or pinned state that is now lost).
 func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
 	if errors.Is(err, errClientGone) {
-		s.release(false)
+		// The response was read to its end: cleanup returns (or resets) the
+		// backend connection as the session closes.
 		return false
 	}
 	s.srv.log.Warn("backend connection lost during a statement", "client", s.id, "err", err)

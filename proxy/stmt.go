@@ -284,6 +284,16 @@ func (s *session) stmtExecute(p []byte) bool {
 		tag = cs.tag
 		s.noteTag(tag, true)
 	}
+	if flags == 0 && cs.longData == nil && s.pipelinable(&cs.info, len(p)) {
+		build := func(bc *backendConn) []byte {
+			bs, _ := bc.stmts.lru.Peek(cs.key)
+			s.pipeBuf = appendExecute(s.pipeBuf[:0], bs.id, flags, iter, cs, nullMap, values)
+			return s.pipeBuf
+		}
+		if handled, keep := s.runPipelined(build, tag, cs, cs.sql); handled {
+			return keep
+		}
+	}
 	bc, serr := s.borrow(tag)
 	if serr != nil {
 		s.writeErr(serr)
@@ -331,8 +341,20 @@ func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, n
 			return relayResult{}, nil, err
 		}
 	}
-	out := append(bc.scratch[:0], comStmtExecute)
-	out = binary.LittleEndian.AppendUint32(out, bs.id)
+	out := appendExecute(bc.scratch[:0], bs.id, flags, iter, cs, nullMap, values)
+	bc.scratch = out[:0]
+	if err := bc.writeCommand(out); err != nil {
+		return relayResult{}, nil, err
+	}
+	rr, err := s.relay(bc, comStmtExecute)
+	return rr, nil, err
+}
+
+// appendExecute builds COM_STMT_EXECUTE for backend statement id, always
+// with the parameter types holdfast remembers for the client statement.
+func appendExecute(out []byte, id uint32, flags byte, iter []byte, cs *clientStmt, nullMap, values []byte) []byte {
+	out = append(out, comStmtExecute)
+	out = binary.LittleEndian.AppendUint32(out, id)
 	out = append(out, flags)
 	out = append(out, iter...)
 	if cs.params > 0 {
@@ -341,12 +363,7 @@ func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, n
 		out = append(out, cs.types...)
 		out = append(out, values...)
 	}
-	bc.scratch = out[:0]
-	if err := bc.writeCommand(out); err != nil {
-		return relayResult{}, nil, err
-	}
-	rr, err := s.relay(bc, comStmtExecute)
-	return rr, nil, err
+	return out
 }
 
 func (s *session) stmtSendLong(p []byte) {

@@ -1,0 +1,275 @@
+package proxy
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+)
+
+// Pipelining: the MySQL protocol lets a client send several commands
+// without waiting; the server runs them in order and answers in order.
+// holdfast uses that for autocommit SELECTs (which change no session
+// state and hold no locks afterwards): such a statement rides on a backend
+// connection already carrying other sessions' SELECTs with the same
+// session state, instead of taking a connection of its own or queueing for
+// one. Commands that arrive while another is being written go out in the
+// same write, and responses that arrive together are read in one read, so
+// the system calls and the backend's thread wake-ups per statement drop as
+// load rises. At most pool.pipeline_depth statements share a connection.
+//
+// A pipelined statement cannot be interrupted with KILL QUERY (the
+// backend thread runs other sessions' statements too), and a slow SELECT
+// delays the ones queued behind it on its connection.
+
+// pipe is a backend connection shared by pipelined statements.
+type pipe struct {
+	bc  *backendConn
+	srv *Server
+
+	mu        sync.Mutex // guards the fields below
+	pending   []byte     // framed commands not yet written
+	flushing  bool
+	queue     []chan struct{} // responses to read, in order; the head reads
+	closed    bool            // released, or broken: no more joiners
+	err       error           // the I/O error that broke it
+	poisoned  bool            // a statement changed session state: close at the end
+	spare     []byte          // a written buffer, reused for pending
+	headSince time.Time       // when the current head statement got its turn
+}
+
+// pipes is the server's set of open pipes.
+type pipes struct {
+	mu   sync.Mutex // guards open
+	open []*pipe
+}
+
+// pipelineDepth is how many statements may share one backend connection
+// (0: pipelining off).
+func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
+
+// pipelinable reports whether a statement may be pipelined.
+func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
+	if s.vars == nil && s.srv.base.Load() != nil {
+		s.vars = s.srv.initialVars(s.coll)
+	}
+	return s.bc == nil && s.vars != nil && s.pendingBegin == nil && s.pinReason == "" && !s.holdNext &&
+		s.status&statusInTrans == 0 && s.status&statusAutocommit != 0 &&
+		info.Kind == sqlscan.KindSelect && info.Statements == 1 && info.Features == 0 &&
+		info.LastInsertIDColumn == "" && size < 1<<16 && s.srv.pipelineDepth() > 0 &&
+		s.srv.gates.active.Load() == 0
+}
+
+// runPipelined runs a statement on a pipe. handled is false when no pipe
+// could take it (the caller then borrows a connection as usual).
+func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution.Tag, cs *clientStmt, text []byte) (handled, keep bool) {
+	start := time.Now()
+	p, turn, cmd := s.srv.joinPipe(s, cs, build)
+	if p == nil {
+		return false, true
+	}
+	<-turn
+	// Our turn: the statements before ours are done, so the backend thread
+	// runs ours. Time queued behind them counts as waiting for a
+	// connection; the hold is the time the connection worked for us, so
+	// that per-tag hold time still adds up to connections busy.
+	turnAt := time.Now()
+	if s.srv.attr {
+		tag.Borrowed(turnAt.Sub(start))
+	}
+	s.mu.Lock()
+	s.holdSince, s.holdTag = turnAt, tag.Name()
+	s.stmtText = append(s.stmtText[:0], text[:min(len(text), maxStmtCopy)]...)
+	s.mu.Unlock()
+	p.mu.Lock()
+	err := p.err
+	p.mu.Unlock()
+	var rr relayResult
+	if err == nil {
+		// KILL QUERY may target the backend thread now.
+		s.setExec(p.bc.threadID)
+		s.watch.arm()
+		p.bc.r.seq = 1
+		rr, err = s.relay(p.bc, cmd[0])
+		s.setExec(0)
+		s.watch.disarm()
+		switch {
+		case err != nil && !errors.Is(err, errClientGone):
+			p.fail(err)
+		case rr.sc.changed || len(rr.sc.vars) > 0 || rr.sc.schemaS:
+			p.mu.Lock()
+			p.poisoned = true
+			p.mu.Unlock()
+		}
+	}
+	p.leave()
+	if s.srv.attr {
+		d := time.Since(turnAt)
+		tag.Statement(d, err != nil || rr.failed)
+		tag.Returned(d, d, 0)
+	}
+	s.mu.Lock()
+	s.holdSince, s.holdTag = time.Time{}, ""
+	s.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, errClientGone) {
+			return true, false
+		}
+		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during a read-only statement; nothing was changed, it is safe to retry"))
+		return true, true
+	}
+	s.status = rr.status &^ statusSessionChanged
+	s.srv.pipelined.Add(1)
+	return true, true
+}
+
+// joinPipe queues cmd on a pipe matching the session's state, or on a new
+// pipe over an idle connection, and writes it (with whatever else is
+// queued) unless another sender is writing. It returns the pipe and the
+// channel that signals this statement's turn to read its response; a nil
+// pipe when neither is possible without waiting.
+func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn) []byte) (*pipe, chan struct{}, []byte) {
+	turn := make(chan struct{}, 1)
+	// An idle connection first: no statement waits behind another then.
+	if bc := srv.pool.takeIdle(s.foundRows); bc != nil {
+		if bc = srv.pool.check(bc); bc != nil {
+			srv.pool.lent(time.Time{}, false)
+			if bc.vars == nil {
+				bc.vars = srv.baseVars()
+			}
+			if !s.fitsPipe(bc, cs) {
+				// This connection needs restoring or preparing first.
+				srv.pool.release(bc, true)
+				return nil, nil, nil
+			}
+			p := &pipe{bc: bc, srv: srv, headSince: time.Now()}
+			p.mu.Lock()
+			srv.pipes.mu.Lock()
+			srv.pipes.open = append(srv.pipes.open, p)
+			srv.pipes.mu.Unlock()
+			cmd := build(bc)
+			p.enqueueLocked(turn, cmd)
+			return p, turn, cmd
+		}
+	}
+	// Every connection is busy: join the shortest pipe whose running
+	// statement is not a slow one.
+	depth := srv.pipelineDepth()
+	now := time.Now()
+	srv.pipes.mu.Lock()
+	var best *pipe
+	bestLen := depth
+	for _, p := range srv.pipes.open {
+		p.mu.Lock()
+		if !p.closed && len(p.queue) < bestLen && now.Sub(p.headSince) < slowHead && s.fitsPipe(p.bc, cs) {
+			best, bestLen = p, len(p.queue)
+		}
+		p.mu.Unlock()
+	}
+	if best == nil {
+		srv.pipes.mu.Unlock()
+		return nil, nil, nil
+	}
+	best.mu.Lock()
+	srv.pipes.mu.Unlock()
+	if best.closed {
+		best.mu.Unlock()
+		return nil, nil, nil
+	}
+	cmd := build(best.bc)
+	best.enqueueLocked(turn, cmd)
+	return best, turn, cmd
+}
+
+// slowHead: a pipe whose current statement has run this long takes no new
+// statements (they would wait behind it). A variable for tests.
+var slowHead = 20 * time.Millisecond
+
+// fitsPipe reports whether bc's session state is the session's, and (for a
+// prepared statement) whether bc has it prepared: a pipe cannot restore or
+// prepare without delaying the statements queued on it.
+func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
+	if bc.foundRows != s.foundRows || !bc.dbKnown || bc.db != s.db || bc.multiStmts != s.multiStmts || !s.vars.equal(bc.vars) {
+		return false
+	}
+	if cs == nil {
+		return true
+	}
+	if bc.stmts == nil {
+		return false
+	}
+	_, ok := bc.stmts.lru.Peek(cs.key)
+	return ok
+}
+
+// enqueueLocked (p.mu held; released here) queues a command and its turn
+// and flushes pending commands unless another sender is flushing.
+func (p *pipe) enqueueLocked(turn chan struct{}, cmd []byte) {
+	p.queue = append(p.queue, turn)
+	if len(p.queue) == 1 {
+		turn <- struct{}{}
+	}
+	n := len(cmd)
+	p.pending = append(p.pending, byte(n), byte(n>>8), byte(n>>16), 0)
+	p.pending = append(p.pending, cmd...)
+	if p.flushing || p.err != nil {
+		p.mu.Unlock()
+		return
+	}
+	p.flushing = true
+	for len(p.pending) > 0 && p.err == nil {
+		buf := p.pending
+		p.pending = p.spare[:0]
+		p.mu.Unlock()
+		_, err := p.bc.nc.Write(buf)
+		p.mu.Lock()
+		p.spare = buf
+		if err != nil {
+			p.err = err
+			p.closed = true
+		}
+	}
+	p.flushing = false
+	p.mu.Unlock()
+}
+
+func (p *pipe) fail(err error) {
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.closed = true
+	p.mu.Unlock()
+}
+
+// leave ends the head's turn: the next in line may read; the last one out
+// returns the connection.
+func (p *pipe) leave() {
+	p.mu.Lock()
+	p.queue = p.queue[1:]
+	if len(p.queue) > 0 {
+		p.headSince = time.Now()
+		p.queue[0] <- struct{}{}
+	}
+	last := len(p.queue) == 0
+	if last {
+		p.closed = true
+	}
+	broken, poisoned := p.err != nil, p.poisoned
+	p.mu.Unlock()
+	if !last {
+		return
+	}
+	srv := p.srv
+	srv.pipes.mu.Lock()
+	for i, x := range srv.pipes.open {
+		if x == p {
+			srv.pipes.open = append(srv.pipes.open[:i], srv.pipes.open[i+1:]...)
+			break
+		}
+	}
+	srv.pipes.mu.Unlock()
+	srv.pool.release(p.bc, !broken && !poisoned)
+}

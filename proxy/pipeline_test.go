@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/config"
+)
+
+// TestPipelinedSelects: many clients' autocommit SELECTs share two backend
+// connections, queued in order on them; every client gets its own answer.
+func TestPipelinedSelects(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 2, 2
+		c.Pool.PipelineDepth = 8
+	})
+	mustExec(t, p.direct(t), "CREATE TABLE kv (k INT PRIMARY KEY, v VARCHAR(20))")
+	for i := 0; i < 64; i++ {
+		mustExec(t, p.direct(t), "INSERT INTO kv VALUES (?, ?)", i, fmt.Sprint("value-", i))
+	}
+	w := watchPeaks(t, p)
+	var wg sync.WaitGroup
+	errc := make(chan error, 16)
+	for c := 0; c < 16; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			db, err := sql.Open("mysql", p.dsn("app", "app"))
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(1)
+			stmt, err := db.Prepare("SELECT v FROM kv WHERE k = ?")
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer stmt.Close()
+			for i := 0; i < 200; i++ {
+				k := (c*7 + i) % 64
+				var v string
+				if i%2 == 0 {
+					err = stmt.QueryRow(k).Scan(&v) // binary protocol
+				} else {
+					err = db.QueryRow(fmt.Sprintf("SELECT v FROM kv WHERE k = %d", k)).Scan(&v) // text
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+				if v != fmt.Sprint("value-", k) {
+					errc <- fmt.Errorf("client %d asked for %d and got %q", c, k, v)
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	proxyPeak, serverPeak := w.finish()
+	st := p.srv.Stats()
+	t.Logf("%d statements pipelined; peak backend connections %d (holdfast) / %d (MariaDB)", st.Pipelined, proxyPeak, serverPeak)
+	if st.Pipelined == 0 {
+		t.Fatal("nothing was pipelined with 16 clients on 2 connections")
+	}
+	if proxyPeak > 2 || serverPeak > 2 {
+		t.Fatalf("%d / %d backend connections, want at most 2", proxyPeak, serverPeak)
+	}
+}
+
+// TestPipelineClientGone: a client that disconnects in the middle of a
+// large result does not disturb the statements queued behind it on the
+// same backend connection.
+func TestPipelineClientGone(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
+		c.Pool.PipelineDepth = 8
+	})
+	// Warm the one backend connection (state learned, not in a pipe), and
+	// let statements queue behind a long-running one for this test.
+	queryString(t, p.open(t), "SELECT 1")
+	old := slowHead
+	slowHead = time.Hour
+	t.Cleanup(func() { slowHead = old })
+	before := p.srv.Stats().Pipelined
+
+	quitter, err := rawDial(p.addr, rawOpts{user: "app", pass: "app", db: p.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A result of about 64 MiB, so it is still streaming when we leave.
+	if err := quitter.command(append([]byte{0x03}, "SELECT REPEAT('x', 65536) FROM seq_1_to_1000"...)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := quitter.readPacket(); err != nil { // the column count: it runs
+		t.Fatal(err)
+	}
+	// Queue others behind it on the same connection, then leave.
+	var wg sync.WaitGroup
+	results := make(chan string, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c, err := rawDial(p.addr, rawOpts{user: "app", pass: "app", db: p.db})
+			if err != nil {
+				results <- err.Error()
+				return
+			}
+			defer c.nc.Close()
+			rs, err := c.query(fmt.Sprintf("SELECT %d + 1000", i))
+			if err != nil {
+				results <- err.Error()
+				return
+			}
+			results <- rs[0].cell(0, 0)
+		}(i)
+	}
+	time.Sleep(100 * time.Millisecond)
+	quitter.nc.Close()
+	wg.Wait()
+	close(results)
+	got := map[string]bool{}
+	for r := range results {
+		got[r] = true
+	}
+	for i := 0; i < 4; i++ {
+		if !got[fmt.Sprint(1000+i)] {
+			t.Fatalf("results %v, want 1000..1003", got)
+		}
+	}
+	if n := p.srv.Stats().Pipelined - before; n < 4 {
+		t.Fatalf("%d statements ran pipelined, want the 4 queued behind the big result", n)
+	}
+	// The backend connection survived and still answers.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var one int
+	if err := p.open(t).QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("after the client left: %v", err)
+	}
+}
