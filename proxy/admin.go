@@ -158,6 +158,7 @@ func (s *Server) apiPool(w http.ResponseWriter, _ *http.Request) {
 		"acquired": p.Acquired, "waited": p.Waited, "wait_seconds": p.WaitTime.Seconds(),
 		"timeouts": p.Timeouts, "rejected": p.Rejected, "dials": p.Dials, "dial_errors": p.DialErrors,
 		"clients": st.ClientsActive, "pinned_sessions": st.PinnedSessions, "pins": st.Pins,
+		"pipelined": st.Pipelined,
 	})
 }
 

@@ -37,6 +37,7 @@ var (
 	dClientsRej    = desc("holdfast_clients_rejected_total", "Client connections refused because sessions.max_clients were open.")
 	dCommands      = desc("holdfast_commands_total", "Client protocol commands received.")
 	dPinned        = desc("holdfast_pinned_sessions", "Client sessions pinned to a backend connection now.")
+	dPipelined     = desc("holdfast_pipelined_statements_total", "Autocommit SELECTs run on a backend connection shared with other clients' SELECTs (pool.pipeline_depth).")
 	dPins          = desc("holdfast_pins_total", "Sessions pinned to a backend connection, by reason.", "reason")
 )
 
@@ -47,7 +48,7 @@ func newCollector(s *Server) prometheus.Collector { return collector{s} }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dPoolConns, dPoolMax, dPoolWaiters, dPoolAcquires, dPoolWaits, dPoolWaitSecs,
 		dPoolTimeouts, dPoolRejected, dPoolDials, dPoolDialErrs, dPoolClosed, dClients, dClientsTotal, dHandshakeFail,
-		dClientsRej, dCommands, dPinned, dPins} {
+		dClientsRej, dCommands, dPinned, dPins, dPipelined} {
 		ch <- d
 	}
 }
@@ -82,6 +83,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	n(dClientsRej, float64(st.Rejected))
 	n(dCommands, float64(st.Commands))
 	g(dPinned, float64(st.PinnedSessions))
+	n(dPipelined, float64(st.Pipelined))
 	for reason, v := range st.Pins {
 		n(dPins, float64(v), reason)
 	}

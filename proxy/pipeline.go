@@ -42,8 +42,9 @@ type pipe struct {
 
 // pipes is the server's set of open pipes.
 type pipes struct {
-	mu   sync.Mutex // guards open
-	open []*pipe
+	mu      sync.Mutex // guards the fields below
+	open    []*pipe
+	waiters []chan struct{} // statements waiting for a place in a full pipe, oldest first
 }
 
 // pipelineDepth is how many statements may share one backend connection
@@ -66,7 +67,29 @@ func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
 // could take it (the caller then borrows a connection as usual).
 func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution.Tag, cs *clientStmt, text []byte) (handled, keep bool) {
 	start := time.Now()
-	p, turn, cmd := s.srv.joinPipe(s, cs, build)
+	var deadline time.Time
+	var timer *time.Timer
+	p, turn, cmd, full := s.srv.joinPipe(s, cs, build)
+	for p == nil && full {
+		// Every pipe fit for us is full: wait for a place rather than for a
+		// connection of our own, which a busy pipe never gives back.
+		if deadline.IsZero() {
+			deadline = start.Add(s.srv.pool.Limits().AcquireTimeout)
+			timer = time.NewTimer(time.Until(deadline))
+			defer timer.Stop()
+		}
+		ch := make(chan struct{}, 1)
+		s.srv.pipes.mu.Lock()
+		s.srv.pipes.waiters = append(s.srv.pipes.waiters, ch)
+		s.srv.pipes.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			s.srv.pipes.dropWaiter(ch)
+			return false, true // the pool's own wait and error take over
+		}
+		p, turn, cmd, full = s.srv.joinPipe(s, cs, build)
+	}
 	if p == nil {
 		return false, true
 	}
@@ -130,8 +153,8 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 // queued) unless another sender is writing. It returns the pipe and the
 // channel that signals this statement's turn to read its response; a nil
 // pipe when neither is possible without waiting.
-func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn) []byte) (*pipe, chan struct{}, []byte) {
-	turn := make(chan struct{}, 1)
+func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, full bool) {
+	turn = make(chan struct{}, 1)
 	// An idle connection first: no statement waits behind another then.
 	if bc := srv.pool.takeIdle(s.foundRows); bc != nil {
 		if bc = srv.pool.check(bc); bc != nil {
@@ -142,16 +165,16 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 			if !s.fitsPipe(bc, cs) {
 				// This connection needs restoring or preparing first.
 				srv.pool.release(bc, true)
-				return nil, nil, nil
+				return nil, nil, nil, false
 			}
-			p := &pipe{bc: bc, srv: srv, headSince: time.Now()}
+			p = &pipe{bc: bc, srv: srv, headSince: time.Now()}
 			p.mu.Lock()
 			srv.pipes.mu.Lock()
 			srv.pipes.open = append(srv.pipes.open, p)
 			srv.pipes.mu.Unlock()
-			cmd := build(bc)
+			cmd = build(bc)
 			p.enqueueLocked(turn, cmd)
-			return p, turn, cmd
+			return p, turn, cmd, false
 		}
 	}
 	// Every connection is busy: join the shortest pipe whose running
@@ -161,26 +184,53 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	srv.pipes.mu.Lock()
 	var best *pipe
 	bestLen := depth
-	for _, p := range srv.pipes.open {
-		p.mu.Lock()
-		if !p.closed && len(p.queue) < bestLen && now.Sub(p.headSince) < slowHead && s.fitsPipe(p.bc, cs) {
-			best, bestLen = p, len(p.queue)
+	for _, x := range srv.pipes.open {
+		x.mu.Lock()
+		if !x.closed && now.Sub(x.headSince) < slowHead && s.fitsPipe(x.bc, cs) {
+			if len(x.queue) < bestLen {
+				best, bestLen = x, len(x.queue)
+			} else {
+				full = true
+			}
 		}
-		p.mu.Unlock()
+		x.mu.Unlock()
 	}
 	if best == nil {
 		srv.pipes.mu.Unlock()
-		return nil, nil, nil
+		return nil, nil, nil, full
 	}
 	best.mu.Lock()
 	srv.pipes.mu.Unlock()
 	if best.closed {
 		best.mu.Unlock()
-		return nil, nil, nil
+		return nil, nil, nil, true
 	}
-	cmd := build(best.bc)
+	cmd = build(best.bc)
 	best.enqueueLocked(turn, cmd)
-	return best, turn, cmd
+	return best, turn, cmd, false
+}
+
+// wakeOne tells the oldest statement waiting for a place in a pipe to try
+// again.
+func (ps *pipes) wakeOne() {
+	ps.mu.Lock()
+	if len(ps.waiters) > 0 {
+		ch := ps.waiters[0]
+		ps.waiters = ps.waiters[1:]
+		ch <- struct{}{}
+	}
+	ps.mu.Unlock()
+}
+
+func (ps *pipes) dropWaiter(ch chan struct{}) {
+	ps.mu.Lock()
+	for i, x := range ps.waiters {
+		if x == ch {
+			ps.waiters = append(ps.waiters[:i], ps.waiters[i+1:]...)
+			break
+		}
+	}
+	ps.mu.Unlock()
 }
 
 // slowHead: a pipe whose current statement has run this long takes no new
@@ -259,6 +309,7 @@ func (p *pipe) leave() {
 	}
 	broken, poisoned := p.err != nil, p.poisoned
 	p.mu.Unlock()
+	p.srv.pipes.wakeOne()
 	if !last {
 		return
 	}
