@@ -4,7 +4,11 @@
 // by, MariaDB reached directly and a plain TCP relay, and runs a
 // connection-scale test of many mostly idle clients. bench-attribution
 // measures the cost of per-tag accounting: the same binary with attribution
-// on and off, side by side (attribution.go).
+// on and off, side by side (attribution.go). bench-reserve
+// (cmd/holdfast-bench-reserve, RunReserve in reserve.go) measures CALL
+// holdfast.reserve on one hot item against a transactional counter and an
+// autocommit UPDATE, through holdfast and a relay that delays each
+// direction, and checks every run for oversell.
 //
 // It owns:
 //   - Relay, a TCP relay that copies bytes both ways, optionally delaying

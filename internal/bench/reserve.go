@@ -150,12 +150,12 @@ func (b *reserveRunner) printf(format string, a ...any) { fmt.Fprintf(b.w, forma
 // returns an error when a run errored or failed its consistency check, or
 // when the bench could not start; missed targets are reported, not
 // returned. Everything it starts is stopped before it returns.
-func RunReserve(ctx context.Context, o ReserveOptions, w io.Writer) error {
+func RunReserve(ctx context.Context, o ReserveOptions, w io.Writer) (err error) {
 	if err := o.validate(); err != nil {
 		return err
 	}
 	b := &reserveRunner{o: o, w: w}
-	defer b.cleanup()
+	defer func() { b.cleanup(err != nil) }()
 	load0 := loadAvg()
 	b.printf("== holdfast bench-reserve, %s ==\n", time.Now().Format(time.RFC3339))
 	b.printf("command: %s\n", strings.Join(os.Args, " "))
@@ -198,7 +198,7 @@ func RunReserve(ctx context.Context, o ReserveOptions, w io.Writer) error {
 			}
 			failed = append(failed, fmt.Sprintf("round %d %s at %d clients: %s", s.Round, workloadName(s.Workload), s.Clients, why))
 		}
-		if len(s.Problems) == 0 && s.Load.Wall > 0 {
+		if s.Checked && len(s.Problems) == 0 {
 			verified++
 		}
 	}
@@ -259,8 +259,8 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 		fmt.Sprintf("ALTER USER '%s'@'%%' IDENTIFIED BY '%[1]s'", o.PoolUser),
 		fmt.Sprintf("GRANT ALL ON `%s`.* TO '%s'@'%%'", o.Database, o.PoolUser),
 	} {
-		if _, err := b.admin.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("bench: %s: %w", q, err)
+		if err := execTimeout(ctx, b.admin, time.Minute, q); err != nil {
+			return err
 		}
 	}
 	b.printf("database: %s dropped and created afresh; holdfast's pool logs in as %s\n", o.Database, o.PoolUser)
@@ -270,8 +270,8 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	}
 	b.db.SetMaxOpenConns(4)
 	for _, q := range reserveSchema {
-		if _, err := b.db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("bench: %w", err)
+		if err := execTimeout(ctx, b.db, time.Minute, q); err != nil {
+			return err
 		}
 	}
 
@@ -357,6 +357,7 @@ func (b *reserveRunner) calibrate(ctx context.Context) error {
 			return fmt.Errorf("bench: relay calibration: %w", err)
 		}
 		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Minute))
 		cs[i] = c
 	}
 	st0 := b.relay.Stats()
@@ -392,9 +393,13 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 	runTag := fmt.Sprintf("r%d%s%d", round, wl, n)
 	var op Op
 	var k PoolKey
+	// Every statement of the harness's own is bounded: a lock held by
+	// something else must not hang the bench.
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	switch wl {
 	case WorkloadTxn, WorkloadUpdate:
-		if s.Err = ResetCounter(ctx, b.db, o.OnHand); s.Err != nil {
+		if s.Err = ResetCounter(rctx, b.db, o.OnHand); s.Err != nil {
 			return s
 		}
 		op = UpdateOp()
@@ -404,13 +409,14 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 	case WorkloadCall:
 		b.shop++
 		k = PoolKey{Shop: b.shop, Item: o.Item, Location: o.Location}
-		if s.Err = b.receive(ctx, k, o.OnHand); s.Err != nil {
+		if s.Err = b.receive(rctx, k, o.OnHand); s.Err != nil {
 			return s
 		}
 		op = CallOp(runTag, k, o.TTL)
 	}
 
 	m0, merr := b.scrape(ctx)
+	inno0, ierr := b.innodbStatus(rctx)
 	var hf0, hf1, db0, db1, self0, self1 time.Duration
 	var st0, st1 RelayStats
 	res, err := RunLoad(ctx, LoadSpec{Endpoint: b.ep, Database: o.Database, Clients: n, Duration: o.Time, Op: op,
@@ -426,9 +432,18 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 	s.Load, s.LoadAvg = res, loadAvg()
 	s.HoldfastCPU, s.MariaDBCPU, s.SelfCPU = hf1-hf0, db1-db0, self1-self0
 	s.RelayChunks, s.RelayLate = st1.Chunks-st0.Chunks, st1.Late-st0.Late
+	// After the run, on a context of its own: a cancelled bench still
+	// reports and checks what it measured.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
 	if merr == nil {
-		if m1, err := b.scrape(ctx); err == nil {
+		if m1, err := b.scrape(cctx); err == nil {
 			s.Metrics = metricsDigest(m0, m1, wl == WorkloadCall)
+		}
+	}
+	if ierr == nil {
+		if inno1, err := b.innodbStatus(cctx); err == nil {
+			s.Deadlocks, s.LockWaits = inno1[0]-inno0[0], inno1[1]-inno0[1]
 		}
 	}
 	switch {
@@ -443,10 +458,6 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 		return s
 	}
 
-	// Check, on a context of its own: a cancelled bench still reports
-	// what it measured.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
 	switch wl {
 	case WorkloadTxn, WorkloadUpdate:
 		c, err := CheckCounter(cctx, b.db)
@@ -454,14 +465,20 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 			s.Err = errors.Join(s.Err, err)
 			break
 		}
-		s.Problems = c.Problems(o.OnHand, res.Reserved, wl == WorkloadTxn)
+		s.Problems, s.Checked = c.Problems(o.OnHand, res.Reserved, wl == WorkloadTxn), true
+		s.CheckNote = fmt.Sprintf("counter %d → %d (fell by %d; clients counted %d)", o.OnHand, c.Available, o.OnHand-c.Available, res.Reserved)
+		if wl == WorkloadTxn {
+			s.CheckNote += fmt.Sprintf(", %d reservations_baseline rows", c.BaselineRows)
+		}
 	case WorkloadCall:
 		c, err := CheckPool(cctx, b.db, k, res.IDs)
 		if err != nil {
 			s.Err = errors.Join(s.Err, err)
 			break
 		}
-		s.Problems = c.Problems(o.OnHand, res.Reserved)
+		s.Problems, s.Checked = c.Problems(o.OnHand, res.Reserved), true
+		s.CheckNote = fmt.Sprintf("%d reserved_quantities rows (quantity %d), %d reservations, %d tokens to clients (%d unmatched); pool %d + reserved %d ≤ on_hand %d",
+			c.ReservedRows, c.ReservedQty, c.Reservations, len(res.IDs), c.Missing+c.Extra, c.Units, c.ReservedQty, c.OnHand)
 		if len(s.Problems) == 0 {
 			// Keep the tables the same size from run to run.
 			if err := DropShop(cctx, b.db, k); err != nil {
@@ -470,6 +487,16 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 		}
 	}
 	return s
+}
+
+// execTimeout runs q on db, giving up after d.
+func execTimeout(ctx context.Context, db *sql.DB, d time.Duration, q string) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("bench: %s: %w", q, err)
+	}
+	return nil
 }
 
 // receive stocks pool k with qty units through holdfast.
@@ -497,6 +524,31 @@ func (b *reserveRunner) receive(ctx context.Context, k PoolKey, qty int64) error
 		return fmt.Errorf("bench: %s: on_hand is now %q, want %d (a fresh shop)", q, onHand, qty)
 	}
 	return nil
+}
+
+// innodbStatus reads the server's Innodb_deadlocks and
+// Innodb_row_lock_waits (server-wide counters).
+func (b *reserveRunner) innodbStatus(ctx context.Context) ([2]int64, error) {
+	var out [2]int64
+	rows, err := b.admin.QueryContext(ctx,
+		"SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_deadlocks', 'Innodb_row_lock_waits')")
+	if err != nil {
+		return out, fmt.Errorf("bench: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var v int64
+		if err := rows.Scan(&name, &v); err != nil {
+			return out, fmt.Errorf("bench: %w", err)
+		}
+		if name == "Innodb_deadlocks" {
+			out[0] = v
+		} else {
+			out[1] = v
+		}
+	}
+	return out, rows.Err()
 }
 
 // scrape reads holdfast's /metrics.
@@ -544,61 +596,15 @@ func localPid(pidFile string) int {
 	return pid
 }
 
-func (b *reserveRunner) printSample(s ReserveSample) {
-	label := fmt.Sprintf("round %d/%d %3d clients %-22s", s.Round, b.o.Rounds, s.Clients, workloadName(s.Workload))
-	r := s.Load
-	if r.Wall == 0 {
-		b.printf("%s ERROR %v\n", label, s.Err)
-		return
-	}
-	cores := func(d time.Duration) float64 { return d.Seconds() / r.Wall.Seconds() }
-	b.printf("%s %8.1f res/s  p50 %6.2f ms  p99 %6.2f ms  max %7.2f ms  reserved %d  sold out %d  busy %d  failed %d\n",
-		label, r.Rate(), ms(r.P50), ms(r.P99), ms(r.Max), r.Reserved, r.SoldOut, r.Busy, r.Failed)
-	db := "n/a"
-	if b.dbPid != 0 {
-		db = fmt.Sprintf("%.2f", cores(s.MariaDBCPU))
-	}
-	b.printf("    cores: holdfast %.2f, MariaDB %s, bench+relay %.2f;  relay one way %v + %v late = %v;  load %s\n",
-		cores(s.HoldfastCPU), db, cores(s.SelfCPU), b.o.RelayDelay, roundDur(s.MeanLate()), roundDur(b.o.RelayDelay+s.MeanLate()), s.LoadAvg)
-	if s.Metrics != "" {
-		b.printf("    holdfast: %s\n", s.Metrics)
-	}
-	switch {
-	case len(s.Problems) > 0:
-		b.printf("    CHECK FAILED: %s\n", strings.Join(s.Problems, "; "))
-	case s.Workload == WorkloadCall:
-		b.printf("    check OK: %d reserved lines = %d tokens, pool + reserved ≤ on_hand %d\n", r.Reserved, len(r.IDs), b.o.OnHand)
-	default:
-		b.printf("    check OK: counter fell by exactly %d, never below 0\n", r.Reserved)
-	}
-	if r.SoldOut > 0 {
-		b.printf("    ! sold out %d times: raise -on-hand; this run's rate is not comparable\n", r.SoldOut)
-	}
-	if s.Err != nil {
-		b.printf("    ERROR %v\n", s.Err)
-	}
-}
-
-// printRelay reports the delay the relay really applied over all runs.
-func (b *reserveRunner) printRelay(samples []ReserveSample) {
-	var chunks int64
-	var late time.Duration
-	for _, s := range samples {
-		chunks += s.RelayChunks
-		late += s.RelayLate
-	}
-	if chunks == 0 {
-		return
-	}
-	mean := late / time.Duration(chunks)
-	b.printf("relay: configured %v each way; chunks went out %v late on average over %d chunks, so %v each way, ≈ %v per round trip applied\n",
-		b.o.RelayDelay, roundDur(mean), chunks, roundDur(b.o.RelayDelay+mean), roundDur(2*(b.o.RelayDelay+mean)))
-}
-
-func (b *reserveRunner) cleanup() {
+// cleanup stops everything; the scratch directory is kept with -keep and
+// when the bench failed (holdfast's log is in it).
+func (b *reserveRunner) cleanup(failed bool) {
 	if b.hf != nil {
 		if err := b.hf.Stop(); err != nil {
 			b.printf("holdfast (pid %d) stopped uncleanly: %v\n", b.hf.Pid(), err)
+		}
+		if log := strings.TrimSpace(readFile(b.hf.LogPath)); log != "" {
+			b.printf("holdfast's log (%s), last lines:\n%s\n", b.hf.LogPath, tail(log, 20))
 		}
 	}
 	if b.relay != nil {
@@ -610,7 +616,7 @@ func (b *reserveRunner) cleanup() {
 		}
 	}
 	if b.dir != "" {
-		if b.o.Keep {
+		if b.o.Keep || failed {
 			b.printf("scratch directory kept: %s\n", b.dir)
 		} else {
 			os.RemoveAll(b.dir)

@@ -193,6 +193,11 @@ func RunLoad(ctx context.Context, s LoadSpec) (LoadResult, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					broken[i] = fmt.Errorf("bench: client panicked: %v", p)
+				}
+			}()
 			for time.Now().Before(end) {
 				t0 := time.Now()
 				w.seq++

@@ -27,9 +27,16 @@ type ReserveSample struct {
 	RelayChunks int64
 	RelayLate   time.Duration
 	LoadAvg     string // at the end of the run
-	// Problems are failed consistency checks: oversell, lost or unknown
-	// reservations, counts that do not match.
-	Problems []string
+	// Deadlocks and LockWaits are the changes of MariaDB's
+	// Innodb_deadlocks and Innodb_row_lock_waits over the run: server-wide,
+	// so they include anything else the server ran meanwhile.
+	Deadlocks, LockWaits int64
+	// Checked is set when the consistency check ran; Problems are what it
+	// found: oversell, lost or unknown reservations, counts that do not
+	// match.
+	Checked   bool
+	Problems  []string
+	CheckNote string // what the check read, for the report
 	// Metrics is a digest of holdfast's /metrics over the run.
 	Metrics string
 	// Err is set when the run could not be made or measured completely
@@ -286,4 +293,64 @@ func metricsDigest(before, after map[string]float64, reservations bool) string {
 		parts = append(parts, strings.Join(moved, ", "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+func (b *reserveRunner) printSample(s ReserveSample) {
+	label := fmt.Sprintf("round %d/%d %3d clients %-22s", s.Round, b.o.Rounds, s.Clients, workloadName(s.Workload))
+	r := s.Load
+	if r.Wall == 0 {
+		b.printf("%s ERROR %v\n", label, s.Err)
+		return
+	}
+	cores := func(d time.Duration) float64 { return d.Seconds() / r.Wall.Seconds() }
+	b.printf("%s %8.1f res/s  p50 %6.2f ms  p99 %6.2f ms  max %7.2f ms  reserved %d  sold out %d  busy %d  failed %d\n",
+		label, r.Rate(), ms(r.P50), ms(r.P99), ms(r.Max), r.Reserved, r.SoldOut, r.Busy, r.Failed)
+	db := "n/a"
+	if b.dbPid != 0 {
+		db = fmt.Sprintf("%.2f", cores(s.MariaDBCPU))
+	}
+	b.printf("    cores: holdfast %.2f, MariaDB %s, bench+relay %.2f;  relay one way %v + %v late = %v;  load %s\n",
+		cores(s.HoldfastCPU), db, cores(s.SelfCPU), b.o.RelayDelay, roundDur(s.MeanLate()), roundDur(b.o.RelayDelay+s.MeanLate()), s.LoadAvg)
+	b.printf("    MariaDB (server-wide): deadlocks +%d, row lock waits +%d\n", s.Deadlocks, s.LockWaits)
+	if s.Metrics != "" {
+		b.printf("    holdfast: %s\n", s.Metrics)
+	}
+	switch {
+	case !s.Checked:
+		b.printf("    NOT CHECKED (see the error)\n")
+	case len(s.Problems) > 0:
+		b.printf("    CHECK FAILED: %s\n      (%s)\n", strings.Join(s.Problems, "; "), s.CheckNote)
+	default:
+		b.printf("    check OK: %s\n", s.CheckNote)
+	}
+	if r.SoldOut > 0 {
+		b.printf("    ! sold out %d times: raise -on-hand; this run's rate is not comparable\n", r.SoldOut)
+	}
+	if s.Err != nil {
+		b.printf("    ERROR %v\n", s.Err)
+	}
+}
+
+// printRelay reports the delay the relay really applied, per workload:
+// it differs between them (the more chunks in flight, the busier the
+// relay's goroutines and the closer Go's timers fire to their due time), so
+// one mean over all chunks would be dominated by the busiest workload.
+func (b *reserveRunner) printRelay(samples []ReserveSample) {
+	b.printf("relay: configured %v each way; applied on average (configured + how late chunks went out):\n", b.o.RelayDelay)
+	for _, w := range b.o.Workloads {
+		var chunks int64
+		var late time.Duration
+		for _, s := range samples {
+			if s.Workload == w {
+				chunks += s.RelayChunks
+				late += s.RelayLate
+			}
+		}
+		if chunks == 0 {
+			continue
+		}
+		mean := late / time.Duration(chunks)
+		b.printf("  %-22s %v each way, ≈ %v per round trip (%d chunks)\n",
+			workloadName(w), roundDur(b.o.RelayDelay+mean), roundDur(2*(b.o.RelayDelay+mean)), chunks)
+	}
 }
