@@ -533,15 +533,7 @@ func (s *session) setExec(tid uint32) {
 
 // resetSession is COM_RESET_CONNECTION: a fresh session on the same login.
 func (s *session) resetSession() {
-	if s.bc != nil {
-		bc := s.bc
-		dirty := s.pinReason != "" || s.status&statusInTrans != 0 || s.holdNext
-		if dirty && bc.reset(s.srv.baseVars(), 5*time.Second) != nil {
-			s.release(false)
-		} else {
-			s.release(true)
-		}
-	}
+	s.returnBackend()
 	s.pinReason, s.holdNext = "", false
 	s.pinned.Store(false)
 	s.pendingBegin, s.txnTag = nil, nil
@@ -573,19 +565,21 @@ func (s *session) comSetOption(p []byte) bool {
 // cleanup runs when the client goes away: the backend connection returns
 // clean (reset when it carries client state), the session unregisters.
 func (s *session) cleanup() {
-	if s.bc != nil {
-		dirty := s.pinReason != "" || s.status&statusInTrans != 0 || s.holdNext
-		if dirty {
-			if err := s.bc.reset(s.srv.baseVars(), 5*time.Second); err != nil {
-				s.release(false)
-			} else {
-				s.release(true)
-			}
-		} else {
-			s.release(true)
-		}
-	}
+	s.returnBackend()
 	_ = s.nc.Close()
+}
+
+// returnBackend gives the held backend connection back clean: reset first
+// when it carries this session's transaction or pinned state.
+func (s *session) returnBackend() {
+	if s.bc == nil {
+		return
+	}
+	if s.pinReason != "" || s.status&statusInTrans != 0 || s.holdNext {
+		s.release(s.bc.reset(s.srv.baseVars(), 5*time.Second) == nil)
+		return
+	}
+	s.release(true)
 }
 
 // Local replies.
