@@ -48,5 +48,12 @@ bench-reserve:
 	@addr=$$(scripts/mariadb-up.sh) && \
 	  $(GO) run ./cmd/holdfast-bench-reserve -go $(GO) -mariadb $$addr $(BENCH_FLAGS)
 
+## soak: the reservation engine's concurrency tests for a minute each (reserve, claim,
+## release, expiry, refill together; no deadlock or lock-wait timeout at REPEATABLE READ)
+soak:
+	@addr=$$(scripts/mariadb-up.sh) && \
+	  HOLDFAST_SOAK=1 HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test -race -count=1 -timeout 30m -v \
+	    -run 'TestNoDeadlockAtRepeatableRead|TestMixedWorkloadConservation' ./reservation/
+
 clean:
 	rm -rf bin
