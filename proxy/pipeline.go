@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
@@ -42,6 +43,8 @@ type pipe struct {
 
 // pipes is the server's set of open pipes.
 type pipes struct {
+	nwait atomic.Int32 // len(waiters), read without the lock
+
 	mu      sync.Mutex // guards the fields below
 	open    []*pipe
 	waiters []chan struct{} // statements waiting for a place in a full pipe, oldest first
@@ -81,6 +84,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		ch := make(chan struct{}, 1)
 		s.srv.pipes.mu.Lock()
 		s.srv.pipes.waiters = append(s.srv.pipes.waiters, ch)
+		s.srv.pipes.nwait.Store(int32(len(s.srv.pipes.waiters)))
 		s.srv.pipes.mu.Unlock()
 		select {
 		case <-ch:
@@ -213,12 +217,16 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 // wakeOne tells the oldest statement waiting for a place in a pipe to try
 // again.
 func (ps *pipes) wakeOne() {
+	if ps.nwait.Load() == 0 {
+		return
+	}
 	ps.mu.Lock()
 	if len(ps.waiters) > 0 {
 		ch := ps.waiters[0]
 		ps.waiters = ps.waiters[1:]
 		ch <- struct{}{}
 	}
+	ps.nwait.Store(int32(len(ps.waiters)))
 	ps.mu.Unlock()
 }
 
@@ -230,6 +238,7 @@ func (ps *pipes) dropWaiter(ch chan struct{}) {
 			break
 		}
 	}
+	ps.nwait.Store(int32(len(ps.waiters)))
 	ps.mu.Unlock()
 }
 
