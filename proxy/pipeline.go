@@ -86,6 +86,11 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		s.srv.pipes.waiters = append(s.srv.pipes.waiters, ch)
 		s.srv.pipes.nwait.Store(int32(len(s.srv.pipes.waiters)))
 		s.srv.pipes.mu.Unlock()
+		// A place may have opened between the failed try and queueing.
+		if p, turn, cmd, full = s.srv.joinPipe(s, cs, build); p != nil || !full {
+			s.srv.pipes.dropWaiter(ch)
+			break
+		}
 		select {
 		case <-ch:
 		case <-timer.C:
