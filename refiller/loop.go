@@ -93,26 +93,50 @@ const minCheckGap = 5 * time.Millisecond
 
 // poolState is an unlocked look at one pool.
 type poolState struct {
-	key                  reservation.PoolKey
-	onHand, pooled, held int64
-	needsFill, needsTrim bool
+	key            reservation.PoolKey
+	onHand, pooled int64
+	room           int64 // on_hand - issued + pending returns
+	counted        bool  // the pool has a pool_counters row (else room is unknown)
+	threshold      int64 // refill under this depth
+	needsFill      bool
+	needsTrim      bool
+}
+
+// thresholdLocked is the depth under which key's pool is refilled: the
+// watermark, or what reserves here would take within Lead at the pool's
+// recent rate, whichever is higher (at most the cap).
+func (r *Refiller) thresholdLocked(key reservation.PoolKey, now time.Time) int64 {
+	capN := float64(r.cfg.PoolCap)
+	t := r.cfg.Watermark * capN
+	if h := r.hot[key]; h != nil && r.cfg.Lead > 0 {
+		t = max(t, h.rateAt(now)*r.cfg.Lead.Seconds())
+	}
+	return int64(min(t, capN))
 }
 
 func (r *Refiller) judge(p *poolState) {
-	low := float64(p.pooled) < r.cfg.Watermark*float64(r.cfg.PoolCap)
-	room := p.onHand - p.pooled - p.held
-	p.needsFill = low && room > 0
-	p.needsTrim = room < 0 || p.pooled > int64(r.cfg.PoolCap)
+	low := p.pooled < p.threshold
+	p.needsFill = low && (!p.counted || p.room > 0)
+	p.needsTrim = p.counted && p.room < 0 || p.pooled > int64(r.cfg.PoolCap)
 }
 
 // CheckDirty looks at the pools notified since the last call (one unlocked
-// statement) and refills those under the watermark whose ledger has units
-// to add, and those that promise more than the ledger holds. The loop calls
-// it every Interval.
+// statement) and refills those under their threshold whose ledger has
+// units to add, and those that promise more than the ledger holds. A pool
+// looked at within the last Interval whose depth then, less what reserves
+// here took since, is still well above its threshold is skipped without a
+// look (other instances may drain it too, hence the bound). The loop calls
+// it every Interval and soon after each Notify.
 func (r *Refiller) CheckDirty(ctx context.Context) {
+	now := time.Now()
 	r.mu.Lock()
 	keys := make([]reservation.PoolKey, 0, len(r.dirty))
 	for k := range r.dirty {
+		if h := r.hot[k]; h != nil && h.seen && now.Sub(h.lookedAt) < r.cfg.Interval {
+			if t := r.thresholdLocked(k, now); h.depth > t+t/4 {
+				continue
+			}
+		}
 		keys = append(keys, k)
 	}
 	clear(r.dirty)
@@ -137,33 +161,66 @@ func (r *Refiller) CheckDirty(ctx context.Context) {
 	}
 }
 
-// look reads depth, on_hand and held quantity of keys in one statement.
+// stateColumnsSQL reads, for the ledger row aliased l, on_hand, the pool
+// depth, the counter (NULL when missing) and the pending returns: bounded
+// work, whatever the number of reservations.
+const stateColumnsSQL = `l.on_hand,
+ (SELECT COUNT(*) FROM reservation_units u
+   WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id),
+ (SELECT c.issued FROM pool_counters c
+   WHERE c.shop_id = l.shop_id AND c.inventory_item_id = l.inventory_item_id AND c.inventory_group_id = l.inventory_group_id),
+ (SELECT COALESCE(SUM(x.quantity), 0) FROM reservation_returns x
+   WHERE x.shop_id = l.shop_id AND x.inventory_item_id = l.inventory_item_id AND x.inventory_group_id = l.inventory_group_id)
+FROM inventory_ledger l`
+
+// state decodes the columns of stateColumnsSQL (row[0:4]) for key.
+func (r *Refiller) stateLocked(key reservation.PoolKey, row [][]byte, now time.Time) (*poolState, error) {
+	v, err := ints(row[:2])
+	if err != nil {
+		return nil, err
+	}
+	s := &poolState{key: key, onHand: v[0], pooled: v[1], threshold: r.thresholdLocked(key, now)}
+	if row[2] != nil {
+		w, err := ints(row[2:4])
+		if err != nil {
+			return nil, err
+		}
+		s.counted, s.room = true, s.onHand-w[0]+w[1]
+	}
+	r.judge(s)
+	return s, nil
+}
+
+// look reads depth, on_hand, counter and pending returns of keys in one
+// statement.
 func (r *Refiller) look(ctx context.Context, keys []reservation.PoolKey) ([]*poolState, error) {
 	var b strings.Builder
 	for i, k := range keys {
 		if i > 0 {
 			b.WriteString(" UNION ALL ")
 		}
-		w := k.WhereSQL()
-		fmt.Fprintf(&b, `SELECT %d, on_hand, (SELECT COUNT(*) FROM reservation_units WHERE %s),
- (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities WHERE %s) FROM inventory_ledger WHERE %s`, i, w, w, w)
+		fmt.Fprintf(&b, "SELECT %d, %s WHERE l.shop_id = %d AND l.inventory_item_id = %d AND l.inventory_group_id = %d",
+			i, stateColumnsSQL, k.ShopID, k.ItemID, k.GroupID)
 	}
 	rows, err := r.query(ctx, b.String())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*poolState, 0, len(rows))
+	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, row := range rows {
-		v, err := ints(row)
+		i, err := ints(row[:1])
 		if err != nil {
 			return nil, err
 		}
-		s := &poolState{key: keys[v[0]], onHand: v[1], pooled: v[2], held: v[3]}
-		r.judge(s)
+		s, err := r.stateLocked(keys[i[0]], row[1:], now)
+		if err != nil {
+			return nil, err
+		}
 		if h := r.hot[s.key]; h != nil {
-			h.depth, h.seen = s.pooled, true
+			h.depth, h.seen, h.lookedAt = s.pooled, true, now
 		}
 		out = append(out, s)
 	}
@@ -176,26 +233,27 @@ func (r *Refiller) look(ctx context.Context, keys []reservation.PoolKey) ([]*poo
 func (r *Refiller) ScanOnce(ctx context.Context) error {
 	var after reservation.PoolKey
 	for {
-		rows, err := r.query(ctx, `SELECT l.shop_id, l.inventory_item_id, l.inventory_group_id, l.on_hand,
- (SELECT COUNT(*) FROM reservation_units u
-   WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id),
- (SELECT COALESCE(SUM(q.quantity), 0) FROM reserved_quantities q
-   WHERE q.shop_id = l.shop_id AND q.inventory_item_id = l.inventory_item_id AND q.inventory_group_id = l.inventory_group_id)
-FROM inventory_ledger l
+		rows, err := r.query(ctx, `SELECT l.shop_id, l.inventory_item_id, l.inventory_group_id, `+stateColumnsSQL+`
 WHERE l.shop_id > ? OR (l.shop_id = ? AND (l.inventory_item_id > ? OR (l.inventory_item_id = ? AND l.inventory_group_id > ?)))
 ORDER BY l.shop_id, l.inventory_item_id, l.inventory_group_id LIMIT 500`,
 			after.ShopID, after.ShopID, after.ItemID, after.ItemID, after.GroupID)
 		if err != nil {
 			return err
 		}
+		now := time.Now()
 		for _, row := range rows {
-			v, err := ints(row)
+			v, err := ints(row[:3])
 			if err != nil {
 				return err
 			}
-			s := &poolState{key: reservation.PoolKey{ShopID: v[0], ItemID: v[1], GroupID: v[2]}, onHand: v[3], pooled: v[4], held: v[5]}
-			after = s.key
-			r.judge(s)
+			key := reservation.PoolKey{ShopID: v[0], ItemID: v[1], GroupID: v[2]}
+			after = key
+			r.mu.Lock()
+			s, err := r.stateLocked(key, row[3:], now)
+			r.mu.Unlock()
+			if err != nil {
+				return err
+			}
 			if s.needsFill || s.needsTrim {
 				if err := r.refillShared(ctx, s.key, Scan); err != nil {
 					if ctx.Err() != nil {
@@ -222,11 +280,13 @@ func (r *Refiller) query(ctx context.Context, q string, args ...any) ([][][]byte
 	return rows, err
 }
 
-// touchLocked counts a reserve on key for the hot-pool ranking, keeping at
-// most 4*HotPools pools (the least touched is forgotten).
-func (r *Refiller) touchLocked(key reservation.PoolKey) {
+// touchLocked counts a reserve on key (taken units at now) for the take
+// rate and the hot-pool ranking, keeping at most 4*HotPools pools (the least
+// touched is forgotten).
+func (r *Refiller) touchLocked(key reservation.PoolKey, taken int, now time.Time) {
 	if h := r.hot[key]; h != nil {
 		h.touches++
+		h.take(taken, now)
 		return
 	}
 	if len(r.hot) >= 4*r.cfg.HotPools {
@@ -243,7 +303,9 @@ func (r *Refiller) touchLocked(key reservation.PoolKey) {
 			h.touches -= min(h.touches, least)
 		}
 	}
-	r.hot[key] = &hotPool{touches: 1}
+	h := &hotPool{touches: 1}
+	h.take(taken, now)
+	r.hot[key] = h
 }
 
 // PoolDepth is one pool's last observed depth.

@@ -1,20 +1,29 @@
 // Package refiller owns keeping reservation unit pools topped up: the
-// background refill of pools that fell under the watermark, and the inline
-// refill a reserve runs when it finds its pool really short
+// background refill of pools that would soon run dry, and the inline refill
+// a reserve runs when it finds its pool really short
 // (reservation.Refiller). A refill is one READ COMMITTED transaction under the
 // pool's inventory_ledger row lock — the per-pool mutex across every holdfast
 // instance on the database, so several instances refill safely, and no
-// GET_LOCK — that deletes the pool's expired reservations and inserts
+// GET_LOCK — that takes the pool's expired reservations and pending returns
+// and inserts
 //
-//	min(cap - pool, on_hand - pool - live reserved)
+//	min(cap - pool, on_hand - issued)
 //
-// units, or deletes units when that is negative (on_hand fell under what the
-// pool promises, after a forced claim or a manual change).
+// units, where issued (pool + reserved + pending returns) is the pool's
+// counter (reservation.LockPool), so a refill costs the same with ten
+// reservations or ten million; or deletes units when on_hand - issued is
+// negative (on_hand fell under what the pool promises, after a forced claim
+// or a manual change).
+//
+// The background loop refills a pool when it is under Watermark of the cap,
+// or would run dry within Lead at the rate reserves here have been taking
+// from it, whichever comes first.
 //
 // It imports reservation for the schema, keys and transaction rules, and
 // must not be imported by it; it borrows every connection from the injected
 // reservation.Conns under the tag holdfast:refill, and touches no table but
-// inventory_ledger (read, locked), reservation_units and reserved_quantities.
+// inventory_ledger (read, locked), pool_counters, reservation_units,
+// reserved_quantities and reservation_returns.
 package refiller
 
 import (
@@ -38,6 +47,12 @@ type Config struct {
 	// Watermark is the fraction of PoolCap under which the background loop
 	// refills a pool. Zero means 0.3.
 	Watermark float64 `yaml:"watermark"`
+	// Lead makes the watermark demand-aware: the background loop also
+	// refills a pool that would run dry within Lead at the rate reserves in
+	// this process have been taking from it (a hot pool is refilled well
+	// above Watermark). It should cover a check and a refill transaction
+	// with room to spare. Zero means 50ms; negative disables it.
+	Lead time.Duration `yaml:"lead"`
 	// Interval is how often the background loop looks at the pools reserves
 	// took units from, besides looking (at most every 5ms) whenever a
 	// reserve notifies it. Zero means 100ms.
@@ -60,6 +75,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.Watermark == 0 {
 		c.Watermark = 0.3
+	}
+	if c.Lead == 0 {
+		c.Lead = 50 * time.Millisecond
 	}
 	if c.Interval == 0 {
 		c.Interval = 100 * time.Millisecond
@@ -121,11 +139,48 @@ type flight struct {
 	err  error
 }
 
-// hotPool is what the depth metric knows of one pool.
+// hotPool is what the loop and the depth metric know of one pool.
 type hotPool struct {
-	touches uint64
-	depth   int64
-	seen    bool // depth was read at least once
+	touches  uint64
+	depth    int64     // last seen depth, less what reserves took since
+	seen     bool      // depth was read at least once
+	lookedAt time.Time // when depth was last read
+
+	// The take rate: units taken in the window that started at winStart,
+	// folded into rate (units/s, smoothed) when the window closes.
+	winStart time.Time
+	winTaken int64
+	rate     float64
+}
+
+// rateWindow is how long the take rate is counted before it is folded in.
+const rateWindow = 100 * time.Millisecond
+
+// take records n units taken from the pool at now.
+func (h *hotPool) take(n int, now time.Time) {
+	h.depth -= int64(n)
+	if h.winStart.IsZero() {
+		h.winStart = now
+	}
+	if d := now.Sub(h.winStart); d >= rateWindow {
+		cur := float64(h.winTaken) / d.Seconds()
+		if d > 10*rateWindow {
+			h.rate = cur // idle for long: start over
+		} else {
+			h.rate = 0.5*h.rate + 0.5*cur
+		}
+		h.winStart, h.winTaken = now, 0
+	}
+	h.winTaken += int64(n)
+}
+
+// rateAt is the take rate as of now: it decays when no take was reported
+// for a while.
+func (h *hotPool) rateAt(now time.Time) float64 {
+	if idle := now.Sub(h.winStart); idle > 2*rateWindow {
+		return h.rate * float64(2*rateWindow) / float64(idle)
+	}
+	return h.rate
 }
 
 // New builds a refiller over conns. logger nil means slog.Default().
@@ -209,12 +264,13 @@ func (r *Refiller) refillShared(ctx context.Context, key reservation.PoolKey, t 
 	}
 }
 
-// Notify marks key as reserved from, so the background loop checks its
-// depth soon. It never blocks.
-func (r *Refiller) Notify(key reservation.PoolKey) {
+// Notify marks key as reserved from (taken units just now), so the
+// background loop checks its depth soon. It never blocks.
+func (r *Refiller) Notify(key reservation.PoolKey, taken int) {
+	now := time.Now()
 	r.mu.Lock()
 	r.dirty[key] = struct{}{}
-	r.touchLocked(key)
+	r.touchLocked(key, taken, now)
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -226,105 +282,91 @@ func (r *Refiller) Notify(key reservation.PoolKey) {
 type Result struct {
 	Added, Removed int   // units inserted into, deleted from the pool
 	Expired        int   // expired reserved lines deleted
+	Returned       int64 // units given back by release/sweeper, taken off the counter
 	Pooled         int64 // pool depth after the refill
 	NoLedger       bool  // the pool has no inventory_ledger row: nothing done
 }
 
 // Refill runs one refill transaction for key, as described in the package
-// doc, and returns what it did. Lock order: inventory_ledger (FOR UPDATE),
-// reservation_units (INSERT, or SKIP LOCKED select and DELETE when
-// shrinking), reserved_quantities (DELETE of the expired lines it already
-// excluded from the count, with the same timestamp).
+// doc, and returns what it did: reservation.LockPool (the ledger row and
+// the pool's counter FOR UPDATE, the pool's depth, its pending returns and
+// its expired lines, locked by primary key), then, when shrinking, a SKIP
+// LOCKED select of free units, and one round trip that inserts or deletes
+// units, deletes the expired lines and returns it took, writes the counter
+// and commits. Lock order: inventory_ledger, pool_counters,
+// reservation_units, reserved_quantities, reservation_returns.
 func (r *Refiller) Refill(ctx context.Context, key reservation.PoolKey, t Trigger) (Result, error) {
+	var total Result
+	// A transaction takes a bounded batch of returns and expired lines;
+	// when there were more, run again (a few times at most: the rest waits
+	// for the next refill).
+	for range 8 {
+		res, more, err := r.refillOnce(ctx, key, t)
+		total.Added += res.Added
+		total.Removed += res.Removed
+		total.Expired += res.Expired
+		total.Returned += res.Returned
+		total.Pooled, total.NoLedger = res.Pooled, res.NoLedger
+		if err != nil || !more {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+func (r *Refiller) refillOnce(ctx context.Context, key reservation.PoolKey, t Trigger) (Result, bool, error) {
 	start := time.Now()
 	var res Result
-	where := key.WhereSQL()
+	var more bool
+	capN := int64(r.cfg.PoolCap)
 	err := r.tx.Run(ctx, reservation.TagRefill, func(ctx context.Context, c reservation.Conn) error {
-		res = Result{}
-		led, err := c.Query(ctx, "SELECT on_hand FROM inventory_ledger WHERE "+where+" FOR UPDATE")
+		res, more = Result{}, false
+		p, err := reservation.LockPool(ctx, c, key)
 		if err != nil {
 			return err
 		}
-		if len(led) == 0 {
+		if !p.Exists {
 			res.NoLedger = true
 			return nil
 		}
-		onHand, err := strconv.ParseInt(string(led[0][0]), 10, 64)
-		if err != nil {
-			return fmt.Errorf("refiller: bad on_hand %q", led[0][0])
-		}
-		// One statement, so one read view: a reserve committing meanwhile
-		// is counted either as pool rows or as reserved, never neither.
-		st, err := c.Query(ctx, `SELECT UTC_TIMESTAMP(6),
- (SELECT COUNT(*) FROM reservation_units WHERE `+where+`),
- (SELECT COALESCE(MAX(id), 0) FROM reservation_units WHERE `+where+`),
- (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities WHERE `+where+` AND expires_at > UTC_TIMESTAMP(6)),
- (SELECT COUNT(*) FROM reserved_quantities WHERE `+where+` AND expires_at <= UTC_TIMESTAMP(6))`)
-		if err != nil {
-			return err
-		}
-		now := string(st[0][0])
-		v, err := ints(st[0][1:])
-		if err != nil {
-			return err
-		}
-		pooled, maxID, live, expired := v[0], v[1], v[2], v[3]
-		n := min(int64(r.cfg.PoolCap)-pooled, onHand-pooled-live)
-		switch {
-		case n > 0:
-			var b strings.Builder
-			b.Grow(int(n) * 48)
-			b.WriteString("INSERT INTO reservation_units (shop_id, inventory_item_id, inventory_group_id, id) VALUES ")
-			prefix := "(" + strconv.FormatInt(key.ShopID, 10) + "," + strconv.FormatInt(key.ItemID, 10) + "," + strconv.FormatInt(key.GroupID, 10) + ","
-			for i := int64(1); i <= n; i++ {
-				if i > 1 {
-					b.WriteByte(',')
-				}
-				b.WriteString(prefix)
-				b.WriteString(strconv.FormatInt(maxID+i, 10))
-				b.WriteByte(')')
-			}
-			if _, err := c.Exec(ctx, b.String()); err != nil {
-				return err
-			}
-			res.Added = int(n)
-		case n < 0:
+		var add int64
+		var remove []int64
+		if room := p.Room(); room < 0 || p.Pooled > capN {
 			// The pool promises more than the ledger holds (or the cap
 			// shrank): take back units nobody holds, newest first.
-			rows, err := c.Query(ctx, "SELECT id FROM reservation_units FORCE INDEX (PRIMARY) WHERE "+where+
-				" ORDER BY id DESC LIMIT "+strconv.FormatInt(min(-n, pooled), 10)+" FOR UPDATE SKIP LOCKED")
+			n := min(max(-room, p.Pooled-capN), p.Pooled)
+			rows, err := c.Query(ctx, "SELECT id FROM reservation_units FORCE INDEX (PRIMARY) WHERE "+key.WhereSQL()+
+				" ORDER BY id DESC LIMIT "+strconv.FormatInt(n, 10)+" FOR UPDATE SKIP LOCKED")
 			if err != nil {
 				return err
 			}
-			if len(rows) > 0 {
-				ids := make([]int64, len(rows))
-				for i, r := range rows {
-					if ids[i], err = strconv.ParseInt(string(r[0]), 10, 64); err != nil {
-						return fmt.Errorf("refiller: bad unit id %q", r[0])
-					}
+			for _, row := range rows {
+				id, err := strconv.ParseInt(string(row[0]), 10, 64)
+				if err != nil {
+					return fmt.Errorf("refiller: bad unit id %q", row[0])
 				}
-				if res.Removed, err = reservation.DeleteUnits(ctx, c, key, ids); err != nil {
-					return err
-				}
+				remove = append(remove, id)
 			}
+		} else {
+			add = min(capN-p.Pooled, room)
 		}
-		res.Pooled = pooled + int64(res.Added) - int64(res.Removed)
-		if expired > 0 {
-			if res.Expired, err = reservation.DeleteExpiredLines(ctx, c, key, now); err != nil {
-				return err
-			}
+		res.Expired, res.Returned, more = p.ExpiredLines, p.Returned, p.More
+		q := p.Finish(add, remove, false, 0)
+		res.Added, res.Removed, res.Pooled = int(add), len(remove), p.Pooled
+		if q == "" {
+			return nil
 		}
-		return nil
+		return reservation.CommitWith(ctx, c, q)
 	})
 	r.m.observe(t, res, err, time.Since(start))
 	if err == nil {
 		r.mu.Lock()
 		if h := r.hot[key]; h != nil {
-			h.depth, h.seen = res.Pooled, true
+			h.depth, h.seen, h.lookedAt = res.Pooled, true, time.Now()
 		}
 		r.mu.Unlock()
 	}
-	return res, err
+	return res, more, err
 }
 
 func ints(row [][]byte) ([]int64, error) {

@@ -72,7 +72,10 @@ func TestRefillFormula(t *testing.T) {
 	if res.Added != 20 || res.Expired != 1 || res.Pooled != 20 {
 		t.Errorf("refill %+v, want 20 added (100 - 80 live), 1 expired line deleted", res)
 	}
+	// Deleting lines behind the engine's back: delete the pool's counter
+	// too, which makes the next refill recount it (the documented repair).
 	exec(t, db, "DELETE FROM reserved_quantities")
+	exec(t, db, "DELETE FROM pool_counters")
 	res, _ = r.Refill(ctx, key, refiller.Inline)
 	if res.Added != 10 || res.Pooled != 30 {
 		t.Errorf("refill %+v, want 10 added up to the cap of 30", res)
@@ -237,13 +240,13 @@ func TestBackgroundWatermark(t *testing.T) {
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	r.Notify(key)
+	r.Notify(key, 0)
 	time.Sleep(100 * time.Millisecond)
 	if _, p, _ := state(t, db, key); p != 40 {
 		t.Errorf("pool at 40%% of cap was refilled to %d", p)
 	}
-	exec(t, db, "DELETE FROM reservation_units WHERE id > 25")
-	r.Notify(key)
+	exec(t, db, "DELETE FROM reservation_units WHERE "+key.WhereSQL()+" AND id > 25") // no counter row yet: recounted
+	r.Notify(key, 0)
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		_, p, _ := state(t, db, key)
@@ -265,6 +268,34 @@ func TestBackgroundWatermark(t *testing.T) {
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDemandAwareWatermark: a pool above the static watermark is refilled
+// when reserves take from it fast enough that it would run dry within Lead;
+// with Lead disabled the same pool is left alone.
+func TestDemandAwareWatermark(t *testing.T) {
+	for _, c := range []struct {
+		lead time.Duration
+		want int64
+	}{{time.Second, 100}, {-1, 60}} {
+		t.Run(fmt.Sprint("lead=", c.lead), func(t *testing.T) {
+			db, r := setup(t, refiller.Config{PoolCap: 100, Lead: c.lead, Interval: 10 * time.Millisecond, ScanInterval: -1})
+			ledger(t, db, key, 1000)
+			exec(t, db, "INSERT INTO reservation_units SELECT 1, 100, 1, seq FROM seq_1_to_60")
+			if err := r.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// 60 units taken within ~110ms: about 270 units/s, so the pool
+			// of 60 would run dry well within a second.
+			r.Notify(key, 30)
+			time.Sleep(110 * time.Millisecond)
+			r.Notify(key, 30)
+			time.Sleep(300 * time.Millisecond)
+			if _, p, _ := state(t, db, key); p != c.want {
+				t.Errorf("pool %d, want %d", p, c.want)
+			}
+		})
 	}
 }
 

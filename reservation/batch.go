@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,6 +43,14 @@ var errNoneFit = errors.New("reservation: no reserve in the batch got its units"
 // keys in one order), COMMIT. Reserves that did not fit are reported short
 // (their units were never taken) and the others still commit. Tables are
 // touched in the global order units -> reserved_quantities -> reservations.
+// Two round trips: the select (with SET TRANSACTION and START TRANSACTION
+// in front of it when not on a session), then the rest in one, the DELETE
+// guarded (GuardRowCount) so that COMMIT runs only if it deleted exactly
+// the units locked. The pool's counter does not change: units move from
+// the pool to lines.
+//
+// cur, when non-nil, is the combiner's cursor (combiner.cursor): a single
+// pool's select starts after it.
 //
 // A duplicate idempotency key (1062) rolls the batch back; the keys are then
 // looked up, the reserves whose key exists are answered from it (replay or
@@ -49,7 +58,7 @@ var errNoneFit = errors.New("reservation: no reserve in the batch got its units"
 //
 // s, when non-nil, is the combiner's session to run on; otherwise the
 // transaction borrows its own connection.
-func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session) {
+func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, cur *atomic.Int64) {
 	seen := make(map[idemKey]bool, len(batch))
 	run := make([]*pending, 0, len(batch))
 	for _, p := range batch {
@@ -90,19 +99,24 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session) {
 		for _, p := range run {
 			p.id = newID()
 		}
-		fn := func(ctx context.Context, c Conn) error { return e.batchTx(ctx, c, run) }
+		fn := func(ctx context.Context, c Conn) error { return e.batchTx(ctx, c, run, cur) }
 		var err error
 		if s != nil {
 			err = e.sessionTx(ctx, s, fn)
 		} else {
 			err = e.tx.Run(ctx, TagReserve, fn)
 		}
+		if err != nil && cur != nil {
+			// Rolled back: the units it took are free again, below the
+			// cursor; start the next batch at the head.
+			cur.Store(0)
+		}
 		if (err == nil || errors.Is(err, errNoneFit)) && (s == nil || !s.broken) {
 			e.diagnoseShort(ctx, read, run)
 		}
 		switch {
 		case err == nil:
-			touched := map[PoolKey]bool{}
+			touched := map[PoolKey]int{}
 			for _, p := range run {
 				if len(p.out.short) > 0 {
 					continue
@@ -110,12 +124,12 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session) {
 				lines := make([]heldLine, len(p.req.lines))
 				for i, l := range p.req.lines {
 					lines[i] = heldLine{item: l.item, group: p.pools[i].GroupID, qty: l.qty}
-					touched[p.pools[i]] = true
+					touched[p.pools[i]] += int(l.qty)
 				}
 				p.out.res = &reservation{id: p.id, expiresAt: p.now.Add(p.req.ttl), lines: lines, state: "active"}
 			}
-			for k := range touched {
-				e.refiller.Notify(k)
+			for k, n := range touched {
+				e.refiller.Notify(k, n)
 			}
 			return
 		case errors.Is(err, errNoneFit):
@@ -178,13 +192,23 @@ func (e *Engine) diagnoseShort(ctx context.Context, read readFunc, run []*pendin
 	}
 }
 
+// casMax raises v to x unless it is already higher.
+func casMax(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if old >= x || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
+}
+
 // poolDemand is the units one batch wants from one pool.
 type poolDemand struct {
 	key PoolKey
 	n   int64
 }
 
-func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending) error {
+func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomic.Int64) error {
 	demand := map[PoolKey]int64{}
 	for _, p := range run {
 		p.out = outcome{}
@@ -199,6 +223,12 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending) error {
 	}
 	slices.SortFunc(parts, func(a, b poolDemand) int { return cmpBool(groupLess(a.key, b.key), groupLess(b.key, a.key)) })
 
+	// A single pool's batch starts after the highest unit the last batch of
+	// this combiner took (see combiner.cursor), not at the head of the pool.
+	var from int64
+	if cur != nil && len(parts) == 1 {
+		from = cur.Load()
+	}
 	q := make([]byte, 0, 256*len(parts))
 	for i, pd := range parts {
 		if len(parts) > 1 {
@@ -211,6 +241,10 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending) error {
 		q = strconv.AppendInt(q, int64(i), 10)
 		q = append(q, ", UTC_TIMESTAMP(6) FROM reservation_units FORCE INDEX (PRIMARY) WHERE "...)
 		q = append(q, pd.key.WhereSQL()...)
+		if from > 0 {
+			q = append(q, " AND id > "...)
+			q = strconv.AppendInt(q, from, 10)
+		}
 		q = append(q, " ORDER BY id LIMIT "...)
 		q = strconv.AppendInt(q, pd.n, 10)
 		q = append(q, " FOR UPDATE SKIP LOCKED"...)
@@ -240,6 +274,13 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending) error {
 		k := parts[v[1]].key
 		avail[k] = append(avail[k], v[0])
 	}
+	if cur != nil && len(parts) == 1 {
+		if got := avail[parts[0].key]; int64(len(got)) == parts[0].n {
+			casMax(cur, got[len(got)-1])
+		} else {
+			cur.Store(0) // reached the tail: the next batch starts at the head
+		}
+	}
 
 	var ok []*pending
 	for _, p := range run {
@@ -262,7 +303,10 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending) error {
 		return errNoneFit
 	}
 
-	// DELETE the units taken, by exact primary key (see DeleteByKeys).
+	// One round trip ends the transaction: DELETE the units taken, by
+	// exact primary key (see DeleteByKeys), guarded so that COMMIT runs only
+	// if exactly the units this transaction locked were deleted; INSERT the
+	// lines and the reservations; COMMIT.
 	var keys [][]int64
 	for _, p := range ok {
 		for i, k := range p.pools {
@@ -272,44 +316,39 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending) error {
 		}
 	}
 	total := len(keys)
-	n, err := DeleteByKeys(ctx, c, TableUnits, unitCols, keys, "")
-	if err != nil {
-		return err
-	}
-	if n != total {
-		return fmt.Errorf("reservation: deleted %d units, expected %d", n, total)
-	}
+	q = make([]byte, 0, 256+64*total+96*total+256*len(ok))
+	q = append(q, DeleteByKeysSQL(TableUnits, unitCols, keys, "")...)
+	q = append(q, "; "...)
+	q = append(q, GuardRowCount(int64(total))...)
+	q = append(q, "; "...)
 
 	first := true
-	ins := make([]byte, 0, 128+96*total)
-	ins = append(ins, "INSERT INTO reserved_quantities (reservation_id, line_no, shop_id, inventory_item_id, inventory_group_id, quantity, expires_at) VALUES "...)
+	q = append(q, "INSERT INTO reserved_quantities (reservation_id, line_no, shop_id, inventory_item_id, inventory_group_id, quantity, expires_at) VALUES "...)
 	for _, p := range ok {
 		exp := now.Add(p.req.ttl)
 		for i, k := range p.pools {
 			if !first {
-				ins = append(ins, ',')
+				q = append(q, ',')
 			}
 			first = false
-			ins = append(ins, '(')
-			ins = strconv.AppendUint(ins, p.id, 10)
-			ins = append(ins, ',')
-			ins = strconv.AppendInt(ins, int64(i+1), 10)
-			ins = append(ins, ',')
-			ins = strconv.AppendInt(ins, k.ShopID, 10)
-			ins = append(ins, ',')
-			ins = strconv.AppendInt(ins, k.ItemID, 10)
-			ins = append(ins, ',')
-			ins = strconv.AppendInt(ins, k.GroupID, 10)
-			ins = append(ins, ',')
-			ins = strconv.AppendInt(ins, p.req.lines[i].qty, 10)
-			ins = append(ins, ',')
-			ins, _ = AppendLiteral(ins, exp)
-			ins = append(ins, ')')
+			q = append(q, '(')
+			q = strconv.AppendUint(q, p.id, 10)
+			q = append(q, ',')
+			q = strconv.AppendInt(q, int64(i+1), 10)
+			q = append(q, ',')
+			q = strconv.AppendInt(q, k.ShopID, 10)
+			q = append(q, ',')
+			q = strconv.AppendInt(q, k.ItemID, 10)
+			q = append(q, ',')
+			q = strconv.AppendInt(q, k.GroupID, 10)
+			q = append(q, ',')
+			q = strconv.AppendInt(q, p.req.lines[i].qty, 10)
+			q = append(q, ',')
+			q, _ = AppendLiteral(q, exp)
+			q = append(q, ')')
 		}
 	}
-	if _, err := c.Exec(ctx, string(ins)); err != nil {
-		return err
-	}
+	q = append(q, "; "...)
 
 	sorted := slices.Clone(ok)
 	slices.SortFunc(sorted, func(a, b *pending) int {
@@ -318,34 +357,38 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending) error {
 		}
 		return cmpBool(a.req.key < b.req.key, a.req.key > b.req.key)
 	})
-	hdr := make([]byte, 0, 256*len(sorted))
-	hdr = append(hdr, "INSERT INTO reservations (reservation_id, shop_id, idempotency_key, request_hash, state, line_count, line_items, created_at, expires_at) VALUES "...)
+	q = append(q, "INSERT INTO reservations (reservation_id, shop_id, idempotency_key, request_hash, state, line_count, line_items, created_at, expires_at) VALUES "...)
 	for j, p := range sorted {
 		if j > 0 {
-			hdr = append(hdr, ',')
+			q = append(q, ',')
 		}
 		lines := make([]heldLine, len(p.req.lines))
 		for i, l := range p.req.lines {
 			lines[i] = heldLine{item: l.item, group: p.pools[i].GroupID, qty: l.qty}
 		}
-		hdr = append(hdr, '(')
-		hdr = strconv.AppendUint(hdr, p.id, 10)
-		hdr = append(hdr, ',')
-		hdr = strconv.AppendInt(hdr, p.req.shop, 10)
-		hdr = append(hdr, ',')
-		hdr, _ = AppendLiteral(hdr, []byte(p.req.key))
-		hdr = append(hdr, ',')
-		hdr, _ = AppendLiteral(hdr, p.req.hash[:])
-		hdr = append(hdr, ",0,"...)
-		hdr = strconv.AppendInt(hdr, int64(len(lines)), 10)
-		hdr = append(hdr, ',')
-		hdr, _ = AppendLiteral(hdr, encodeLines(lines))
-		hdr = append(hdr, ',')
-		hdr, _ = AppendLiteral(hdr, now)
-		hdr = append(hdr, ',')
-		hdr, _ = AppendLiteral(hdr, now.Add(p.req.ttl))
-		hdr = append(hdr, ')')
+		q = append(q, '(')
+		q = strconv.AppendUint(q, p.id, 10)
+		q = append(q, ',')
+		q = strconv.AppendInt(q, p.req.shop, 10)
+		q = append(q, ',')
+		q, _ = AppendLiteral(q, []byte(p.req.key))
+		q = append(q, ',')
+		q, _ = AppendLiteral(q, p.req.hash[:])
+		q = append(q, ",0,"...)
+		q = strconv.AppendInt(q, int64(len(lines)), 10)
+		q = append(q, ',')
+		q, _ = AppendLiteral(q, encodeLines(lines))
+		q = append(q, ',')
+		q, _ = AppendLiteral(q, now)
+		q = append(q, ',')
+		q, _ = AppendLiteral(q, now.Add(p.req.ttl))
+		q = append(q, ')')
 	}
-	_, err = c.Exec(ctx, string(hdr))
-	return err
+	if err := CommitWith(ctx, c, string(q)); err != nil {
+		if IsDBError(err, errNumGuard) {
+			return fmt.Errorf("reservation: deleting the %d units this transaction locked did not delete them all; rolled back: %w", total, err)
+		}
+		return err
+	}
+	return nil
 }

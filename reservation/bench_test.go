@@ -28,7 +28,7 @@ import (
 //	update     one autocommit UPDATE ... WHERE available >= 1 (keeps no reservation record)
 //	naive      the engine, one transaction per reserve (Config.DisableCoalescing)
 //	coalesced  the engine with the per-pool combiner (the default)
-//	coalesced_tx  the combiner without sessions (Config.DisableSessions): 7 round trips per batch, not 5
+//	coalesced_tx  the combiner without sessions (Config.DisableSessions): a borrow per batch
 //
 // and reports each mode's rate, p50 and p99, and the ratios coalesced/naive,
 // coalesced/update and coalesced/txcounter, so the design choice is

@@ -30,10 +30,11 @@ func unknownToken(proc string, id uint64) error {
 }
 
 // lockLedgerSQL locks the ledger rows of keys in primary-key order, in one
-// statement (InnoDB walks the ranges in key order).
+// statement (InnoDB walks the ranges in key order). Its rows are tagged 'L':
+// 'L', shop_id, inventory_item_id, inventory_group_id, on_hand.
 func lockLedgerSQL(keys []PoolKey) string {
 	var b strings.Builder
-	b.WriteString("SELECT shop_id, inventory_item_id, inventory_group_id, on_hand FROM inventory_ledger FORCE INDEX (PRIMARY) WHERE ")
+	b.WriteString("SELECT 'L', shop_id, inventory_item_id, inventory_group_id, on_hand FROM inventory_ledger FORCE INDEX (PRIMARY) WHERE ")
 	for i, k := range keys {
 		if i > 0 {
 			b.WriteString(" OR ")
@@ -42,6 +43,17 @@ func lockLedgerSQL(keys []PoolKey) string {
 	}
 	b.WriteString(" ORDER BY shop_id, inventory_item_id, inventory_group_id FOR UPDATE")
 	return b.String()
+}
+
+// byTag splits the rows of a multi-statement Query by their first column.
+func byTag(rows [][][]byte) map[string][][][]byte {
+	out := map[string][][][]byte{}
+	for _, r := range rows {
+		if len(r) > 0 {
+			out[string(r[0])] = append(out[string(r[0])], r[1:])
+		}
+	}
+	return out
 }
 
 func headerPools(h *header) []PoolKey {
@@ -56,19 +68,18 @@ func headerPools(h *header) []PoolKey {
 	return keys
 }
 
-// deleteLines deletes the locked lines of reservation id; column col of
-// each held row is its line_no.
-func deleteLines(ctx context.Context, c Conn, id uint64, held [][][]byte, col int) error {
+// deleteLinesSQL deletes the locked lines of reservation id, guarded;
+// column col of each held row is its line_no.
+func deleteLinesSQL(id uint64, held [][][]byte, col int) (string, error) {
 	keys := make([][]int64, len(held))
 	for i, r := range held {
 		n, err := colInt(r[col])
 		if err != nil {
-			return err
+			return "", err
 		}
 		keys[i] = []int64{int64(id), n}
 	}
-	_, err := DeleteByKeys(ctx, c, TableReserved, lineCols, keys, "")
-	return err
+	return DeleteByKeysSQL(TableReserved, lineCols, keys, "") + "; " + GuardRowCount(int64(len(keys))), nil
 }
 
 // errAlreadyClaimed makes a claim transaction roll back when another claim
@@ -137,19 +148,27 @@ func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
 		expiredAt time.Time
 		short     string
 	)
+	// Two round trips: lock the ledger rows, the lines and the
+	// reservation (in the global order), decide with the locked on_hand in
+	// hand, then write everything and COMMIT.
 	err = e.tx.Run(ctx, TagClaim, func(ctx context.Context, c Conn) error {
 		outcome, short = claimClaimed, ""
-		if _, err := c.Query(ctx, lockLedgerSQL(keys)); err != nil {
-			return err
-		}
-		held, err := c.Query(ctx, "SELECT line_no, expires_at <= UTC_TIMESTAMP(6) FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE", id)
+		rows, err := c.Query(ctx, lockLedgerSQL(keys)+
+			"; SELECT 'Q', line_no, expires_at <= UTC_TIMESTAMP(6) FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE"+
+			"; SELECT 'H', state, expires_at FROM reservations WHERE reservation_id = ? FOR UPDATE", id, id)
 		if err != nil {
 			return err
 		}
-		hrow, err := c.Query(ctx, "SELECT state, expires_at FROM reservations WHERE reservation_id = ? FOR UPDATE", id)
-		if err != nil {
-			return err
+		t := byTag(rows)
+		onHand := map[PoolKey]int64{}
+		for _, r := range t["L"] {
+			v, err := rowInts(r)
+			if err != nil {
+				return err
+			}
+			onHand[PoolKey{v[0], v[1], v[2]}] = v[3]
 		}
+		held, hrow := t["Q"], t["H"]
 		if len(hrow) == 0 {
 			return unknownToken("claim", id) // pruned meanwhile
 		}
@@ -168,13 +187,11 @@ func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
 		if string(hrow[0][0]) == "2" || len(present) < len(h.lines) {
 			outcome = claimForced
 		}
+		var stmts []string
+		freed := map[PoolKey]int64{} // quantity of the held lines deleted, per pool
 		for i, l := range h.lines {
-			res, err := c.Exec(ctx, "UPDATE inventory_ledger SET on_hand = on_hand - ?, updated_at = UTC_TIMESTAMP(6) WHERE "+
-				PoolKey{h.shop, l.item, l.group}.WhereSQL()+" AND on_hand >= ?", l.qty, l.qty)
-			if err != nil {
-				return err
-			}
-			if res.AffectedRows != 1 {
+			k := PoolKey{h.shop, l.item, l.group}
+			if have, ok := onHand[k]; !ok || have < l.qty {
 				short = fmt.Sprintf("line %d (item %d at location %d) needs %d and on_hand is lower", i+1, l.item, l.group, l.qty)
 				if outcome == claimForced {
 					return ErrExpired // rolls back; reported below
@@ -187,15 +204,30 @@ func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
 					"holdfast.claim: reservation %s: %s although it was reserved (a forced claim or a change outside holdfast took the units); nothing was deducted, refund or restock",
 					formatToken(id), short)
 			}
+			onHand[k] -= l.qty
+			// Guarded as ever, and the guard checked: the locked on_hand
+			// above says it passes.
+			stmts = append(stmts, fmt.Sprintf("UPDATE inventory_ledger SET on_hand = on_hand - %d, updated_at = UTC_TIMESTAMP(6) WHERE %s AND on_hand >= %d",
+				l.qty, k.WhereSQL(), l.qty), GuardRowCount(1))
+			if present[int64(i+1)] {
+				freed[k] += l.qty
+			}
 		}
 		if len(held) > 0 {
-			if err := deleteLines(ctx, c, id, held, 0); err != nil {
+			del, err := deleteLinesSQL(id, held, 0)
+			if err != nil {
 				return err
+			}
+			stmts = append(stmts, del)
+		}
+		for _, k := range keys {
+			if q := freed[k]; q > 0 {
+				stmts = append(stmts, issuedDecrementSQL(k, q))
 			}
 		}
 		kind := map[int]string{claimClaimed: "normal", claimLate: "late", claimForced: "forced"}[outcome]
-		_, err = c.Exec(ctx, "UPDATE reservations SET state = 1, finished_at = UTC_TIMESTAMP(6), claim_kind = ? WHERE reservation_id = ?", kind, id)
-		return err
+		stmts = append(stmts, "UPDATE reservations SET state = 1, finished_at = UTC_TIMESTAMP(6), claim_kind = ? WHERE reservation_id = ?")
+		return CommitWith(ctx, c, strings.Join(stmts, "; "), kind, id)
 	})
 	tok := formatToken(id)
 	switch {
@@ -260,14 +292,13 @@ func (e *Engine) release(ctx context.Context, id uint64) (int, int64, error) {
 	)
 	err := e.tx.Run(ctx, TagRelease, func(ctx context.Context, c Conn) error {
 		outcome, qty, pools = opOK, 0, nil
-		held, err := c.Query(ctx, "SELECT shop_id, inventory_item_id, inventory_group_id, quantity, line_no FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE", id)
+		rows, err := c.Query(ctx, "SELECT 'Q', shop_id, inventory_item_id, inventory_group_id, quantity, line_no FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE"+
+			"; SELECT 'H', state FROM reservations WHERE reservation_id = ? FOR UPDATE", id, id)
 		if err != nil {
 			return err
 		}
-		hrow, err := c.Query(ctx, "SELECT state FROM reservations WHERE reservation_id = ? FOR UPDATE", id)
-		if err != nil {
-			return err
-		}
+		t := byTag(rows)
+		held, hrow := t["Q"], t["H"]
 		if len(hrow) == 0 {
 			return unknownToken("release", id)
 		}
@@ -282,27 +313,35 @@ func (e *Engine) release(ctx context.Context, id uint64) (int, int64, error) {
 		if len(held) == 0 {
 			outcome = opExpired
 		}
-		for _, r := range held {
-			v, err := rowInts(r)
+		var stmts []string
+		if len(held) > 0 {
+			gone := make([]returnedLine, len(held))
+			for i, r := range held {
+				v, err := rowInts(r)
+				if err != nil {
+					return err
+				}
+				qty += v[3]
+				k := PoolKey{v[0], v[1], v[2]}
+				pools = append(pools, k)
+				gone[i] = returnedLine{key: k, id: id, line: v[4], qty: v[3]}
+			}
+			// The ledger is not locked: the units go back through
+			// reservation_returns (see counters.go).
+			del, err := deleteLinesSQL(id, held, 4)
 			if err != nil {
 				return err
 			}
-			qty += v[3]
-			pools = append(pools, PoolKey{v[0], v[1], v[2]})
+			stmts = append(stmts, del, returnsInsertSQL(gone))
 		}
-		if len(held) > 0 {
-			if err := deleteLines(ctx, c, id, held, 4); err != nil {
-				return err
-			}
-		}
-		_, err = c.Exec(ctx, "UPDATE reservations SET state = 2, finished_at = UTC_TIMESTAMP(6) WHERE reservation_id = ?", id)
-		return err
+		stmts = append(stmts, "UPDATE reservations SET state = 2, finished_at = UTC_TIMESTAMP(6) WHERE reservation_id = ?")
+		return CommitWith(ctx, c, strings.Join(stmts, "; "), id)
 	})
 	if err != nil {
 		return 0, 0, err
 	}
 	for _, k := range pools {
-		e.refiller.Notify(k)
+		e.refiller.Notify(k, 0)
 	}
 	return outcome, qty, nil
 }
@@ -349,17 +388,14 @@ func (e *Engine) extend(ctx context.Context, id uint64, ttl time.Duration) (time
 	}
 	var exp time.Time
 	err = e.tx.Run(ctx, TagExtend, func(ctx context.Context, c Conn) error {
-		if _, err := c.Query(ctx, lockLedgerSQL(headerPools(h))); err != nil {
-			return err
-		}
-		held, err := c.Query(ctx, "SELECT expires_at <= UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE", id)
+		rows, err := c.Query(ctx, lockLedgerSQL(headerPools(h))+
+			"; SELECT 'Q', expires_at <= UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE"+
+			"; SELECT 'H', state FROM reservations WHERE reservation_id = ? FOR UPDATE", id, id)
 		if err != nil {
 			return err
 		}
-		hrow, err := c.Query(ctx, "SELECT state FROM reservations WHERE reservation_id = ? FOR UPDATE", id)
-		if err != nil {
-			return err
-		}
+		t := byTag(rows)
+		held, hrow := t["Q"], t["H"]
 		if len(hrow) == 0 {
 			return unknownToken("extend", id)
 		}
@@ -374,11 +410,8 @@ func (e *Engine) extend(ctx context.Context, id uint64, ttl time.Duration) (time
 			return err
 		}
 		exp = now.Add(ttl).Truncate(time.Microsecond)
-		if _, err := c.Exec(ctx, "UPDATE reserved_quantities SET expires_at = ? WHERE reservation_id = ?", exp, id); err != nil {
-			return err
-		}
-		_, err = c.Exec(ctx, "UPDATE reservations SET expires_at = ? WHERE reservation_id = ?", exp, id)
-		return err
+		return CommitWith(ctx, c, "UPDATE reserved_quantities SET expires_at = ? WHERE reservation_id = ?; UPDATE reservations SET expires_at = ? WHERE reservation_id = ?",
+			exp, id, exp, id)
 	})
 	return exp, err
 }

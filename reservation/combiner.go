@@ -3,6 +3,7 @@ package reservation
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +31,16 @@ const (
 // combiner is the queue of one pool.
 type combiner struct {
 	key PoolKey
+
+	// cursor is the highest unit id a batch of this pool took; the next
+	// batch's SKIP LOCKED select starts after it. Units are appended with
+	// increasing ids (pool_counters.next_unit_id) and taken in id order, so
+	// the head of the pool is a run of units just deleted, and of units the
+	// running sibling batch holds: starting after them spares each batch
+	// walking (and lock-probing) those records until purge removes them.
+	// A batch that finds fewer units than it wants resets it to 0, so units
+	// below it (from a batch that rolled back) are found again.
+	cursor atomic.Int64
 
 	mu      sync.Mutex // guards following
 	queue   []*pending
@@ -153,7 +164,7 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 					p.out = outcome{err: err}
 				}
 			} else {
-				e.runBatch(bctx, batch, sess) // sess may be nil: no session free
+				e.runBatch(bctx, batch, sess, &cb.cursor) // sess may be nil: no session free
 				if sess != nil && (sess.broken || noneGotUnits(batch)) {
 					// Do not hold a connection while the reserves back
 					// off or wait for a refill.

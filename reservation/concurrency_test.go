@@ -20,15 +20,16 @@ import (
 // 1,000. Exactly 5,000 succeed, every attempt after a client's first
 // "insufficient stock" is also insufficient (no false sell-outs before,
 // none after), and pool + reserved <= on_hand holds at the end. Run with
-// the combiner and without it.
+// the combiner (on sessions, and borrowing per batch) and without it.
 func TestConcurrentReserversExactStock(t *testing.T) {
 	for _, mode := range []struct {
-		name  string
-		naive bool
-	}{{"coalesced", false}, {"naive", true}} {
+		name              string
+		naive, noSessions bool
+	}{{"coalesced", false, false}, {"coalesced_no_sessions", false, true}, {"naive", true, false}} {
 		t.Run(mode.name, func(t *testing.T) {
 			v := newEnv(t, envOpts{background: true, cfg: func(c *reservation.Config) {
 				c.DisableCoalescing = mode.naive
+				c.DisableSessions = mode.noSessions
 				c.ReserveTimeout = 30 * time.Second
 			}})
 			const onHand, clients = 5000, 256
@@ -80,6 +81,7 @@ func TestConcurrentReserversExactStock(t *testing.T) {
 				t.Errorf("on_hand %d, pool %d, reserved %d; want %d, 0, %d", got, pooled, reserved, onHand, onHand)
 			}
 			v.checkInvariant(7, 1)
+			v.checkCounter(7, 1, "the sell-out")
 			s := v.eng.Stats()
 			t.Logf("%s: %d reserves in %v; %d transactions, %d inline refills, %d backoffs, batch p50 %v",
 				mode.name, onHand, time.Since(start).Round(time.Millisecond), s.Batches, s.InlineRefills, s.Backoffs, s.BatchSize.Quantile(0.5))
@@ -242,6 +244,7 @@ func TestMixedWorkloadConservation(t *testing.T) {
 	if reserved != 0 || pooled != min(poolCap, onHand) {
 		t.Errorf("after all reservations ended: pool %d, reserved %d, on_hand %d; want pool = min(%d, on_hand)", pooled, reserved, onHand, poolCap)
 	}
+	v.checkCounter(9, 1, "the mixed workload")
 	for i, e := range engines {
 		if s := e.Stats(); s.Deadlocks != 0 || s.LockWaitTimeouts != 0 {
 			t.Errorf("engine %d retried %d deadlocks and %d lock-wait timeouts", i, s.Deadlocks, s.LockWaitTimeouts)
@@ -411,6 +414,7 @@ func TestNoDeadlockAtRepeatableRead(t *testing.T) {
 	for _, item := range []int64{1, 2, 3} {
 		for _, g := range []int64{1, 2, 3} {
 			v.checkInvariant(item, g)
+			v.checkCounter(item, g, "the run")
 		}
 	}
 	s := v.eng.Stats()
@@ -427,7 +431,7 @@ func TestNoDeadlockAtRepeatableRead(t *testing.T) {
 // inline refills promptly.
 func TestEmptyPoolRefillNoGapLockStall(t *testing.T) {
 	v := newEnv(t, envOpts{})
-	v.receive(5, 1, 100)
+	v.stockEmpty(5, 1, 100)
 	key := reservation.PoolKey{ShopID: shop, ItemID: 5, GroupID: 1}
 
 	t.Run("held empty SKIP LOCKED select does not block refill", func(t *testing.T) {
@@ -493,7 +497,7 @@ func TestEmptyPoolRefillNoGapLockStall(t *testing.T) {
 	})
 
 	t.Run("reservers on an empty pool are served by inline refill", func(t *testing.T) {
-		v.receive(8, 1, 64)
+		v.stockEmpty(8, 1, 64)
 		var wg sync.WaitGroup
 		start := time.Now()
 		for i := 0; i < 32; i++ {

@@ -66,10 +66,11 @@ type Config struct {
 	// means 8.
 	MaxSessions int `yaml:"max_sessions"`
 	// DisableSessions makes every coalesced batch borrow a connection for its
-	// own transaction (SET TRANSACTION + START TRANSACTION, seven round
-	// trips) instead of keeping one in session mode (autocommit off, READ
-	// COMMITTED for the borrow, restored before release; five round trips).
-	// For a Conns whose connections must not see session variables change.
+	// own transaction (SET TRANSACTION + START TRANSACTION sent with its
+	// SELECT) instead of keeping one in session mode (autocommit off, READ
+	// COMMITTED for the borrow, restored before release). Two round trips
+	// per batch either way; sessions save the borrow. For a Conns whose
+	// connections must not see session variables change.
 	DisableSessions bool `yaml:"disable_sessions"`
 	// MaxWaitersPerPool caps the reserves queued on one pool; beyond it a
 	// reserve fails fast with 9107 and is counted as rejected. Zero means 4096.

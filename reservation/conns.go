@@ -15,11 +15,21 @@ type Conns interface {
 }
 
 // Conn is one borrowed backend connection, used by one goroutine at a time.
+//
+// query may hold several statements separated by ';' (the connection has
+// CLIENT_MULTI_STATEMENTS on), sent in one round trip: the server runs them
+// in order and stops at the first error, which is returned. The engine uses
+// this to cut round trips (SET TRANSACTION + START TRANSACTION + the first
+// statement; the last statements + COMMIT); when it needs the rows of
+// several result sets from one round trip, each SELECT tags its rows with a
+// literal first column.
 type Conn interface {
-	// Exec runs one statement; args are interpolated by the implementation as SQL literals
+	// Exec runs the statement(s); args are interpolated by the implementation as SQL literals
 	// (supported: nil, int, int64, uint64, float64, string, []byte, bool, time.Time).
+	// With several statements the Result is the last one's.
 	Exec(ctx context.Context, query string, args ...any) (Result, error)
-	// Query runs one statement and returns all rows; a NULL is a nil []byte.
+	// Query runs the statement(s) and returns all rows of every result set, appended in
+	// order; a NULL is a nil []byte.
 	Query(ctx context.Context, query string, args ...any) ([][][]byte, error)
 	// Release returns the connection. broken=true discards it (use after any I/O error, context
 	// cancellation mid-statement, or when the session state is unknown, e.g. a transaction could not be rolled back).

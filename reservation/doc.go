@@ -22,11 +22,16 @@
 //
 //	rows in pool + held reserved quantity <= on_hand
 //
+// pool_counters keeps, per pool, how many units are issued out of on_hand
+// (pool + reserved + pending reservation_returns), so refills never sum the
+// reservations (counters.go).
+//
 // Every transaction runs at READ COMMITTED, set per transaction (or, on the
 // connection a reserve combiner keeps across consecutive batches, for that
 // borrow and restored before release: see session.go); the server keeps its
 // default. Every path locks tables in one global order:
-// inventory_ledger -> reservation_units -> reserved_quantities -> reservations.
+// inventory_ledger -> pool_counters -> reservation_units -> reserved_quantities
+// -> reservations -> reservation_returns.
 // No path uses GET_LOCK: the ledger row lock is the per-pool mutex.
 //
 // The user-facing reference of the CALL interface is docs/reservation.md.

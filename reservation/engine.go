@@ -61,9 +61,11 @@ type Refiller interface {
 	// that transaction has ended. Concurrent calls for one key may share one
 	// transaction.
 	RefillNow(ctx context.Context, key PoolKey) error
-	// Notify tells the refiller that units were taken from key, so its
-	// background loop looks at that pool soon. It must not block.
-	Notify(key PoolKey)
+	// Notify tells the refiller that taken units were just taken from
+	// key's pool (0: the pool or its ledger changed otherwise, e.g. units
+	// were given back), so its background loop looks at that pool soon,
+	// and can learn how fast the pool drains. It must not block.
+	Notify(key PoolKey, taken int)
 }
 
 // Options are the engine's collaborators.

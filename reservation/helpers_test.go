@@ -121,6 +121,17 @@ func (v *env) receive(item, group, qty int64) {
 	v.mustCall("receive", int64(shop), item, group, qty)
 }
 
+// stockEmpty creates the ledger row of item at group with qty on hand and
+// an empty pool (receive would fill the pool), as a pool looks once
+// reserves have drained it.
+func (v *env) stockEmpty(item, group, qty int64) {
+	v.t.Helper()
+	if _, err := v.db.Exec("INSERT INTO inventory_ledger (shop_id, inventory_item_id, inventory_group_id, on_hand, updated_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))",
+		shop, item, group, qty); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
 func linesJSON(item, qty int64, locs ...int64) string {
 	var l []string
 	for _, g := range locs {

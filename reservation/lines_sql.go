@@ -33,9 +33,43 @@ func DeleteByKeys(ctx context.Context, c Conn, table string, cols []string, keys
 	if len(keys) == 0 {
 		return 0, nil
 	}
+	res, err := c.Exec(ctx, DeleteByKeysSQL(table, cols, keys, cond), args...)
+	return int(res.AffectedRows), err
+}
+
+// DeleteByKeysSQL is the statement DeleteByKeys sends, for a caller that
+// batches it with others in one round trip. keys must not be empty.
+func DeleteByKeysSQL(table string, cols []string, keys [][]int64, cond string) string {
 	var b strings.Builder
 	b.Grow(64 + len(keys)*(16+24*len(cols)))
-	b.WriteString("DELETE t FROM (")
+	b.WriteString("DELETE t FROM ")
+	writeKeysJoin(&b, table, cols, keys)
+	if cond != "" {
+		b.WriteString(" WHERE " + cond)
+	}
+	return b.String()
+}
+
+// lockByKeysSQL selects sel from the rows of table whose cols equal one of
+// keys (and that satisfy cond, "" for any), locking them: like
+// DeleteByKeysSQL, each key is an eq_ref lookup on the primary key, so
+// exactly those rows are locked, clustered record only.
+func lockByKeysSQL(table string, cols []string, keys [][]int64, sel, cond string) string {
+	var b strings.Builder
+	b.Grow(64 + len(sel) + len(keys)*(16+24*len(cols)))
+	b.WriteString("SELECT " + sel + " FROM ")
+	writeKeysJoin(&b, table, cols, keys)
+	if cond != "" {
+		b.WriteString(" WHERE " + cond)
+	}
+	b.WriteString(" FOR UPDATE")
+	return b.String()
+}
+
+// writeKeysJoin writes "(SELECT 1 AS k0, 2 AS k1 UNION ALL SELECT ...) k
+// STRAIGHT_JOIN table t ON t.col0 = k.k0 AND ...".
+func writeKeysJoin(b *strings.Builder, table string, cols []string, keys [][]int64) {
+	b.WriteString("(")
 	for i, k := range keys {
 		if i > 0 {
 			b.WriteString(" UNION ALL ")
@@ -58,11 +92,6 @@ func DeleteByKeys(ctx context.Context, c Conn, table string, cols []string, keys
 		}
 		b.WriteString("t." + col + " = k.k" + strconv.Itoa(j))
 	}
-	if cond != "" {
-		b.WriteString(" WHERE " + cond)
-	}
-	res, err := c.Exec(ctx, b.String(), args...)
-	return int(res.AffectedRows), err
 }
 
 var (
@@ -77,35 +106,4 @@ func DeleteUnits(ctx context.Context, c Conn, key PoolKey, ids []int64) (int, er
 		keys[i] = []int64{key.ShopID, key.ItemID, key.GroupID, id}
 	}
 	return DeleteByKeys(ctx, c, TableUnits, unitCols, keys, "")
-}
-
-// DeleteExpiredLines deletes key's reserved lines whose expires_at is at or
-// before now (a DATETIME(6) value as the database printed it), inside the
-// caller's READ COMMITTED transaction, which must already hold key's
-// inventory_ledger row lock (so no claim or extend of this pool is in
-// flight). It returns the number of lines deleted.
-func DeleteExpiredLines(ctx context.Context, c Conn, key PoolKey, now string) (int, error) {
-	rows, err := c.Query(ctx, "SELECT reservation_id, line_no FROM reserved_quantities WHERE "+key.WhereSQL()+" AND expires_at <= ?", now)
-	if err != nil || len(rows) == 0 {
-		return 0, err
-	}
-	return deleteLinesByKey(ctx, c, rows, now)
-}
-
-// deleteLinesByKey deletes the (reservation_id, line_no) rows given, if they
-// are still expired at now.
-func deleteLinesByKey(ctx context.Context, c Conn, rows [][][]byte, now string) (int, error) {
-	keys := make([][]int64, 0, len(rows))
-	for _, r := range rows {
-		id, err := colInt(r[0])
-		if err != nil {
-			return 0, err
-		}
-		n, err := colInt(r[1])
-		if err != nil {
-			return 0, err
-		}
-		keys = append(keys, []int64{id, n})
-	}
-	return DeleteByKeys(ctx, c, TableReserved, lineCols, keys, "t.expires_at <= ?", now)
 }

@@ -34,11 +34,12 @@ func (e *Engine) runSweeper(ctx context.Context) {
 }
 
 // SweepOnce deletes up to Config.SweepBatch expired reserved lines in one
-// READ COMMITTED transaction and returns how many it deleted. The units go
-// back to the ledger's unpooled remainder; the refiller re-pools them. It
-// takes no ledger lock: deleting reservations can only lower
-// pool + reserved. An extend racing with it wins: the DELETE re-checks
-// expires_at on the row it locks.
+// READ COMMITTED transaction and returns how many it deleted. It takes no
+// ledger lock: deleting reservations can only lower pool + reserved. The
+// lines are found by an unlocked read, then locked by primary key with
+// expiry re-checked on the locked row (an extend racing with it wins), and
+// each one deleted leaves a reservation_returns row, so the pool's counter
+// stays exact and the next refill re-pools the units (see counters.go).
 func (e *Engine) SweepOnce(ctx context.Context) (int, error) {
 	rows, err := e.query(ctx, TagSweep,
 		"SELECT reservation_id, line_no, UTC_TIMESTAMP(6) FROM reserved_quantities WHERE expires_at <= UTC_TIMESTAMP(6) ORDER BY expires_at LIMIT ?",
@@ -47,16 +48,43 @@ func (e *Engine) SweepOnce(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	now := string(rows[0][2])
-	var n int
+	keys := make([][]int64, len(rows))
+	for i, r := range rows {
+		if keys[i], err = rowInts(r[:2]); err != nil {
+			return 0, err
+		}
+	}
+	var gone []returnedLine
 	err = e.tx.Run(ctx, TagSweep, func(ctx context.Context, c Conn) error {
-		var err error
-		n, err = deleteLinesByKey(ctx, c, rows, now)
-		return err
+		gone = gone[:0]
+		locked, err := c.Query(ctx, lockByKeysSQL(TableReserved, lineCols, keys,
+			"t.reservation_id, t.line_no, t.shop_id, t.inventory_item_id, t.inventory_group_id, t.quantity", "t.expires_at <= ?"), now)
+		if err != nil || len(locked) == 0 {
+			return err
+		}
+		del := make([][]int64, len(locked))
+		for i, r := range locked {
+			v, err := rowInts(r)
+			if err != nil {
+				return err
+			}
+			del[i] = v[:2]
+			gone = append(gone, returnedLine{key: PoolKey{v[2], v[3], v[4]}, id: uint64(v[0]), line: v[1], qty: v[5]})
+		}
+		return CommitWith(ctx, c, DeleteByKeysSQL(TableReserved, lineCols, del, "")+"; "+GuardRowCount(int64(len(del)))+"; "+returnsInsertSQL(gone))
 	})
 	if err != nil {
 		return 0, err
 	}
+	n := len(gone)
 	e.m.swept.Add(uint64(n))
+	notified := map[PoolKey]bool{}
+	for _, g := range gone {
+		if !notified[g.key] {
+			notified[g.key] = true
+			e.refiller.Notify(g.key, 0)
+		}
+	}
 	return n, nil
 }
 
@@ -90,12 +118,19 @@ func (e *Engine) PruneOnce(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// Violation is a pool that breaks the invariant pool + reserved <= on_hand.
+// Violation is a pool that breaks the invariant pool + reserved <= on_hand,
+// or whose pool_counters row disagrees with the tables (Drift != 0).
 type Violation struct {
 	Key      PoolKey
 	OnHand   int64
 	Pooled   int64
 	Reserved int64 // every reserved line present, expired or not
+	// Drift is pool_counters.issued less what it counts (pool rows +
+	// reserved + pending returns); 0 when they agree or there is no
+	// counter row. A positive drift only makes refills cautious; a negative
+	// one lets them over-fill: both come from writes outside holdfast (or a
+	// bug). Deleting the counter row makes the next refill recount it.
+	Drift int64
 	// Cycles is how many consecutive cycles the pool has failed.
 	Cycles int
 }
@@ -121,6 +156,8 @@ func (e *Engine) runReconciler(ctx context.Context) {
 //
 //	rows in reservation_units + quantity in reserved_quantities <= on_hand
 //
+// and that the pool's pool_counters row (if any) counts exactly the pool
+// rows, reserved quantity and pending returns,
 // reading through ReplicaConns (the primary when none is configured), one
 // consistent statement per page of 500 ledger rows. It counts every reserved
 // line present, expired or not, which the engine also keeps within on_hand;
@@ -140,7 +177,11 @@ func (e *Engine) ReconcileOnce(ctx context.Context) ([]Violation, error) {
  (SELECT COUNT(*) FROM reservation_units u
    WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id),
  (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r
-   WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.inventory_group_id = l.inventory_group_id)
+   WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.inventory_group_id = l.inventory_group_id),
+ (SELECT COALESCE(SUM(x.quantity), 0) FROM reservation_returns x
+   WHERE x.shop_id = l.shop_id AND x.inventory_item_id = l.inventory_item_id AND x.inventory_group_id = l.inventory_group_id),
+ (SELECT c.issued FROM pool_counters c
+   WHERE c.shop_id = l.shop_id AND c.inventory_item_id = l.inventory_item_id AND c.inventory_group_id = l.inventory_group_id)
 FROM inventory_ledger l
 WHERE l.shop_id > ? OR (l.shop_id = ? AND (l.inventory_item_id > ? OR (l.inventory_item_id = ? AND l.inventory_group_id > ?)))
 ORDER BY l.shop_id, l.inventory_item_id, l.inventory_group_id LIMIT 500`,
@@ -157,8 +198,12 @@ ORDER BY l.shop_id, l.inventory_item_id, l.inventory_group_id LIMIT 500`,
 			}
 			k := PoolKey{v[0], v[1], v[2]}
 			after = k
-			if v[4]+v[5] > v[3] {
-				found = append(found, Violation{Key: k, OnHand: v[3], Pooled: v[4], Reserved: v[5]})
+			var drift int64
+			if r[7] != nil { // NULL: no counter row yet
+				drift = v[7] - (v[4] + v[5] + v[6])
+			}
+			if v[4]+v[5] > v[3] || drift != 0 {
+				found = append(found, Violation{Key: k, OnHand: v[3], Pooled: v[4], Reserved: v[5], Drift: drift})
 			}
 		}
 		if len(rows) < 500 {
@@ -177,9 +222,15 @@ ORDER BY l.shop_id, l.inventory_item_id, l.inventory_group_id LIMIT 500`,
 			alerting++
 			if n == e.cfg.ReconcileAlertAfter {
 				e.m.reconAlerts.Add(1)
-				e.log.Error("reservation: invariant broken: pool rows + reserved > on_hand",
-					"pool", k.String(), "on_hand", found[i].OnHand, "pooled", found[i].Pooled,
-					"reserved", found[i].Reserved, "cycles", n)
+				v := found[i]
+				if v.Pooled+v.Reserved > v.OnHand {
+					e.log.Error("reservation: invariant broken: pool rows + reserved > on_hand",
+						"pool", k.String(), "on_hand", v.OnHand, "pooled", v.Pooled,
+						"reserved", v.Reserved, "drift", v.Drift, "cycles", n)
+				} else {
+					e.log.Error("reservation: pool counter drift: pool_counters.issued differs from pool rows + reserved + returns (delete the row to recount)",
+						"pool", k.String(), "drift", v.Drift, "on_hand", v.OnHand, "pooled", v.Pooled, "reserved", v.Reserved, "cycles", n)
+				}
 			}
 		}
 	}

@@ -166,7 +166,7 @@ func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, er
 			out = e.submit(ctx, pools[0], req, retried)
 		} else {
 			p := &pending{req: req, pools: pools}
-			e.runBatch(ctx, []*pending{p}, nil)
+			e.runBatch(ctx, []*pending{p}, nil, nil)
 			out = p.out
 		}
 		switch {
@@ -270,12 +270,38 @@ type poolStat struct {
 	onHand int64 // inventory_ledger.on_hand
 	pooled int64 // reservation_units rows, locked ones included
 	active int64 // reserved quantity not yet expired
-	held   int64 // reserved quantity, expired lines not yet deleted included
 }
 
 // available is what the ledger can still promise: on_hand less the live
 // reservations (the pool is part of it).
 func (s poolStat) available() int64 { return s.onHand - s.active }
+
+// poolColumnsSQL is the select list that reads, for the ledger row aliased
+// l (joined with its pool_counters row aliased c), on_hand, the pool's
+// units and the live reserved quantity, in bounded time: from the counter
+// (issued - pool - pending returns - expired lines present; see
+// counters.go), or, for a pool whose counter is missing, by summing its
+// live lines.
+const poolColumnsSQL = `l.on_hand,
+ (SELECT COUNT(*) FROM reservation_units u
+   WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id),
+ CASE WHEN c.issued IS NULL THEN
+  (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r
+    WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.inventory_group_id = l.inventory_group_id
+      AND r.expires_at > UTC_TIMESTAMP(6))
+ ELSE c.issued
+  - (SELECT COUNT(*) FROM reservation_units u
+      WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id)
+  - (SELECT COALESCE(SUM(x.quantity), 0) FROM reservation_returns x
+      WHERE x.shop_id = l.shop_id AND x.inventory_item_id = l.inventory_item_id AND x.inventory_group_id = l.inventory_group_id)
+  - (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r
+      WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.inventory_group_id = l.inventory_group_id
+        AND r.expires_at <= UTC_TIMESTAMP(6))
+ END`
+
+// poolFromSQL is the FROM clause poolColumnsSQL needs.
+const poolFromSQL = ` FROM inventory_ledger l LEFT JOIN pool_counters c
+ ON c.shop_id = l.shop_id AND c.inventory_item_id = l.inventory_item_id AND c.inventory_group_id = l.inventory_group_id`
 
 // poolStats reads the given pools in one consistent, lock-free statement.
 func (e *Engine) poolStats(ctx context.Context, read readFunc, keys []PoolKey) (map[PoolKey]poolStat, error) {
@@ -288,11 +314,7 @@ func (e *Engine) poolStats(ctx context.Context, read readFunc, keys []PoolKey) (
 		if i > 0 {
 			b.WriteString(" UNION ALL ")
 		}
-		fmt.Fprintf(&b, `SELECT %d, l.on_hand,
- (SELECT COUNT(*) FROM reservation_units u WHERE %s),
- (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r WHERE %s AND r.expires_at > UTC_TIMESTAMP(6)),
- (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r WHERE %s)
- FROM inventory_ledger l WHERE %s`, i, qualified(k, "u"), qualified(k, "r"), qualified(k, "r"), qualified(k, "l"))
+		fmt.Fprintf(&b, "SELECT %d, %s%s WHERE %s", i, poolColumnsSQL, poolFromSQL, qualified(k, "l"))
 	}
 	rows, err := read(ctx, b.String())
 	if err != nil {
@@ -303,7 +325,7 @@ func (e *Engine) poolStats(ctx context.Context, read readFunc, keys []PoolKey) (
 		if err != nil {
 			return nil, err
 		}
-		out[keys[v[0]]] = poolStat{exists: true, onHand: v[1], pooled: v[2], active: v[3], held: v[4]}
+		out[keys[v[0]]] = poolStat{exists: true, onHand: v[1], pooled: v[2], active: v[3]}
 	}
 	return out, nil
 }

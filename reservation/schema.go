@@ -13,6 +13,8 @@ const (
 	TableUnits        = "reservation_units"
 	TableReserved     = "reserved_quantities"
 	TableReservations = "reservations"
+	TableCounters     = "pool_counters"
+	TableReturns      = "reservation_returns"
 	TableMigrations   = "holdfast_schema_migrations"
 )
 
@@ -88,6 +90,42 @@ var Migrations = []Migration{{
   PRIMARY KEY (reservation_id),
   UNIQUE KEY reservations_idempotency (shop_id, idempotency_key),
   KEY reservations_expires (expires_at)
+) ENGINE=InnoDB`,
+	},
+}, {
+	Version: 2,
+	Name:    "pool counters and returns: refill without summing reservations",
+	Statements: []string{
+		// Per pool, the units issued out of on_hand: pool rows + quantity
+		// of every reserved line present + pending returns. Written only
+		// under the pool's inventory_ledger row lock (refill, claim, the
+		// stock procedures), so a refill reads on_hand - issued instead of
+		// summing every live reservation. A missing row means "unknown": the
+		// next transaction that locks the ledger row recounts it from the
+		// tables (so rows are created lazily, existing pools need no data
+		// migration, and deleting a row forces a recount). next_unit_id
+		// keeps unit ids increasing, never reusing the id of a deleted unit.
+		`CREATE TABLE IF NOT EXISTS pool_counters (
+  shop_id BIGINT NOT NULL,
+  inventory_item_id BIGINT NOT NULL,
+  inventory_group_id BIGINT NOT NULL,
+  issued BIGINT NOT NULL,
+  next_unit_id BIGINT NOT NULL,
+  PRIMARY KEY (shop_id, inventory_item_id, inventory_group_id)
+) ENGINE=InnoDB`,
+		// Reserved lines deleted without the ledger row lock (release, the
+		// sweeper) leave one row here in the same transaction; the next
+		// refill of the pool deletes them and takes their quantity off
+		// pool_counters.issued. Keyed by pool, so a refill reads a key
+		// prefix.
+		`CREATE TABLE IF NOT EXISTS reservation_returns (
+  shop_id BIGINT NOT NULL,
+  inventory_item_id BIGINT NOT NULL,
+  inventory_group_id BIGINT NOT NULL,
+  reservation_id BIGINT UNSIGNED NOT NULL,
+  line_no SMALLINT UNSIGNED NOT NULL,
+  quantity INT NOT NULL,
+  PRIMARY KEY (shop_id, inventory_item_id, inventory_group_id, reservation_id, line_no)
 ) ENGINE=InnoDB`,
 	},
 }}

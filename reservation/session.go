@@ -13,9 +13,11 @@ import (
 //
 //	SET SESSION <isolation> = 'READ-COMMITTED', autocommit = 0
 //
-// so each batch is SELECT, DELETE, INSERT, INSERT, COMMIT — five round trips
-// instead of seven (no SET TRANSACTION, no START TRANSACTION); every
-// transaction is still READ COMMITTED, and the server default is untouched.
+// so each batch needs no SET TRANSACTION / START TRANSACTION in front of its
+// SELECT (two round trips either way: the SELECT, then DELETE, INSERT,
+// INSERT and COMMIT together), and the connection is not borrowed and
+// returned for every batch; every transaction is still READ COMMITTED, and
+// the server default is untouched.
 // Before Release the session is put back to the server's defaults
 // (isolation = @@GLOBAL value, autocommit = 1), the state a pooled backend
 // connection has; if that fails, or any statement's outcome is unknown, the
@@ -110,8 +112,15 @@ func (e *Engine) closeSession(s *session) {
 // retrying deadlocks and lock-wait timeouts like TxRunner.
 func (e *Engine) sessionTx(ctx context.Context, s *session, fn func(ctx context.Context, c Conn) error) error {
 	for attempt := 0; ; attempt++ {
-		err := fn(ctx, s.c)
+		tc := &txConn{Conn: s.c} // autocommit is off: no START TRANSACTION
+		err := fn(ctx, tc)
+		if tc.unsure {
+			s.broken = true
+		}
 		if err == nil {
+			if tc.ended {
+				return nil // CommitWith committed
+			}
 			if _, err = s.c.Exec(ctx, "COMMIT"); err != nil && !isDB(err) {
 				s.broken = true
 			}

@@ -13,7 +13,9 @@ import (
 // borrow is one *sql.Conn. Tags are ignored (database/sql attributes
 // nothing). Arguments are interpolated by Interpolate, so the DSN needs no
 // interpolateParams and statements go over the text protocol. Errors from the
-// server are returned as DBError.
+// server are returned as DBError. The engine and the refiller send several
+// statements in one round trip (see Conn), so a DSN they use must have
+// multiStatements=true; migrations and the reconciler send one at a time.
 //
 // It serves tests, `holdfast migrate` and the reconciler's replica
 // connections; in production the engine borrows from holdfast's own pool.
@@ -62,27 +64,34 @@ func (s *sqlConn) Query(ctx context.Context, query string, args ...any) ([][][]b
 		return nil, mapDriverError(err)
 	}
 	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return nil, mapDriverError(err)
-	}
-	raw := make([]sql.RawBytes, len(cols))
-	dest := make([]any, len(cols))
-	for i := range raw {
-		dest[i] = &raw[i]
-	}
 	var out [][][]byte
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
+	for {
+		cols, err := rows.Columns()
+		if err != nil {
 			return nil, mapDriverError(err)
 		}
-		row := make([][]byte, len(cols))
-		for i, b := range raw {
-			if b != nil {
-				row[i] = append(make([]byte, 0, len(b)), b...)
-			}
+		raw := make([]sql.RawBytes, len(cols))
+		dest := make([]any, len(cols))
+		for i := range raw {
+			dest[i] = &raw[i]
 		}
-		out = append(out, row)
+		for rows.Next() {
+			if err := rows.Scan(dest...); err != nil {
+				return nil, mapDriverError(err)
+			}
+			row := make([][]byte, len(cols))
+			for i, b := range raw {
+				if b != nil {
+					row[i] = append(make([]byte, 0, len(b)), b...)
+				}
+			}
+			out = append(out, row)
+		}
+		// Every result set, as Conn.Query promises; a later statement's
+		// error surfaces here.
+		if !rows.NextResultSet() {
+			break
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, mapDriverError(err)

@@ -82,43 +82,34 @@ func (e *Engine) stockAnswer(op int, row []any, err error) ([]string, [][]any, e
 //
 //	next(on_hand) >= reserved quantity still live
 //
-// and shrinks the pool so that pool rows + reserved <= the new on_hand: the
+// shrinks the pool so that pool rows + reserved <= the new on_hand (the
 // pool is only pre-cut availability, so it gives way; live reservations do
-// not (9106). One transaction, in the global lock order: the ledger row FOR
-// UPDATE; every pool row FOR UPDATE (this waits for reserves that hold units,
-// and no new reservation can start on the pool, since their SKIP LOCKED
-// select finds nothing and their inline refill waits for the ledger row);
-// then reserved_quantities, whose expired lines of this pool are deleted. A
-// missing ledger row counts as on_hand 0 and is created.
+// not: 9106), and tops the pool up to min(cap, what the new on_hand can
+// still issue), so freshly received stock is reservable at once. One
+// transaction, in the global lock order: the ledger row and the pool's
+// counter FOR UPDATE, with the expired lines and pending returns it takes
+// (LockPool: the live quantity comes from the counter, not from summing
+// reservations); then, only when the new on_hand is below what the pool
+// has issued, every pool row FOR UPDATE (LockUnits: this waits for reserves
+// that hold units, and no new reservation can start on the pool, since
+// their SKIP LOCKED select finds nothing and their inline refill waits for
+// the ledger row) so that exactly the excess can be deleted. A missing
+// ledger row counts as on_hand 0 and is created.
 func (e *Engine) changeStock(ctx context.Context, proc string, k PoolKey, next func(int64) int64) ([]any, error) {
 	var row []any
 	err := e.tx.Run(ctx, TagStock, func(ctx context.Context, c Conn) error {
-		led, err := c.Query(ctx, "SELECT on_hand FROM inventory_ledger WHERE "+k.WhereSQL()+" FOR UPDATE")
+		p, err := LockPool(ctx, c, k)
 		if err != nil {
 			return err
 		}
-		var onHand int64
-		exists := len(led) > 0
-		if exists {
-			if onHand, err = colInt(led[0][0]); err != nil {
+		n := next(p.OnHand)
+		shrink := n < p.Issued
+		if shrink {
+			if err := p.LockUnits(ctx, c); err != nil {
 				return err
 			}
 		}
-		units, err := c.Query(ctx, "SELECT id FROM reservation_units FORCE INDEX (PRIMARY) WHERE "+k.WhereSQL()+" ORDER BY id DESC FOR UPDATE")
-		if err != nil {
-			return err
-		}
-		rs, err := c.Query(ctx, "SELECT UTC_TIMESTAMP(6), COALESCE(SUM(IF(expires_at > UTC_TIMESTAMP(6), quantity, 0)), 0), COUNT(*) FROM reserved_quantities WHERE "+k.WhereSQL())
-		if err != nil {
-			return err
-		}
-		now := string(rs[0][0])
-		v, err := rowInts(rs[0][1:])
-		if err != nil {
-			return err
-		}
-		live, lines := v[0], v[1]
-		n := next(onHand)
+		live := p.Live()
 		switch {
 		case n < 0:
 			return newError(CodeGuardViolated, "45000", "holdfast.%s: on_hand of item %d at location %d would be %d; it cannot go below 0",
@@ -131,40 +122,24 @@ func (e *Engine) changeStock(ctx context.Context, proc string, k PoolKey, next f
 				"holdfast.%s: on_hand of item %d at location %d would be %d, below the %d units held by live reservations; release or claim them first",
 				proc, k.ItemID, k.GroupID, n, live)
 		}
-		pooled := int64(len(units))
-		if excess := pooled + live - n; excess > 0 {
-			ids := make([]int64, excess)
-			for i, u := range units[:excess] {
-				if ids[i], err = colInt(u[0]); err != nil {
-					return err
-				}
-			}
-			if _, err := DeleteUnits(ctx, c, k, ids); err != nil {
-				return err
-			}
-			pooled -= excess
-		}
-		if exists {
-			_, err = c.Exec(ctx, "UPDATE inventory_ledger SET on_hand = ?, updated_at = UTC_TIMESTAMP(6) WHERE "+k.WhereSQL(), n)
+		var remove []int64
+		var add int64
+		if shrink {
+			excess := min(p.Issued-n, p.Pooled)
+			remove = p.UnitIDs[p.Pooled-excess:] // the newest
 		} else {
-			_, err = c.Exec(ctx, "INSERT INTO inventory_ledger (shop_id, inventory_item_id, inventory_group_id, on_hand, updated_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))",
-				k.ShopID, k.ItemID, k.GroupID, n)
+			add = max(min(int64(e.cfg.PoolCap)-p.Pooled, n-p.Issued), 0)
 		}
-		if err != nil {
+		if err := CommitWith(ctx, c, p.Finish(add, remove, true, n)); err != nil {
 			return err
 		}
-		if lines > 0 {
-			if _, err := DeleteExpiredLines(ctx, c, k, now); err != nil {
-				return err
-			}
-		}
-		row = []any{k.ItemID, k.GroupID, n, live, pooled}
+		row = []any{k.ItemID, k.GroupID, n, live, p.Pooled}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	e.refiller.Notify(k)
+	e.refiller.Notify(k, 0)
 	return row, nil
 }
 
@@ -183,15 +158,11 @@ func (e *Engine) callAvailability(ctx context.Context, args []any) ([]string, []
 
 // availability reports, per location of one item, on_hand, the quantity held
 // by live reservations, the pooled units and what can still be reserved
-// (on_hand - reserved, not below 0), in one lock-free read.
+// (on_hand - reserved, not below 0), in one lock-free read whose cost does
+// not grow with the number of reservations (see poolColumnsSQL).
 func (e *Engine) availability(ctx context.Context, shop, item int64) ([]string, [][]any, error) {
-	rows, err := e.query(ctx, TagRead, `SELECT l.inventory_group_id, l.on_hand,
- (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r
-   WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.inventory_group_id = l.inventory_group_id
-     AND r.expires_at > UTC_TIMESTAMP(6)),
- (SELECT COUNT(*) FROM reservation_units u
-   WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id)
-FROM inventory_ledger l WHERE l.shop_id = ? AND l.inventory_item_id = ? ORDER BY l.inventory_group_id`, shop, item)
+	rows, err := e.query(ctx, TagRead, "SELECT l.inventory_group_id, "+poolColumnsSQL+poolFromSQL+
+		" WHERE l.shop_id = ? AND l.inventory_item_id = ? ORDER BY l.inventory_group_id", shop, item)
 	if err != nil {
 		e.m.ops[opAvailability].inc(opError)
 		return nil, nil, err
@@ -202,7 +173,7 @@ FROM inventory_ledger l WHERE l.shop_id = ? AND l.inventory_item_id = ? ORDER BY
 		if err != nil {
 			return nil, nil, err
 		}
-		out = append(out, []any{v[0], v[1], v[2], v[3], max(v[1]-v[2], 0)})
+		out = append(out, []any{v[0], v[1], v[3], v[2], max(v[1]-v[3], 0)})
 	}
 	e.m.ops[opAvailability].inc(opOK)
 	return AvailabilityColumns, out, nil

@@ -12,8 +12,11 @@ import (
 // Conns, retrying deadlocks (1213) and lock-wait timeouts (1205) a bounded
 // number of times with jitter. The isolation level is set per transaction
 // (SET TRANSACTION ... then START TRANSACTION), so the session, and the
-// server default (REPEATABLE READ), are left as they were. The refiller uses
-// it too, so every engine transaction follows the same rules.
+// server default (REPEATABLE READ), are left as they were. Both statements
+// travel with fn's first statement, in one round trip; fn may end the
+// transaction with CommitWith to send its last statements and COMMIT in one
+// round trip too. The refiller uses it too, so every engine transaction
+// follows the same rules.
 type TxRunner struct {
 	Conns Conns
 	// MaxRetries is the number of retries after a 1213 or 1205; zero means none.
@@ -27,9 +30,10 @@ type TxRunner struct {
 }
 
 // Run runs fn inside one transaction on a connection borrowed under tag.
-// If fn returns nil the transaction commits; otherwise it rolls back and
-// fn's error is returned (retried first if it is a deadlock or lock-wait
-// timeout). fn must do all its work on c and must not keep c.
+// If fn returns nil the transaction commits (unless fn already did, with
+// CommitWith); otherwise it rolls back and fn's error is returned (retried
+// first if it is a deadlock or lock-wait timeout). fn must do all its work
+// on c and must not keep c.
 func (r TxRunner) Run(ctx context.Context, tag string, fn func(ctx context.Context, c Conn) error) error {
 	for attempt := 0; ; attempt++ {
 		err := r.once(ctx, tag, fn)
@@ -50,6 +54,11 @@ func (r TxRunner) Run(ctx context.Context, tag string, fn func(ctx context.Conte
 	}
 }
 
+// beginSQL starts a READ COMMITTED transaction without touching the
+// session's own isolation level. It is sent in front of a transaction's
+// first statement.
+const beginSQL = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; "
+
 func (r TxRunner) once(ctx context.Context, tag string, fn func(ctx context.Context, c Conn) error) error {
 	c, err := r.Conns.Borrow(ctx, tag)
 	if err != nil {
@@ -57,23 +66,22 @@ func (r TxRunner) once(ctx context.Context, tag string, fn func(ctx context.Cont
 	}
 	broken := false
 	defer func() { c.Release(broken) }()
-	// A failure between SET TRANSACTION and START TRANSACTION would leave a
-	// pending isolation level on the session: discard the connection then.
-	if _, err := c.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
-		broken = true
-		return err
-	}
-	if _, err := c.Exec(ctx, "START TRANSACTION"); err != nil {
-		broken = true
-		return err
-	}
-	if err := fn(ctx, c); err != nil {
+	tc := &txConn{Conn: c, begin: beginSQL}
+	if err := fn(ctx, tc); err != nil {
+		if tc.begin != "" {
+			return err // nothing was sent
+		}
+		// ROLLBACK ends the transaction whichever statement failed, and
+		// also clears a SET TRANSACTION whose START TRANSACTION did not
+		// run. Only an unknown outcome (I/O) leaves the session suspect.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, rerr := c.Exec(rctx, "ROLLBACK"); rerr != nil {
-			broken = true
-		}
+		_, rerr := c.Exec(rctx, "ROLLBACK")
+		broken = rerr != nil || tc.unsure
 		return err
+	}
+	if tc.begin != "" || tc.ended {
+		return nil // no statement sent, or CommitWith committed
 	}
 	if _, err := c.Exec(ctx, "COMMIT"); err != nil {
 		// The outcome of a failed COMMIT is known only for server errors
@@ -84,6 +92,80 @@ func (r TxRunner) once(ctx context.Context, tag string, fn func(ctx context.Cont
 	}
 	return nil
 }
+
+// txConn is the Conn a transaction's fn sees. Its first statement carries
+// begin (empty once sent, or for a session whose autocommit is off). unsure
+// records an I/O failure, after which the session state is unknown.
+type txConn struct {
+	Conn
+	begin  string
+	ended  bool // CommitWith committed
+	unsure bool
+}
+
+func (t *txConn) Exec(ctx context.Context, q string, args ...any) (Result, error) {
+	q = t.take() + q
+	r, err := t.Conn.Exec(ctx, q, args...)
+	t.note(err)
+	return r, err
+}
+
+func (t *txConn) Query(ctx context.Context, q string, args ...any) ([][][]byte, error) {
+	q = t.take() + q
+	rows, err := t.Conn.Query(ctx, q, args...)
+	t.note(err)
+	return rows, err
+}
+
+func (t *txConn) take() string {
+	b := t.begin
+	t.begin = ""
+	return b
+}
+
+func (t *txConn) note(err error) {
+	if err != nil && !isDB(err) {
+		t.unsure = true
+	}
+}
+
+// CommitWith runs q (one or more statements) and COMMIT in one round trip,
+// ending the transaction of a TxRunner (or reserve session) fn, which must
+// return as soon as it has called CommitWith: with nil if CommitWith did, so
+// the runner sends no COMMIT of its own, or with CommitWith's error, so it
+// rolls back (the server stops at the first failing statement, so COMMIT
+// ran only if everything before it succeeded; a failed COMMIT itself rolls
+// back). The Result is COMMIT's: check row counts with GuardRowCount inside
+// q instead. On a Conn that is not a transaction's, q runs and is followed
+// by a COMMIT in its own round trip.
+func CommitWith(ctx context.Context, c Conn, q string, args ...any) error {
+	tc, ok := c.(*txConn)
+	if !ok {
+		if _, err := c.Exec(ctx, q, args...); err != nil {
+			return err
+		}
+		_, err := c.Exec(ctx, "COMMIT")
+		return err
+	}
+	if _, err := tc.Exec(ctx, q+"; COMMIT", args...); err != nil {
+		return err
+	}
+	tc.ended = true
+	return nil
+}
+
+// GuardRowCount returns a statement that fails (error 1242, "Subquery
+// returns more than 1 row") unless the statement before it changed exactly
+// n rows, so that a multi-statement round trip stops there and its COMMIT
+// never runs. It reads ROW_COUNT() and nothing else; valid on MySQL 8 and
+// MariaDB.
+func GuardRowCount(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	return "SELECT (SELECT 1 FROM DUAL WHERE ROW_COUNT() <> " + s + " UNION ALL SELECT 1 FROM DUAL WHERE ROW_COUNT() <> " + s + ")"
+}
+
+// errNumGuard is what GuardRowCount raises.
+const errNumGuard = 1242
 
 // jitter returns a random duration in [min, cap) where cap doubles with each
 // attempt up to max ("full jitter").

@@ -100,7 +100,7 @@ func (noConns) Borrow(context.Context, string) (Conn, error) {
 type noRefiller struct{}
 
 func (noRefiller) RefillNow(context.Context, PoolKey) error { return nil }
-func (noRefiller) Notify(PoolKey)                           {}
+func (noRefiller) Notify(PoolKey, int)                      {}
 
 func TestInterpolate(t *testing.T) {
 	at := time.Date(2026, 5, 4, 3, 2, 1, 123456000, time.FixedZone("x", 3600))

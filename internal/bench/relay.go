@@ -22,11 +22,16 @@ import (
 // Each relayed connection costs exactly two goroutines, one per direction,
 // whatever the delay: a delayed direction reads with a deadline set to the
 // due time of its oldest queued chunk, so one goroutine both reads and
-// writes on time.
+// writes on time. A delayed Relay has one more goroutine, its waker.
 //
-// Delays are realised by Go's timers: when the process is otherwise idle the
-// runtime sleeps in epoll with millisecond granularity, so a sub-millisecond
-// Delay may come out closer to 1 ms. RelayStats.Late shows by how much.
+// Delays are realised by Go's timers (the read deadline), which are on time
+// while the process is busy; when it is idle, though, the runtime sleeps in
+// epoll_wait, whose timeout has millisecond granularity, and a 0.5 ms timer
+// would fire after 1 ms or more. So a delayed Relay also keeps a waker (a
+// timerfd on Linux, read through the netpoller): armed for the earliest due
+// time of any queued chunk, it makes epoll_wait return on time, and the
+// runtime then runs the deadline timer that is due. No thread sleeps and
+// nothing spins. RelayStats.Late shows how late chunks still went out.
 //
 // A Relay must not be copied after first use. Serve may be called once;
 // Close may be called at any time, from any goroutine, more than once.
@@ -41,7 +46,10 @@ type Relay struct {
 	// means they are only counted.
 	Log *slog.Logger
 
-	wg sync.WaitGroup // connection handlers
+	wg sync.WaitGroup // connection handlers and the waker
+
+	wakeOnce sync.Once
+	wake     *waker // nil until the first delayed connection; then set once
 
 	accepted  atomic.Int64
 	active    atomic.Int64
@@ -163,8 +171,31 @@ func (r *Relay) Close() error {
 	for _, c := range conns {
 		c.Close()
 	}
+	r.wakeOnce.Do(func() {}) // no waker may start after this
+	if r.wake != nil {
+		r.wake.close()
+	}
 	r.wg.Wait()
 	return nil
+}
+
+// waker returns the relay's waker, starting it on first use. It is nil
+// after Close.
+func (r *Relay) waker() *waker {
+	r.wakeOnce.Do(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.closed {
+			return
+		}
+		r.wake = newWaker()
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.wake.run()
+		}()
+	})
+	return r.wake
 }
 
 // track registers both ends of a connection for Close; false means the
@@ -272,8 +303,11 @@ func (r *Relay) delayCopy(dst, src net.Conn) (err error) {
 			chunkPool.Put(c.buf)
 		}
 	}()
+	wk := r.waker()
+	var woken time.Time // the due time last handed to wk
 	write := func(c chunk) error {
 		if d := time.Until(c.due); d > 0 {
+			wk.at(c.due)
 			time.Sleep(d)
 		}
 		late := time.Since(c.due)
@@ -296,6 +330,10 @@ func (r *Relay) delayCopy(dst, src net.Conn) (err error) {
 		var deadline time.Time
 		if len(q) > 0 {
 			deadline = q[0].due
+			if !deadline.Equal(woken) {
+				wk.at(deadline)
+				woken = deadline
+			}
 		}
 		if err := src.SetReadDeadline(deadline); err != nil {
 			return err
@@ -323,5 +361,115 @@ func (r *Relay) delayCopy(dst, src net.Conn) (err error) {
 		default:
 			return rerr
 		}
+	}
+}
+
+// waker interrupts the runtime's idle epoll_wait at the due times it is
+// given, so that Go timers due then (the relay's read deadlines) fire on
+// time instead of up to a millisecond late. It only wakes the process; the
+// timers themselves still do the work, so without a platform timer (see
+// relay_linux.go) it does nothing and the relay is merely less punctual.
+//
+// Methods may be called from any goroutine; run is called once, close once.
+type waker struct {
+	t platformTimer // nil: no precise timer on this platform
+
+	mu    sync.Mutex  // guards following
+	due   []time.Time // min-heap of pending wake-up times
+	armed time.Time   // what t is armed for; zero when disarmed
+}
+
+// wakeMargin arms the timer this much after a due time, so that when the
+// runtime looks at its timers on waking, the one due is already expired
+// (it reads the clock a little after the caller did).
+const wakeMargin = 10 * time.Microsecond
+
+// platformTimer is a one-shot timer whose expiry wakes the netpoller.
+type platformTimer interface {
+	arm(d time.Duration) // fire once, d from now, replacing any earlier arming
+	wait() bool          // block until it fires; false once closed
+	close()
+}
+
+func newWaker() *waker {
+	return &waker{t: newPlatformTimer()}
+}
+
+// at asks for a wake-up at t.
+func (w *waker) at(t time.Time) {
+	if w == nil || w.t == nil {
+		return
+	}
+	t = t.Add(wakeMargin)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.push(t)
+	if w.armed.IsZero() || t.Before(w.armed) {
+		w.armLocked(t)
+	}
+}
+
+func (w *waker) armLocked(t time.Time) {
+	w.armed = t
+	w.t.arm(max(time.Until(t), time.Nanosecond))
+}
+
+// run waits for the timer and re-arms it for the next pending time, until
+// close.
+func (w *waker) run() {
+	if w == nil || w.t == nil {
+		return
+	}
+	for w.t.wait() {
+		w.mu.Lock()
+		now := time.Now()
+		for len(w.due) > 0 && !w.due[0].After(now) {
+			w.pop()
+		}
+		w.armed = time.Time{}
+		if len(w.due) > 0 {
+			w.armLocked(w.due[0])
+		}
+		w.mu.Unlock()
+	}
+}
+
+func (w *waker) close() {
+	if w != nil && w.t != nil {
+		w.t.close()
+	}
+}
+
+// push and pop keep w.due a binary min-heap (container/heap without the
+// interface boxing).
+func (w *waker) push(t time.Time) {
+	w.due = append(w.due, t)
+	for i := len(w.due) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !w.due[i].Before(w.due[p]) {
+			break
+		}
+		w.due[i], w.due[p] = w.due[p], w.due[i]
+		i = p
+	}
+}
+
+func (w *waker) pop() {
+	n := len(w.due) - 1
+	w.due[0] = w.due[n]
+	w.due = w.due[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && w.due[l].Before(w.due[m]) {
+			m = l
+		}
+		if l+1 < n && w.due[l+1].Before(w.due[m]) {
+			m = l + 1
+		}
+		if m == i {
+			return
+		}
+		w.due[i], w.due[m] = w.due[m], w.due[i]
+		i = m
 	}
 }

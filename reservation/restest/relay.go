@@ -129,6 +129,7 @@ func OpenVia(t testing.TB, name, addr string, maxConns int) *sql.DB {
 		t.Fatal(err)
 	}
 	cfg.Addr, cfg.Net, cfg.DBName = addr, "tcp", name
+	cfg.MultiStatements = true
 	db, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
 		t.Fatal(err)

@@ -81,6 +81,7 @@ func NewDB(t testing.TB, maxConns int) (*sql.DB, string) {
 		}
 	})
 	cfg.DBName = name
+	cfg.MultiStatements = true // the engine sends several statements per round trip
 	db, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
 		t.Fatalf("restest: open %s: %v", name, err)
@@ -118,6 +119,8 @@ func Snapshot(t testing.TB, db *sql.DB) map[string][]string {
 		reservation.TableUnits:        "shop_id, inventory_item_id, inventory_group_id, id",
 		reservation.TableReserved:     "reservation_id, line_no",
 		reservation.TableReservations: "reservation_id",
+		reservation.TableCounters:     "shop_id, inventory_item_id, inventory_group_id",
+		reservation.TableReturns:      "shop_id, inventory_item_id, inventory_group_id, reservation_id, line_no",
 	} {
 		rows, err := db.Query("SELECT * FROM " + table + " ORDER BY " + order)
 		if err != nil {
