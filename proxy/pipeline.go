@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,15 +71,15 @@ func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
 // could take it (the caller then borrows a connection as usual).
 func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution.Tag, cs *clientStmt, text []byte) (handled, keep bool) {
 	start := time.Now()
-	var deadline time.Time
 	var timer *time.Timer
-	p, turn, cmd, full := s.srv.joinPipe(s, cs, build)
-	for p == nil && full {
-		// Every pipe fit for us is full: wait for a place rather than for a
-		// connection of our own, which a busy pipe never gives back.
-		if deadline.IsZero() {
-			deadline = start.Add(s.srv.pool.Limits().AcquireTimeout)
-			timer = time.NewTimer(time.Until(deadline))
+	p, turn, cmd, wait := s.srv.joinPipe(s, cs, build)
+	for p == nil && wait {
+		// A pipe fit for us exists but cannot take us now (full, busy with
+		// a slow statement, or closed to newcomers while transactions wait
+		// for a connection): wait for a place rather than for a connection
+		// of our own, which a busy pipe would not give back.
+		if timer == nil {
+			timer = time.NewTimer(s.srv.pool.Limits().AcquireTimeout)
 			defer timer.Stop()
 		}
 		ch := make(chan struct{}, 1)
@@ -87,7 +88,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		s.srv.pipes.nwait.Store(int32(len(s.srv.pipes.waiters)))
 		s.srv.pipes.mu.Unlock()
 		// A place may have opened between the failed try and queueing.
-		if p, turn, cmd, full = s.srv.joinPipe(s, cs, build); p != nil || !full {
+		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, build); p != nil || !wait {
 			s.srv.pipes.dropWaiter(ch)
 			break
 		}
@@ -95,9 +96,10 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		case <-ch:
 		case <-timer.C:
 			s.srv.pipes.dropWaiter(ch)
-			return false, true // the pool's own wait and error take over
+			s.writeErr(poolErr(fmt.Errorf("%w after %v (every backend connection busy)", ErrPoolTimeout, time.Since(start).Round(time.Millisecond))))
+			return true, true
 		}
-		p, turn, cmd, full = s.srv.joinPipe(s, cs, build)
+		p, turn, cmd, wait = s.srv.joinPipe(s, cs, build)
 	}
 	if p == nil {
 		return false, true
@@ -162,7 +164,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 // queued) unless another sender is writing. It returns the pipe and the
 // channel that signals this statement's turn to read its response; a nil
 // pipe when neither is possible without waiting.
-func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, full bool) {
+func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
 	turn = make(chan struct{}, 1)
 	// An idle connection first: no statement waits behind another then.
 	if bc := srv.pool.takeIdle(s.foundRows); bc != nil {
@@ -187,26 +189,28 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 		}
 	}
 	// Every connection is busy: join the shortest pipe whose running
-	// statement is not a slow one.
+	// statement is not a slow one. While borrowers wait in the pool (a
+	// transaction, say) pipes take no newcomers, so that they drain and
+	// hand their connection over: pipelining never starves them.
 	depth := srv.pipelineDepth()
+	open := srv.pool.nwait.Load() == 0
 	now := time.Now()
 	srv.pipes.mu.Lock()
 	var best *pipe
 	bestLen := depth
 	for _, x := range srv.pipes.open {
 		x.mu.Lock()
-		if !x.closed && now.Sub(x.headSince) < slowHead && s.fitsPipe(x.bc, cs) {
-			if len(x.queue) < bestLen {
+		if !x.closed && s.fitsPipe(x.bc, cs) {
+			wait = true
+			if open && len(x.queue) < bestLen && now.Sub(x.headSince) < slowHead {
 				best, bestLen = x, len(x.queue)
-			} else {
-				full = true
 			}
 		}
 		x.mu.Unlock()
 	}
 	if best == nil {
 		srv.pipes.mu.Unlock()
-		return nil, nil, nil, full
+		return nil, nil, nil, wait
 	}
 	best.mu.Lock()
 	srv.pipes.mu.Unlock()
@@ -232,6 +236,20 @@ func (ps *pipes) wakeOne() {
 		ch <- struct{}{}
 	}
 	ps.nwait.Store(int32(len(ps.waiters)))
+	ps.mu.Unlock()
+}
+
+// wakeAll tells every statement waiting for a place in a pipe to try again.
+func (ps *pipes) wakeAll() {
+	if ps.nwait.Load() == 0 {
+		return
+	}
+	ps.mu.Lock()
+	for _, ch := range ps.waiters {
+		ch <- struct{}{}
+	}
+	ps.waiters = ps.waiters[:0]
+	ps.nwait.Store(0)
 	ps.mu.Unlock()
 }
 
@@ -323,8 +341,8 @@ func (p *pipe) leave() {
 	}
 	broken, poisoned := p.err != nil, p.poisoned
 	p.mu.Unlock()
-	p.srv.pipes.wakeOne()
 	if !last {
+		p.srv.pipes.wakeOne()
 		return
 	}
 	srv := p.srv
@@ -337,4 +355,7 @@ func (p *pipe) leave() {
 	}
 	srv.pipes.mu.Unlock()
 	srv.pool.release(p.bc, !broken && !poisoned)
+	// The pipe is gone: everyone waiting for a place in it tries again
+	// (another pipe, an idle connection, or a wait in the pool's queue).
+	srv.pipes.wakeAll()
 }

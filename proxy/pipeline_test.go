@@ -149,3 +149,62 @@ func TestPipelineClientGone(t *testing.T) {
 		t.Fatalf("after the client left: %v", err)
 	}
 }
+
+// TestPipelineDoesNotStarveTransactions: clients hammering pipelined
+// SELECTs on every backend connection must not keep a transaction from
+// getting one (pipes stop taking newcomers while borrowers wait).
+func TestPipelineDoesNotStarveTransactions(t *testing.T) {
+	// One connection, two places in its pipe, twelve clients: the pipe
+	// always has someone waiting to join, so it would never drain.
+	p := startProxy(t, func(c *config.Config) {
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
+		c.Pool.PipelineDepth = 2
+		c.Pool.AcquireTimeout = 3 * time.Second
+	})
+	mustExec(t, p.direct(t), "CREATE TABLE t (id INT PRIMARY KEY, n INT)")
+	mustExec(t, p.direct(t), "INSERT INTO t VALUES (1, 0)")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := 0; c < 12; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db, err := sql.Open("mysql", p.dsn("app", "app"))
+			if err != nil {
+				return
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(1)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var n int
+				_ = db.QueryRow("SELECT n FROM t WHERE id = 1").Scan(&n)
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(200 * time.Millisecond) // the SELECTs fill the pipes
+	db := p.open(t)
+	for i := 0; i < 20; i++ {
+		tx, err := db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec("UPDATE t SET n = n + 1 WHERE id = 1"); err != nil {
+			t.Fatalf("transaction %d while SELECTs are pipelined: %v", i, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := queryString(t, p.direct(t), "SELECT n FROM t"); got != "20" {
+		t.Fatalf("n = %s", got)
+	}
+	if p.srv.Stats().Pipelined == 0 {
+		t.Fatal("the SELECTs were not pipelined: the test shows nothing")
+	}
+}

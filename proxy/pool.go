@@ -39,12 +39,16 @@ type Pool struct {
 	log      *slog.Logger
 	dial     func(ctx context.Context, foundRows bool) (*backendConn, error)
 	nextID   atomic.Uint64
+	nwait    atomic.Int32 // waiters.Len(), readable without the lock
 
 	// onFirstDial runs once, after the first successful dial, before the
 	// connection is used (the server learns the backend's collations).
 	onFirstDial func(*backendConn) error
 	firstOnce   sync.Mutex
 	firstDone   atomic.Bool
+	// onIdle, when set, runs after a connection goes back to the idle list
+	// (outside the lock): pipelined statements waiting for one try again.
+	onIdle func()
 
 	wg   sync.WaitGroup
 	stop chan struct{}
@@ -273,6 +277,7 @@ func (p *Pool) take(foundRows bool) (*backendConn, *waiter, bool, error) {
 	}
 	w := &waiter{foundRows: foundRows, ch: make(chan *backendConn, 1)}
 	p.waiters.PushBack(w)
+	p.nwait.Store(int32(p.waiters.Len()))
 	return nil, w, false, nil
 }
 
@@ -280,6 +285,7 @@ func (p *Pool) removeWaiterLocked(w *waiter) bool {
 	for e := p.waiters.Front(); e != nil; e = e.Next() {
 		if e.Value.(*waiter) == w {
 			p.waiters.Remove(e)
+			p.nwait.Store(int32(p.waiters.Len()))
 			return true
 		}
 	}
@@ -379,6 +385,7 @@ func (p *Pool) release(bc *backendConn, reusable bool) {
 	if e := p.waiters.Front(); e != nil {
 		w := e.Value.(*waiter)
 		p.waiters.Remove(e)
+		p.nwait.Store(int32(p.waiters.Len()))
 		if w.foundRows != bc.foundRows {
 			// Free the slot and let the waiter dial its own variant.
 			p.open--
@@ -401,7 +408,11 @@ func (p *Pool) release(bc *backendConn, reusable bool) {
 		return
 	}
 	p.idle = append(p.idle, bc)
+	onIdle := p.onIdle
 	p.mu.Unlock()
+	if onIdle != nil {
+		onIdle()
+	}
 }
 
 // kick wakes the oldest waiter when there is room to dial.
@@ -413,6 +424,7 @@ func (p *Pool) kick() {
 	}
 	e := p.waiters.Front()
 	p.waiters.Remove(e)
+	p.nwait.Store(int32(p.waiters.Len()))
 	p.mu.Unlock()
 	e.Value.(*waiter).ch <- nil
 }
@@ -513,6 +525,7 @@ func (p *Pool) Close() {
 		ws = append(ws, e.Value.(*waiter))
 	}
 	p.waiters.Init()
+	p.nwait.Store(0)
 	p.mu.Unlock()
 	close(p.stop)
 	for _, bc := range idle {
