@@ -76,9 +76,10 @@ func rejectIndex(reason string) int {
 	return len(rejectReasons) - 1
 }
 
-// Tag accumulates the accounting of one tag. Get one from Recorder.Tag; the
-// Recorder keeps it for its own lifetime, so a caller may hold on to it (for
-// a session's or a transaction's tag, say). Every method is safe for
+// Tag accumulates the accounting of one tag. Get one from Recorder.Tag. A
+// caller may hold on to it (for a session's or a transaction's tag, say):
+// should the Recorder retire the tag meanwhile, the handle forwards to the
+// name's current Tag. Every method is safe for
 // concurrent use, takes no lock, does not allocate and costs a few atomic
 // adds on counters of this tag only. A negative duration counts as zero.
 //
@@ -93,6 +94,16 @@ func rejectIndex(reason string) int {
 // and Rejected(reason) for a borrow refused before any connection was lent.
 type Tag struct {
 	name string
+	rec  *Recorder // nil for a Tag that is never retired
+
+	// retired is set when the Recorder gave the tag's slot to another name
+	// (see Options.RetireIdle); from then on the Tag forwards what it is
+	// told to its name's current Tag, so a caller's old handle stays usable.
+	retired atomic.Bool
+	// Guarded by rec.mu: the activity count last seen and when it last
+	// changed, for retiring idle tags.
+	seenCount uint64
+	seenAt    time.Time
 
 	// Hot counters. statements_total is stmt's count and borrows_total is
 	// wait's, so they cost no counter of their own.
@@ -108,10 +119,37 @@ type Tag struct {
 // Untagged or Other. It is the label value of the tag's metrics.
 func (t *Tag) Name() string { return t.name }
 
+// current returns t, or, once t is retired, its name's Tag now: a new one
+// when the name is admitted again, Other's when it folds.
+func (t *Tag) current() *Tag {
+	if t.retired.Load() {
+		return t.rec.TagString(t.name)
+	}
+	return t
+}
+
+// activity returns a count that grows with everything recorded on t.
+func (t *Tag) activity() uint64 {
+	n := t.errors.Load() + t.transactions.Load() + t.slowTransactions.Load()
+	for _, h := range [...]*histogram{&t.hold, &t.wait, &t.stmt} {
+		for i := range h.counts {
+			n += h.counts[i].Load()
+		}
+	}
+	for i := range t.pins {
+		n += t.pins[i].Load()
+	}
+	for i := range t.rejected {
+		n += t.rejected[i].Load()
+	}
+	return n
+}
+
 // Borrowed counts one backend connection lent to the tag (borrows_total) and
 // observes how long the borrower waited for it (wait_seconds), zero when one
 // was free at once.
 func (t *Tag) Borrowed(wait time.Duration) {
+	t = t.current()
 	t.wait.observe(nanos(wait))
 }
 
@@ -123,6 +161,7 @@ func (t *Tag) Borrowed(wait time.Duration) {
 // hold; the rest is relay and round-trip time, and a pinned session's idle
 // time outside a transaction. Nothing checks this.
 func (t *Tag) Returned(hold, exec, idleInTxn time.Duration) {
+	t = t.current()
 	t.hold.observe(nanos(hold))
 	t.exec.add(nanos(exec))
 	t.idle.add(nanos(idleInTxn))
@@ -132,6 +171,7 @@ func (t *Tag) Returned(hold, exec, idleInTxn time.Duration) {
 // sent to the backend to the end of its answer as holdfast relayed it
 // (statement_seconds), and one error (errors_total) when it failed.
 func (t *Tag) Statement(d time.Duration, failed bool) {
+	t = t.current()
 	t.stmt.observe(nanos(d))
 	if failed {
 		t.errors.Add(1)
@@ -141,21 +181,21 @@ func (t *Tag) Statement(d time.Duration, failed bool) {
 // Transaction counts one transaction (transactions_total): one begun
 // explicitly or with autocommit off, counted once when it commits or rolls
 // back. Autocommit statements are not transactions here.
-func (t *Tag) Transaction() { t.transactions.Add(1) }
+func (t *Tag) Transaction() { t.current().transactions.Add(1) }
 
 // Pinned counts one pin (pins_total{reason}): a client session tied to its
 // backend connection past the end of a transaction because of session state.
 // reason is one of the Pin* constants; any other string counts as PinOther.
-func (t *Tag) Pinned(reason string) { t.pins[pinIndex(reason)].Add(1) }
+func (t *Tag) Pinned(reason string) { t.current().pins[pinIndex(reason)].Add(1) }
 
 // Rejected counts one borrow refused (rejected_total{reason}): RejectDrained
 // or RejectLimit; any other string counts as RejectOther.
-func (t *Tag) Rejected(reason string) { t.rejected[rejectIndex(reason)].Add(1) }
+func (t *Tag) Rejected(reason string) { t.current().rejected[rejectIndex(reason)].Add(1) }
 
 // SlowTransaction counts one transaction that held its connection far longer
 // than it executed (slow_transactions_total). The caller decides what "far"
 // is; call it as well as Transaction, not instead.
-func (t *Tag) SlowTransaction() { t.slowTransactions.Add(1) }
+func (t *Tag) SlowTransaction() { t.current().slowTransactions.Add(1) }
 
 // TagStats is a snapshot of one tag's accounting, for the admin API and
 // tests. Counters and sums run from the Recorder's creation.

@@ -40,7 +40,7 @@ type collector struct {
 	transactions, slowTransactions *prometheus.Desc
 	pins, rejected                 *prometheus.Desc
 	held, drained, limit           *prometheus.Desc
-	folded                         *prometheus.Desc
+	folded, retired                *prometheus.Desc
 }
 
 // NewCollector returns a Collector of r's accounting and live's state,
@@ -97,12 +97,14 @@ func NewCollector(r *Recorder, live LiveState) prometheus.Collector {
 			"Most backend connections the tag may hold at once; reported only for tags with a cap in force.", "tag"),
 		folded: prometheus.NewDesc("holdfast_tags_folded_total",
 			"Tag lookups counted under tag=\"other\" because the name was new past the max_tags bound, or not a valid tag.", nil, nil),
+		retired: prometheus.NewDesc("holdfast_tags_retired_total",
+			"Tags retired after retire_idle without activity to make room for new tags; their series leave the metrics.", nil, nil),
 	}
 }
 
 func (c *collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.hold, c.wait, c.stmt, c.exec, c.idle, c.borrows, c.statements, c.errors,
-		c.transactions, c.slowTransactions, c.pins, c.rejected, c.held, c.drained, c.limit, c.folded}
+		c.transactions, c.slowTransactions, c.pins, c.rejected, c.held, c.drained, c.limit, c.folded, c.retired}
 }
 
 // Describe implements prometheus.Collector.
@@ -145,6 +147,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	counter(c.folded, float64(c.r.Folded()))
+	counter(c.retired, float64(c.r.Retired()))
 	if c.live == nil {
 		return
 	}

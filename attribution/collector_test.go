@@ -40,6 +40,7 @@ var allMetrics = []string{
 	"holdfast_tag_transactions_total",
 	"holdfast_tag_wait_seconds",
 	"holdfast_tags_folded_total",
+	"holdfast_tags_retired_total",
 }
 
 // collectorFixture records a little traffic on three tags and returns a
@@ -211,7 +212,7 @@ func TestCollectorRegistry(t *testing.T) {
 			}
 			want := []string{"tag"}
 			switch mf.GetName() {
-			case "holdfast_tags_folded_total":
+			case "holdfast_tags_folded_total", "holdfast_tags_retired_total":
 				want = nil
 			case "holdfast_tag_pins_total", "holdfast_tag_rejected_total":
 				want = []string{"reason", "tag"}

@@ -67,17 +67,22 @@
 //
 // # Cardinality
 //
-// Metrics are labelled by tag, so the set of tag names handed out while the
-// process runs is bounded: Names admits the first max distinct names and
-// keeps them for its lifetime; every later new name is counted under Other,
-// and each such fold is counted (Folded). Names are never evicted, so a
-// series, once exported, is never dropped or reset, and a name's metrics are
-// never split between its own series and Other. The price is that a name
-// keeps its slot until the process restarts, even after its flow is retired,
-// and a burst of junk tags can use up the bound; Folded makes either visible,
-// and max should be sized well above the number of live flows. holdfast's
-// own tags should be interned right after NewNames, so they always have their
-// own series (a Recorder does this for Options.Known).
+// Metrics are labelled by tag, so the set of tag names with their own
+// accounting is bounded: at most max names at a time. While every slot is
+// taken, a new name is counted under Other, and each such fold is counted
+// (Folded). With Options.RetireIdle set, a name whose accounting has not
+// moved for that long gives up its slot when a new name needs one, least
+// recently active first (Retired counts them): a retired flow, or a burst of
+// junk tags, does not keep its slots until restart. A retired tag's series
+// leave the metrics; if it comes back it starts from zero, which Prometheus
+// reads as a counter reset. Recency is not tracked per lookup, which would
+// put a lock or a shared write on every statement: a sweep, run at most
+// every RetireIdle/4 (10 s at most) when a new name finds no slot, and every
+// Snapshot, compares each tag's activity count with the last one it saw.
+// Handles to a retired Tag stay valid: what they record goes to the name's
+// current Tag (admitted again, or Other). holdfast's own tags (the reserved
+// prefix) and Options.Known are never retired; Known names are admitted
+// first so that they always have their own series.
 //
 // # Accounting
 //

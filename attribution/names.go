@@ -7,22 +7,22 @@ import (
 )
 
 // Names interns tag names with a bound on cardinality: the first max distinct
-// names are admitted and kept for the life of the Names; every later new name
-// folds into Other, and the fold is counted. Untagged and Other are always
-// present and do not count toward max. The zero value is not usable; call
+// names are admitted and kept until a Recorder retires them; while max are
+// admitted, every new name folds into Other, and the fold is counted.
+// Untagged and Other are always present and do not count toward max. The zero value is not usable; call
 // NewNames. Safe for concurrent use.
 //
 // Lookups of admitted names take no lock: they read an immutable snapshot
 // of the set. New names go through mu into all, and the snapshot is
 // replaced by a copy of all after as many lookups have missed it as all
 // holds, so copying costs O(1) per miss amortized (the scheme of sync.Map).
-// Once max names are admitted the snapshot is final and a new name folds
-// without taking the lock.
+// While max names are admitted a new name folds without taking the lock.
 type Names struct {
 	max    int
 	folded atomic.Uint64
-	// full is set, after the final snapshot is stored, once max names are
-	// admitted; from then on read holds every name there will ever be.
+	// full is set, after the snapshot is stored, once max names are
+	// admitted, and cleared when forget makes room: while it is set, read
+	// holds every admitted name.
 	full atomic.Bool
 	read atomic.Pointer[map[string]string] // immutable; a subset of all
 
@@ -56,7 +56,8 @@ func NewNames(max int) *Names {
 // which AppendTag never returns) is never admitted: it also returns
 // (Other, true).
 func (n *Names) Intern(b []byte) (name string, folded bool) {
-	// Load full first: once it is true, the snapshot loaded next is final.
+	// Load full first: while it is true, the snapshot loaded next holds every
+	// admitted name.
 	full := n.full.Load()
 	if s, ok := (*n.read.Load())[string(b)]; ok {
 		return s, false
@@ -106,6 +107,20 @@ func (n *Names) storeReadLocked() {
 }
 
 func (n *Names) lenLocked() int { return len(n.all) - 2 } // minus Untagged and Other
+
+// forget removes admitted names, making room for as many new ones. Untagged
+// and Other cannot be forgotten.
+func (n *Names) forget(names []string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range names {
+		if s != Untagged && s != Other {
+			delete(n.all, s)
+		}
+	}
+	n.storeReadLocked()
+	n.full.Store(n.lenLocked() >= n.max)
+}
 
 // Folded returns how many Intern calls have returned (Other, true) so far.
 func (n *Names) Folded() uint64 { return n.folded.Load() }

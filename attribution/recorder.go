@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultMaxTags is the number of distinct tags a Recorder keeps when
@@ -25,10 +26,20 @@ type Options struct {
 	// (holdfast:reserve, holdfast:refill, ...) belong here. They count
 	// toward MaxTags; one that is not a valid tag folds into Other.
 	Known []string
+
+	// RetireIdle: a tag with nothing recorded for at least this long gives
+	// up its slot when a new name finds every slot taken, least recently
+	// active first, so that a retired flow does not keep a slot for the
+	// process's lifetime. Its series disappear from the metrics; should it
+	// come back, it starts again from zero (a counter reset to Prometheus).
+	// Untagged, Other, Known names and names with holdfast's reserved prefix
+	// are never retired. Zero keeps every admitted tag for the Recorder's
+	// lifetime.
+	RetireIdle time.Duration
 }
 
-// Recorder keeps the per-tag accounting: one Tag per admitted name, for the
-// Recorder's lifetime. The zero value is not usable; call NewRecorder. Safe
+// Recorder keeps the per-tag accounting: one Tag per admitted name, until
+// the name is retired (Options.RetireIdle). The zero value is not usable; call NewRecorder. Safe
 // for concurrent use.
 //
 // Looking up a known name takes no lock and does not allocate: it reads an
@@ -38,13 +49,17 @@ type Options struct {
 // admitted, it gets its Tag under mu, and folded, it gets Other's without
 // taking mu.
 type Recorder struct {
-	names *Names
-	other *Tag
-	read  atomic.Pointer[map[string]*Tag] // immutable; a subset of all
+	names      *Names
+	other      *Tag
+	read       atomic.Pointer[map[string]*Tag] // immutable; a subset of all
+	retireIdle time.Duration
+	nextSweep  atomic.Int64 // unix ns before which no new name triggers a sweep
+	retired    atomic.Uint64
 
 	mu     sync.Mutex      // guards following
 	all    map[string]*Tag // a Tag for every name names admitted, plus Untagged and Other
 	misses int             // lookups that missed read since it was stored
+	keep   map[string]bool // Known names: never retired
 
 	// snapMu serializes snapshots: it guards the reader state of every
 	// Tag's sums (sumNs.last, sumNs.wraps). Taken before mu, never inside.
@@ -61,15 +76,21 @@ func NewRecorder(o Options) *Recorder {
 	if max < 0 {
 		panic("attribution: NewRecorder: MaxTags is negative")
 	}
+	if o.RetireIdle < 0 {
+		panic("attribution: NewRecorder: RetireIdle is negative")
+	}
 	r := &Recorder{
-		names: NewNames(max),
-		other: &Tag{name: Other},
-		all:   make(map[string]*Tag),
+		names:      NewNames(max),
+		other:      &Tag{name: Other},
+		all:        make(map[string]*Tag),
+		keep:       make(map[string]bool),
+		retireIdle: o.RetireIdle,
 	}
 	r.all[Other] = r.other
 	r.all[Untagged] = &Tag{name: Untagged}
 	r.storeReadLocked()
 	for _, n := range o.Known {
+		r.keep[n] = true
 		r.TagString(n)
 	}
 	return r
@@ -99,6 +120,9 @@ func (r *Recorder) TagString(name string) *Tag {
 
 func (r *Recorder) tagSlow(name []byte) *Tag {
 	s, folded := r.names.Intern(name)
+	if folded && r.sweepDue(name) {
+		s, folded = r.names.Intern(name)
+	}
 	if folded {
 		return r.other
 	}
@@ -106,10 +130,21 @@ func (r *Recorder) tagSlow(name []byte) *Tag {
 	defer r.mu.Unlock()
 	t, ok := r.all[s]
 	if !ok {
-		t = &Tag{name: s}
+		if r.retireIdle != 0 {
+			// A sweep may have retired s since Intern admitted it: admit
+			// it again, or fold it.
+			if _, folded := r.names.Intern(name); folded {
+				return r.other
+			}
+		}
+		t = &Tag{name: s, rec: r, seenAt: time.Now()}
+		if r.keep[s] || strings.HasPrefix(s, reservedPrefix) {
+			t.rec = nil
+		}
 		r.all[s] = t
 		if len(r.all)-2 == r.names.max {
-			// The last admission: the snapshot becomes final.
+			// Every slot is taken: new names fold without the lock from
+			// now on, so the snapshot must hold every name.
 			r.storeReadLocked()
 			return t
 		}
@@ -120,6 +155,64 @@ func (r *Recorder) tagSlow(name []byte) *Tag {
 	}
 	return t
 }
+
+// sweepDue retires idle tags when a valid new name found every slot taken
+// and no sweep ran lately; it reports whether any slot came free. Sweeps are
+// spaced so that a flood of new names costs one pass over the tags per
+// interval, not one per name.
+func (r *Recorder) sweepDue(name []byte) bool {
+	if r.retireIdle == 0 || !isTag(name) {
+		return false
+	}
+	now := time.Now()
+	next := r.nextSweep.Load()
+	if now.UnixNano() < next || !r.nextSweep.CompareAndSwap(next, now.Add(min(r.retireIdle/4, 10*time.Second)).UnixNano()) {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.retireLocked(now) > 0
+}
+
+// observeLocked notes, for every retirable tag, when its activity last
+// changed, as seen now. Sweeps and snapshots call it, so a tag's idle time
+// is measured from the last sweep or snapshot that saw it change: never
+// longer than it really is idle.
+func (r *Recorder) observeLocked(now time.Time) {
+	for _, t := range r.all {
+		if t.rec != nil {
+			if a := t.activity(); a != t.seenCount {
+				t.seenCount, t.seenAt = a, now
+			}
+		}
+	}
+}
+
+// retireLocked retires every retirable tag idle for at least RetireIdle and
+// returns how many it retired. A retired Tag forwards whatever it is still
+// told to its name's next Tag (see Tag.current).
+func (r *Recorder) retireLocked(now time.Time) int {
+	r.observeLocked(now)
+	var gone []string
+	for name, t := range r.all {
+		if t.rec != nil && now.Sub(t.seenAt) >= r.retireIdle {
+			t.retired.Store(true)
+			delete(r.all, name)
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) == 0 {
+		return 0
+	}
+	r.storeReadLocked()
+	r.names.forget(gone)
+	r.retired.Add(uint64(len(gone)))
+	return len(gone)
+}
+
+// Retired returns how many tags have been retired to make room for new
+// names (see Options.RetireIdle).
+func (r *Recorder) Retired() uint64 { return r.retired.Load() }
 
 func (r *Recorder) storeReadLocked() {
 	m := maps.Clone(r.all)
@@ -141,6 +234,9 @@ func (r *Recorder) Snapshot() []TagStats {
 	r.snapMu.Lock()
 	defer r.snapMu.Unlock()
 	r.mu.Lock()
+	if r.retireIdle != 0 {
+		r.observeLocked(time.Now())
+	}
 	tags := slices.Collect(maps.Values(r.all))
 	r.mu.Unlock()
 

@@ -497,3 +497,146 @@ func BenchmarkBorrowPath(b *testing.B) {
 		})
 	})
 }
+
+// snapshotByTag indexes a Snapshot by tag name.
+func snapshotByTag(r *Recorder) map[string]TagStats {
+	m := make(map[string]TagStats)
+	for _, s := range r.Snapshot() {
+		m[s.Tag] = s
+	}
+	return m
+}
+
+func TestRecorderRetiresIdleTags(t *testing.T) {
+	r := NewRecorder(Options{MaxTags: 4, RetireIdle: 50 * time.Millisecond, Known: []string{"shop"}})
+	shop, a, b := r.TagString("shop"), r.TagString("a"), r.TagString("b")
+	own := r.TagString("holdfast:refill") // reserved prefix: never retired
+	for _, x := range []*Tag{shop, a, b, own} {
+		x.Borrowed(0)
+	}
+	if got := r.TagString("c"); got != r.other {
+		t.Fatalf("a new name with every slot taken and nothing idle got %q, want %q", got.Name(), Other)
+	}
+	// Keep a busy; shop, b and holdfast:refill go idle. c must get b's slot
+	// once b has been idle for RetireIdle, and not before.
+	start := time.Now()
+	var c *Tag
+	for time.Since(start) < 5*time.Second {
+		a.Statement(time.Millisecond, false)
+		r.Snapshot()
+		if c = r.TagString("c"); c != r.other {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if c == r.other {
+		t.Fatal("c never got a slot although b was idle")
+	}
+	if idle := time.Since(start); idle < 50*time.Millisecond {
+		t.Fatalf("b was retired after %v idle, before RetireIdle", idle)
+	}
+	if !b.retired.Load() || a.retired.Load() || shop.retired.Load() || own.retired.Load() {
+		t.Fatalf("retired: b %v (want true), a %v, shop %v, holdfast:refill %v (want false)",
+			b.retired.Load(), a.retired.Load(), shop.retired.Load(), own.retired.Load())
+	}
+	if r.Retired() != 1 {
+		t.Fatalf("Retired() = %d, want 1", r.Retired())
+	}
+	snap := snapshotByTag(r)
+	if _, ok := snap["b"]; ok {
+		t.Fatal("a retired tag is still in the snapshot")
+	}
+	if snap["a"].Borrows != 1 || snap["shop"].Borrows != 1 || snap["holdfast:refill"].Borrows != 1 {
+		t.Fatalf("kept tags lost their counts: %+v", snap)
+	}
+
+	// An old handle to b keeps working: what it records lands in Other
+	// while every slot is taken, or under b again should a slot have come
+	// free meanwhile (a stalled machine can leave a idle long enough).
+	c.Borrowed(0)
+	b.Borrowed(time.Millisecond)
+	b.Returned(time.Millisecond, time.Millisecond, 0)
+	snap = snapshotByTag(r)
+	if n, h := snap[Other].Borrows+snap["b"].Borrows, snap[Other].Hold.Count+snap["b"].Hold.Count; n != 1 || h != 1 {
+		t.Fatalf("a retired handle's records went astray: other %+v, b %+v", snap[Other], snap["b"])
+	}
+}
+
+func TestRecorderRetiredHandleReadmits(t *testing.T) {
+	r := NewRecorder(Options{MaxTags: 1, RetireIdle: time.Millisecond})
+	b := r.TagString("b")
+	b.Borrowed(0)
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.retired.Load() && time.Now().Before(deadline) {
+		r.Snapshot()
+		time.Sleep(2 * time.Millisecond)
+		r.TagString("c")
+	}
+	if !b.retired.Load() {
+		t.Fatal("b was never retired")
+	}
+	// c holds the only slot now. Once c is idle too, b's old handle gets
+	// its name admitted again and records under it.
+	for time.Now().Before(deadline) {
+		r.Snapshot()
+		time.Sleep(2 * time.Millisecond)
+		b.Statement(time.Millisecond, false)
+		if snap := snapshotByTag(r); snap["b"].Statements >= 1 {
+			if got := r.TagString("b"); got == b || got.retired.Load() {
+				t.Fatal("the name b resolves to its retired Tag")
+			}
+			return
+		}
+	}
+	t.Fatal("b's old handle never got its name back")
+}
+
+func TestRecorderRetireConcurrent(t *testing.T) {
+	// Lookups, old handles and sweeps at once, for the race detector, and
+	// the bound holds throughout.
+	r := NewRecorder(Options{MaxTags: 8, RetireIdle: time.Millisecond})
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var handles [8][]*Tag
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tag := r.TagString("t" + strconv.Itoa(g) + "_" + strconv.Itoa(i%20))
+				tag.Borrowed(0)
+				tag.Returned(time.Microsecond, 0, 0)
+				handles[g] = append(handles[g], tag)
+				if len(handles[g]) > 50 {
+					handles[g][i%50].Statement(0, false)
+				}
+				if i%100 == 0 {
+					r.Snapshot()
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if n := len(r.Snapshot()); n > 8+2 {
+		t.Fatalf("%d tags in the snapshot, bound is 8 plus untagged and other", n)
+	}
+	if n := r.names.Len(); n > 8 {
+		t.Fatalf("names holds %d, bound 8", n)
+	}
+	r.mu.Lock()
+	n := len(r.all) - 2
+	r.mu.Unlock()
+	if n > 8 {
+		t.Fatalf("recorder holds %d tags, bound 8", n)
+	}
+	if r.Retired() == 0 {
+		t.Fatal("nothing was retired")
+	}
+}

@@ -72,6 +72,11 @@ type Attribution struct {
 	// MaxTags bounds distinct tags; new ones past it are counted under
 	// "other".
 	MaxTags int `yaml:"max_tags"`
+	// RetireIdle: when every max_tags slot is taken, a tag with nothing
+	// recorded for this long gives its slot to a new tag (least recently
+	// active first) and its series leave /metrics. Zero keeps every tag
+	// until restart.
+	RetireIdle time.Duration `yaml:"retire_idle"`
 	// SlowTransaction: a transaction that holds its connection at least
 	// this long while executing less than a tenth of that time is counted
 	// and logged (rate-limited) with its tag and statement.
@@ -203,7 +208,7 @@ func Default() Config {
 		Log:         Log{Level: "info", Format: "text"},
 		Admin:       Admin{Listen: "127.0.0.1:6034"},
 		Sessions:    Sessions{StatementCache: 1000},
-		Attribution: Attribution{MaxTags: 200, SlowTransaction: time.Second},
+		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
 		Reservation: Reservation{Enabled: true, Config: reservation.DefaultConfig()},
 	}
 }
@@ -379,6 +384,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Attribution.MaxTags < 1 {
 		return bad("attribution.max_tags", "must be at least 1, got %d", c.Attribution.MaxTags)
+	}
+	if c.Attribution.RetireIdle < 0 {
+		return bad("attribution.retire_idle", "must not be negative (0 keeps every tag)")
 	}
 	if c.Attribution.SlowTransaction <= 0 {
 		return bad("attribution.slow_transaction", "must be positive")

@@ -501,6 +501,55 @@ func TestTagCardinality(t *testing.T) {
 	}
 }
 
+// TestTagRetireIdle: with every max_tags slot taken, a tag idle for
+// retire_idle gives its slot to a new tag; a busy one keeps its own.
+func TestTagRetireIdle(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		c.Attribution.MaxTags = 2
+		c.Attribution.RetireIdle = 300 * time.Millisecond
+	})
+	admin := p.admin(t)
+	db := p.open(t)
+	mustExec(t, db, "/* conn_tag:retired_flow */ DO 0")
+	mustExec(t, db, "/* conn_tag:busy_flow */ DO 0")
+	mustExec(t, db, "/* conn_tag:new_flow */ DO 0")
+	mf := scrape(t, admin.URL)
+	if metric(mf, "holdfast_tag_statements_total", tagged("new_flow")) != 0 || metric(mf, "holdfast_tag_statements_total", tagged("other")) != 1 {
+		t.Fatal("a third tag with max_tags 2 and nothing idle was not counted under other")
+	}
+	start := time.Now()
+	for {
+		mustExec(t, db, "/* conn_tag:busy_flow */ DO 0")
+		mustExec(t, db, "/* conn_tag:new_flow */ DO 0")
+		mf = scrape(t, admin.URL)
+		if metric(mf, "holdfast_tag_statements_total", tagged("new_flow")) > 0 {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("new_flow never got a slot although retired_flow was idle")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if idle := time.Since(start); idle < 300*time.Millisecond {
+		t.Fatalf("a tag was retired after %v, before retire_idle", idle)
+	}
+	if f := mf["holdfast_tag_statements_total"]; f != nil {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "tag" && l.GetValue() == "retired_flow" {
+					t.Fatal("the retired tag is still in /metrics")
+				}
+			}
+		}
+	}
+	if metric(mf, "holdfast_tag_statements_total", tagged("busy_flow")) < 2 {
+		t.Fatal("the busy tag lost its series")
+	}
+	if metric(mf, "holdfast_tags_retired_total", nil) != 1 {
+		t.Fatalf("holdfast_tags_retired_total = %v, want 1", metric(mf, "holdfast_tags_retired_total", nil))
+	}
+}
+
 func TestAdminToken(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Admin.Listen, c.Admin.Token = "0.0.0.0:0", "s3cret" })
 	admin := p.admin(t)

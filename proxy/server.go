@@ -126,7 +126,7 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 		sessions:   map[uint32]*session{},
 	}
 	s.st.Pins = map[string]uint64{}
-	s.rec = attribution.NewRecorder(attribution.Options{MaxTags: cfg.Attribution.MaxTags})
+	s.rec = attribution.NewRecorder(attribution.Options{MaxTags: cfg.Attribution.MaxTags, RetireIdle: cfg.Attribution.RetireIdle})
 	s.attr = !cfg.Attribution.Disabled
 	s.cfg.Store(&cfg)
 	s.tlsConf.Store(tc)
