@@ -27,6 +27,8 @@ type AttrVerdict struct {
 	// per-round tps: the run-to-run noise the Ratio has to be read against.
 	OnSpread, OffSpread float64
 	Pass                bool // Ratio > 0 and Ratio ≥ Workload.Target
+	// PairedMedian: Ratio is the median of Paired, not OnTPS / OffTPS.
+	PairedMedian bool
 }
 
 // Diff is the tps difference of on against off in percent; negative when
@@ -125,6 +127,9 @@ func (v AttrVerdict) String() string {
 	ratio := "n/a"
 	if v.Ratio > 0 {
 		ratio = fmt.Sprintf("%.3f× = %+.1f%%", v.Ratio, v.Diff())
+		if v.PairedMedian {
+			ratio = fmt.Sprintf("%.3f× = %+.1f%% (median of %d pairs)", v.Ratio, v.Diff(), len(v.Paired))
+		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %-16s %s/%s %s (target: on at most %.1f%% slower%s)\n",

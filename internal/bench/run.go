@@ -472,6 +472,9 @@ func (b *runner) runOne(ctx context.Context, round int, w Workload, target strin
 // printSample prints one run; round 0 is the uncounted profile run.
 func (b *runner) printSample(s Sample) {
 	label := fmt.Sprintf("round %d/%d", s.Round, b.o.Rounds)
+	if s.Round > b.o.Rounds || strings.Contains(s.Target, "∥") {
+		label = fmt.Sprintf("pair %d", s.Round)
+	}
 	if s.Round == 0 {
 		label = "profile run"
 	}
