@@ -34,6 +34,10 @@ type Config struct {
 	MaxAllowedPacket ByteSize `yaml:"max_allowed_packet"`
 	// ShutdownGrace bounds how long SIGTERM waits for open transactions.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// MaxProcs caps the CPUs holdfast runs Go code on at once (GOMAXPROCS).
+	// Zero leaves Go's default: the CPUs available, or the container's CPU
+	// quota. Read at start-up.
+	MaxProcs int `yaml:"max_procs"`
 
 	TLS         TLS         `yaml:"tls"`
 	Users       []User      `yaml:"users"`
@@ -302,6 +306,9 @@ func (c *Config) Validate() error {
 		if !IsLoopback(c.Admin.Listen) && c.Admin.Token == "" {
 			return bad("admin.token", "required when admin.listen (%s) is not a loopback address", c.Admin.Listen)
 		}
+	}
+	if c.MaxProcs < 0 {
+		return bad("max_procs", "must not be negative (0: Go's default), got %d", c.MaxProcs)
 	}
 	if c.MaxAllowedPacket < 1024 || c.MaxAllowedPacket > 1<<30 {
 		return bad("max_allowed_packet", "must be between 1KiB and 1GiB, got %d", c.MaxAllowedPacket)

@@ -53,6 +53,8 @@ func TestParse(t *testing.T) {
 		{"tls half set", "tls:\n  cert_file: a.pem\n", "config: tls: cert_file and key_file"},
 		{"log level", "log:\n  level: chatty\n", "config: log.level"},
 		{"statement cache", "sessions:\n  statement_cache: 0\n", "config: sessions.statement_cache"},
+		{"negative max_procs", "max_procs: -1\n", "config: max_procs"},
+		{"negative retire_idle", "attribution:\n  retire_idle: -1s\n", "config: attribution.retire_idle"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -91,6 +92,10 @@ func newLogger(c config.Log) *slog.Logger {
 
 func serve(path string, cfg config.Config) error {
 	log := newLogger(cfg.Log)
+	if cfg.MaxProcs > 0 {
+		runtime.GOMAXPROCS(cfg.MaxProcs)
+	}
+	log.Info("starting", "max_procs", runtime.GOMAXPROCS(0))
 	srv, err := proxy.New(cfg, log, nil)
 	if err != nil {
 		return err

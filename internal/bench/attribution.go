@@ -257,6 +257,7 @@ func (b *runner) startAttributionHoldfasts(ctx context.Context) error {
 			Database:            o.Database,
 			PoolMin:             o.PoolMax,
 			PoolMax:             o.PoolMax,
+			MaxProcs:            o.MaxProcs,
 			AttributionDisabled: off,
 			AdminListen:         admin,
 		}
@@ -265,8 +266,8 @@ func (b *runner) startAttributionHoldfasts(ctx context.Context) error {
 			return err
 		}
 		b.attrProcs = append(b.attrProcs, attrProc{name: name, h: h, admin: admin})
-		b.printf("holdfast %s: %s (pid %d; attribution.disabled: %v; pool min %d max %d; admin %s; log %s)\n",
-			name, h.Cmdline, h.Pid(), off, o.PoolMax, o.PoolMax, admin, h.LogPath)
+		b.printf("holdfast %s: %s (pid %d; attribution.disabled: %v; pool min %d max %d; max_procs %d; admin %s; log %s)\n",
+			name, h.Cmdline, h.Pid(), off, o.PoolMax, o.PoolMax, o.MaxProcs, admin, h.LogPath)
 		if off {
 			b.hfs[TargetAttrOff] = h
 			b.eps[TargetAttrOff] = Endpoint{Name: TargetAttrOff, Addr: addr, User: holdfastUser, Password: holdfastUser}

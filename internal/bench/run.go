@@ -42,6 +42,9 @@ type Options struct {
 	Tables    int
 	TableSize int
 	PoolMax   int // holdfast's pool.max (and pool.min) for the sysbench runs
+	// MaxProcs is holdfast's max_procs (GOMAXPROCS) in every run; 0 leaves
+	// Go's default.
+	MaxProcs int
 
 	// The connection-scale run and SkipSysbench, SkipScale: ModeProxy only.
 
@@ -71,7 +74,7 @@ func DefaultOptions() Options {
 		Repo: ".", Go: "go", Sysbench: "sysbench",
 		MariaDB: "127.0.0.1:3306", AdminUser: "root",
 		Database: "holdfast_bench", BenchUser: "holdfast_bench",
-		Rounds: 5, Time: 10 * time.Second, Tables: 4, TableSize: 10000, PoolMax: 8,
+		Rounds: 5, Time: 10 * time.Second, Tables: 4, TableSize: 10000, PoolMax: 8, MaxProcs: 1,
 		ScaleConns: 5000, ScalePoolMax: 32, ScaleTime: 30 * time.Second, ScaleInterval: time.Second,
 		RSSTarget: 200 << 20,
 		Profile:   "on-miss",
@@ -182,6 +185,8 @@ func (o Options) validate() error {
 		return errors.New("bench: time must be at least 1s")
 	case o.Tables < 1 || o.TableSize < 1:
 		return errors.New("bench: tables and table-size must be positive")
+	case o.MaxProcs < 0:
+		return fmt.Errorf("bench: -max-procs must not be negative")
 	case o.PoolMax < 1 || o.ScalePoolMax < 1:
 		return errors.New("bench: pool sizes must be positive")
 	case o.ScaleConns < 1 || o.ScaleTime <= 0 || o.ScaleInterval <= 0:
@@ -328,6 +333,7 @@ func (b *runner) startHoldfast(ctx context.Context, name string, poolMin, poolMa
 		Database: b.o.Database,
 		PoolMin:  poolMin,
 		PoolMax:  poolMax,
+		MaxProcs: b.o.MaxProcs,
 	}
 	h, err := StartHoldfast(ctx, b.bin, b.dir, name, hc, extra...)
 	if err != nil {
@@ -335,7 +341,7 @@ func (b *runner) startHoldfast(ctx context.Context, name string, poolMin, poolMa
 	}
 	b.hf = h
 	b.viaHF = Endpoint{Name: TargetHoldfast, Addr: addr, User: holdfastUser, Password: holdfastUser}
-	b.printf("holdfast: %s (pid %d; pool min %d max %d; log %s)\n", h.Cmdline, h.Pid(), poolMin, poolMax, h.LogPath)
+	b.printf("holdfast: %s (pid %d; pool min %d max %d; max_procs %d; log %s)\n", h.Cmdline, h.Pid(), poolMin, poolMax, b.o.MaxProcs, h.LogPath)
 	return h, nil
 }
 
