@@ -36,6 +36,7 @@ func main() {
 	flag.IntVar(&o.TableSize, "table-size", o.TableSize, "sysbench --table-size")
 	flag.IntVar(&o.PoolMax, "pool-max", o.PoolMax, "holdfast pool.min and pool.max for the sysbench runs")
 	flag.IntVar(&o.MaxProcs, "max-procs", o.MaxProcs, "holdfast max_procs (GOMAXPROCS) in every run; 0: Go's default (every CPU)")
+	flag.IntVar(&o.PipelineDepth, "pipeline-depth", o.PipelineDepth, "holdfast pool.pipeline_depth in every run; 0: holdfast's default; -1: off")
 	flag.IntVar(&o.ScaleConns, "scale-conns", o.ScaleConns, "client connections in the connection-scale run")
 	flag.IntVar(&o.ScalePoolMax, "scale-pool-max", o.ScalePoolMax, "holdfast pool.max for the connection-scale run")
 	flag.DurationVar(&o.ScaleTime, "scale-time", o.ScaleTime, "duration of the connection-scale statement phase")

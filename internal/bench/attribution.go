@@ -258,6 +258,7 @@ func (b *runner) startAttributionHoldfasts(ctx context.Context) error {
 			PoolMin:             o.PoolMax,
 			PoolMax:             o.PoolMax,
 			MaxProcs:            o.MaxProcs,
+			Pipeline:            o.PipelineDepth,
 			AttributionDisabled: off,
 			AdminListen:         admin,
 		}

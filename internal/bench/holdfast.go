@@ -40,6 +40,9 @@ type HoldfastConfig struct {
 	PoolMax  int
 	// MaxProcs is max_procs (GOMAXPROCS); 0 leaves Go's default.
 	MaxProcs int
+	// Pipeline is pool.pipeline_depth: 0 leaves holdfast's default, a
+	// negative value turns pipelining off.
+	Pipeline int
 	// DefaultTags maps a user in Users to its default_tag, the tag of its
 	// untagged statements when attribution is on; nil: no user has one.
 	DefaultTags map[string]string
@@ -75,6 +78,11 @@ pool:
   max_idle: {{.PoolMax}}
   acquire_timeout: 30s
   max_waiters: 20000
+{{- if gt .Pipeline 0}}
+  pipeline_depth: {{.Pipeline}}
+{{- else if lt .Pipeline 0}}
+  pipeline_depth: 0
+{{- end}}
 log:
   level: warn
 admin:

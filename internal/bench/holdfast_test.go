@@ -39,6 +39,33 @@ func TestHoldfastConfigParses(t *testing.T) {
 	}
 }
 
+func TestHoldfastConfigPipelineAndProcs(t *testing.T) {
+	base := HoldfastConfig{Listen: "127.0.0.1:16033", Users: []string{"u"}, Backend: Endpoint{Addr: "127.0.0.1:3306", User: "p"}, PoolMax: 8}
+	def, err := config.Parse(base.YAML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		pipeline, procs   int
+		wantDepth, wantMP int
+	}{
+		{0, 0, def.Pool.PipelineDepth, 0},
+		{32, 1, 32, 1},
+		{-1, 2, 0, 2},
+	} {
+		hc := base
+		hc.Pipeline, hc.MaxProcs = tc.pipeline, tc.procs
+		c, err := config.Parse(hc.YAML())
+		if err != nil {
+			t.Fatalf("%v\n%s", err, hc.YAML())
+		}
+		if c.Pool.PipelineDepth != tc.wantDepth || c.MaxProcs != tc.wantMP {
+			t.Errorf("Pipeline %d, MaxProcs %d: parsed pipeline_depth %d, max_procs %d; want %d, %d",
+				tc.pipeline, tc.procs, c.Pool.PipelineDepth, c.MaxProcs, tc.wantDepth, tc.wantMP)
+		}
+	}
+}
+
 func TestProcReaders(t *testing.T) {
 	m, err := ReadProcMem(os.Getpid())
 	if err != nil {

@@ -45,6 +45,9 @@ type Options struct {
 	// MaxProcs is holdfast's max_procs (GOMAXPROCS) in every run; 0 leaves
 	// Go's default.
 	MaxProcs int
+	// PipelineDepth is holdfast's pool.pipeline_depth in every run; 0
+	// leaves holdfast's default, -1 turns pipelining off.
+	PipelineDepth int
 
 	// The connection-scale run and SkipSysbench, SkipScale: ModeProxy only.
 
@@ -74,7 +77,7 @@ func DefaultOptions() Options {
 		Repo: ".", Go: "go", Sysbench: "sysbench",
 		MariaDB: "127.0.0.1:3306", AdminUser: "root",
 		Database: "holdfast_bench", BenchUser: "holdfast_bench",
-		Rounds: 5, Time: 10 * time.Second, Tables: 4, TableSize: 10000, PoolMax: 8, MaxProcs: 1,
+		Rounds: 5, Time: 10 * time.Second, Tables: 4, TableSize: 10000, PoolMax: 8, MaxProcs: 1, PipelineDepth: 32,
 		ScaleConns: 5000, ScalePoolMax: 32, ScaleTime: 30 * time.Second, ScaleInterval: time.Second,
 		RSSTarget: 200 << 20,
 		Profile:   "on-miss",
@@ -334,6 +337,7 @@ func (b *runner) startHoldfast(ctx context.Context, name string, poolMin, poolMa
 		PoolMin:  poolMin,
 		PoolMax:  poolMax,
 		MaxProcs: b.o.MaxProcs,
+		Pipeline: b.o.PipelineDepth,
 	}
 	h, err := StartHoldfast(ctx, b.bin, b.dir, name, hc, extra...)
 	if err != nil {
@@ -341,7 +345,7 @@ func (b *runner) startHoldfast(ctx context.Context, name string, poolMin, poolMa
 	}
 	b.hf = h
 	b.viaHF = Endpoint{Name: TargetHoldfast, Addr: addr, User: holdfastUser, Password: holdfastUser}
-	b.printf("holdfast: %s (pid %d; pool min %d max %d; max_procs %d; log %s)\n", h.Cmdline, h.Pid(), poolMin, poolMax, b.o.MaxProcs, h.LogPath)
+	b.printf("holdfast: %s (pid %d; pool min %d max %d; pipeline_depth %d; max_procs %d; log %s)\n", h.Cmdline, h.Pid(), poolMin, poolMax, b.o.PipelineDepth, b.o.MaxProcs, h.LogPath)
 	return h, nil
 }
 
