@@ -38,7 +38,7 @@ bench-proxy:
 	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \
 	  $(GO) run ./cmd/holdfast-bench -go $(GO) -mariadb $$addr $(BENCH_FLAGS)
 
-## bench-attribution: sysbench point_select@16/@64 through holdfast, attribution on vs off, in turn and in concurrent pairs (~12 min)
+## bench-attribution: sysbench point_select@16/@64 through holdfast, attribution on vs off, in turn and in concurrent pairs (~15 min)
 bench-attribution:
 	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \
 	  $(GO) run ./cmd/holdfast-bench -mode attribution -go $(GO) -mariadb $$addr $(BENCH_FLAGS)

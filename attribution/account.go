@@ -130,7 +130,7 @@ func (t *Tag) current() *Tag {
 
 // activity returns a count that grows with everything recorded on t.
 func (t *Tag) activity() uint64 {
-	n := t.errors.Load() + t.transactions.Load() + t.slowTransactions.Load()
+	n := t.transactions.Load() + t.slowTransactions.Load() // errors move with stmt
 	for _, h := range [...]*histogram{&t.hold, &t.wait, &t.stmt} {
 		for i := range h.counts {
 			n += h.counts[i].Load()

@@ -59,7 +59,6 @@ type Recorder struct {
 	mu     sync.Mutex      // guards following
 	all    map[string]*Tag // a Tag for every name names admitted, plus Untagged and Other
 	misses int             // lookups that missed read since it was stored
-	keep   map[string]bool // Known names: never retired
 
 	// snapMu serializes snapshots: it guards the reader state of every
 	// Tag's sums (sumNs.last, sumNs.wraps). Taken before mu, never inside.
@@ -83,15 +82,13 @@ func NewRecorder(o Options) *Recorder {
 		names:      NewNames(max),
 		other:      &Tag{name: Other},
 		all:        make(map[string]*Tag),
-		keep:       make(map[string]bool),
 		retireIdle: o.RetireIdle,
 	}
 	r.all[Other] = r.other
 	r.all[Untagged] = &Tag{name: Untagged}
 	r.storeReadLocked()
 	for _, n := range o.Known {
-		r.keep[n] = true
-		r.TagString(n)
+		r.TagString(n).rec = nil // never retired
 	}
 	return r
 }
@@ -138,7 +135,7 @@ func (r *Recorder) tagSlow(name []byte) *Tag {
 			}
 		}
 		t = &Tag{name: s, rec: r, seenAt: time.Now()}
-		if r.keep[s] || strings.HasPrefix(s, reservedPrefix) {
+		if strings.HasPrefix(s, reservedPrefix) {
 			t.rec = nil
 		}
 		r.all[s] = t

@@ -511,6 +511,9 @@ func TestRecorderRetiresIdleTags(t *testing.T) {
 	r := NewRecorder(Options{MaxTags: 4, RetireIdle: 50 * time.Millisecond, Known: []string{"shop"}})
 	shop, a, b := r.TagString("shop"), r.TagString("a"), r.TagString("b")
 	own := r.TagString("holdfast:refill") // reserved prefix: never retired
+	// b is idle from before start on, so b retired less than RetireIdle
+	// after start would be a bug.
+	start := time.Now()
 	for _, x := range []*Tag{shop, a, b, own} {
 		x.Borrowed(0)
 	}
@@ -519,7 +522,6 @@ func TestRecorderRetiresIdleTags(t *testing.T) {
 	}
 	// Keep a busy; shop, b and holdfast:refill go idle. c must get b's slot
 	// once b has been idle for RetireIdle, and not before.
-	start := time.Now()
 	var c *Tag
 	for time.Since(start) < 5*time.Second {
 		a.Statement(time.Millisecond, false)

@@ -72,6 +72,7 @@ func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
 func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution.Tag, cs *clientStmt, text []byte) (handled, keep bool) {
 	start := time.Now()
 	var timer *time.Timer
+	var ch chan struct{}
 	p, turn, cmd, wait := s.srv.joinPipe(s, cs, build)
 	for p == nil && wait {
 		// A pipe fit for us exists but cannot take us now (full, busy with
@@ -81,12 +82,11 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		if timer == nil {
 			timer = time.NewTimer(s.srv.pool.Limits().AcquireTimeout)
 			defer timer.Stop()
+			// One channel for every pass: a wake-up both empties it and
+			// takes it off the queue.
+			ch = make(chan struct{}, 1)
 		}
-		ch := make(chan struct{}, 1)
-		s.srv.pipes.mu.Lock()
-		s.srv.pipes.waiters = append(s.srv.pipes.waiters, ch)
-		s.srv.pipes.nwait.Store(int32(len(s.srv.pipes.waiters)))
-		s.srv.pipes.mu.Unlock()
+		s.srv.pipes.addWaiter(ch)
 		// A place may have opened between the failed try and queueing.
 		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, build); p != nil || !wait {
 			s.srv.pipes.dropWaiter(ch)
@@ -250,6 +250,14 @@ func (ps *pipes) wakeAll() {
 	}
 	ps.waiters = ps.waiters[:0]
 	ps.nwait.Store(0)
+	ps.mu.Unlock()
+}
+
+// addWaiter queues ch for a wake-up when a place in a pipe may be free.
+func (ps *pipes) addWaiter(ch chan struct{}) {
+	ps.mu.Lock()
+	ps.waiters = append(ps.waiters, ch)
+	ps.nwait.Store(int32(len(ps.waiters)))
 	ps.mu.Unlock()
 }
 

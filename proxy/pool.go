@@ -281,11 +281,18 @@ func (p *Pool) take(foundRows bool) (*backendConn, *waiter, bool, error) {
 	return nil, w, false, nil
 }
 
+// dropWaiterLocked takes e off the waiter queue, keeping nwait in step, and
+// returns its waiter.
+func (p *Pool) dropWaiterLocked(e *list.Element) *waiter {
+	p.waiters.Remove(e)
+	p.nwait.Store(int32(p.waiters.Len()))
+	return e.Value.(*waiter)
+}
+
 func (p *Pool) removeWaiterLocked(w *waiter) bool {
 	for e := p.waiters.Front(); e != nil; e = e.Next() {
 		if e.Value.(*waiter) == w {
-			p.waiters.Remove(e)
-			p.nwait.Store(int32(p.waiters.Len()))
+			p.dropWaiterLocked(e)
 			return true
 		}
 	}
@@ -383,9 +390,7 @@ func (p *Pool) release(bc *backendConn, reusable bool) {
 	}
 	bc.idleFrom = now
 	if e := p.waiters.Front(); e != nil {
-		w := e.Value.(*waiter)
-		p.waiters.Remove(e)
-		p.nwait.Store(int32(p.waiters.Len()))
+		w := p.dropWaiterLocked(e)
 		if w.foundRows != bc.foundRows {
 			// Free the slot and let the waiter dial its own variant.
 			p.open--
@@ -422,11 +427,9 @@ func (p *Pool) kick() {
 		p.mu.Unlock()
 		return
 	}
-	e := p.waiters.Front()
-	p.waiters.Remove(e)
-	p.nwait.Store(int32(p.waiters.Len()))
+	w := p.dropWaiterLocked(p.waiters.Front())
 	p.mu.Unlock()
-	e.Value.(*waiter).ch <- nil
+	w.ch <- nil
 }
 
 // maintain keeps Min connections open, closes idle and expired ones, and

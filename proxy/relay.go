@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -224,9 +223,8 @@ func copyN(s *session, bc *backendConn, n int) error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.w.bw.Write(b); err != nil {
-			s.clientWrote(err)
-		}
+		_, err = s.w.bw.Write(b)
+		s.clientWrote(err)
 		_, _ = br.Discard(len(b))
 		n -= len(b)
 	}
@@ -238,7 +236,7 @@ func copyN(s *session, bc *backendConn, n int) error {
 func (s *session) clientWrote(err error) {
 	if err != nil && !s.gone {
 		s.gone = true
-		s.w.bw = bufio.NewWriterSize(io.Discard, 4096)
+		s.w.bw.Reset(io.Discard) // the pooled writer, now dropping what it is given
 	}
 }
 

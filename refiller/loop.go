@@ -132,7 +132,7 @@ func (r *Refiller) CheckDirty(ctx context.Context) {
 	r.mu.Lock()
 	keys := make([]reservation.PoolKey, 0, len(r.dirty))
 	for k := range r.dirty {
-		if h := r.hot[k]; h != nil && h.seen && now.Sub(h.lookedAt) < r.cfg.Interval {
+		if h := r.hot[k]; h != nil && !h.lookedAt.IsZero() && now.Sub(h.lookedAt) < r.cfg.Interval {
 			if t := r.thresholdLocked(k, now); h.depth > t+t/4 {
 				continue
 			}
@@ -173,7 +173,7 @@ const stateColumnsSQL = `l.on_hand,
    WHERE x.shop_id = l.shop_id AND x.inventory_item_id = l.inventory_item_id AND x.inventory_group_id = l.inventory_group_id)
 FROM inventory_ledger l`
 
-// state decodes the columns of stateColumnsSQL (row[0:4]) for key.
+// stateLocked decodes the columns of stateColumnsSQL (row[0:4]) for key.
 func (r *Refiller) stateLocked(key reservation.PoolKey, row [][]byte, now time.Time) (*poolState, error) {
 	v, err := ints(row[:2])
 	if err != nil {
@@ -199,8 +199,7 @@ func (r *Refiller) look(ctx context.Context, keys []reservation.PoolKey) ([]*poo
 		if i > 0 {
 			b.WriteString(" UNION ALL ")
 		}
-		fmt.Fprintf(&b, "SELECT %d, %s WHERE l.shop_id = %d AND l.inventory_item_id = %d AND l.inventory_group_id = %d",
-			i, stateColumnsSQL, k.ShopID, k.ItemID, k.GroupID)
+		fmt.Fprintf(&b, "SELECT %d, %s WHERE %s", i, stateColumnsSQL, k.WhereSQL())
 	}
 	rows, err := r.query(ctx, b.String())
 	if err != nil {
@@ -220,7 +219,7 @@ func (r *Refiller) look(ctx context.Context, keys []reservation.PoolKey) ([]*poo
 			return nil, err
 		}
 		if h := r.hot[s.key]; h != nil {
-			h.depth, h.seen, h.lookedAt = s.pooled, true, now
+			h.depth, h.lookedAt = s.pooled, now
 		}
 		out = append(out, s)
 	}
@@ -323,7 +322,7 @@ func (r *Refiller) hottestLocked() []PoolDepth {
 	}
 	all := make([]kv, 0, len(r.hot))
 	for k, h := range r.hot {
-		if h.seen {
+		if !h.lookedAt.IsZero() { // its depth was read at least once
 			all = append(all, kv{k, h})
 		}
 	}

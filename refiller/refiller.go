@@ -143,8 +143,7 @@ type flight struct {
 type hotPool struct {
 	touches  uint64
 	depth    int64     // last seen depth, less what reserves took since
-	seen     bool      // depth was read at least once
-	lookedAt time.Time // when depth was last read
+	lookedAt time.Time // when depth was last read; zero: never
 
 	// The take rate: units taken in the window that started at winStart,
 	// folded into rate (units/s, smoothed) when the window closes.
@@ -362,7 +361,7 @@ func (r *Refiller) refillOnce(ctx context.Context, key reservation.PoolKey, t Tr
 	if err == nil {
 		r.mu.Lock()
 		if h := r.hot[key]; h != nil {
-			h.depth, h.seen, h.lookedAt = res.Pooled, true, time.Now()
+			h.depth, h.lookedAt = res.Pooled, time.Now()
 		}
 		r.mu.Unlock()
 	}

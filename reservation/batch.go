@@ -317,9 +317,7 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomi
 	}
 	total := len(keys)
 	q = make([]byte, 0, 256+64*total+96*total+256*len(ok))
-	q = append(q, DeleteByKeysSQL(TableUnits, unitCols, keys, "")...)
-	q = append(q, "; "...)
-	q = append(q, GuardRowCount(int64(total))...)
+	q = append(q, guardedDeleteSQL(TableUnits, unitCols, keys)...)
 	q = append(q, "; "...)
 
 	first := true

@@ -79,7 +79,7 @@ func deleteLinesSQL(id uint64, held [][][]byte, col int) (string, error) {
 		}
 		keys[i] = []int64{int64(id), n}
 	}
-	return DeleteByKeysSQL(TableReserved, lineCols, keys, "") + "; " + GuardRowCount(int64(len(keys))), nil
+	return guardedDeleteSQL(TableReserved, lineCols, keys), nil
 }
 
 // errAlreadyClaimed makes a claim transaction roll back when another claim

@@ -225,11 +225,7 @@ func (p *LockedPool) Finish(add int64, remove []int64, setOnHand bool, onHand in
 	k := p.Key
 	var stmts []string
 	if len(remove) > 0 {
-		keys := make([][]int64, len(remove))
-		for i, id := range remove {
-			keys[i] = []int64{k.ShopID, k.ItemID, k.GroupID, id}
-		}
-		stmts = append(stmts, DeleteByKeysSQL(TableUnits, unitCols, keys, ""), GuardRowCount(int64(len(remove))))
+		stmts = append(stmts, guardedDeleteSQL(TableUnits, unitCols, unitKeys(k, remove)))
 		p.Pooled -= int64(len(remove))
 		p.Issued -= int64(len(remove))
 	}
@@ -252,10 +248,10 @@ func (p *LockedPool) Finish(add int64, remove []int64, setOnHand bool, onHand in
 		p.Issued += add
 	}
 	if len(p.expired) > 0 {
-		stmts = append(stmts, DeleteByKeysSQL(TableReserved, lineCols, p.expired, ""), GuardRowCount(int64(len(p.expired))))
+		stmts = append(stmts, guardedDeleteSQL(TableReserved, lineCols, p.expired))
 	}
 	if len(p.returns) > 0 {
-		stmts = append(stmts, DeleteByKeysSQL(TableReturns, returnCols, p.returns, ""), GuardRowCount(int64(len(p.returns))))
+		stmts = append(stmts, guardedDeleteSQL(TableReturns, returnCols, p.returns))
 	}
 	if setOnHand {
 		if p.Exists {

@@ -99,11 +99,19 @@ var (
 	lineCols = []string{"reservation_id", "line_no"}
 )
 
-// DeleteUnits deletes the given unit ids of key's pool.
-func DeleteUnits(ctx context.Context, c Conn, key PoolKey, ids []int64) (int, error) {
+// unitKeys returns the reservation_units keys (unitCols) of key's pool for
+// the given unit ids.
+func unitKeys(key PoolKey, ids []int64) [][]int64 {
 	keys := make([][]int64, len(ids))
 	for i, id := range ids {
 		keys[i] = []int64{key.ShopID, key.ItemID, key.GroupID, id}
 	}
-	return DeleteByKeys(ctx, c, TableUnits, unitCols, keys, "")
+	return keys
+}
+
+// guardedDeleteSQL is DeleteByKeysSQL followed by GuardRowCount: in one
+// multi-statement round trip, the statements after it run only if exactly
+// len(keys) rows were deleted.
+func guardedDeleteSQL(table string, cols []string, keys [][]int64) string {
+	return DeleteByKeysSQL(table, cols, keys, "") + "; " + GuardRowCount(int64(len(keys)))
 }

@@ -71,7 +71,7 @@ func (e *Engine) SweepOnce(ctx context.Context) (int, error) {
 			del[i] = v[:2]
 			gone = append(gone, returnedLine{key: PoolKey{v[2], v[3], v[4]}, id: uint64(v[0]), line: v[1], qty: v[5]})
 		}
-		return CommitWith(ctx, c, DeleteByKeysSQL(TableReserved, lineCols, del, "")+"; "+GuardRowCount(int64(len(del)))+"; "+returnsInsertSQL(gone))
+		return CommitWith(ctx, c, guardedDeleteSQL(TableReserved, lineCols, del)+"; "+returnsInsertSQL(gone))
 	})
 	if err != nil {
 		return 0, err

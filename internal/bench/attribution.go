@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,12 +108,6 @@ func (b *runner) runAttribution(ctx context.Context) error {
 		}
 	}
 
-	var failed []string
-	for _, s := range samples {
-		if s.Err != nil {
-			failed = append(failed, fmt.Sprintf("round %d %s %s: %v", s.Round, s.Workload, s.Target, s.Err))
-		}
-	}
 	sums := Summarize(samples, AttributionWorkloads, AttributionTargets)
 	verdicts := AttrVerdicts(samples, sums, AttributionWorkloads, []string{TargetAttrTagged, TargetAttrOn}, TargetAttrOff)
 	printResults := func() {
@@ -127,18 +120,19 @@ func (b *runner) runAttribution(ctx context.Context) error {
 	b.printf("\n== sequential runs: medians of %d rounds (informational: see the concurrent pairs) ==\n", o.Rounds)
 	printResults()
 
-	pairSamples, pairVerdicts, err := b.runAttributionPairs(ctx)
+	pairSamples, pairSums, pairVerdicts, err := b.runAttributionPairs(ctx)
 	if err != nil {
 		return err
 	}
-	for _, s := range pairSamples {
+	samples = append(samples, pairSamples...)
+	var failed []string
+	for _, s := range samples {
 		if s.Err != nil {
 			failed = append(failed, fmt.Sprintf("round %d %s %s: %v", s.Round, s.Workload, s.Target, s.Err))
 		}
 	}
-	samples = append(samples, pairSamples...)
 	printPairs := func() {
-		PrintSummaries(b.w, Summarize(pairSamples, AttributionWorkloads, pairTargets()))
+		PrintSummaries(b.w, pairSums)
 		for _, v := range pairVerdicts {
 			b.printf("%s\n", v)
 		}
@@ -164,9 +158,12 @@ func (b *runner) runAttribution(ctx context.Context) error {
 	return nil
 }
 
+// pairSep joins the two targets of a concurrent pair in a sample's name.
+const pairSep = "∥"
+
 // pairedTarget names the samples of target t run concurrently with
 // partner.
-func pairedTarget(t, partner string) string { return t + "∥" + partner }
+func pairedTarget(t, partner string) string { return t + pairSep + partner }
 
 // pairTargets lists the sample targets of the concurrent pairs.
 func pairTargets() []string {
@@ -180,8 +177,8 @@ func pairTargets() []string {
 // runAttributionPairs runs, Rounds times, each workload as two sysbench
 // processes at once: one against an attribution-on target and one against
 // the off process. It returns the samples (targets named by pairedTarget)
-// and a verdict per workload and on target.
-func (b *runner) runAttributionPairs(ctx context.Context) ([]Sample, []AttrVerdict, error) {
+// with their summaries, and a verdict per workload and on target.
+func (b *runner) runAttributionPairs(ctx context.Context) ([]Sample, []Summary, []AttrVerdict, error) {
 	rounds := 2 * b.o.Rounds
 	b.printf("\n== concurrent pairs: %d rounds; in each, every workload runs against an on target and the off process at the same time, half its threads each ==\n", rounds)
 	var samples []Sample
@@ -192,7 +189,7 @@ func (b *runner) runAttributionPairs(ctx context.Context) ([]Sample, []AttrVerdi
 			half.Threads = max(1, w.Threads/2)
 			for _, on := range []string{TargetAttrTagged, TargetAttrOn} {
 				if ctx.Err() != nil {
-					return nil, nil, ctx.Err()
+					return nil, nil, nil, ctx.Err()
 				}
 				var off Sample
 				done := make(chan struct{})
@@ -211,10 +208,12 @@ func (b *runner) runAttributionPairs(ctx context.Context) ([]Sample, []AttrVerdi
 		}
 	}
 	sums := Summarize(samples, AttributionWorkloads, pairTargets())
-	var verdicts []AttrVerdict
-	for _, on := range []string{TargetAttrTagged, TargetAttrOn} {
-		verdicts = append(verdicts, AttrVerdicts(samples, sums, AttributionWorkloads,
-			[]string{pairedTarget(on, TargetAttrOff)}, pairedTarget(TargetAttrOff, on))...)
+	var verdicts []AttrVerdict // by workload, as the sequential verdicts are
+	for _, w := range AttributionWorkloads {
+		for _, on := range []string{TargetAttrTagged, TargetAttrOn} {
+			verdicts = append(verdicts, AttrVerdicts(samples, sums, []Workload{w},
+				[]string{pairedTarget(on, TargetAttrOff)}, pairedTarget(TargetAttrOff, on))...)
+		}
 	}
 	// Within a pair both sides saw the same moment of the machine: the
 	// median of the pairs' ratios is the verdict, not the ratio of medians
@@ -224,11 +223,7 @@ func (b *runner) runAttributionPairs(ctx context.Context) ([]Sample, []AttrVerdi
 		v.Ratio, v.PairedMedian = Median(v.Paired), true
 		v.Pass = v.Ratio > 0 && v.Ratio >= v.Workload.Target
 	}
-	// Order by workload, as the sequential verdicts are.
-	slices.SortStableFunc(verdicts, func(x, y AttrVerdict) int {
-		return slices.Index(AttributionWorkloads, x.Workload) - slices.Index(AttributionWorkloads, y.Workload)
-	})
-	return samples, verdicts, nil
+	return samples, sums, verdicts, nil
 }
 
 // startAttributionHoldfasts starts the attribution-on and -off processes
@@ -395,7 +390,8 @@ func (b *runner) maybeProfileAttribution(ctx context.Context, verdicts []AttrVer
 	for _, v := range verdicts {
 		if !v.Pass {
 			// A paired target's process is the on target's.
-			w, target, missed = v.Workload, strings.SplitN(v.On, "∥", 2)[0], true
+			target, _, _ = strings.Cut(v.On, pairSep)
+			w, missed = v.Workload, true
 			break
 		}
 	}

@@ -41,15 +41,11 @@ func TestHoldfastConfigParses(t *testing.T) {
 
 func TestHoldfastConfigPipelineAndProcs(t *testing.T) {
 	base := HoldfastConfig{Listen: "127.0.0.1:16033", Users: []string{"u"}, Backend: Endpoint{Addr: "127.0.0.1:3306", User: "p"}, PoolMax: 8}
-	def, err := config.Parse(base.YAML())
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		pipeline, procs   int
 		wantDepth, wantMP int
 	}{
-		{0, 0, def.Pool.PipelineDepth, 0},
+		{0, 0, config.Default().Pool.PipelineDepth, 0},
 		{32, 1, 32, 1},
 		{-1, 2, 0, 2},
 	} {

@@ -482,7 +482,7 @@ func (b *runner) runOne(ctx context.Context, round int, w Workload, target strin
 // printSample prints one run; round 0 is the uncounted profile run.
 func (b *runner) printSample(s Sample) {
 	label := fmt.Sprintf("round %d/%d", s.Round, b.o.Rounds)
-	if s.Round > b.o.Rounds || strings.Contains(s.Target, "∥") {
+	if strings.Contains(s.Target, pairSep) {
 		label = fmt.Sprintf("pair %d", s.Round)
 	}
 	if s.Round == 0 {
