@@ -41,12 +41,18 @@ func main() {
 	flag.IntVar(&o.ScalePoolMax, "scale-pool-max", o.ScalePoolMax, "holdfast pool.max for the connection-scale run")
 	flag.DurationVar(&o.ScaleTime, "scale-time", o.ScaleTime, "duration of the connection-scale statement phase")
 	flag.DurationVar(&o.ScaleInterval, "scale-interval", o.ScaleInterval, "each scale connection runs one statement per interval")
+	workloads := flag.String("workloads", "", "proxy mode: comma-separated subset of the sysbench workloads (point_select@16, point_select@256, read_write@16); empty: all")
 	flag.BoolVar(&o.SkipSysbench, "skip-sysbench", false, "skip the sysbench comparison (proxy mode)")
 	flag.BoolVar(&o.SkipScale, "skip-scale", false, "skip the connection-scale run (proxy mode)")
-	flag.StringVar(&o.Profile, "profile", o.Profile, "profile holdfast in an extra run (proxy: point_select@16; attribution: the attribution-on process, the first missed workload): on-miss, always or never")
+	flag.StringVar(&o.Profile, "profile", o.Profile, "profile holdfast in an extra run (proxy: the first missed workload, or the first; attribution: the attribution-on process, the first missed workload): on-miss, always or never")
 	flag.StringVar(&o.CPUProfile, "holdfast-cpuprofile", "", "where to write that profile (holdfast's -cpuprofile when it has one, else perf)")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the scratch directory (binary, configs, holdfast logs)")
 	flag.Parse()
+	var err error
+	if o.Workloads, err = bench.SelectWorkloads(*workloads); err != nil {
+		fmt.Fprintln(os.Stderr, "holdfast-bench:", err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -85,9 +85,10 @@ func (b *runner) scalePhase(ctx context.Context) (*ScaleReport, error) {
 	return rep, nil
 }
 
-// maybeProfile profiles holdfast during one extra, uncounted
-// point_select@16 run when Options.Profile asks for it: with holdfast's own
-// -cpuprofile flag when the binary has one, else with perf.
+// maybeProfile profiles holdfast during one extra, uncounted run of the
+// first missed workload (or the first workload) when Options.Profile asks
+// for it: with holdfast's own -cpuprofile flag when the binary has one,
+// else with perf.
 func (b *runner) maybeProfile(ctx context.Context, verdicts []Verdict) {
 	o := b.o
 	missed := false
@@ -97,7 +98,13 @@ func (b *runner) maybeProfile(ctx context.Context, verdicts []Verdict) {
 	if o.Profile == "never" || (o.Profile == "on-miss" && !missed) {
 		return
 	}
-	w := Workloads[0]
+	w := o.Workloads[0]
+	for _, v := range verdicts {
+		if !v.Pass {
+			w = v.Workload
+			break
+		}
+	}
 	path := o.CPUProfile
 	if path == "" {
 		path = b.dir + "/holdfast.cpu"

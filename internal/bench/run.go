@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -57,10 +58,14 @@ type Options struct {
 	ScaleInterval time.Duration
 	RSSTarget     int64 // bytes
 
+	// Workloads are the sysbench workloads of ModeProxy; DefaultOptions
+	// gives every one in the package's Workloads (the targets).
+	Workloads []Workload
+
 	SkipSysbench bool
 	SkipScale    bool
-	// Profile is when to profile holdfast in one extra, uncounted
-	// point_select@16 run: "on-miss" (a throughput target missed),
+	// Profile is when to profile holdfast in one extra, uncounted run of
+	// the first missed workload (the first workload when none missed): "on-miss" (a throughput target missed),
 	// "always" or "never". ModeAttribution profiles the attribution-on
 	// process, with perf, in a run of the first workload that missed.
 	Profile string
@@ -81,7 +86,30 @@ func DefaultOptions() Options {
 		ScaleConns: 5000, ScalePoolMax: 32, ScaleTime: 30 * time.Second, ScaleInterval: time.Second,
 		RSSTarget: 200 << 20,
 		Profile:   "on-miss",
+		Workloads: slices.Clone(Workloads),
 	}
+}
+
+// SelectWorkloads returns the workloads of Workloads named in names
+// ("point_select@16,read_write@16"); an empty list selects all of them.
+func SelectWorkloads(names string) ([]Workload, error) {
+	if strings.TrimSpace(names) == "" {
+		return slices.Clone(Workloads), nil
+	}
+	var out []Workload
+	for _, n := range strings.Split(names, ",") {
+		n = strings.TrimSpace(n)
+		i := slices.IndexFunc(Workloads, func(w Workload) bool { return w.String() == n })
+		if i < 0 {
+			known := make([]string, len(Workloads))
+			for j, w := range Workloads {
+				known[j] = w.String()
+			}
+			return nil, fmt.Errorf("bench: unknown workload %q (known: %s)", n, strings.Join(known, ", "))
+		}
+		out = append(out, Workloads[i])
+	}
+	return out, nil
 }
 
 // The comparisons Run can make (Options.Mode).
@@ -130,8 +158,8 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		sums = Summarize(samples, Workloads, Targets)
-		verdicts = Verdicts(sums, Workloads)
+		sums = Summarize(samples, o.Workloads, Targets)
+		verdicts = Verdicts(sums, o.Workloads)
 		for _, s := range samples {
 			if s.Err != nil {
 				failed = append(failed, fmt.Sprintf("round %d %s %s: %v", s.Round, s.Workload, s.Target, s.Err))
@@ -190,6 +218,8 @@ func (o Options) validate() error {
 		return errors.New("bench: tables and table-size must be positive")
 	case o.MaxProcs < 0:
 		return fmt.Errorf("bench: -max-procs must not be negative")
+	case o.Mode == ModeProxy && !o.SkipSysbench && len(o.Workloads) == 0:
+		return errors.New("bench: no workloads")
 	case o.PoolMax < 1 || o.ScalePoolMax < 1:
 		return errors.New("bench: pool sizes must be positive")
 	case o.ScaleConns < 1 || o.ScaleTime <= 0 || o.ScaleInterval <= 0:
@@ -403,17 +433,17 @@ func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
 		return nil, err
 	}
 	b.printf("commands (each round runs every workload against direct, relay, holdfast in turn):\n")
-	for _, w := range Workloads {
+	for _, w := range o.Workloads {
 		for _, t := range Targets {
 			b.printf("  %s\n", b.sysb.CommandLine(b.sysb.RunArgs(w, b.endpoint(t), o.Time)))
 		}
 	}
-	total := time.Duration(o.Rounds*len(Workloads)*len(Targets)) * (o.Time + 2*time.Second)
-	b.printf("%d rounds × %d runs of %v: about %v\n\n", o.Rounds, len(Workloads)*len(Targets), o.Time, total.Round(time.Minute))
+	total := time.Duration(o.Rounds*len(o.Workloads)*len(Targets)) * (o.Time + 2*time.Second)
+	b.printf("%d rounds × %d runs of %v: about %v\n\n", o.Rounds, len(o.Workloads)*len(Targets), o.Time, total.Round(time.Minute))
 
 	var samples []Sample
 	for round := 1; round <= o.Rounds; round++ {
-		for _, w := range Workloads {
+		for _, w := range o.Workloads {
 			for _, t := range Targets {
 				if ctx.Err() != nil {
 					return samples, ctx.Err()
