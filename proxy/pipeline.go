@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -73,12 +74,14 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	start := time.Now()
 	var timer *time.Timer
 	var ch chan struct{}
+	woken := false
 	p, turn, cmd, wait := s.srv.joinPipe(s, cs, build)
 	for p == nil && wait {
 		// A pipe fit for us exists but cannot take us now (full, busy with
 		// a slow statement, or closed to newcomers while transactions wait
-		// for a connection): wait for a place rather than for a connection
-		// of our own, which a busy pipe would not give back.
+		// for a connection), and the pool cannot open another connection:
+		// wait for a place rather than for a connection of our own, which
+		// a busy pipe would not give back.
 		if timer == nil {
 			timer = time.NewTimer(s.srv.pool.Limits().AcquireTimeout)
 			defer timer.Stop()
@@ -86,17 +89,23 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 			// takes it off the queue.
 			ch = make(chan struct{}, 1)
 		}
-		s.srv.pipes.addWaiter(ch)
+		// Woken but beaten to the place: keep our turn at the front.
+		s.srv.pipes.addWaiter(ch, woken)
 		// A place may have opened between the failed try and queueing.
 		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, build); p != nil || !wait {
-			s.srv.pipes.dropWaiter(ch)
+			s.srv.pipes.dropWaiter(ch, p == nil)
 			break
 		}
 		select {
 		case <-ch:
+			woken = true
 		case <-timer.C:
-			s.srv.pipes.dropWaiter(ch)
+			s.srv.pipes.dropWaiter(ch, true)
 			s.writeErr(poolErr(fmt.Errorf("%w after %v (every backend connection busy)", ErrPoolTimeout, time.Since(start).Round(time.Millisecond))))
+			return true, true
+		case <-s.srv.ctx.Done():
+			s.srv.pipes.dropWaiter(ch, true)
+			s.writeErr(poolErr(context.Canceled))
 			return true, true
 		}
 		p, turn, cmd, wait = s.srv.joinPipe(s, cs, build)
@@ -167,26 +176,30 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
 	turn = make(chan struct{}, 1)
 	// An idle connection first: no statement waits behind another then.
-	if bc := srv.pool.takeIdle(s.foundRows); bc != nil {
-		if bc = srv.pool.check(bc); bc != nil {
-			srv.pool.lent(time.Time{}, false)
-			if bc.vars == nil {
-				bc.vars = srv.baseVars()
-			}
-			if !s.fitsPipe(bc, cs) {
-				// This connection needs restoring or preparing first.
-				srv.pool.release(bc, true)
-				return nil, nil, nil, false
-			}
-			p = &pipe{bc: bc, srv: srv, headSince: time.Now()}
-			p.mu.Lock()
-			srv.pipes.mu.Lock()
-			srv.pipes.open = append(srv.pipes.open, p)
-			srv.pipes.mu.Unlock()
-			cmd = build(bc)
-			p.enqueueLocked(turn, cmd)
-			return p, turn, cmd, false
+	bc, other := srv.pool.takeIdleFit(s.foundRows, func(bc *backendConn) bool {
+		if bc.vars == nil {
+			bc.vars = srv.baseVars()
 		}
+		return s.fitsPipe(bc, cs)
+	})
+	if bc != nil {
+		bc = srv.pool.check(bc)
+	}
+	if bc != nil {
+		srv.pool.lent(time.Time{}, false)
+		p = &pipe{bc: bc, srv: srv, headSince: time.Now()}
+		p.mu.Lock()
+		srv.pipes.mu.Lock()
+		srv.pipes.open = append(srv.pipes.open, p)
+		srv.pipes.mu.Unlock()
+		cmd = build(bc)
+		p.enqueueLocked(turn, cmd)
+		return p, turn, cmd, false
+	}
+	if other {
+		// An idle connection needs restoring or preparing first: the
+		// caller borrows it as usual.
+		return nil, nil, nil, false
 	}
 	// Every connection is busy: join the shortest pipe whose running
 	// statement is not a slow one. While borrowers wait in the pool (a
@@ -210,6 +223,11 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	}
 	if best == nil {
 		srv.pipes.mu.Unlock()
+		if wait && open && srv.pool.canDial() {
+			// Fitting pipes are full, but the pool has room: a connection
+			// of our own comes sooner than a place.
+			wait = false
+		}
 		return nil, nil, nil, wait
 	}
 	best.mu.Lock()
@@ -239,38 +257,56 @@ func (ps *pipes) wakeOne() {
 	ps.mu.Unlock()
 }
 
-// wakeAll tells every statement waiting for a place in a pipe to try again.
-func (ps *pipes) wakeAll() {
+// wakeN tells the n oldest statements waiting for a place in a pipe to try
+// again.
+func (ps *pipes) wakeN(n int) {
 	if ps.nwait.Load() == 0 {
 		return
 	}
 	ps.mu.Lock()
-	for _, ch := range ps.waiters {
+	n = min(n, len(ps.waiters))
+	for _, ch := range ps.waiters[:n] {
 		ch <- struct{}{}
 	}
-	ps.waiters = ps.waiters[:0]
-	ps.nwait.Store(0)
-	ps.mu.Unlock()
-}
-
-// addWaiter queues ch for a wake-up when a place in a pipe may be free.
-func (ps *pipes) addWaiter(ch chan struct{}) {
-	ps.mu.Lock()
-	ps.waiters = append(ps.waiters, ch)
+	ps.waiters = append(ps.waiters[:0], ps.waiters[n:]...)
 	ps.nwait.Store(int32(len(ps.waiters)))
 	ps.mu.Unlock()
 }
 
-func (ps *pipes) dropWaiter(ch chan struct{}) {
+// addWaiter queues ch for a wake-up when a place in a pipe may be free: at
+// the back, or at the front for a statement woken before that found no
+// place after all.
+func (ps *pipes) addWaiter(ch chan struct{}, front bool) {
 	ps.mu.Lock()
+	if front {
+		ps.waiters = append(ps.waiters, nil)
+		copy(ps.waiters[1:], ps.waiters)
+		ps.waiters[0] = ch
+	} else {
+		ps.waiters = append(ps.waiters, ch)
+	}
+	ps.nwait.Store(int32(len(ps.waiters)))
+	ps.mu.Unlock()
+}
+
+// dropWaiter takes ch off the queue. A statement that gives up waiting
+// after a wake-up was already sent to it (passOn) hands that wake-up to the
+// next waiter, so that a free place is not left unused.
+func (ps *pipes) dropWaiter(ch chan struct{}, passOn bool) {
+	ps.mu.Lock()
+	found := false
 	for i, x := range ps.waiters {
 		if x == ch {
 			ps.waiters = append(ps.waiters[:i], ps.waiters[i+1:]...)
+			found = true
 			break
 		}
 	}
 	ps.nwait.Store(int32(len(ps.waiters)))
 	ps.mu.Unlock()
+	if !found && passOn {
+		ps.wakeOne()
+	}
 }
 
 // slowHead: a pipe whose current statement has run this long takes no new
@@ -290,8 +326,10 @@ func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
 	if bc.stmts == nil {
 		return false
 	}
-	_, ok := bc.stmts.lru.Peek(cs.key)
-	return ok
+	// A statement whose parameter count changed on this connection (the
+	// table was altered) takes the borrowing path, which reports it.
+	bs, ok := bc.stmts.lru.Peek(cs.key)
+	return ok && bs.params == cs.params
 }
 
 // enqueueLocked (p.mu held; released here) queues a command and its turn
@@ -363,7 +401,7 @@ func (p *pipe) leave() {
 	}
 	srv.pipes.mu.Unlock()
 	srv.pool.release(p.bc, !broken && !poisoned)
-	// The pipe is gone: everyone waiting for a place in it tries again
-	// (another pipe, an idle connection, or a wait in the pool's queue).
-	srv.pipes.wakeAll()
+	// The pipe is gone: as many waiters as a new pipe takes try again
+	// (another pipe, an idle connection, or the pool's queue).
+	srv.pipes.wakeN(max(1, srv.pipelineDepth()))
 }

@@ -208,3 +208,75 @@ func TestPipelineDoesNotStarveTransactions(t *testing.T) {
 		t.Fatal("the SELECTs were not pipelined: the test shows nothing")
 	}
 }
+
+// TestPipelineFullDialsWhenPoolHasRoom: a SELECT that finds the only pipe
+// busy with a slow statement opens a connection of its own when the pool
+// is under its max, instead of waiting for a place behind the slow one.
+func TestPipelineFullDialsWhenPoolHasRoom(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 2, 2
+		c.Pool.PipelineDepth = 8
+		c.Pool.AcquireTimeout = 20 * time.Second
+	})
+	queryString(t, p.open(t), "SELECT 1") // one warm idle connection
+	slow := make(chan error, 1)
+	go func() {
+		_, err := p.open(t).Exec("SELECT SLEEP(5)")
+		slow <- err
+	}()
+	// Wait until the slow statement runs on the one connection (a pipe of
+	// its own, head for longer than slowHead).
+	deadline := time.Now().Add(10 * time.Second)
+	for p.srv.Stats().Pool.InUse == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(2 * slowHead)
+	if got := queryString(t, p.open(t), "SELECT 'quick'"); got != "quick" {
+		t.Fatalf("got %q", got)
+	}
+	select {
+	case err := <-slow:
+		t.Fatalf("the quick SELECT waited for the slow one to finish (slow one: %v)", err)
+	default:
+	}
+	if open := p.srv.Stats().Pool.Open; open != 2 {
+		t.Fatalf("%d backend connections open, want 2 (the quick SELECT dialed its own)", open)
+	}
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPipelineMisfitCountsOneAcquire: a pipelinable SELECT from a session
+// whose state differs from the idle connection's borrows it (and restores
+// its state) as one acquisition, not as a lend, a return and a second lend.
+func TestPipelineMisfitCountsOneAcquire(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
+		c.Pool.PipelineDepth = 8
+	})
+	other := p.open(t)
+	other.SetMaxOpenConns(1)
+	// The one connection goes idle with another session's time_zone.
+	mustExec(t, other, "SET time_zone = '+05:00'")
+	db := p.open(t)
+	db.SetMaxOpenConns(1)
+	want := queryString(t, p.direct(t), "SELECT @@time_zone")
+	before := p.srv.Stats().Pool.Acquired
+	if got := queryString(t, db, "SELECT @@time_zone"); got != want {
+		t.Fatalf("time_zone %q, want %q", got, want)
+	}
+	if n := p.srv.Stats().Pool.Acquired - before; n != 1 {
+		t.Fatalf("one SELECT counted %d acquisitions", n)
+	}
+	// The connection now has the session's state: the next SELECT is
+	// pipelined on it, still one acquisition.
+	before, piped := p.srv.Stats().Pool.Acquired, p.srv.Stats().Pipelined
+	queryString(t, db, "SELECT 2")
+	if n := p.srv.Stats().Pool.Acquired - before; n != 1 {
+		t.Fatalf("a pipelined SELECT counted %d acquisitions", n)
+	}
+	if p.srv.Stats().Pipelined == piped {
+		t.Fatal("the second SELECT was not pipelined: the test shows nothing")
+	}
+}

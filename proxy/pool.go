@@ -228,19 +228,40 @@ func (p *Pool) lent(start time.Time, waited bool) {
 // takeIdle takes the most recently returned idle connection of the variant,
 // or returns nil.
 func (p *Pool) takeIdle(foundRows bool) *backendConn {
+	bc, _ := p.takeIdleFit(foundRows, nil)
+	return bc
+}
+
+// takeIdleFit takes the most recently returned idle connection of the
+// variant for which fit (nil: any) reports true. When it takes none, other
+// reports whether an idle connection of the variant exists that did not
+// fit. fit runs under the pool's lock, on connections nobody holds.
+func (p *Pool) takeIdleFit(foundRows bool, fit func(*backendConn) bool) (bc *backendConn, other bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil
+		return nil, false
 	}
 	for i := len(p.idle) - 1; i >= 0; i-- {
 		if bc := p.idle[i]; bc.foundRows == foundRows {
+			if fit != nil && !fit(bc) {
+				other = true
+				continue
+			}
 			p.idle = append(p.idle[:i], p.idle[i+1:]...)
 			p.inUse++
-			return bc
+			return bc, false
 		}
 	}
-	return nil
+	return nil, other
+}
+
+// canDial reports whether an acquisition now would open a new connection
+// rather than wait: the pool is under its max and nobody is queued.
+func (p *Pool) canDial() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.closed && p.open < p.limits.Max && p.waiters.Len() == 0
 }
 
 // take decides, under the lock, how an acquisition proceeds: with an idle
