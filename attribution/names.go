@@ -56,6 +56,16 @@ func NewNames(max int) *Names {
 // which AppendTag never returns) is never admitted: it also returns
 // (Other, true).
 func (n *Names) Intern(b []byte) (name string, folded bool) {
+	s, folded := n.intern(b)
+	if folded {
+		n.folded.Add(1)
+	}
+	return s, folded
+}
+
+// intern is Intern without counting a fold: a caller that may yet admit
+// the name (after retiring idle ones) counts the fold itself.
+func (n *Names) intern(b []byte) (name string, folded bool) {
 	// Load full first: while it is true, the snapshot loaded next holds every
 	// admitted name.
 	full := n.full.Load()
@@ -63,7 +73,6 @@ func (n *Names) Intern(b []byte) (name string, folded bool) {
 		return s, false
 	}
 	if full {
-		n.folded.Add(1)
 		return Other, true
 	}
 	return n.internSlow(b)
@@ -77,7 +86,6 @@ func (n *Names) internSlow(b []byte) (string, bool) {
 		return s, false
 	}
 	if n.lenLocked() >= n.max || !isTag(b) {
-		n.folded.Add(1)
 		return Other, true
 	}
 	s := string(b)

@@ -116,11 +116,14 @@ func (r *Recorder) TagString(name string) *Tag {
 }
 
 func (r *Recorder) tagSlow(name []byte) *Tag {
-	s, folded := r.names.Intern(name)
+	// A fold is counted once per lookup, and only when the name ends up
+	// folded (a sweep may free a slot for it first).
+	s, folded := r.names.intern(name)
 	if folded && r.sweepDue(name) {
-		s, folded = r.names.Intern(name)
+		s, folded = r.names.intern(name)
 	}
 	if folded {
+		r.names.folded.Add(1)
 		return r.other
 	}
 	r.mu.Lock()
@@ -128,8 +131,8 @@ func (r *Recorder) tagSlow(name []byte) *Tag {
 	t, ok := r.all[s]
 	if !ok {
 		if r.retireIdle != 0 {
-			// A sweep may have retired s since Intern admitted it: admit
-			// it again, or fold it.
+			// A sweep may have retired s since it was admitted: admit it
+			// again, or fold it.
 			if _, folded := r.names.Intern(name); folded {
 				return r.other
 			}

@@ -642,3 +642,26 @@ func TestRecorderRetireConcurrent(t *testing.T) {
 		t.Fatal("nothing was retired")
 	}
 }
+
+// TestRecorderFoldedCountsOnlyFolds: a lookup that a sweep admits (by
+// retiring an idle tag) is not counted as folded; every lookup that did
+// fold is.
+func TestRecorderFoldedCountsOnlyFolds(t *testing.T) {
+	r := NewRecorder(Options{MaxTags: 1, RetireIdle: 20 * time.Millisecond})
+	r.TagString("a").Borrowed(0)
+	var others uint64
+	deadline := time.Now().Add(5 * time.Second)
+	for r.TagString("b") == r.other {
+		others++
+		if time.Now().After(deadline) {
+			t.Fatal("b never got a's slot although a was idle")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if others == 0 {
+		t.Fatal("b was admitted at once: the test shows nothing")
+	}
+	if got := r.Folded(); got != others {
+		t.Fatalf("Folded() = %d, but %d lookups folded", got, others)
+	}
+}
