@@ -276,32 +276,36 @@ type poolStat struct {
 // reservations (the pool is part of it).
 func (s poolStat) available() int64 { return s.onHand - s.active }
 
-// poolColumnsSQL is the select list that reads, for the ledger row aliased
-// l (joined with its pool_counters row aliased c), on_hand, the pool's
-// units and the live reserved quantity, in bounded time: from the counter
-// (issued - pool - pending returns - expired lines present; see
-// counters.go), or, for a pool whose counter is missing, by summing its
-// live lines.
-const poolColumnsSQL = `l.on_hand,
+// poolColumnsSQL is the select list that reads, for one pool, on_hand, the
+// pool's units and the live reserved quantity, in bounded time: from the
+// counter (issued - pool - pending returns - expired lines present; see
+// counters.go), or, for a pool whose counter is missing, by summing its live
+// lines. It reads from poolFromSQL, which counts the pool's units once.
+const poolColumnsSQL = `p.on_hand, p.pooled, CASE WHEN p.issued IS NULL THEN p.rest ELSE p.rest - p.pooled END`
+
+// poolFromSQL is the FROM clause of poolColumnsSQL, to be followed by a
+// condition on the ledger row aliased l (ending with a closing
+// parenthesis: see poolFrom).
+const poolFromSQL = ` FROM (SELECT l.inventory_group_id, l.on_hand, c.issued,
  (SELECT COUNT(*) FROM reservation_units u
-   WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id),
+   WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id) AS pooled,
  CASE WHEN c.issued IS NULL THEN
   (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r
     WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.inventory_group_id = l.inventory_group_id
       AND r.expires_at > UTC_TIMESTAMP(6))
  ELSE c.issued
-  - (SELECT COUNT(*) FROM reservation_units u
-      WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id)
   - (SELECT COALESCE(SUM(x.quantity), 0) FROM reservation_returns x
       WHERE x.shop_id = l.shop_id AND x.inventory_item_id = l.inventory_item_id AND x.inventory_group_id = l.inventory_group_id)
   - (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r
       WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.inventory_group_id = l.inventory_group_id
         AND r.expires_at <= UTC_TIMESTAMP(6))
- END`
+ END AS rest
+ FROM inventory_ledger l LEFT JOIN pool_counters c
+ ON c.shop_id = l.shop_id AND c.inventory_item_id = l.inventory_item_id AND c.inventory_group_id = l.inventory_group_id
+ WHERE `
 
-// poolFromSQL is the FROM clause poolColumnsSQL needs.
-const poolFromSQL = ` FROM inventory_ledger l LEFT JOIN pool_counters c
- ON c.shop_id = l.shop_id AND c.inventory_item_id = l.inventory_item_id AND c.inventory_group_id = l.inventory_group_id`
+// poolFrom is poolFromSQL for the ledger rows that match where (on alias l).
+func poolFrom(where string) string { return poolFromSQL + where + ") p" }
 
 // poolStats reads the given pools in one consistent, lock-free statement.
 func (e *Engine) poolStats(ctx context.Context, read readFunc, keys []PoolKey) (map[PoolKey]poolStat, error) {
@@ -314,7 +318,7 @@ func (e *Engine) poolStats(ctx context.Context, read readFunc, keys []PoolKey) (
 		if i > 0 {
 			b.WriteString(" UNION ALL ")
 		}
-		fmt.Fprintf(&b, "SELECT %d, %s%s WHERE %s", i, poolColumnsSQL, poolFromSQL, qualified(k, "l"))
+		fmt.Fprintf(&b, "SELECT %d, %s%s", i, poolColumnsSQL, poolFrom(qualified(k, "l")))
 	}
 	rows, err := read(ctx, b.String())
 	if err != nil {

@@ -103,6 +103,16 @@ func (e *Engine) changeStock(ctx context.Context, proc string, k PoolKey, next f
 			return err
 		}
 		n := next(p.OnHand)
+		switch {
+		case n < 0:
+			return newError(CodeGuardViolated, "45000", "holdfast.%s: on_hand of item %d at location %d would be %d; it cannot go below 0",
+				proc, k.ItemID, k.GroupID, n)
+		case n > maxStock:
+			return newError(CodeGuardViolated, "45000", "holdfast.%s: on_hand of item %d at location %d would be %d; at most %d is allowed",
+				proc, k.ItemID, k.GroupID, n, int64(maxStock))
+		}
+		// The live quantity needs the exact unit count, which only the
+		// units' locks give when the pool shrinks.
 		shrink := n < p.Issued
 		if shrink {
 			if err := p.LockUnits(ctx, c); err != nil {
@@ -111,12 +121,6 @@ func (e *Engine) changeStock(ctx context.Context, proc string, k PoolKey, next f
 		}
 		live := p.Live()
 		switch {
-		case n < 0:
-			return newError(CodeGuardViolated, "45000", "holdfast.%s: on_hand of item %d at location %d would be %d; it cannot go below 0",
-				proc, k.ItemID, k.GroupID, n)
-		case n > maxStock:
-			return newError(CodeGuardViolated, "45000", "holdfast.%s: on_hand of item %d at location %d would be %d; at most %d is allowed",
-				proc, k.ItemID, k.GroupID, n, int64(maxStock))
 		case n < live:
 			return newError(CodeGuardViolated, "45000",
 				"holdfast.%s: on_hand of item %d at location %d would be %d, below the %d units held by live reservations; release or claim them first",
@@ -161,8 +165,8 @@ func (e *Engine) callAvailability(ctx context.Context, args []any) ([]string, []
 // (on_hand - reserved, not below 0), in one lock-free read whose cost does
 // not grow with the number of reservations (see poolColumnsSQL).
 func (e *Engine) availability(ctx context.Context, shop, item int64) ([]string, [][]any, error) {
-	rows, err := e.query(ctx, TagRead, "SELECT l.inventory_group_id, "+poolColumnsSQL+poolFromSQL+
-		" WHERE l.shop_id = ? AND l.inventory_item_id = ? ORDER BY l.inventory_group_id", shop, item)
+	rows, err := e.query(ctx, TagRead, "SELECT p.inventory_group_id, "+poolColumnsSQL+
+		poolFrom("l.shop_id = ? AND l.inventory_item_id = ?")+" ORDER BY p.inventory_group_id", shop, item)
 	if err != nil {
 		e.m.ops[opAvailability].inc(opError)
 		return nil, nil, err
