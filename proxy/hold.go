@@ -67,6 +67,8 @@ func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
 // the tag's on-call controls, acquires a connection, and brings its session
 // state in line with ours (starting a deferred BEGIN).
 func (s *session) borrow(tag *attribution.Tag) (*backendConn, *sqlError) {
+	ahead := s.beginAhead
+	s.beginAhead = false
 	if s.bc != nil {
 		return s.bc, nil
 	}
@@ -117,7 +119,7 @@ func (s *session) borrow(tag *attribution.Tag) (*backendConn, *sqlError) {
 	}
 	err = s.sync(bc)
 	if err == nil && s.pendingBegin != nil {
-		err = s.startDeferredBegin(bc)
+		err = s.startDeferredBegin(bc, ahead)
 	}
 	if s.srv.attr {
 		s.h.exec += time.Since(now)
@@ -225,12 +227,14 @@ func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
 	}
 }
 
-// Deferred BEGIN: a plain BEGIN outside a transaction is answered at once
-// and sent to the backend together with the transaction's first real
-// statement. InnoDB takes its snapshot at the first read anyway, so nothing
-// observable changes, while the transaction's first statement (usually
-// tagged, unlike the BEGIN a driver sends) decides its tag before a
-// connection is borrowed, and hold time starts when work does.
+// Deferred BEGIN: a plain BEGIN outside a transaction (typed, or a prepared
+// statement) is answered at once and sent to the backend when the
+// transaction's first real statement borrows a connection: in the same
+// write when that statement is a SELECT, else just before it. InnoDB takes
+// its snapshot at the first read anyway, so nothing observable changes,
+// while the transaction's first statement (usually tagged, unlike the BEGIN
+// a driver sends) decides its tag before a connection is borrowed, and hold
+// time starts when work does.
 
 func isPlainBegin(digest []byte) bool {
 	switch string(trimSemicolon(digest)) {
@@ -289,10 +293,25 @@ func (s *session) deferTransaction(p []byte, info *sqlscan.Info, tag *attributio
 }
 
 // startDeferredBegin sends the deferred BEGIN on a freshly borrowed
-// connection.
-func (s *session) startDeferredBegin(bc *backendConn) error {
+// connection. With ahead, it only buffers it: the statement written next
+// goes out in the same write (one round trip for both), and readBeginAhead
+// reads BEGIN's OK before that statement's response. Only a single SELECT
+// may ride along so (see beginMayRideWith): should BEGIN fail (a plain
+// BEGIN practically never does), the SELECT has run on its own, which for
+// a read changes nothing (a locking read's locks end with it), and the
+// client gets BEGIN's error.
+func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	begin := s.pendingBegin
 	s.pendingBegin = nil
+	if ahead {
+		bc.w.seq = 0
+		if err := bc.w.writePacket(begin); err != nil {
+			return err
+		}
+		s.beginInFlight = true
+		s.srv.beginsAhead.Add(1)
+		return nil
+	}
 	if err := bc.writeCommand(begin); err != nil {
 		return err
 	}
@@ -303,4 +322,63 @@ func (s *session) startDeferredBegin(bc *backendConn) error {
 	}
 	s.status = ok.status &^ statusSessionChanged
 	return nil
+}
+
+// beginMayRideWith reports whether a deferred BEGIN may be sent in one
+// write with the statement info describes: a single SELECT that touches no
+// variables and nothing else of the session.
+func beginMayRideWith(info *sqlscan.Info) bool {
+	return info.Kind == sqlscan.KindSelect && info.Statements == 1 && info.Features == 0 && info.LastInsertIDColumn == ""
+}
+
+// readBeginAhead reads the OK of a BEGIN sent ahead of the statement just
+// written; the statement's response follows it. A failed BEGIN comes back
+// as *beginError.
+func (s *session) readBeginAhead(bc *backendConn) error {
+	s.beginInFlight = false
+	seq := bc.r.seq
+	ok, err := bc.readOK()
+	if err != nil {
+		var se *sqlError
+		if errors.As(err, &se) {
+			return &beginError{se}
+		}
+		return err
+	}
+	bc.r.seq = seq // the statement's response numbers its packets from the command
+	s.status = ok.status &^ statusSessionChanged
+	return nil
+}
+
+// settleBegin reads the OK of a BEGIN buffered ahead before some other
+// exchange (preparing a statement) uses the connection.
+func (s *session) settleBegin(bc *backendConn) error {
+	if !s.beginInFlight {
+		return nil
+	}
+	if err := bc.w.flush(); err != nil {
+		return err
+	}
+	bc.r.seq = bc.w.seq
+	return s.readBeginAhead(bc)
+}
+
+// beginError is a deferred BEGIN that the backend refused.
+type beginError struct{ *sqlError }
+
+func (e *beginError) Unwrap() error { return e.sqlError }
+
+// beginFailed handles err when it is a refused BEGIN sent ahead of a
+// statement: the statement's response is still unread, so the connection is
+// closed; the client gets BEGIN's error and is not in a transaction (the
+// SELECT, having run outside one, changed nothing).
+func (s *session) beginFailed(err error) bool {
+	var be *beginError
+	if !errors.As(err, &be) {
+		return false
+	}
+	s.release(false)
+	s.status &^= statusInTrans
+	s.writeErr(be.sqlError)
+	return true
 }

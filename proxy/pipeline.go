@@ -320,16 +320,9 @@ func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
 	if bc.foundRows != s.foundRows || !bc.dbKnown || bc.db != s.db || bc.multiStmts != s.multiStmts || !s.vars.equal(bc.vars) {
 		return false
 	}
-	if cs == nil {
-		return true
-	}
-	if bc.stmts == nil {
-		return false
-	}
 	// A statement whose parameter count changed on this connection (the
 	// table was altered) takes the borrowing path, which reports it.
-	bs, ok := bc.stmts.lru.Peek(cs.key)
-	return ok && bs.params == cs.params
+	return cs == nil || fitsExecute(bc, cs)
 }
 
 // enqueueLocked (p.mu held; released here) queues a command and its turn

@@ -58,7 +58,10 @@ type Server struct {
 	pipes  pipes
 	// pipelined counts statements run on a shared (pipelined) connection.
 	pipelined atomic.Uint64
-	attr      bool // per-tag accounting on (attribution.disabled false)
+	// beginsAhead counts deferred BEGINs sent with the transaction's first
+	// statement (see hold.go).
+	beginsAhead atomic.Uint64
+	attr        bool // per-tag accounting on (attribution.disabled false)
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -100,6 +103,7 @@ type ServerStats struct {
 	Rejected          uint64 // over sessions.max_clients
 	Commands          uint64
 	Pipelined         uint64 // statements run on a shared connection
+	BeginsAhead       uint64 // deferred BEGINs sent in one write with the first statement
 	PinnedSessions    int
 	Pins              map[string]uint64 // pins by reason, since start
 	Pool              PoolStats
@@ -492,6 +496,7 @@ func (s *Server) Stats() ServerStats {
 	st.ClientsActive = len(s.sessions)
 	st.Commands = s.cmds.Load()
 	st.Pipelined = s.pipelined.Load()
+	st.BeginsAhead = s.beginsAhead.Load()
 	sess := make([]*session, 0, len(s.sessions))
 	for _, x := range s.sessions {
 		sess = append(sess, x)

@@ -53,11 +53,16 @@ type session struct {
 	connTag      *attribution.Tag // conn_tag attribute, else the user's default
 	txnTag       *attribution.Tag // first tagged statement of the open transaction
 	pendingBegin []byte           // a deferred BEGIN (see hold.go)
-	h            hold
-	tagBuf       []byte
-	digest       []byte
-	lastSQL      []byte // the last statement, truncated (for holders and logs)
-	pipeBuf      []byte // a pipelined COM_STMT_EXECUTE
+	// beginAhead: the next borrow may send the deferred BEGIN in the same
+	// write as the statement it borrows for (a plain SELECT; see hold.go).
+	// beginInFlight: it did, and BEGIN's OK is still to be read.
+	beginAhead, beginInFlight bool
+	txnCmd                    []byte // a prepared BEGIN/COMMIT/ROLLBACK as COM_QUERY
+	h                         hold
+	tagBuf                    []byte
+	digest                    []byte
+	lastSQL                   []byte // the last statement, truncated (for holders and logs)
+	pipeBuf                   []byte // a pipelined COM_STMT_EXECUTE
 
 	buf     []byte // command buffer
 	out     []byte // scratch for packets holdfast builds
@@ -276,6 +281,7 @@ func connectionIDColumn(sql []byte) string {
 
 // run sends one command to a backend and relays the response.
 func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.Tag) bool {
+	s.beginAhead = cmd == comQuery && beginMayRideWith(info)
 	bc, serr := s.borrow(tag)
 	if serr != nil {
 		s.writeErr(serr)
@@ -287,6 +293,9 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.watch.arm()
 	var rr relayResult
 	err := bc.writeCommand(p)
+	if err == nil && s.beginInFlight {
+		err = s.readBeginAhead(bc)
+	}
 	if err == nil {
 		rr, err = s.relay(bc, cmd)
 	}
@@ -294,6 +303,9 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.setExec(0)
 	s.stmtEnd(tag, start, err != nil || rr.failed)
 	if err != nil {
+		if s.beginFailed(err) {
+			return true
+		}
 		return s.relayFailed(err, &rr, held)
 	}
 	s.afterStatement(bc, &rr, info, tag)
@@ -537,6 +549,7 @@ func (s *session) resetSession() {
 	s.pinReason, s.holdNext = "", false
 	s.pinned.Store(false)
 	s.pendingBegin, s.txnTag = nil, nil
+	s.beginAhead, s.beginInFlight = false, false
 	s.stmts = map[uint32]*clientStmt{}
 	s.lastStmt = 0
 	s.lastInsertID = 0

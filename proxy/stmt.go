@@ -69,6 +69,16 @@ func (c *stmtCache) clear() {
 	c.toClose = c.toClose[:0]
 }
 
+// fitsExecute reports whether bc has cs prepared, with cs's parameter
+// count, so that an execute needs no other exchange first.
+func fitsExecute(bc *backendConn, cs *clientStmt) bool {
+	if bc.stmts == nil {
+		return false
+	}
+	bs, ok := bc.stmts.lru.Peek(cs.key)
+	return ok && bs.params == cs.params
+}
+
 // stmtKey is the backend cache key of a statement: table names resolve in
 // the database current when it is prepared.
 func stmtKey(db, query string) string { return db + "\x00" + query }
@@ -284,6 +294,13 @@ func (s *session) stmtExecute(p []byte) bool {
 		tag = cs.tag
 		s.noteTag(tag, true)
 	}
+	if k := cs.info.Kind; cs.params == 0 && (k == sqlscan.KindBegin || k == sqlscan.KindCommit || k == sqlscan.KindRollback) {
+		// A prepared BEGIN / COMMIT / ROLLBACK is deferred like a typed one.
+		s.txnCmd = append(append(s.txnCmd[:0], comQuery), cs.query...)
+		if s.deferTransaction(s.txnCmd, &cs.info, tag, cs.tag != nil) {
+			return true
+		}
+	}
 	if flags == 0 && cs.longData == nil && s.pipelinable(&cs.info, len(p)) {
 		build := func(bc *backendConn) []byte {
 			bs, _ := bc.stmts.lru.Peek(cs.key)
@@ -294,6 +311,7 @@ func (s *session) stmtExecute(p []byte) bool {
 			return keep
 		}
 	}
+	s.beginAhead = beginMayRideWith(&cs.info)
 	bc, serr := s.borrow(tag)
 	if serr != nil {
 		s.writeErr(serr)
@@ -309,6 +327,9 @@ func (s *session) stmtExecute(p []byte) bool {
 	s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
 	cs.longData, cs.longSize = nil, 0
 	if err != nil {
+		if s.beginFailed(err) {
+			return true
+		}
 		return s.relayFailed(err, &rr, held)
 	}
 	if errPkt != nil {
@@ -324,6 +345,13 @@ func (s *session) stmtExecute(p []byte) bool {
 // the execute with holdfast's view of the parameter types, and relays the
 // result.
 func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, nullMap, values []byte) (relayResult, []byte, error) {
+	if s.beginInFlight && !(cs.longData == nil && fitsExecute(bc, cs)) {
+		// Preparing, sending long data or refusing the execute: BEGIN
+		// cannot ride along with the execute.
+		if err := s.settleBegin(bc); err != nil {
+			return relayResult{}, nil, err
+		}
+	}
 	bs, errPkt, err := bc.prepareOn(cs.db, cs.query, cs.key, s.srv.stmtCacheSize())
 	if err != nil || errPkt != nil {
 		return relayResult{}, errPkt, err
@@ -345,6 +373,11 @@ func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, n
 	bc.scratch = out[:0]
 	if err := bc.writeCommand(out); err != nil {
 		return relayResult{}, nil, err
+	}
+	if s.beginInFlight {
+		if err := s.readBeginAhead(bc); err != nil {
+			return relayResult{}, nil, err
+		}
 	}
 	rr, err := s.relay(bc, comStmtExecute)
 	return rr, nil, err
