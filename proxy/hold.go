@@ -379,6 +379,7 @@ func (s *session) beginFailed(err error) bool {
 	}
 	s.release(false)
 	s.status &^= statusInTrans
+	s.txnTag = nil
 	s.writeErr(be.sqlError)
 	return true
 }
