@@ -158,6 +158,7 @@ func (s *session) release(reusable bool) {
 	}
 	s.srv.pool.release(s.bc, reusable)
 	s.bc = nil
+	s.beginInFlight = false // a BEGIN sent ahead belongs to that connection
 	s.h = hold{longStmt: s.h.longStmt[:0]}
 	s.holding.Store(false)
 	s.mu.Lock()
