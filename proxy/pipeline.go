@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,7 +50,8 @@ type pipes struct {
 
 	mu      sync.Mutex // guards the fields below
 	open    []*pipe
-	waiters []chan struct{} // statements waiting for a place in a full pipe, oldest first
+	waiters []pipeWaiter // statements waiting for a place in a full pipe, oldest first
+	seq     uint64       // last pipeWaiter.seq given out
 }
 
 // pipelineDepth is how many statements may share one backend connection
@@ -74,7 +76,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	start := time.Now()
 	var timer *time.Timer
 	var ch chan struct{}
-	woken := false
+	var seq uint64
 	p, turn, cmd, wait := s.srv.joinPipe(s, cs, build)
 	for p == nil && wait {
 		// A pipe fit for us exists but cannot take us now (full, busy with
@@ -89,8 +91,8 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 			// takes it off the queue.
 			ch = make(chan struct{}, 1)
 		}
-		// Woken but beaten to the place: keep our turn at the front.
-		s.srv.pipes.addWaiter(ch, woken)
+		// Woken but beaten to the place: keep our turn.
+		seq = s.srv.pipes.addWaiter(ch, seq)
 		// A place may have opened between the failed try and queueing.
 		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, build); p != nil || !wait {
 			s.srv.pipes.dropWaiter(ch, p == nil)
@@ -98,7 +100,6 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		}
 		select {
 		case <-ch:
-			woken = true
 		case <-timer.C:
 			s.srv.pipes.dropWaiter(ch, true)
 			s.writeErr(poolErr(fmt.Errorf("%w after %v (every backend connection busy)", ErrPoolTimeout, time.Since(start).Round(time.Millisecond))))
@@ -108,7 +109,11 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 			s.writeErr(poolErr(context.Canceled))
 			return true, true
 		}
-		p, turn, cmd, wait = s.srv.joinPipe(s, cs, build)
+		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, build); p == nil && !wait {
+			// Woken, but off to borrow a connection instead: the place
+			// we were woken for goes to the next waiter.
+			s.srv.pipes.wakeOne()
+		}
 	}
 	if p == nil {
 		return false, true
@@ -241,6 +246,14 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	return best, turn, cmd, false
 }
 
+// pipeWaiter is a statement waiting for a place in a pipe. seq orders the
+// queue by first arrival, also for one that re-queues after a wake-up that
+// found no place.
+type pipeWaiter struct {
+	ch  chan struct{}
+	seq uint64
+}
+
 // wakeOne tells the oldest statement waiting for a place in a pipe to try
 // again.
 func (ps *pipes) wakeOne() {
@@ -249,44 +262,44 @@ func (ps *pipes) wakeOne() {
 	}
 	ps.mu.Lock()
 	if len(ps.waiters) > 0 {
-		ch := ps.waiters[0]
+		ps.waiters[0].ch <- struct{}{}
 		ps.waiters = ps.waiters[1:]
-		ch <- struct{}{}
 	}
 	ps.nwait.Store(int32(len(ps.waiters)))
 	ps.mu.Unlock()
 }
 
-// wakeN tells the n oldest statements waiting for a place in a pipe to try
-// again.
-func (ps *pipes) wakeN(n int) {
+// wakeAll tells every statement waiting for a place in a pipe to try again.
+func (ps *pipes) wakeAll() {
 	if ps.nwait.Load() == 0 {
 		return
 	}
 	ps.mu.Lock()
-	n = min(n, len(ps.waiters))
-	for _, ch := range ps.waiters[:n] {
-		ch <- struct{}{}
+	for _, w := range ps.waiters {
+		w.ch <- struct{}{}
 	}
-	ps.waiters = append(ps.waiters[:0], ps.waiters[n:]...)
-	ps.nwait.Store(int32(len(ps.waiters)))
+	ps.waiters = ps.waiters[:0]
+	ps.nwait.Store(0)
 	ps.mu.Unlock()
 }
 
-// addWaiter queues ch for a wake-up when a place in a pipe may be free: at
-// the back, or at the front for a statement woken before that found no
-// place after all.
-func (ps *pipes) addWaiter(ch chan struct{}, front bool) {
+// addWaiter queues ch for a wake-up when a place in a pipe may be free, in
+// order of first arrival: seq 0 is a newcomer (queued last); a statement
+// that re-queues passes the seq it got, and keeps its turn.
+func (ps *pipes) addWaiter(ch chan struct{}, seq uint64) uint64 {
 	ps.mu.Lock()
-	if front {
-		ps.waiters = append(ps.waiters, nil)
-		copy(ps.waiters[1:], ps.waiters)
-		ps.waiters[0] = ch
-	} else {
-		ps.waiters = append(ps.waiters, ch)
+	if seq == 0 {
+		ps.seq++
+		seq = ps.seq
 	}
+	i := len(ps.waiters)
+	for i > 0 && ps.waiters[i-1].seq > seq {
+		i--
+	}
+	ps.waiters = slices.Insert(ps.waiters, i, pipeWaiter{ch, seq})
 	ps.nwait.Store(int32(len(ps.waiters)))
 	ps.mu.Unlock()
+	return seq
 }
 
 // dropWaiter takes ch off the queue. A statement that gives up waiting
@@ -295,9 +308,9 @@ func (ps *pipes) addWaiter(ch chan struct{}, front bool) {
 func (ps *pipes) dropWaiter(ch chan struct{}, passOn bool) {
 	ps.mu.Lock()
 	found := false
-	for i, x := range ps.waiters {
-		if x == ch {
-			ps.waiters = append(ps.waiters[:i], ps.waiters[i+1:]...)
+	for i, w := range ps.waiters {
+		if w.ch == ch {
+			ps.waiters = slices.Delete(ps.waiters, i, i+1)
 			found = true
 			break
 		}
@@ -394,7 +407,8 @@ func (p *pipe) leave() {
 	}
 	srv.pipes.mu.Unlock()
 	srv.pool.release(p.bc, !broken && !poisoned)
-	// The pipe is gone: as many waiters as a new pipe takes try again
-	// (another pipe, an idle connection, or the pool's queue).
-	srv.pipes.wakeN(max(1, srv.pipelineDepth()))
+	// The pipe is gone: everyone waiting for a place in it tries again
+	// (another pipe, an idle connection, or the pool's queue); waiters for
+	// other pipes re-queue in their turn.
+	srv.pipes.wakeAll()
 }

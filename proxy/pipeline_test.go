@@ -163,6 +163,9 @@ func TestPipelineDoesNotStarveTransactions(t *testing.T) {
 	})
 	mustExec(t, p.direct(t), "CREATE TABLE t (id INT PRIMARY KEY, n INT)")
 	mustExec(t, p.direct(t), "INSERT INTO t VALUES (1, 0)")
+	// The connection starts idle, so the first SELECTs form a pipe (with
+	// none idle and none open they would queue in the pool instead).
+	queryString(t, p.open(t), "SELECT 1")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for c := 0; c < 12; c++ {
@@ -278,5 +281,121 @@ func TestPipelineMisfitCountsOneAcquire(t *testing.T) {
 	}
 	if p.srv.Stats().Pipelined == piped {
 		t.Fatal("the second SELECT was not pipelined: the test shows nothing")
+	}
+}
+
+// TestPipeWaitersAllServedWhenPipesClose: SELECTs that queued for a pipe
+// place while transactions wait in the pool (pipes take no newcomers then)
+// are all served once the last pipe closes, not only as many as a pipe
+// holds: the rest would otherwise wait for a wake-up no pipe is left to
+// send, while the transactions keep the connection busy.
+func TestPipeWaitersAllServedWhenPipesClose(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
+		c.Pool.PipelineDepth = 2
+		c.Pool.AcquireTimeout = 10 * time.Second
+	})
+	mustExec(t, p.direct(t), "CREATE TABLE t (id INT PRIMARY KEY, n INT)")
+	mustExec(t, p.direct(t), "INSERT INTO t VALUES (1, 0), (2, 0)")
+	queryString(t, p.open(t), "SELECT 1")
+	slow := make(chan error, 1)
+	go func() { // a pipe whose head is slow: SELECTs queue for a place
+		_, err := p.open(t).Exec("SELECT SLEEP(1)")
+		slow <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := 1; c <= 2; c++ { // transactions queue in the pool, and keep coming
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db, err := sql.Open("mysql", p.dsn("app", "app"))
+			if err != nil {
+				return
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(1)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tx, err := db.Begin()
+				if err != nil {
+					continue
+				}
+				if _, err := tx.Exec("UPDATE t SET n = n + 1 WHERE id = ?", c); err != nil {
+					_ = tx.Rollback()
+					continue
+				}
+				time.Sleep(20 * time.Millisecond)
+				_ = tx.Commit()
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(100 * time.Millisecond)
+	errc := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			var n int
+			errc <- p.open(t).QueryRow("SELECT n FROM t WHERE id = 1").Scan(&n)
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-errc; err != nil {
+			t.Errorf("SELECT %d: %v", i, err)
+		}
+	}
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPipeWaiterDialsWhenSlotFrees: a SELECT waiting for a place in a busy
+// pipe (the pool at its max) opens a connection as soon as another one is
+// closed (here: past its lifetime) rather than waiting for the pipe.
+func TestPipeWaiterDialsWhenSlotFrees(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 2, 2
+		c.Pool.PipelineDepth = 8
+		c.Pool.AcquireTimeout = 6 * time.Second
+		c.Pool.MaxLifetime = time.Second
+		c.Pool.LifetimeJitter = 0
+	})
+	queryString(t, p.open(t), "SELECT 1")
+	slow := make(chan error, 1)
+	go func() { // one connection: a pipe with a slow head, for longer than the wait allows
+		_, err := p.open(t).Exec("SELECT SLEEP(10)")
+		slow <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	tdb := p.open(t)
+	tdb.SetMaxOpenConns(1)
+	tx, err := tdb.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("DO 1"); err != nil { // the other connection: the pool is at its max
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		var n int
+		done <- p.open(t).QueryRow("SELECT 7").Scan(&n)
+	}()
+	time.Sleep(1200 * time.Millisecond) // the transaction's connection outlives its lifetime
+	if err := tx.Commit(); err != nil { // ...so it closes on return: room to dial
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the waiting SELECT: %v", err)
+	}
+	select {
+	case err := <-slow:
+		t.Fatalf("the slow statement ended first (%v): the test shows nothing", err)
+	default:
 	}
 }

@@ -46,8 +46,9 @@ type Pool struct {
 	onFirstDial func(*backendConn) error
 	firstOnce   sync.Mutex
 	firstDone   atomic.Bool
-	// onIdle, when set, runs after a connection goes back to the idle list
-	// (outside the lock): pipelined statements waiting for one try again.
+	// onIdle, when set, runs (outside the lock) after a connection goes
+	// back to the idle list, or a slot frees up with nobody queued for it:
+	// pipelined statements waiting for a place try again.
 	onIdle func()
 
 	wg   sync.WaitGroup
@@ -441,11 +442,20 @@ func (p *Pool) release(bc *backendConn, reusable bool) {
 	}
 }
 
-// kick wakes the oldest waiter when there is room to dial.
+// kick wakes the oldest waiter when there is room to dial (with nobody
+// queued, a statement waiting for a pipe place, which may now dial).
 func (p *Pool) kick() {
 	p.mu.Lock()
-	if p.open >= p.limits.Max || p.waiters.Len() == 0 {
+	if p.open >= p.limits.Max {
 		p.mu.Unlock()
+		return
+	}
+	if p.waiters.Len() == 0 {
+		onIdle := p.onIdle
+		p.mu.Unlock()
+		if onIdle != nil {
+			onIdle()
+		}
 		return
 	}
 	w := p.dropWaiterLocked(p.waiters.Front())
