@@ -3,7 +3,10 @@ package proxy
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
 // TestDeferredBeginRidesWithSelect: a deferred BEGIN sent in one write with
@@ -105,5 +108,35 @@ func TestDeferredBeginBeforeWrite(t *testing.T) {
 	}
 	if p.srv.Stats().BeginsAhead != ahead {
 		t.Fatal("a BEGIN rode along with an UPDATE")
+	}
+}
+
+// TestDeferredBeginRidesWithHugeSelect: a first SELECT of more than one
+// packet (16 MiB) still reads BEGIN's OK and its own response in step.
+func TestDeferredBeginRidesWithHugeSelect(t *testing.T) {
+	if _, err := dbtest.Root(t).Exec("SET GLOBAL max_allowed_packet = 64*1024*1024"); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t)
+	ctx := context.Background()
+	conn, err := p.open(t, "maxAllowedPacket=0").Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	big := "SELECT LENGTH('" + strings.Repeat("x", 17<<20) + "')"
+	ahead := p.srv.Stats().BeginsAhead
+	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := conn.QueryRowContext(ctx, big).Scan(&n); err != nil || n != 17<<20 {
+		t.Fatalf("first statement after BEGIN: %d, %v", n, err)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if p.srv.Stats().BeginsAhead != ahead+1 {
+		t.Fatal("the BEGIN did not ride along: the test shows nothing")
 	}
 }

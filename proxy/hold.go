@@ -118,7 +118,9 @@ func (s *session) borrow(tag *attribution.Tag) (*backendConn, *sqlError) {
 		s.vars = s.srv.initialVars(s.coll)
 	}
 	err = s.sync(bc)
+	began := false
 	if err == nil && s.pendingBegin != nil {
+		began = true
 		err = s.startDeferredBegin(bc, ahead)
 	}
 	if s.srv.attr {
@@ -126,6 +128,9 @@ func (s *session) borrow(tag *attribution.Tag) (*backendConn, *sqlError) {
 	}
 	if err != nil {
 		s.release(!isIOError(err))
+		if began {
+			return nil, s.beginLost(err)
+		}
 		var se *sqlError
 		if errors.As(err, &se) {
 			return nil, se
@@ -318,11 +323,25 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	}
 	ok, err := bc.readOK()
 	if err != nil {
-		s.status &^= statusInTrans
 		return err
 	}
 	s.status = ok.status &^ statusSessionChanged
 	return nil
+}
+
+// beginLost ends a transaction whose deferred BEGIN the backend did not
+// run. The client was told BEGIN succeeded, so its next statements would
+// each commit on their own, outside the transaction it believes it has: it
+// gets an error instead and the connection closes after it, as when a
+// backend connection is lost inside a transaction.
+func (s *session) beginLost(err error) *sqlError {
+	s.status &^= statusInTrans
+	s.pendingBegin, s.txnTag, s.closeAfter = nil, nil, true
+	var se *sqlError
+	if errors.As(err, &se) {
+		return newErr(se.Code, se.State, "holdfast: the transaction could not start on the backend (BEGIN failed: %s); nothing in it took effect. The connection is closed; reconnect and retry.", se.Msg)
+	}
+	return newErr(codeServerLost, "HY000", "holdfast: lost the backend connection while starting the transaction; nothing in it took effect. The connection is closed; reconnect and retry.")
 }
 
 // beginMayRideWith reports whether a deferred BEGIN may be sent in one
@@ -337,7 +356,11 @@ func beginMayRideWith(info *sqlscan.Info) bool {
 // as *beginError.
 func (s *session) readBeginAhead(bc *backendConn) error {
 	s.beginInFlight = false
+	// BEGIN's OK is packet 1 of its exchange; the statement's response
+	// numbers on from the statement's last packet (more than one when it
+	// is 16 MiB or longer).
 	seq := bc.r.seq
+	bc.r.seq = 1
 	ok, err := bc.readOK()
 	if err != nil {
 		var se *sqlError
@@ -346,7 +369,7 @@ func (s *session) readBeginAhead(bc *backendConn) error {
 		}
 		return err
 	}
-	bc.r.seq = seq // the statement's response numbers its packets from the command
+	bc.r.seq = seq
 	s.status = ok.status &^ statusSessionChanged
 	return nil
 }
@@ -360,7 +383,6 @@ func (s *session) settleBegin(bc *backendConn) error {
 	if err := bc.w.flush(); err != nil {
 		return err
 	}
-	bc.r.seq = bc.w.seq
 	return s.readBeginAhead(bc)
 }
 
@@ -370,17 +392,15 @@ type beginError struct{ *sqlError }
 func (e *beginError) Unwrap() error { return e.sqlError }
 
 // beginFailed handles err when it is a refused BEGIN sent ahead of a
-// statement: the statement's response is still unread, so the connection is
-// closed; the client gets BEGIN's error and is not in a transaction (the
-// SELECT, having run outside one, changed nothing).
+// statement: the statement's response is still unread, so the backend
+// connection is closed, and the transaction is lost (see beginLost; the
+// SELECT, having run outside it, changed nothing).
 func (s *session) beginFailed(err error) bool {
 	var be *beginError
 	if !errors.As(err, &be) {
 		return false
 	}
 	s.release(false)
-	s.status &^= statusInTrans
-	s.txnTag = nil
-	s.writeErr(be.sqlError)
+	s.writeErr(s.beginLost(be.sqlError))
 	return true
 }

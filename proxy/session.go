@@ -57,6 +57,7 @@ type session struct {
 	// write as the statement it borrows for (a plain SELECT; see hold.go).
 	// beginInFlight: it did, and BEGIN's OK is still to be read.
 	beginAhead, beginInFlight bool
+	closeAfter                bool   // close the connection once the reply is out (see beginLost)
 	txnCmd                    []byte // a prepared BEGIN/COMMIT/ROLLBACK as COM_QUERY
 	h                         hold
 	tagBuf                    []byte
@@ -142,7 +143,7 @@ func (s *session) serve() {
 		s.w.bw.Reset(nil)
 		writerPool.Put(s.w.bw)
 		s.w.bw = nil
-		if !keep || ferr != nil || s.gone {
+		if !keep || ferr != nil || s.gone || s.closeAfter {
 			return
 		}
 	}
