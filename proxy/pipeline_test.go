@@ -169,25 +169,10 @@ func TestPipelineDoesNotStarveTransactions(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for c := 0; c < 12; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			db, err := sql.Open("mysql", p.dsn("app", "app"))
-			if err != nil {
-				return
-			}
-			defer db.Close()
-			db.SetMaxOpenConns(1)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				var n int
-				_ = db.QueryRow("SELECT n FROM t WHERE id = 1").Scan(&n)
-			}
-		}()
+		clientLoop(p, stop, &wg, func(db *sql.DB) {
+			var n int
+			_ = db.QueryRow("SELECT n FROM t WHERE id = 1").Scan(&n)
+		})
 	}
 	defer func() { close(stop); wg.Wait() }()
 	time.Sleep(200 * time.Millisecond) // the SELECTs fill the pipes
@@ -307,33 +292,18 @@ func TestPipeWaitersAllServedWhenPipesClose(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for c := 1; c <= 2; c++ { // transactions queue in the pool, and keep coming
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			db, err := sql.Open("mysql", p.dsn("app", "app"))
+		clientLoop(p, stop, &wg, func(db *sql.DB) {
+			tx, err := db.Begin()
 			if err != nil {
 				return
 			}
-			defer db.Close()
-			db.SetMaxOpenConns(1)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				tx, err := db.Begin()
-				if err != nil {
-					continue
-				}
-				if _, err := tx.Exec("UPDATE t SET n = n + 1 WHERE id = ?", c); err != nil {
-					_ = tx.Rollback()
-					continue
-				}
-				time.Sleep(20 * time.Millisecond)
-				_ = tx.Commit()
+			if _, err := tx.Exec("UPDATE t SET n = n + 1 WHERE id = ?", c); err != nil {
+				_ = tx.Rollback()
+				return
 			}
-		}()
+			time.Sleep(20 * time.Millisecond)
+			_ = tx.Commit()
+		})
 	}
 	defer func() { close(stop); wg.Wait() }()
 	time.Sleep(100 * time.Millisecond)
@@ -398,4 +368,27 @@ func TestPipeWaiterDialsWhenSlotFrees(t *testing.T) {
 		t.Fatalf("the slow statement ended first (%v): the test shows nothing", err)
 	default:
 	}
+}
+
+// clientLoop runs fn over and over, on a client of its own with one
+// connection, until stop is closed.
+func clientLoop(p *testProxy, stop <-chan struct{}, wg *sync.WaitGroup, fn func(db *sql.DB)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		db, err := sql.Open("mysql", p.dsn("app", "app"))
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		db.SetMaxOpenConns(1)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			fn(db)
+		}
+	}()
 }
