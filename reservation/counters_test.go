@@ -3,6 +3,7 @@ package reservation_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,5 +240,21 @@ loop:
 	t.Logf("%d shrinks (%d refused); reserves %v, inline refills %d", shrinks, refused, v.eng.Stats().Reserves, v.eng.Stats().InlineRefills)
 	if shrinks == 0 {
 		t.Fatal("no set_on_hand shrank the pool: the test shows nothing")
+	}
+}
+
+// TestKeysLockedInPrimaryKeyOrder: multi-row locking statements list their
+// keys in ascending primary-key order (the order of any scan, so that two
+// such statements cannot deadlock each other), without reordering the
+// caller's keys.
+func TestKeysLockedInPrimaryKeyOrder(t *testing.T) {
+	keys := [][]int64{{7, 2}, {-3, 1}, {7, 1}}
+	sql := reservation.DeleteByKeysSQL(reservation.TableReserved, []string{"reservation_id", "line_no"}, keys, "")
+	want := "(SELECT -3 AS k0, 1 AS k1 UNION ALL SELECT 7, 1 UNION ALL SELECT 7, 2) k"
+	if !strings.Contains(sql, want) {
+		t.Fatalf("keys not in primary-key order:\n%s\nwant it to contain\n%s", sql, want)
+	}
+	if keys[0][0] != 7 || keys[0][1] != 2 || keys[1][0] != -3 {
+		t.Fatalf("the caller's keys were reordered: %v", keys)
 	}
 }

@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -67,8 +68,16 @@ func lockByKeysSQL(table string, cols []string, keys [][]int64, sel, cond string
 }
 
 // writeKeysJoin writes "(SELECT 1 AS k0, 2 AS k1 UNION ALL SELECT ...) k
-// STRAIGHT_JOIN table t ON t.col0 = k.k0 AND ...".
+// STRAIGHT_JOIN table t ON t.col0 = k.k0 AND ...", with the keys in
+// ascending order: the rows are locked in primary-key order, the order of
+// any scan of the table, so two statements locking overlapping rows this way
+// (two sweepers, a sweeper and a bulk UPDATE) never wait on each other in a
+// cycle. The caller's keys are not reordered.
 func writeKeysJoin(b *strings.Builder, table string, cols []string, keys [][]int64) {
+	if !slices.IsSortedFunc(keys, slices.Compare[[]int64]) {
+		keys = slices.Clone(keys)
+		slices.SortFunc(keys, slices.Compare[[]int64])
+	}
 	b.WriteString("(")
 	for i, k := range keys {
 		if i > 0 {
