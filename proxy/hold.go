@@ -305,7 +305,7 @@ func (s *session) deferTransaction(p []byte, info *sqlscan.Info, tag *attributio
 // may ride along so (see beginMayRideWith): should BEGIN fail (a plain
 // BEGIN practically never does), the SELECT has run on its own, which for
 // a read changes nothing (a locking read's locks end with it), and the
-// client gets BEGIN's error.
+// transaction is lost (see beginLost).
 func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	begin := s.pendingBegin
 	s.pendingBegin = nil
