@@ -65,10 +65,10 @@ func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
 
 // borrow returns the held backend connection, or admits the borrow through
 // the tag's on-call controls, acquires a connection, and brings its session
-// state in line with ours (starting a deferred BEGIN).
-func (s *session) borrow(tag *attribution.Tag) (*backendConn, *sqlError) {
-	ahead := s.beginAhead
-	s.beginAhead = false
+// state in line with ours (starting a deferred BEGIN; with ahead, in the
+// same write as the statement the caller sends next, see
+// startDeferredBegin).
+func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlError) {
 	if s.bc != nil {
 		return s.bc, nil
 	}
@@ -265,19 +265,20 @@ func trimSemicolon(b []byte) []byte {
 	return b
 }
 
-// deferTransaction answers BEGIN / COMMIT / ROLLBACK locally when no
-// backend work is involved; it reports whether it did.
-func (s *session) deferTransaction(p []byte, info *sqlscan.Info, tag *attribution.Tag, tagged bool) bool {
+// deferTransaction answers a BEGIN / COMMIT / ROLLBACK (typed, or a
+// prepared statement's text) locally when no backend work is involved; it
+// reports whether it did. A deferred BEGIN is kept as the COM_QUERY to send.
+func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribution.Tag, tagged bool) bool {
 	if info.Statements != 1 || s.bc != nil {
 		return false
 	}
 	switch {
 	case info.Kind == sqlscan.KindBegin && s.status&statusInTrans == 0:
-		s.digest = sqlscan.AppendDigest(s.digest[:0], p[1:], 64)
+		s.digest = sqlscan.AppendDigest(s.digest[:0], sql, 64)
 		if !isPlainBegin(s.digest) {
 			return false
 		}
-		s.pendingBegin = append(s.pendingBegin[:0], p...)
+		s.pendingBegin = append(append(s.pendingBegin[:0], comQuery), sql...)
 		s.status |= statusInTrans
 		if tagged {
 			s.txnTag = tag
@@ -285,7 +286,7 @@ func (s *session) deferTransaction(p []byte, info *sqlscan.Info, tag *attributio
 		s.writeOK(0, 0)
 		return true
 	case (info.Kind == sqlscan.KindCommit || info.Kind == sqlscan.KindRollback) && s.pendingBegin != nil:
-		s.digest = sqlscan.AppendDigest(s.digest[:0], p[1:], 64)
+		s.digest = sqlscan.AppendDigest(s.digest[:0], sql, 64)
 		if !isPlainEnd(s.digest) {
 			return false
 		}
@@ -302,7 +303,7 @@ func (s *session) deferTransaction(p []byte, info *sqlscan.Info, tag *attributio
 // connection. With ahead, it only buffers it: the statement written next
 // goes out in the same write (one round trip for both), and readBeginAhead
 // reads BEGIN's OK before that statement's response. Only a single SELECT
-// may ride along so (see beginMayRideWith): should BEGIN fail (a plain
+// may ride along so (see plainSelect): should BEGIN fail (a plain
 // BEGIN practically never does), the SELECT has run on its own, which for
 // a read changes nothing (a locking read's locks end with it), and the
 // transaction is lost (see beginLost).
@@ -344,10 +345,10 @@ func (s *session) beginLost(err error) *sqlError {
 	return newErr(codeServerLost, "HY000", "holdfast: lost the backend connection while starting the transaction; nothing in it took effect. The connection is closed; reconnect and retry.")
 }
 
-// beginMayRideWith reports whether a deferred BEGIN may be sent in one
-// write with the statement info describes: a single SELECT that touches no
-// variables and nothing else of the session.
-func beginMayRideWith(info *sqlscan.Info) bool {
+// plainSelect reports whether info describes a single SELECT that touches
+// no variables and nothing else of the session: one that may be pipelined,
+// and that a deferred BEGIN may ride along with.
+func plainSelect(info *sqlscan.Info) bool {
 	return info.Kind == sqlscan.KindSelect && info.Statements == 1 && info.Features == 0 && info.LastInsertIDColumn == ""
 }
 

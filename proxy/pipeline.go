@@ -65,8 +65,7 @@ func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
 	}
 	return s.bc == nil && s.vars != nil && s.pendingBegin == nil && s.pinReason == "" && !s.holdNext &&
 		s.status&statusInTrans == 0 && s.status&statusAutocommit != 0 &&
-		info.Kind == sqlscan.KindSelect && info.Statements == 1 && info.Features == 0 &&
-		info.LastInsertIDColumn == "" && size < 1<<16 && s.srv.pipelineDepth() > 0 &&
+		plainSelect(info) && size < 1<<16 && s.srv.pipelineDepth() > 0 &&
 		s.srv.gates.active.Load() == 0
 }
 

@@ -46,10 +46,10 @@ type Pool struct {
 	onFirstDial func(*backendConn) error
 	firstOnce   sync.Mutex
 	firstDone   atomic.Bool
-	// onIdle, when set, runs (outside the lock) after a connection goes
+	// onFree, when set, runs (outside the lock) after a connection goes
 	// back to the idle list, or a slot frees up with nobody queued for it:
 	// pipelined statements waiting for a place try again.
-	onIdle func()
+	onFree func()
 
 	wg   sync.WaitGroup
 	stop chan struct{}
@@ -435,10 +435,10 @@ func (p *Pool) release(bc *backendConn, reusable bool) {
 		return
 	}
 	p.idle = append(p.idle, bc)
-	onIdle := p.onIdle
+	onFree := p.onFree
 	p.mu.Unlock()
-	if onIdle != nil {
-		onIdle()
+	if onFree != nil {
+		onFree()
 	}
 }
 
@@ -451,10 +451,10 @@ func (p *Pool) kick() {
 		return
 	}
 	if p.waiters.Len() == 0 {
-		onIdle := p.onIdle
+		onFree := p.onFree
 		p.mu.Unlock()
-		if onIdle != nil {
-			onIdle()
+		if onFree != nil {
+			onFree()
 		}
 		return
 	}

@@ -31,8 +31,14 @@ type relayResult struct {
 // When the client's socket fails, the rest of the response is read and
 // dropped, so the backend connection stays in step, and errClientGone is
 // returned. Any other error is a backend I/O or protocol error, which
-// leaves the backend connection unusable.
+// leaves the backend connection unusable. A deferred BEGIN sent ahead of
+// the command answers first (see readBeginAhead).
 func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
+	if s.beginInFlight {
+		if err := s.readBeginAhead(bc); err != nil {
+			return relayResult{status: s.status}, err
+		}
+	}
 	// An ERR packet carries no status: until an OK or EOF says otherwise,
 	// the status is what it was.
 	rr := relayResult{status: s.status}

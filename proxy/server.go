@@ -142,7 +142,7 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 	s.version.Store(&v)
 	s.pool = NewPool(s.backendSettings(), limitsFrom(cfg.Pool), log)
 	s.pool.onFirstDial = s.learnBackend
-	s.pool.onIdle = s.pipes.wakeOne
+	s.pool.onFree = s.pipes.wakeOne
 	s.applyConfigGates(cfg.Tags)
 	if err := s.rebuildGreeting(); err != nil {
 		cancel()

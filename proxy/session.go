@@ -53,17 +53,15 @@ type session struct {
 	connTag      *attribution.Tag // conn_tag attribute, else the user's default
 	txnTag       *attribution.Tag // first tagged statement of the open transaction
 	pendingBegin []byte           // a deferred BEGIN (see hold.go)
-	// beginAhead: the next borrow may send the deferred BEGIN in the same
-	// write as the statement it borrows for (a plain SELECT; see hold.go).
-	// beginInFlight: it did, and BEGIN's OK is still to be read.
-	beginAhead, beginInFlight bool
-	closeAfter                bool   // close the connection once the reply is out (see beginLost)
-	txnCmd                    []byte // a prepared BEGIN/COMMIT/ROLLBACK as COM_QUERY
-	h                         hold
-	tagBuf                    []byte
-	digest                    []byte
-	lastSQL                   []byte // the last statement, truncated (for holders and logs)
-	pipeBuf                   []byte // a pipelined COM_STMT_EXECUTE
+	// beginInFlight: the deferred BEGIN went out ahead of the statement
+	// just written, and its OK is still to be read (see hold.go).
+	beginInFlight bool
+	closeAfter    bool // close the connection once the reply is out (see beginLost)
+	h             hold
+	tagBuf        []byte
+	digest        []byte
+	lastSQL       []byte // the last statement, truncated (for holders and logs)
+	pipeBuf       []byte // a pipelined COM_STMT_EXECUTE
 
 	buf     []byte // command buffer
 	out     []byte // scratch for packets holdfast builds
@@ -221,7 +219,7 @@ func (s *session) comQuery(p []byte) bool {
 	tag, tagged := s.statementTag(sql)
 	s.noteTag(tag, tagged)
 	switch {
-	case (info.Kind == sqlscan.KindBegin || info.Kind == sqlscan.KindCommit || info.Kind == sqlscan.KindRollback) && s.deferTransaction(p, &info, tag, tagged):
+	case s.deferTransaction(sql, &info, tag, tagged):
 		return true
 	case info.Kind == sqlscan.KindKill && info.Kill.OK:
 		return s.kill(info.Kill.ID, info.Kill.Query)
@@ -282,8 +280,7 @@ func connectionIDColumn(sql []byte) string {
 
 // run sends one command to a backend and relays the response.
 func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.Tag) bool {
-	s.beginAhead = cmd == comQuery && beginMayRideWith(info)
-	bc, serr := s.borrow(tag)
+	bc, serr := s.borrow(tag, cmd == comQuery && plainSelect(info))
 	if serr != nil {
 		s.writeErr(serr)
 		return true
@@ -294,9 +291,6 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.watch.arm()
 	var rr relayResult
 	err := bc.writeCommand(p)
-	if err == nil && s.beginInFlight {
-		err = s.readBeginAhead(bc)
-	}
 	if err == nil {
 		rr, err = s.relay(bc, cmd)
 	}
@@ -550,7 +544,7 @@ func (s *session) resetSession() {
 	s.pinReason, s.holdNext = "", false
 	s.pinned.Store(false)
 	s.pendingBegin, s.txnTag = nil, nil
-	s.beginAhead, s.beginInFlight = false, false
+	s.beginInFlight = false
 	s.stmts = map[uint32]*clientStmt{}
 	s.lastStmt = 0
 	s.lastInsertID = 0

@@ -175,7 +175,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 	}
 	query := string(p[1:])
 	tag, tagged := s.statementTag(p[1:])
-	bc, serr := s.borrow(tag)
+	bc, serr := s.borrow(tag, false)
 	if serr != nil {
 		s.writeErr(serr)
 		return true
@@ -294,10 +294,9 @@ func (s *session) stmtExecute(p []byte) bool {
 		tag = cs.tag
 		s.noteTag(tag, true)
 	}
-	if k := cs.info.Kind; cs.params == 0 && (k == sqlscan.KindBegin || k == sqlscan.KindCommit || k == sqlscan.KindRollback) {
+	if k := cs.info.Kind; k == sqlscan.KindBegin || k == sqlscan.KindCommit || k == sqlscan.KindRollback {
 		// A prepared BEGIN / COMMIT / ROLLBACK is deferred like a typed one.
-		s.txnCmd = append(append(s.txnCmd[:0], comQuery), cs.query...)
-		if s.deferTransaction(s.txnCmd, &cs.info, tag, cs.tag != nil) {
+		if s.deferTransaction([]byte(cs.query), &cs.info, tag, cs.tag != nil) {
 			return true
 		}
 	}
@@ -311,8 +310,7 @@ func (s *session) stmtExecute(p []byte) bool {
 			return keep
 		}
 	}
-	s.beginAhead = beginMayRideWith(&cs.info)
-	bc, serr := s.borrow(tag)
+	bc, serr := s.borrow(tag, plainSelect(&cs.info))
 	if serr != nil {
 		s.writeErr(serr)
 		return true
@@ -373,11 +371,6 @@ func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, n
 	bc.scratch = out[:0]
 	if err := bc.writeCommand(out); err != nil {
 		return relayResult{}, nil, err
-	}
-	if s.beginInFlight {
-		if err := s.readBeginAhead(bc); err != nil {
-			return relayResult{}, nil, err
-		}
 	}
 	rr, err := s.relay(bc, comStmtExecute)
 	return rr, nil, err
