@@ -79,9 +79,9 @@ func rejectIndex(reason string) int {
 // Tag accumulates the accounting of one tag. Get one from Recorder.Tag. A
 // caller may hold on to it (for a session's or a transaction's tag, say):
 // should the Recorder retire the tag meanwhile, the handle forwards to the
-// name's current Tag. Every method is safe for
-// concurrent use, takes no lock, does not allocate and costs a few atomic
-// adds on counters of this tag only. A negative duration counts as zero.
+// name's current Tag. Every method is safe for concurrent use, takes no
+// lock, does not allocate and costs a few atomic adds on counters of this
+// tag only. A negative duration counts as zero.
 //
 // The proxy reports, per backend connection lent:
 //

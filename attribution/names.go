@@ -9,8 +9,8 @@ import (
 // Names interns tag names with a bound on cardinality: the first max distinct
 // names are admitted and kept until a Recorder retires them; while max are
 // admitted, every new name folds into Other, and the fold is counted.
-// Untagged and Other are always present and do not count toward max. The zero value is not usable; call
-// NewNames. Safe for concurrent use.
+// Untagged and Other are always present and do not count toward max. The
+// zero value is not usable; call NewNames. Safe for concurrent use.
 //
 // Lookups of admitted names take no lock: they read an immutable snapshot
 // of the set. New names go through mu into all, and the snapshot is

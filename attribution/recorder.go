@@ -39,8 +39,8 @@ type Options struct {
 }
 
 // Recorder keeps the per-tag accounting: one Tag per admitted name, until
-// the name is retired (Options.RetireIdle). The zero value is not usable; call NewRecorder. Safe
-// for concurrent use.
+// the name is retired (Options.RetireIdle). The zero value is not usable;
+// call NewRecorder. Safe for concurrent use.
 //
 // Looking up a known name takes no lock and does not allocate: it reads an
 // immutable snapshot of the name-to-Tag map, refreshed like the one in Names

@@ -280,13 +280,11 @@ func (s poolStat) available() int64 { return s.onHand - s.active }
 // pool's units and the live reserved quantity, in bounded time: from the
 // counter (issued - pool - pending returns - expired lines present; see
 // counters.go), or, for a pool whose counter is missing, by summing its live
-// lines. It reads from poolFromSQL, which counts the pool's units once.
+// lines. It reads from poolFrom, which counts the pool's units once.
 const poolColumnsSQL = `p.on_hand, p.pooled, CASE WHEN p.issued IS NULL THEN p.rest ELSE p.rest - p.pooled END`
 
-// poolFromSQL is the FROM clause of poolColumnsSQL, to be followed by a
-// condition on the ledger row aliased l (ending with a closing
-// parenthesis: see poolFrom).
-const poolFromSQL = ` FROM (SELECT l.inventory_group_id, l.on_hand, c.issued,
+// poolDerivedSQL is the derived table p of poolFrom, up to its WHERE.
+const poolDerivedSQL = ` FROM (SELECT l.inventory_group_id, l.on_hand, c.issued,
  (SELECT COUNT(*) FROM reservation_units u
    WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id) AS pooled,
  CASE WHEN c.issued IS NULL THEN
@@ -304,8 +302,9 @@ const poolFromSQL = ` FROM (SELECT l.inventory_group_id, l.on_hand, c.issued,
  ON c.shop_id = l.shop_id AND c.inventory_item_id = l.inventory_item_id AND c.inventory_group_id = l.inventory_group_id
  WHERE `
 
-// poolFrom is poolFromSQL for the ledger rows that match where (on alias l).
-func poolFrom(where string) string { return poolFromSQL + where + ") p" }
+// poolFrom is the FROM clause of poolColumnsSQL: a derived table p with a
+// row per ledger row (aliased l) that matches where.
+func poolFrom(where string) string { return poolDerivedSQL + where + ") p" }
 
 // poolStats reads the given pools in one consistent, lock-free statement.
 func (e *Engine) poolStats(ctx context.Context, read readFunc, keys []PoolKey) (map[PoolKey]poolStat, error) {

@@ -244,19 +244,10 @@ func (b *runner) startAttributionHoldfasts(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		hc := HoldfastConfig{
-			Listen:              addr,
-			Users:               []string{holdfastUser, taggedUser},
-			DefaultTags:         map[string]string{taggedUser: benchTag},
-			Backend:             Endpoint{Addr: o.MariaDB, User: o.poolUser(), Password: o.poolUser()},
-			Database:            o.Database,
-			PoolMin:             o.PoolMax,
-			PoolMax:             o.PoolMax,
-			MaxProcs:            o.MaxProcs,
-			Pipeline:            o.PipelineDepth,
-			AttributionDisabled: off,
-			AdminListen:         admin,
-		}
+		hc := o.holdfastConfig(addr, o.PoolMax, o.PoolMax)
+		hc.Users = append(hc.Users, taggedUser)
+		hc.DefaultTags = map[string]string{taggedUser: benchTag}
+		hc.AttributionDisabled, hc.AdminListen = off, admin
 		h, err := StartHoldfast(ctx, b.bin, b.dir, "holdfast-attribution-"+name, hc)
 		if err != nil {
 			return err

@@ -65,9 +65,10 @@ type Options struct {
 	SkipSysbench bool
 	SkipScale    bool
 	// Profile is when to profile holdfast in one extra, uncounted run of
-	// the first missed workload (the first workload when none missed): "on-miss" (a throughput target missed),
-	// "always" or "never". ModeAttribution profiles the attribution-on
-	// process, with perf, in a run of the first workload that missed.
+	// the first missed workload (the first workload when none missed):
+	// "on-miss" (a throughput target missed), "always" or "never".
+	// ModeAttribution profiles the attribution-on process, with perf, in a
+	// run of the first workload that missed.
 	Profile string
 	// CPUProfile is where the profile is written; empty means a file in
 	// the scratch directory (only its summary is printed).
@@ -354,21 +355,28 @@ func (b *runner) prepareTables(ctx context.Context) error {
 	return nil
 }
 
+// holdfastConfig is the configuration every holdfast the bench starts
+// shares: sysbench's user, the pool's backend account and database, the
+// pool size and the -max-procs / -pipeline-depth settings.
+func (o Options) holdfastConfig(listen string, poolMin, poolMax int) HoldfastConfig {
+	return HoldfastConfig{
+		Listen:   listen,
+		Users:    []string{holdfastUser},
+		Backend:  Endpoint{Addr: o.MariaDB, User: o.poolUser(), Password: o.poolUser()},
+		Database: o.Database,
+		PoolMin:  poolMin,
+		PoolMax:  poolMax,
+		MaxProcs: o.MaxProcs,
+		Pipeline: o.PipelineDepth,
+	}
+}
+
 func (b *runner) startHoldfast(ctx context.Context, name string, poolMin, poolMax int, extra ...string) (*Holdfast, error) {
 	addr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	hc := HoldfastConfig{
-		Listen:   addr,
-		Users:    []string{holdfastUser},
-		Backend:  Endpoint{Addr: b.o.MariaDB, User: b.o.poolUser(), Password: b.o.poolUser()},
-		Database: b.o.Database,
-		PoolMin:  poolMin,
-		PoolMax:  poolMax,
-		MaxProcs: b.o.MaxProcs,
-		Pipeline: b.o.PipelineDepth,
-	}
+	hc := b.o.holdfastConfig(addr, poolMin, poolMax)
 	h, err := StartHoldfast(ctx, b.bin, b.dir, name, hc, extra...)
 	if err != nil {
 		return nil, err
