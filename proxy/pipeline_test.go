@@ -154,8 +154,13 @@ func TestPipelineClientGone(t *testing.T) {
 // SELECTs on every backend connection must not keep a transaction from
 // getting one (pipes stop taking newcomers while borrowers wait).
 func TestPipelineDoesNotStarveTransactions(t *testing.T) {
-	// One connection, two places in its pipe, twelve clients: the pipe
-	// always has someone waiting to join, so it would never drain.
+	// One connection, two places in its pipe, twelve clients whose SELECTs
+	// each take 10 ms: a woken waiter joins long before the pipe's head is
+	// done, so the pipe would never drain. No head counts as slow here, so
+	// only the rule under test can make it drain.
+	old := slowHead
+	slowHead = time.Hour
+	t.Cleanup(func() { slowHead = old })
 	p := startProxy(t, func(c *config.Config) {
 		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
 		c.Pool.PipelineDepth = 2
@@ -171,7 +176,7 @@ func TestPipelineDoesNotStarveTransactions(t *testing.T) {
 	for c := 0; c < 12; c++ {
 		clientLoop(p, stop, &wg, func(db *sql.DB) {
 			var n int
-			_ = db.QueryRow("SELECT n FROM t WHERE id = 1").Scan(&n)
+			_ = db.QueryRow("SELECT SLEEP(0.01) FROM t WHERE id = 1").Scan(&n)
 		})
 	}
 	defer func() { close(stop); wg.Wait() }()
