@@ -4,12 +4,10 @@
 package config
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -251,9 +249,20 @@ func Parse(b []byte) (Config, error) {
 }
 
 func (c *Config) parse(b []byte) error {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if root.Kind == 0 {
+		return nil // an empty file: the defaults
+	}
+	// The tree is checked for unknown keys and has its bare 0 durations
+	// made "0s" (see checkTree), then decoded; nodes keep their line
+	// numbers, so errors point into the file as written.
+	if err := checkTree(&root, reflect.TypeOf(c)); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := root.Decode(c); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	return nil

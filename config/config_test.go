@@ -22,6 +22,10 @@ func TestParse(t *testing.T) {
 			return len(c.Users) == 1 && c.Users[0].AuthPlugin == "caching_sha2_password"
 		}},
 		{"admin off loopback with a token", "admin:\n  listen: 0.0.0.0:6034\n  token: s3cret\n", func(c Config) bool { return c.Admin.Token == "s3cret" }},
+		{"a bare 0 for a duration means zero", "attribution:\n  retire_idle: 0\npool:\n  ping_after_idle: 0\n", func(c Config) bool {
+			return c.Attribution.RetireIdle == 0 && c.Pool.PingAfterIdle == 0
+		}},
+		{"inline engine settings", "reservation:\n  pool_cap: 500\n  refiller:\n    pool_cap: 500\n", func(c Config) bool { return c.Reservation.PoolCap == 500 }},
 		{"the shipped config.yaml", mustRead(t, "../config.yaml"), func(c Config) bool { return c.Backend.Database == "test" }},
 	}
 	for _, tc := range good {
@@ -38,6 +42,9 @@ func TestParse(t *testing.T) {
 
 	bad := []struct{ name, yaml, want string }{
 		{"unknown field", "pool:\n  maximum: 3\n", "field maximum not found"},
+		{"unknown field named by its line", "pool:\n  max: 3\n\n\n  maximum: 3\n", "config: line 5: field maximum not found in type config.Pool"},
+		{"unknown inline field", "reservation:\n  pool_capacity: 3\n", "field pool_capacity not found"},
+		{"a bare non-zero number is no duration", "pool:\n  acquire_timeout: 30\n", "into time.Duration"},
 		{"pool max zero", "pool:\n  max: 0\n", "config: pool.max: must be at least 1"},
 		{"min over max", "pool:\n  min: 9\n  max: 4\n  max_idle: 4\n", "config: pool.min: must be between 0 and pool.max (4), got 9"},
 		{"bad duration", "pool:\n  acquire_timeout: soon\n", "config:"},
