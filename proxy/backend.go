@@ -2,10 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"syscall"
@@ -46,6 +47,34 @@ const backendCaps = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_MULTI_RESULTS |
 // backendInitSQL runs on every new (or reset) backend connection.
 const backendInitSQL = "SET SESSION session_track_system_variables = '*', session_track_schema = ON, session_track_state_change = ON"
 
+// variant is a pool key: the capabilities a backend connection negotiated
+// that change what a client sees on the wire. A session only ever uses
+// connections of its own variant.
+type variant uint8
+
+const (
+	varFoundRows variant = 1 << iota // CLIENT_FOUND_ROWS: affected rows count matched rows
+	varTypeInfo                      // MariaDB extended type info in column definitions
+)
+
+// clientVariant is the variant a client with these capabilities needs.
+func clientVariant(caps, ext uint32) variant {
+	var v variant
+	if caps&mysql.CLIENT_FOUND_ROWS != 0 {
+		v |= varFoundRows
+	}
+	if ext&extTypeInfo != 0 {
+		v |= varTypeInfo
+	}
+	return v
+}
+
+// backendInfo is what the first backend connection's greeting said.
+type backendInfo struct {
+	mariaDB bool   // no CLIENT_MYSQL (LONG_PASSWORD) flag: MariaDB, with extended capabilities
+	extCaps uint32 // MariaDB extended capabilities offered
+}
+
 // BackendSettings says how to reach the backend.
 type BackendSettings struct {
 	Address     string
@@ -60,14 +89,15 @@ type BackendSettings struct {
 // borrower at a time (or by the pool while idle); nothing here is safe for
 // concurrent use except threadID, which is immutable.
 type backendConn struct {
-	id        uint64
-	threadID  uint32
-	version   string
-	nc        net.Conn
-	raw       syscall.RawConn // for alive(); nil when nc has none
-	r         packetReader
-	w         packetWriter
-	foundRows bool // negotiated CLIENT_FOUND_ROWS (a pool variant)
+	id       uint64
+	threadID uint32
+	version  string
+	nc       net.Conn
+	raw      syscall.RawConn // for alive(); nil when nc has none
+	r        packetReader
+	w        packetWriter
+	variant  variant // capabilities negotiated that clients see (a pool key)
+	info     backendInfo
 
 	created  time.Time
 	expires  time.Time
@@ -84,14 +114,26 @@ type backendConn struct {
 }
 
 // dialBackend opens and initialises one backend connection.
-func dialBackend(ctx context.Context, s BackendSettings, foundRows bool) (*backendConn, error) {
+func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendConn, error) {
 	d := &net.Dialer{Timeout: s.DialTimeout, KeepAlive: 30 * time.Second}
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.DialTimeout {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.DialTimeout)
 		defer cancel()
 	}
-	cc, err := client.ConnectWithDialer(ctx, "tcp", s.Address, s.User, s.Password, s.Database, d.DialContext,
+	var sniff *dialConn
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		sniff = &dialConn{Conn: nc}
+		if v&varTypeInfo != 0 {
+			sniff.wantExt = extTypeInfo
+		}
+		return sniff, nil
+	}
+	cc, err := client.ConnectWithDialer(ctx, "tcp", s.Address, s.User, s.Password, s.Database, dial,
 		func(c *client.Conn) error {
 			if err := c.SetCollation(s.Collation); err != nil {
 				return err
@@ -103,7 +145,7 @@ func dialBackend(ctx context.Context, s BackendSettings, foundRows bool) (*backe
 					return err
 				}
 			}
-			if foundRows {
+			if v&varFoundRows != 0 {
 				if err := c.SetCapability(mysql.CLIENT_FOUND_ROWS); err != nil {
 					return err
 				}
@@ -116,14 +158,19 @@ func dialBackend(ctx context.Context, s BackendSettings, foundRows bool) (*backe
 	if err != nil {
 		return nil, fmt.Errorf("proxy: connect to backend %s: %w", s.Address, unwrapMyError(err))
 	}
-	nc := cc.Conn.Conn
+	if v&varTypeInfo != 0 && sniff.gotExt&extTypeInfo == 0 {
+		cc.Close()
+		return nil, fmt.Errorf("proxy: backend %s did not accept MariaDB extended type info", s.Address)
+	}
+	nc := sniff.Conn
 	bc := &backendConn{
 		threadID:   cc.GetConnectionID(),
 		version:    cc.GetServerVersion(),
 		nc:         nc,
 		r:          packetReader{br: bufio.NewReaderSize(nc, 64<<10)},
 		w:          packetWriter{bw: bufio.NewWriterSize(nc, 64<<10)},
-		foundRows:  foundRows,
+		variant:    v,
+		info:       backendInfo{mariaDB: sniff.srvCaps&mysql.CLIENT_LONG_PASSWORD == 0, extCaps: sniff.srvExt},
 		created:    time.Now(),
 		db:         s.Database,
 		dbKnown:    true,
@@ -137,6 +184,80 @@ func dialBackend(ctx context.Context, s BackendSettings, foundRows bool) (*backe
 		return nil, fmt.Errorf("proxy: initialise backend connection: %w", err)
 	}
 	return bc, nil
+}
+
+// dialConn carries a new backend connection through go-mysql's client
+// handshake. It reads the server's greeting as it passes, for the MariaDB
+// extended capabilities, and puts the ones holdfast wants (wantExt, when
+// the server offers them) into the handshake response, which go-mysql's
+// client writes in one Write and knows no extended capabilities for.
+// After the handshake the connection is used without it.
+type dialConn struct {
+	net.Conn
+	wantExt uint32
+
+	greeting []byte // bytes of the greeting read so far
+	greeted  bool
+	srvCaps  uint32
+	srvExt   uint32
+	gotExt   uint32 // extended capabilities sent in the handshake response
+	wrote    bool
+}
+
+func (c *dialConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.greeted && n > 0 {
+		c.greeting = append(c.greeting, p[:n]...)
+		if len(c.greeting) >= 4 {
+			if size := int(c.greeting[0]) | int(c.greeting[1])<<8 | int(c.greeting[2])<<16; len(c.greeting) >= 4+size {
+				c.greeted = true
+				c.srvCaps, c.srvExt = greetingCaps(c.greeting[4 : 4+size])
+				c.greeting = nil
+			}
+		}
+	}
+	return n, err
+}
+
+func (c *dialConn) Write(p []byte) (int, error) {
+	if c.greeted && !c.wrote {
+		c.wrote = true
+		// The handshake response (or SSLRequest): caps at 4, extended caps
+		// at 4+28, after max packet size, collation and 19 filler bytes.
+		if ext := c.wantExt & c.srvExt; ext != 0 && c.srvCaps&mysql.CLIENT_LONG_PASSWORD == 0 && len(p) >= 36 {
+			q := append([]byte(nil), p...)
+			caps := binary.LittleEndian.Uint32(q[4:]) &^ mysql.CLIENT_LONG_PASSWORD
+			binary.LittleEndian.PutUint32(q[4:], caps)
+			binary.LittleEndian.PutUint32(q[32:], ext)
+			c.gotExt = ext
+			if _, err := c.Conn.Write(q); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// greetingCaps reads the capabilities and MariaDB extended capabilities of
+// a protocol-10 greeting payload (zero when it is none).
+func greetingCaps(g []byte) (caps, ext uint32) {
+	if len(g) < 1 || g[0] != 10 {
+		return 0, 0
+	}
+	nul := bytes.IndexByte(g[1:], 0)
+	if nul < 0 {
+		return 0, 0
+	}
+	pos := 1 + nul + 1 + 4 + 8 + 1 // version, connection id, salt part 1, filler
+	if len(g) < pos+18 {
+		return 0, 0
+	}
+	caps = uint32(binary.LittleEndian.Uint16(g[pos:])) | uint32(binary.LittleEndian.Uint16(g[pos+5:]))<<16
+	if caps&mysql.CLIENT_LONG_PASSWORD == 0 {
+		ext = binary.LittleEndian.Uint32(g[pos+14:])
+	}
+	return caps, ext
 }
 
 // unwrapMyError digs the MySQL error out of go-mysql's traced wrappers so
@@ -396,8 +517,13 @@ func (bc *backendConn) reset(base *varState, timeout time.Duration) error {
 	}
 	bc.vars = base
 	bc.dbKnown = false
-	bc.multiStmts = true
 	bc.stmts.clear()
+	// COM_RESET_CONNECTION leaves the COM_SET_OPTION state as it was
+	// (MariaDB 10.11 keeps multi-statements off); turn it back on, as on a
+	// fresh connection, rather than rely on either server's behaviour.
+	if !bc.multiStmts {
+		return bc.setMultiStatements(true)
+	}
 	return nil
 }
 
@@ -427,7 +553,7 @@ func (bc *backendConn) setMultiStatements(on bool) error {
 // killQuery interrupts whatever statement backend thread tid runs, from a
 // separate short-lived connection (the pool may be exhausted).
 func killQuery(ctx context.Context, s BackendSettings, tid uint32) error {
-	bc, err := dialBackend(ctx, s, false)
+	bc, err := dialBackend(ctx, s, 0)
 	if err != nil {
 		return err
 	}
@@ -442,5 +568,3 @@ func isIOError(err error) bool {
 	var se *sqlError
 	return err != nil && !errors.As(err, &se)
 }
-
-var _ = io.EOF

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"encoding/binary"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -45,10 +44,10 @@ func (s *session) comChangeUser(p []byte) bool {
 
 	u, ok := s.srv.users.get(name)
 	if !ok {
-		s.writeErr(s.accessDenied(name, true))
-		return false
+		// As at login: the same answer as a wrong password.
+		u = User{Name: name, Password: unknownUserPassword, AuthPlugin: pluginNative}
 	}
-	salt := mysql.RandomBuf(20)
+	salt := newSalt()
 	sw := append(s.out[:0], hdrEOF)
 	sw = append(sw, u.AuthPlugin...)
 	sw = append(sw, 0)
@@ -65,17 +64,11 @@ func (s *session) comChangeUser(p []byte) bool {
 		return false
 	}
 	s.w.seq = s.r.seq
-	var want []byte
-	if u.AuthPlugin == mysql.AUTH_CACHING_SHA2_PASSWORD {
-		want = mysql.CalcCachingSha2Password(salt, []byte(u.Password))
-	} else {
-		want = mysql.CalcNativePassword(salt, []byte(u.Password))
-	}
-	if subtle.ConstantTimeCompare(want, reply) != 1 {
-		s.writeErr(s.accessDenied(name, len(reply) > 0))
+	if !ok || !checkScramble(u.AuthPlugin, u.Password, salt, reply) {
+		s.writeErr(accessDenied(name, s.nc.RemoteAddr(), len(reply) > 0))
 		return false
 	}
-	if u.AuthPlugin == mysql.AUTH_CACHING_SHA2_PASSWORD {
+	if u.AuthPlugin == pluginSHA2 && !emptyAuth(reply) {
 		s.writePacket([]byte{0x01, 0x03}) // fast authentication succeeded
 	}
 	s.resetSession()
@@ -85,21 +78,4 @@ func (s *session) comChangeUser(p []byte) bool {
 	s.user, s.db, s.coll = u, db, coll
 	s.writeOK(0, 0)
 	return true
-}
-
-func (s *session) accessDenied(user string, withPassword bool) *sqlError {
-	using := "NO"
-	if withPassword {
-		using = "YES"
-	}
-	host, _, _ := splitHost(s.remote)
-	return newErr(codeAccessDenied, "28000", "Access denied for user '%s'@'%s' (using password: %s)", user, host, using)
-}
-
-func splitHost(addr string) (string, string, bool) {
-	i := bytes.LastIndexByte([]byte(addr), ':')
-	if i < 0 {
-		return addr, "", false
-	}
-	return addr[:i], addr[i+1:], true
 }

@@ -55,7 +55,7 @@ func (s *Server) BorrowEngine(ctx context.Context, tag string) (*EngineConn, err
 		return nil, err
 	}
 	start := time.Now()
-	bc, err := s.pool.acquire(ctx, false)
+	bc, err := s.pool.acquire(ctx, 0)
 	if err != nil {
 		if counted {
 			s.gates.exit(tag)

@@ -8,6 +8,7 @@ const (
 	codeConCount       = 1040 // pool exhausted: no backend connection in time
 	codeAccessDenied   = 1045
 	codeUnknownCommand = 1047
+	codeHandshake      = 1043 // a handshake packet that makes no sense
 	codeShutdown       = 1053
 	codeNoSuchThread   = 1094
 	codeKillDenied     = 1095
@@ -17,6 +18,7 @@ const (
 	codeOutOfOrder     = 1156
 	codeWrongArguments = 1210
 	codeUnknownStmt    = 1243
+	codeAuthMode       = 1251 // a client without the 4.1 protocol
 	codeMalformed      = 1835
 	codeConnectFailed  = 2003 // backend unreachable
 	codeServerLost     = 2013 // backend connection lost during a statement

@@ -3,31 +3,59 @@ package proxy
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/rsa"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/subtle"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/go-mysql-org/go-mysql/server"
 )
 
-// advertisedCaps are added to go-mysql's greeting. go-mysql only lets a
-// server toggle a few flags, but drivers such as go-sql-driver/mysql only
-// use what the greeting offers, and multiStatements=true and
-// clientFoundRows=true are ordinary application settings. holdfast honours
-// both per client (COM_SET_OPTION on the backend, and a FOUND_ROWS pool
-// variant). DEPRECATE_EOF, QUERY_ATTRIBUTES, COMPRESS and LOCAL_FILES are
-// deliberately not offered.
-const advertisedCaps = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_FOUND_ROWS
+// The connection phase is holdfast's own (the protocol's "Handshake V10"):
+// greeting, optional TLS, the client's handshake response, an optional
+// authentication method switch, and OK or ERR. holdfast knows every
+// configured user's password, so it checks mysql_native_password and
+// caching_sha2_password scrambles itself, always on caching_sha2's fast path
+// (no RSA or clear-text exchange is ever needed).
+
+// Authentication plugin names.
+const (
+	pluginNative = "mysql_native_password"
+	pluginSHA2   = "caching_sha2_password"
+)
+
+// offeredCaps are the capabilities holdfast offers every client. Not
+// offered: COMPRESS, LOCAL_FILES, IGNORE_SPACE (it would change sql_mode
+// behind holdfast's back), DEPRECATE_EOF and QUERY_ATTRIBUTES (results are
+// relayed as the backend, which negotiates neither, sends them). SSL is
+// added when TLS is configured; LONG_PASSWORD, which MariaDB reads as
+// "a MySQL server", when MariaDB's extended capabilities are not offered.
+const offeredCaps = mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LONG_FLAG | mysql.CLIENT_CONNECT_WITH_DB |
+	mysql.CLIENT_PROTOCOL_41 | mysql.CLIENT_INTERACTIVE | mysql.CLIENT_TRANSACTIONS |
+	mysql.CLIENT_SECURE_CONNECTION | mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_MULTI_RESULTS |
+	mysql.CLIENT_PS_MULTI_RESULTS | mysql.CLIENT_PLUGIN_AUTH | mysql.CLIENT_CONNECT_ATTRS |
+	mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA | mysql.CLIENT_SESSION_TRACK
+
+// MariaDB's extended capabilities, carried in the greeting's and the
+// handshake response's reserved bytes when the server does not set
+// CLIENT_LONG_PASSWORD (which MariaDB names CLIENT_MYSQL).
+const (
+	extProgress      uint32 = 1 << 0 // progress reports: not offered
+	extBulk          uint32 = 1 << 2 // COM_STMT_BULK_EXECUTE: not handled, not offered
+	extTypeInfo      uint32 = 1 << 3 // extended type info in column definitions (JSON, UUID, ...)
+	extCacheMetadata uint32 = 1 << 4 // result metadata skipped on execute: breaks lazy prepares, not offered
+)
+
+// relayableExt are the extended capabilities holdfast honours when the
+// backend offers them: each is negotiated on backend connections as a pool
+// variant, so a client gets exactly the metadata format it asked for.
+const relayableExt = extTypeInfo
 
 // User is an account clients may log in as.
 type User struct {
@@ -38,8 +66,7 @@ type User struct {
 	DefaultTag string
 }
 
-// users is the authentication handler go-mysql asks for credentials. The
-// map is swapped whole on reload.
+// users is the configured accounts; the map is swapped whole on reload.
 type users struct {
 	m atomic.Pointer[map[string]User]
 }
@@ -48,7 +75,7 @@ func (u *users) set(list []User) {
 	m := make(map[string]User, len(list))
 	for _, x := range list {
 		if x.AuthPlugin == "" {
-			x.AuthPlugin = mysql.AUTH_NATIVE_PASSWORD
+			x.AuthPlugin = pluginNative
 		}
 		m[x.Name] = x
 	}
@@ -60,130 +87,394 @@ func (u *users) get(name string) (User, bool) {
 	return x, ok
 }
 
-// GetCredential implements server.AuthenticationHandler.
-func (u *users) GetCredential(name string) (server.Credential, bool, error) {
-	x, ok := u.get(name)
-	if !ok {
-		// An unknown user gets the same "Access denied" as a wrong
-		// password (go-mysql would say ER_NO_SUCH_USER and reveal which
-		// names exist): a password no one can know.
-		return server.Credential{Passwords: []string{unknownUserPassword}, AuthPluginName: mysql.AUTH_NATIVE_PASSWORD}, true, nil
+// unknownUserPassword stands in for the password of a user that does not
+// exist, so that an unknown user gets the same "Access denied" as a wrong
+// password and names are not revealed.
+var unknownUserPassword = string(newSalt())
+
+// clientHello is what the client's handshake response says.
+type clientHello struct {
+	caps     uint32
+	extCaps  uint32 // MariaDB extended capabilities, masked by what was offered
+	coll     uint8
+	user     string
+	authResp []byte
+	db       string
+	plugin   string
+	attrs    map[string]string
+}
+
+// greeting is one connection's protocol-10 greeting.
+type greeting struct {
+	id      uint32
+	salt    []byte // 20 bytes
+	caps    uint32
+	extCaps uint32
+}
+
+// errHandshake is a client whose handshake packets make no sense.
+var errHandshake = errors.New("proxy: bad handshake")
+
+// newSalt returns 20 random printable bytes (never NUL, which ends the
+// scramble in the greeting).
+func newSalt() []byte {
+	b := make([]byte, 20)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = 0x21 + b[i]%0x5e
 	}
-	return server.Credential{Passwords: []string{x.Password}, AuthPluginName: x.AuthPlugin}, true, nil
+	return b
 }
 
-// OnAuthSuccess implements server.AuthenticationHandler.
-func (u *users) OnAuthSuccess(*server.Conn) error { return nil }
-
-// OnAuthFailure implements server.AuthenticationHandler.
-func (u *users) OnAuthFailure(*server.Conn, error) {}
-
-var unknownUserPassword = hex.EncodeToString(mysql.RandomBuf(32))
-
-// handshakeHandler receives the only Handler callback go-mysql makes during
-// the handshake: the database named in the handshake response.
-type handshakeHandler struct{ db string }
-
-func (h *handshakeHandler) UseDB(db string) error { h.db = db; return nil }
-func (h *handshakeHandler) HandleQuery(string) (*mysql.Result, error) {
-	return nil, errors.New("proxy: unexpected query during handshake")
-}
-func (h *handshakeHandler) HandleFieldList(string, string) ([]*mysql.Field, error) {
-	return nil, errors.New("proxy: unexpected field list during handshake")
-}
-func (h *handshakeHandler) HandleStmtPrepare(string) (int, int, any, error) {
-	return 0, 0, nil, errors.New("proxy: unexpected prepare during handshake")
-}
-func (h *handshakeHandler) HandleStmtExecute(any, string, []any) (*mysql.Result, error) {
-	return nil, errors.New("proxy: unexpected execute during handshake")
-}
-func (h *handshakeHandler) HandleStmtClose(any) error { return nil }
-func (h *handshakeHandler) HandleOtherCommand(byte, []byte) error {
-	return errors.New("proxy: unexpected command during handshake")
+// greetingCaps returns the capabilities and MariaDB extended capabilities
+// offered now: extended ones only in front of a MariaDB that offers them.
+func (s *Server) greetingCaps() (caps, ext uint32) {
+	caps = offeredCaps
+	if s.tlsConf.Load() != nil {
+		caps |= mysql.CLIENT_SSL
+	}
+	if bi := s.backendInfo.Load(); bi != nil && bi.mariaDB {
+		ext = bi.extCaps & relayableExt
+	}
+	if ext == 0 {
+		caps |= mysql.CLIENT_LONG_PASSWORD
+	}
+	return caps, ext
 }
 
-// handshakeConn carries a client connection through go-mysql's handshake.
-// It adds advertisedCaps and the AUTOCOMMIT status to the greeting, and it
-// reads the client's packets exactly — never past the end of the current
-// packet — so that go-mysql's read-ahead buffer holds nothing when holdfast
-// takes the connection over. After an SSLRequest it passes bytes through
-// untouched (TLS records follow).
-type handshakeConn struct {
+// appendGreeting builds the greeting payload.
+func (s *Server) appendGreeting(b []byte, g *greeting) []byte {
+	b = append(b, 10)
+	b = append(b, *s.version.Load()...)
+	b = append(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, g.id)
+	b = append(b, g.salt[:8]...)
+	b = append(b, 0)
+	b = binary.LittleEndian.AppendUint16(b, uint16(g.caps))
+	b = append(b, s.greetingCollation())
+	b = binary.LittleEndian.AppendUint16(b, statusAutocommit)
+	b = binary.LittleEndian.AppendUint16(b, uint16(g.caps>>16))
+	b = append(b, byte(len(g.salt)+1))
+	b = append(b, 0, 0, 0, 0, 0, 0)
+	b = binary.LittleEndian.AppendUint32(b, g.extCaps)
+	b = append(b, g.salt[8:]...)
+	b = append(b, 0)
+	b = append(b, pluginNative...)
+	return append(b, 0)
+}
+
+// greetingCollation is the collation id announced in the greeting: the
+// backend connections' own.
+func (s *Server) greetingCollation() uint8 {
+	if id, ok := collationID(s.config().Backend.Collation); ok {
+		return id
+	}
+	return mysql.DEFAULT_COLLATION_ID
+}
+
+// handshakeIO is the connection phase's framing over one client connection.
+type handshakeIO struct {
+	nc net.Conn
+	r  packetReader
+	w  packetWriter
+}
+
+func (h *handshakeIO) write(p []byte) error {
+	if err := h.w.writePacket(p); err != nil {
+		return err
+	}
+	if err := h.w.flush(); err != nil {
+		return err
+	}
+	h.r.seq = h.w.seq
+	return nil
+}
+
+// read reads the client's next packet of at most limit bytes.
+func (h *handshakeIO) read(limit int) ([]byte, error) {
+	p, err := h.r.readPacket(nil, limit)
+	h.w.seq = h.r.seq
+	return p, err
+}
+
+// fail sends an ERR packet; the caller closes the connection.
+func (h *handshakeIO) fail(e *sqlError) error {
+	_ = h.write(appendErr(nil, e))
+	return e
+}
+
+// maxHello bounds a handshake response (connection attributes included).
+const maxHello = 64 << 10
+
+// connect runs the connection phase on nc. It returns the authenticated
+// hello and the connection to use from now on (TLS when the client asked
+// for it), or an error after telling the client (when it can be told).
+func (s *Server) connect(nc net.Conn, id uint32) (*clientHello, net.Conn, error) {
+	salt := newSalt
+	if s.salt != nil {
+		salt = s.salt
+	}
+	g := &greeting{id: id, salt: salt()}
+	g.caps, g.extCaps = s.greetingCaps()
+	h := &handshakeIO{nc: nc, r: packetReader{br: newSmallReader(nc)}, w: packetWriter{bw: newSmallWriter(nc)}}
+	if err := h.write(s.appendGreeting(nil, g)); err != nil {
+		return nil, nil, err
+	}
+	p, err := h.read(maxHello)
+	if err != nil {
+		return nil, nil, err
+	}
+	if isSSLRequest(p) {
+		tc := s.tlsConf.Load()
+		if tc == nil || g.caps&mysql.CLIENT_SSL == 0 {
+			return nil, nil, h.fail(newErr(codeHandshake, "08S01", "Bad handshake: TLS was requested but holdfast offers none (tls.cert_file is not set)"))
+		}
+		// The client's TLS hello may already sit in the reader's buffer.
+		tconn := tls.Server(&prefixConn{Conn: nc, r: h.r.br}, tc)
+		if err := tconn.Handshake(); err != nil {
+			return nil, nil, fmt.Errorf("proxy: TLS handshake: %w", err)
+		}
+		nc = tconn
+		seq := h.r.seq
+		h = &handshakeIO{nc: nc, r: packetReader{br: newSmallReader(nc), seq: seq}, w: packetWriter{bw: newSmallWriter(nc), seq: seq}}
+		if p, err = h.read(maxHello); err != nil {
+			return nil, nil, err
+		}
+	}
+	hello, err := parseHello(p, g)
+	if err != nil {
+		var se *sqlError
+		if errors.As(err, &se) {
+			return nil, nil, h.fail(se)
+		}
+		return nil, nil, h.fail(newErr(codeHandshake, "08S01", "Bad handshake"))
+	}
+	u, known := s.users.get(hello.user)
+	if !known {
+		u = User{Name: hello.user, Password: unknownUserPassword, AuthPlugin: pluginNative}
+	}
+	ok, err := authenticate(h, u, hello.plugin, hello.authResp, g.salt)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok || !known {
+		return nil, nil, h.fail(accessDenied(hello.user, nc.RemoteAddr(), len(hello.authResp) > 0))
+	}
+	okp := appendOK(nil, okPacket{status: statusAutocommit}, hello.caps&mysql.CLIENT_SESSION_TRACK != 0)
+	if err := h.write(okp); err != nil {
+		return nil, nil, err
+	}
+	if h.r.br.Buffered() > 0 {
+		// A client that pipelined its first command behind the handshake:
+		// keep the buffered bytes for the session's reader.
+		nc = &prefixConn{Conn: nc, r: h.r.br}
+	}
+	return hello, nc, nil
+}
+
+// isSSLRequest reports whether p is an SSLRequest: the first 32 bytes of a
+// handshake response, with CLIENT_SSL, and nothing after them.
+func isSSLRequest(p []byte) bool {
+	return len(p) == 32 && binary.LittleEndian.Uint32(p)&mysql.CLIENT_SSL != 0
+}
+
+// parseHello decodes a protocol-4.1 handshake response.
+func parseHello(p []byte, g *greeting) (*clientHello, error) {
+	if len(p) < 32 {
+		return nil, errHandshake
+	}
+	h := &clientHello{caps: binary.LittleEndian.Uint32(p)}
+	if h.caps&mysql.CLIENT_PROTOCOL_41 == 0 {
+		return nil, newErr(codeAuthMode, "08004", "Client does not support authentication protocol requested by server; consider upgrading MySQL client")
+	}
+	h.coll = p[8]
+	if g.extCaps != 0 && h.caps&mysql.CLIENT_LONG_PASSWORD == 0 {
+		h.extCaps = binary.LittleEndian.Uint32(p[28:]) & g.extCaps
+	}
+	rest := p[32:]
+	i := bytes.IndexByte(rest, 0)
+	if i < 0 {
+		return nil, errHandshake
+	}
+	h.user, rest = string(rest[:i]), rest[i+1:]
+	switch {
+	case h.caps&mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0:
+		a, n, ok := readLenEncString(rest)
+		if !ok {
+			return nil, errHandshake
+		}
+		h.authResp, rest = a, rest[n:]
+	case h.caps&mysql.CLIENT_SECURE_CONNECTION != 0:
+		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
+			return nil, errHandshake
+		}
+		h.authResp, rest = rest[1:1+int(rest[0])], rest[1+int(rest[0]):]
+	default:
+		j := bytes.IndexByte(rest, 0)
+		if j < 0 {
+			return nil, errHandshake
+		}
+		h.authResp, rest = rest[:j], rest[j+1:]
+	}
+	h.authResp = bytes.Clone(h.authResp)
+	if h.caps&mysql.CLIENT_CONNECT_WITH_DB != 0 && len(rest) > 0 {
+		j := bytes.IndexByte(rest, 0)
+		if j < 0 {
+			return nil, errHandshake
+		}
+		h.db, rest = string(rest[:j]), rest[j+1:]
+	}
+	h.plugin = pluginNative
+	if h.caps&mysql.CLIENT_PLUGIN_AUTH != 0 && len(rest) > 0 {
+		j := bytes.IndexByte(rest, 0)
+		if j < 0 {
+			// Some clients end the packet with the name, unterminated.
+			j = len(rest)
+		}
+		h.plugin = string(rest[:j])
+		rest = rest[min(j+1, len(rest)):]
+	}
+	if h.caps&mysql.CLIENT_CONNECT_ATTRS != 0 && len(rest) > 0 {
+		h.attrs = parseAttrs(rest)
+	}
+	return h, nil
+}
+
+// parseAttrs decodes connection attributes; a malformed block yields the
+// pairs read before the fault (attributes are advisory).
+func parseAttrs(b []byte) map[string]string {
+	total, n, null, ok := readLenEnc(b)
+	if !ok || null || uint64(len(b)-n) < total {
+		return nil
+	}
+	b = b[n : n+int(total)]
+	m := map[string]string{}
+	for len(b) > 0 && len(m) < 256 {
+		k, n, ok := readLenEncString(b)
+		if !ok {
+			break
+		}
+		v, n2, ok := readLenEncString(b[n:])
+		if !ok {
+			break
+		}
+		m[string(k)] = string(v)
+		b = b[n+n2:]
+	}
+	return m
+}
+
+// authenticate checks the client's scramble for u, switching the client
+// to u's plugin first when it answered for another. An I/O error or a
+// malformed switch response is returned as err; a wrong password as
+// ok == false (the caller sends 1045).
+func authenticate(h *handshakeIO, u User, plugin string, resp, salt []byte) (ok bool, err error) {
+	if plugin != u.AuthPlugin {
+		sw := append([]byte{hdrEOF}, u.AuthPlugin...)
+		sw = append(sw, 0)
+		sw = append(sw, salt...)
+		sw = append(sw, 0)
+		if err := h.write(sw); err != nil {
+			return false, err
+		}
+		if resp, err = h.read(4096); err != nil {
+			return false, err
+		}
+	}
+	if !checkScramble(u.AuthPlugin, u.Password, salt, resp) {
+		return false, nil
+	}
+	if u.AuthPlugin == pluginSHA2 && !emptyAuth(resp) {
+		if err := h.write([]byte{0x01, 0x03}); err != nil { // fast authentication succeeded
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// emptyAuth reports an empty password's response: nothing, or one NUL
+// (libmysqlclient sends that).
+func emptyAuth(resp []byte) bool { return len(resp) == 0 || len(resp) == 1 && resp[0] == 0 }
+
+// checkScramble verifies a client's scramble of password with salt under
+// plugin, in constant time. An empty password matches only an empty
+// response and an empty response only an empty password.
+func checkScramble(plugin, password string, salt, resp []byte) bool {
+	if password == "" || emptyAuth(resp) {
+		return password == "" && emptyAuth(resp)
+	}
+	var want []byte
+	switch plugin {
+	case pluginNative:
+		want = nativeScramble(salt, []byte(password))
+	case pluginSHA2:
+		want = sha2Scramble(salt, []byte(password))
+	default:
+		return false
+	}
+	return subtle.ConstantTimeCompare(want, resp) == 1
+}
+
+// nativeScramble is mysql_native_password:
+// SHA1(password) XOR SHA1(salt + SHA1(SHA1(password))).
+func nativeScramble(salt, password []byte) []byte {
+	h1 := sha1.Sum(password)
+	h2 := sha1.Sum(h1[:])
+	h := sha1.New()
+	h.Write(salt)
+	h.Write(h2[:])
+	out := h.Sum(nil)
+	for i := range out {
+		out[i] ^= h1[i]
+	}
+	return out
+}
+
+// sha2Scramble is caching_sha2_password's fast-path scramble:
+// SHA256(password) XOR SHA256(SHA256(SHA256(password)) + salt).
+func sha2Scramble(salt, password []byte) []byte {
+	m1 := sha256.Sum256(password)
+	m2 := sha256.Sum256(m1[:])
+	h := sha256.New()
+	h.Write(m2[:])
+	h.Write(salt)
+	out := h.Sum(nil)
+	for i := range out {
+		out[i] ^= m1[i]
+	}
+	return out
+}
+
+// accessDenied is MySQL's 1045, naming the client's host without its port.
+func accessDenied(user string, remote net.Addr, withPassword bool) *sqlError {
+	using := "NO"
+	if withPassword {
+		using = "YES"
+	}
+	host := remote.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return newErr(codeAccessDenied, "28000", "Access denied for user '%s'@'%s' (using password: %s)", user, host, using)
+}
+
+// prefixConn is a connection whose first bytes were already read into r.
+type prefixConn struct {
 	net.Conn
-	greeted  bool
-	raw      bool // pass-through: TLS started, or handshake over
-	packets  int  // client packets read so far
-	hdr      [4]byte
-	hdrN     int // header bytes read of the current packet
-	left     int // payload bytes left in the current packet
-	connID   uint32
-	greeting []byte
+	r interface {
+		Buffered() int
+		Read([]byte) (int, error)
+	}
 }
 
-func (h *handshakeConn) Write(p []byte) (int, error) {
-	if h.greeted {
-		return h.Conn.Write(p)
-	}
-	h.greeted = true
-	g := patchGreeting(append([]byte(nil), p...))
-	if _, err := h.Conn.Write(g); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// patchGreeting ORs advertisedCaps into a protocol-10 greeting packet
-// (header included) and sets the AUTOCOMMIT status flag.
-func patchGreeting(g []byte) []byte {
-	if len(g) < 6 || g[4] != 10 {
-		return g
-	}
-	nul := bytes.IndexByte(g[5:], 0)
-	if nul < 0 {
-		return g
-	}
-	pos := 5 + nul + 1 + 4 + 8 + 1 // version, connection id, salt part 1, filler
-	if len(g) < pos+7 {
-		return g
-	}
-	caps := uint32(binary.LittleEndian.Uint16(g[pos:])) | uint32(binary.LittleEndian.Uint16(g[pos+5:]))<<16
-	caps |= advertisedCaps
-	binary.LittleEndian.PutUint16(g[pos:], uint16(caps))
-	binary.LittleEndian.PutUint16(g[pos+3:], statusAutocommit)
-	binary.LittleEndian.PutUint16(g[pos+5:], uint16(caps>>16))
-	return g
-}
-
-func (h *handshakeConn) Read(p []byte) (int, error) {
-	if h.raw {
-		return h.Conn.Read(p)
-	}
-	if h.hdrN < 4 {
-		n, err := h.Conn.Read(p[:min(len(p), 4-h.hdrN)])
-		copy(h.hdr[h.hdrN:], p[:n])
-		h.hdrN += n
-		if h.hdrN == 4 {
-			h.left = int(h.hdr[0]) | int(h.hdr[1])<<8 | int(h.hdr[2])<<16
-			h.packets++
-			h.endIfDone()
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if c.r != nil {
+		if c.r.Buffered() > 0 {
+			return c.r.Read(p[:min(len(p), c.r.Buffered())])
 		}
-		return n, err
+		c.r = nil
 	}
-	n, err := h.Conn.Read(p[:min(len(p), h.left)])
-	h.left -= n
-	h.endIfDone()
-	return n, err
-}
-
-func (h *handshakeConn) endIfDone() {
-	if h.hdrN == 4 && h.left == 0 {
-		// A 32-byte first packet is an SSLRequest: TLS follows.
-		sslRequest := h.packets == 1 && int(h.hdr[0])|int(h.hdr[1])<<8|int(h.hdr[2])<<16 == 32
-		h.hdrN = 0
-		if sslRequest {
-			h.raw = true
-		}
-	}
+	return c.Conn.Read(p)
 }
 
 // tlsFiles loads TLS settings; both empty means no TLS.
@@ -198,31 +489,6 @@ func tlsFiles(certFile, keyFile string) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
-// rsaKey loads the caching_sha2_password RSA key, or generates one.
-func rsaKey(file string) (*rsa.PrivateKey, error) {
-	if file == "" {
-		return rsa.GenerateKey(rand.Reader, 2048)
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("proxy: read RSA key: %w", err)
-	}
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		return nil, fmt.Errorf("proxy: %s holds no PEM block", file)
-	}
-	if k, err := x509.ParsePKCS1PrivateKey(blk.Bytes); err == nil {
-		return k, nil
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("proxy: parse RSA key %s: %w", file, err)
-	}
-	rk, ok := k.(*rsa.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("proxy: %s is not an RSA key", file)
-	}
-	return rk, nil
-}
-
-var _ = io.EOF
+// handshakeDeadline bounds the whole connection phase, TLS included, as
+// MySQL's connect_timeout does.
+func handshakeDeadline() time.Time { return time.Now().Add(handshakeTimeout) }

@@ -90,7 +90,7 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	if s.srv.attr {
 		start = time.Now()
 	}
-	bc, err := s.srv.pool.acquire(s.srv.ctx, s.foundRows)
+	bc, err := s.srv.pool.acquire(s.srv.ctx, s.variant)
 	if err != nil {
 		if counted {
 			s.srv.gates.exit(tag.Name())

@@ -180,7 +180,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
 	turn = make(chan struct{}, 1)
 	// An idle connection first: no statement waits behind another then.
-	bc, other := srv.pool.takeIdleFit(s.foundRows, func(bc *backendConn) bool {
+	bc, other := srv.pool.takeIdleFit(s.variant, func(bc *backendConn) bool {
 		if bc.vars == nil {
 			bc.vars = srv.baseVars()
 		}
@@ -329,7 +329,7 @@ var slowHead = 20 * time.Millisecond
 // prepared statement) whether bc has it prepared: a pipe cannot restore or
 // prepare without delaying the statements queued on it.
 func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
-	if bc.foundRows != s.foundRows || !bc.dbKnown || bc.db != s.db || bc.multiStmts != s.multiStmts || !s.vars.equal(bc.vars) {
+	if bc.variant != s.variant || !bc.dbKnown || bc.db != s.db || bc.multiStmts != s.multiStmts || !s.vars.equal(bc.vars) {
 		return false
 	}
 	// A statement whose parameter count changed on this connection (the

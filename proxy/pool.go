@@ -37,7 +37,7 @@ var (
 type Pool struct {
 	settings BackendSettings
 	log      *slog.Logger
-	dial     func(ctx context.Context, foundRows bool) (*backendConn, error)
+	dial     func(ctx context.Context, v variant) (*backendConn, error)
 	nextID   atomic.Uint64
 	nwait    atomic.Int32 // waiters.Len(), readable without the lock
 
@@ -67,8 +67,8 @@ type Pool struct {
 }
 
 type waiter struct {
-	foundRows bool
-	ch        chan *backendConn // buffered(1): a connection handed over
+	variant variant
+	ch      chan *backendConn // buffered(1): a connection handed over
 }
 
 // PoolStats is a snapshot of the pool's state and counters.
@@ -92,8 +92,8 @@ type PoolStats struct {
 // NewPool returns a pool; it opens nothing until Start.
 func NewPool(s BackendSettings, l PoolLimits, log *slog.Logger) *Pool {
 	p := &Pool{settings: s, limits: l, log: log, stop: make(chan struct{})}
-	p.dial = func(ctx context.Context, foundRows bool) (*backendConn, error) {
-		return dialBackend(ctx, s, foundRows)
+	p.dial = func(ctx context.Context, v variant) (*backendConn, error) {
+		return dialBackend(ctx, s, v)
 	}
 	return p
 }
@@ -132,9 +132,9 @@ func (p *Pool) Stats() PoolStats {
 
 // acquire lends a connection with the given CLIENT_FOUND_ROWS variant,
 // waiting at most the acquire timeout (or ctx, whichever ends first).
-func (p *Pool) acquire(ctx context.Context, foundRows bool) (*backendConn, error) {
+func (p *Pool) acquire(ctx context.Context, v variant) (*backendConn, error) {
 	// Fast path: an idle connection, without the timer a wait needs.
-	if bc := p.takeIdle(foundRows); bc != nil {
+	if bc := p.takeIdle(v); bc != nil {
 		if bc = p.check(bc); bc != nil {
 			p.lent(time.Time{}, false)
 			return bc, nil
@@ -149,7 +149,7 @@ func (p *Pool) acquire(ctx context.Context, foundRows bool) (*backendConn, error
 	waited := false
 	backoff := 50 * time.Millisecond
 	for {
-		bc, w, dialNow, err := p.take(foundRows)
+		bc, w, dialNow, err := p.take(v)
 		if err != nil {
 			return nil, err
 		}
@@ -161,7 +161,7 @@ func (p *Pool) acquire(ctx context.Context, foundRows bool) (*backendConn, error
 			continue
 		}
 		if dialNow {
-			bc, err := p.dialOne(ctx, foundRows)
+			bc, err := p.dialOne(ctx, v)
 			if err == nil {
 				p.lent(start, waited)
 				return bc, nil
@@ -228,8 +228,8 @@ func (p *Pool) lent(start time.Time, waited bool) {
 
 // takeIdle takes the most recently returned idle connection of the variant,
 // or returns nil.
-func (p *Pool) takeIdle(foundRows bool) *backendConn {
-	bc, _ := p.takeIdleFit(foundRows, nil)
+func (p *Pool) takeIdle(v variant) *backendConn {
+	bc, _ := p.takeIdleFit(v, nil)
 	return bc
 }
 
@@ -237,14 +237,14 @@ func (p *Pool) takeIdle(foundRows bool) *backendConn {
 // variant for which fit (nil: any) reports true. When it takes none, other
 // reports whether an idle connection of the variant exists that did not
 // fit. fit runs under the pool's lock, on connections nobody holds.
-func (p *Pool) takeIdleFit(foundRows bool, fit func(*backendConn) bool) (bc *backendConn, other bool) {
+func (p *Pool) takeIdleFit(v variant, fit func(*backendConn) bool) (bc *backendConn, other bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, false
 	}
 	for i := len(p.idle) - 1; i >= 0; i-- {
-		if bc := p.idle[i]; bc.foundRows == foundRows {
+		if bc := p.idle[i]; bc.variant == v {
 			if fit != nil && !fit(bc) {
 				other = true
 				continue
@@ -267,14 +267,14 @@ func (p *Pool) canDial() bool {
 
 // take decides, under the lock, how an acquisition proceeds: with an idle
 // connection, by dialing a new one, or by queueing as a waiter.
-func (p *Pool) take(foundRows bool) (*backendConn, *waiter, bool, error) {
+func (p *Pool) take(v variant) (*backendConn, *waiter, bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, nil, false, ErrPoolClosed
 	}
 	for i := len(p.idle) - 1; i >= 0; i-- {
-		if bc := p.idle[i]; bc.foundRows == foundRows {
+		if bc := p.idle[i]; bc.variant == v {
 			p.idle = append(p.idle[:i], p.idle[i+1:]...)
 			p.inUse++
 			return bc, nil, false, nil
@@ -297,7 +297,7 @@ func (p *Pool) take(foundRows bool) (*backendConn, *waiter, bool, error) {
 		p.st.Rejected++
 		return nil, nil, false, fmt.Errorf("%w (%d waiting, pool max %d)", ErrPoolWaiterCap, p.waiters.Len(), p.limits.Max)
 	}
-	w := &waiter{foundRows: foundRows, ch: make(chan *backendConn, 1)}
+	w := &waiter{variant: v, ch: make(chan *backendConn, 1)}
 	p.waiters.PushBack(w)
 	p.nwait.Store(int32(p.waiters.Len()))
 	return nil, w, false, nil
@@ -347,8 +347,8 @@ func (p *Pool) check(bc *backendConn) *backendConn {
 }
 
 // dialOne dials a connection for a slot already counted in open/inUse.
-func (p *Pool) dialOne(ctx context.Context, foundRows bool) (*backendConn, error) {
-	bc, err := p.dial(ctx, foundRows)
+func (p *Pool) dialOne(ctx context.Context, v variant) (*backendConn, error) {
+	bc, err := p.dial(ctx, v)
 	if err == nil && !p.firstDone.Load() {
 		err = p.runFirstDial(bc)
 		if err != nil {
@@ -413,7 +413,7 @@ func (p *Pool) release(bc *backendConn, reusable bool) {
 	bc.idleFrom = now
 	if e := p.waiters.Front(); e != nil {
 		w := p.dropWaiterLocked(e)
-		if w.foundRows != bc.foundRows {
+		if w.variant != bc.variant {
 			// Free the slot and let the waiter dial its own variant.
 			p.open--
 			p.inUse--
@@ -533,7 +533,7 @@ func (p *Pool) maintainOnce() {
 		p.inUse++
 		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), p.settings.DialTimeout)
-		bc, err := p.dialOne(ctx, false)
+		bc, err := p.dialOne(ctx, 0)
 		cancel()
 		if err != nil {
 			return

@@ -169,7 +169,7 @@ func (s *session) prepareProcedure(p []byte) bool {
 	s.writePacket(out)
 	if params > 0 {
 		for i := 0; i < params; i++ {
-			s.out = appendColumnDef(s.out[:0], column{name: "?", typ: mysql.MYSQL_TYPE_VAR_STRING})
+			s.out = appendColumnDef(s.out[:0], column{name: "?", typ: mysql.MYSQL_TYPE_VAR_STRING}, s.variant&varTypeInfo != 0)
 			s.writePacket(s.out)
 		}
 		s.out = appendEOF(s.out[:0], 0, s.status&^statusSessionChanged)

@@ -82,7 +82,7 @@ func (c *rawConn) readResults(binaryRows, cursor bool) ([]rawResult, error) {
 			if err != nil {
 				return out, err
 			}
-			col, err := decodeColumn(p, false)
+			col, err := decodeColumn(p, false, c.ext&rawExtTypeInfo != 0)
 			if err != nil {
 				return out, err
 			}
@@ -235,7 +235,7 @@ func (c *rawConn) readFieldList() ([]rawColumn, error) {
 		if p[0] == 0xff {
 			return cols, errPacket(p)
 		}
-		col, err := decodeColumn(p, true)
+		col, err := decodeColumn(p, true, c.ext&rawExtTypeInfo != 0)
 		if err != nil {
 			return cols, err
 		}
@@ -330,7 +330,7 @@ func (c *rawConn) readPrepareOK() (*rawStmt, error) {
 			if err != nil {
 				return nil, err
 			}
-			col, err := decodeColumn(p, false)
+			col, err := decodeColumn(p, false, c.ext&rawExtTypeInfo != 0)
 			if err != nil {
 				return nil, err
 			}
@@ -498,11 +498,13 @@ type rawColumn struct {
 	typ                                    byte
 	flags                                  uint16
 	decimals                               byte
+	typeInfo                               []byte // MariaDB extended type info, when negotiated
 }
 
 // decodeColumn decodes a column definition; fieldList allows the trailing
-// default value COM_FIELD_LIST sends.
-func decodeColumn(p []byte, fieldList bool) (rawColumn, error) {
+// default value COM_FIELD_LIST sends, typeInfo MariaDB's extended type
+// info (MARIADB_CLIENT_EXTENDED_TYPE_INFO) after the names.
+func decodeColumn(p []byte, fieldList, typeInfo bool) (rawColumn, error) {
 	var c rawColumn
 	var s [6]string
 	pos := 0
@@ -518,6 +520,14 @@ func decodeColumn(p []byte, fieldList bool) (rawColumn, error) {
 		return c, fmt.Errorf("rawclient: column catalog %q", s[0])
 	}
 	c.schema, c.table, c.orgTable, c.name, c.orgName = s[1], s[2], s[3], s[4], s[5]
+	if typeInfo {
+		v, n, err := lenEncStr(p[pos:])
+		if err != nil {
+			return c, fmt.Errorf("rawclient: column extended type info: %w", err)
+		}
+		c.typeInfo = append([]byte{}, v...)
+		pos += n
+	}
 	if len(p) < pos+13 || p[pos] != 0x0c {
 		return c, errors.New("rawclient: column definition fixed fields truncated")
 	}

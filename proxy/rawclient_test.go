@@ -37,6 +37,7 @@ const (
 	capMultiResults     uint32 = 0x00020000
 	capPSMultiResults   uint32 = 0x00040000
 	capPluginAuth       uint32 = 0x00080000
+	capConnectAttrs     uint32 = 0x00100000
 	capSessionTrack     uint32 = 0x00800000
 )
 
@@ -104,6 +105,8 @@ type rawConn struct {
 	lenientSeq bool   // accept any sequence id in responses
 	caps       uint32 // capabilities sent in the handshake response
 	srvCaps    uint32
+	srvExt     uint32 // MariaDB extended capabilities offered
+	ext        uint32 // MariaDB extended capabilities negotiated
 	connID     uint32
 	greetSt    uint16
 	version    string
@@ -116,7 +119,19 @@ type rawOpts struct {
 	user, pass, db string
 	caps           uint32 // wanted beyond the defaults, kept only if the server offers them
 	drop           uint32 // defaults to leave out
+	ext            uint32 // MariaDB extended capabilities wanted, kept only if offered
+	coll           byte   // handshake collation; 0: rawDefaultCollation
 }
+
+// MariaDB extended capabilities (sent where MySQL has reserved bytes, when
+// the server does not set CLIENT_LONG_PASSWORD, which MariaDB calls
+// CLIENT_MYSQL).
+const (
+	rawExtProgress  uint32 = 1 << 0
+	rawExtBulk      uint32 = 1 << 2
+	rawExtTypeInfo  uint32 = 1 << 3
+	rawExtCacheMeta uint32 = 1 << 4
+)
 
 // rawDial connects and logs in. An ERR from the server comes back as *rawErr.
 func rawDial(addr string, o rawOpts) (*rawConn, error) {
@@ -173,6 +188,9 @@ func (c *rawConn) readGreeting() error {
 	pos += 13 // connection id, salt part 1, filler
 	c.srvCaps = uint32(binary.LittleEndian.Uint16(p[pos:])) | uint32(binary.LittleEndian.Uint16(p[pos+5:]))<<16
 	c.greetSt = binary.LittleEndian.Uint16(p[pos+3:])
+	if c.srvCaps&capLongPassword == 0 {
+		c.srvExt = binary.LittleEndian.Uint32(p[pos+14:])
+	}
 	authLen := int(p[pos+7])
 	pos += 8 + 10
 	n := max(13, authLen-8)
@@ -195,10 +213,19 @@ func (c *rawConn) handshake(o rawOpts) error {
 	if o.db != "" {
 		c.caps |= capConnectWithDB & c.srvCaps
 	}
+	c.ext = o.ext & c.srvExt
+	if c.ext != 0 {
+		c.caps &^= capLongPassword
+	}
+	coll := o.coll
+	if coll == 0 {
+		coll = rawDefaultCollation
+	}
 	b := binary.LittleEndian.AppendUint32(nil, c.caps)
 	b = binary.LittleEndian.AppendUint32(b, 1<<24)
-	b = append(b, rawDefaultCollation)
-	b = append(b, make([]byte, 23)...)
+	b = append(b, coll)
+	b = append(b, make([]byte, 19)...)
+	b = binary.LittleEndian.AppendUint32(b, c.ext)
 	b = append(b, o.user...)
 	b = append(b, 0)
 	auth := scrambleNative(c.salt, []byte(o.pass))

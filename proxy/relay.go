@@ -284,13 +284,18 @@ type resultSet struct {
 	more bool    // another result follows (a CALL's closing OK)
 }
 
-func appendColumnDef(b []byte, c column) []byte {
+// appendColumnDef encodes a column definition; typeInfo adds MariaDB's
+// (empty) extended type info, for clients that negotiated it.
+func appendColumnDef(b []byte, c column, typeInfo bool) []byte {
 	b = appendLenEncString(b, []byte("def"))
 	b = appendLenEncString(b, nil) // schema
 	b = appendLenEncString(b, nil) // table
 	b = appendLenEncString(b, nil) // org_table
 	b = appendLenEncString(b, []byte(c.name))
 	b = appendLenEncString(b, nil) // org_name
+	if typeInfo {
+		b = append(b, 0) // no extended type info
+	}
 	b = append(b, 0x0c)
 	cs, length := uint16(63), uint32(21) // binary, numeric width
 	if c.typ == mysql.MYSQL_TYPE_VAR_STRING {
@@ -319,7 +324,7 @@ func (s *session) writeResultSet(rs *resultSet, binaryRows bool) {
 	s.out = appendLenEnc(s.out[:0], uint64(len(rs.cols)))
 	s.writePacket(s.out)
 	for _, c := range rs.cols {
-		s.out = appendColumnDef(s.out[:0], c)
+		s.out = appendColumnDef(s.out[:0], c, s.variant&varTypeInfo != 0)
 		s.writePacket(s.out)
 	}
 	s.out = appendEOF(s.out[:0], 0, st)

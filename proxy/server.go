@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/rsa"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -16,8 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/go-mysql-org/go-mysql/server"
 	"github.com/pingcap/tidb/pkg/parser/charset"
 
 	"github.com/holdfast-db/holdfast/attribution"
@@ -66,14 +63,15 @@ type Server struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
-	cfg      atomic.Pointer[config.Config]
-	rsaKey   *rsa.PrivateKey
-	tlsConf  atomic.Pointer[tls.Config]
-	gms      atomic.Pointer[server.Server]
-	version  atomic.Pointer[string]
-	base     atomic.Pointer[varState]
-	charsets atomic.Pointer[map[uint8][2]string] // collation id -> charset, collation
-	initVars sync.Map                            // collation id -> *varState
+	cfg         atomic.Pointer[config.Config]
+	tlsConf     atomic.Pointer[tls.Config]
+	version     atomic.Pointer[string]
+	backendInfo atomic.Pointer[backendInfo] // learned from the first backend connection
+	nextConnID  atomic.Uint32
+	salt        func() []byte // nil: random salts (tests fix them)
+	base        atomic.Pointer[varState]
+	charsets    atomic.Pointer[map[uint8][2]string] // collation id -> charset, collation
+	initVars    sync.Map                            // collation id -> *varState
 
 	handshakes chan struct{}
 	draining   atomic.Bool
@@ -111,10 +109,6 @@ type ServerStats struct {
 
 // New builds a server from cfg. It opens nothing; Serve starts it.
 func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error) {
-	key, err := rsaKey(cfg.TLS.RSAKeyFile)
-	if err != nil {
-		return nil, err
-	}
 	tc, err := tlsFiles(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 	if err != nil {
 		return nil, err
@@ -125,7 +119,6 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 		procs:      procs,
 		ctx:        ctx,
 		cancel:     cancel,
-		rsaKey:     key,
 		handshakes: make(chan struct{}, maxHandshakes),
 		sessions:   map[uint32]*session{},
 	}
@@ -143,11 +136,8 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 	s.pool = NewPool(s.backendSettings(), limitsFrom(cfg.Pool), log)
 	s.pool.onFirstDial = s.learnBackend
 	s.pool.onFree = s.pipes.wakeOne
+	s.nextConnID.Store(firstConnID - 1)
 	s.applyConfigGates(cfg.Tags)
-	if err := s.rebuildGreeting(); err != nil {
-		cancel()
-		return nil, err
-	}
 	return s, nil
 }
 
@@ -156,7 +146,7 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 func CheckBackend(ctx context.Context, cfg config.Config) (string, error) {
 	s := &Server{}
 	s.cfg.Store(&cfg)
-	bc, err := dialBackend(ctx, s.backendSettings(), false)
+	bc, err := dialBackend(ctx, s.backendSettings(), 0)
 	if err != nil {
 		return "", err
 	}
@@ -192,28 +182,16 @@ func (s *Server) backendSettings() BackendSettings {
 func (s *Server) maxPacket() int     { return int(s.config().MaxAllowedPacket) }
 func (s *Server) stmtCacheSize() int { return s.config().Sessions.StatementCache }
 
-// rebuildGreeting makes the go-mysql server configuration used for new
-// handshakes (version, collation, TLS).
-func (s *Server) rebuildGreeting() error {
-	collID := uint8(mysql.DEFAULT_COLLATION_ID)
-	if c, err := charset.GetCollationByName(s.config().Backend.Collation); err == nil && c.ID < 256 {
-		collID = uint8(c.ID)
+// firstConnID is the first client connection id holdfast gives out.
+const firstConnID = 10000
+
+// collationID returns the id of a collation name, when it has one below 256.
+func collationID(name string) (uint8, bool) {
+	c, err := charset.GetCollationByName(name)
+	if err != nil || c.ID <= 0 || c.ID >= 256 {
+		return 0, false
 	}
-	var gms *server.Server
-	var err error
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("proxy: %v", r)
-			}
-		}()
-		gms = server.NewServer(*s.version.Load(), collID, mysql.AUTH_NATIVE_PASSWORD, s.rsaKey, s.tlsConf.Load())
-	}()
-	if err != nil {
-		return err
-	}
-	s.gms.Store(gms)
-	return nil
+	return uint8(c.ID), true
 }
 
 // learnBackend runs on the first backend connection: it records the
@@ -245,14 +223,13 @@ func (s *Server) learnBackend(bc *backendConn) error {
 		}
 	}
 	s.charsets.Store(&table)
+	info := bc.info
+	s.backendInfo.Store(&info)
 	s.base.Store(base)
 	bc.vars = base
 	if s.config().ServerVersion == "" && bc.version != "" {
 		v := bc.version
 		s.version.Store(&v)
-		if err := s.rebuildGreeting(); err != nil {
-			return err
-		}
 	}
 	s.log.Info("backend connected", "addr", s.config().Backend.Address, "version", bc.version,
 		"collation", base.vals["collation_connection"])
@@ -333,7 +310,7 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) warm() {
 	ctx, cancel := context.WithTimeout(s.ctx, s.config().Backend.DialTimeout)
 	defer cancel()
-	bc, err := s.pool.acquire(ctx, false)
+	bc, err := s.pool.acquire(ctx, 0)
 	if err != nil {
 		s.log.Warn("backend not reachable at start; will keep trying", "addr", s.config().Backend.Address, "err", err)
 		return
@@ -430,25 +407,22 @@ func (s *Server) handshake(nc net.Conn) *session {
 		return nil
 	}
 	t.Stop()
-	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	hc := &handshakeConn{Conn: nc}
-	h := &handshakeHandler{}
-	conn, err := s.gms.Load().NewCustomizedConn(hc, &s.users, h)
+	_ = nc.SetDeadline(handshakeDeadline())
+	id := s.nextConnID.Add(1)
+	if id == 0 {
+		id = s.nextConnID.Add(1)
+	}
+	hello, conn, err := s.connect(nc, id)
 	if err != nil {
 		s.mu.Lock()
 		s.st.HandshakeFailures++
 		s.mu.Unlock()
-		s.log.Debug("client handshake failed", "remote", nc.RemoteAddr().String(), "err", firstLine(err))
+		s.log.Debug("client handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
 		return nil
 	}
-	_ = nc.SetDeadline(time.Time{})
-	hc.raw = true
-	under := conn.Conn.Conn
-	if under == net.Conn(hc) {
-		under = nc
-	}
-	u, _ := s.users.get(conn.GetUser())
-	return newSession(s, conn.ConnectionID(), under, u, conn.Capability(), conn.Charset(), h.db, conn.Attributes())
+	_ = conn.SetDeadline(time.Time{})
+	u, _ := s.users.get(hello.user)
+	return newSession(s, id, conn, u, hello)
 }
 
 // firstLine trims go-mysql's traced errors (which carry stack traces in

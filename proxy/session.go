@@ -22,22 +22,23 @@ import (
 // session is one client connection after the handshake. Its goroutine runs
 // serve; other goroutines touch only the fields under mu (KILL, drain).
 type session struct {
-	srv    *Server
-	id     uint32
-	nc     net.Conn
-	r      packetReader
-	w      packetWriter
-	remote string
-	user   User
-	caps   uint32 // client capabilities (as sent)
-	coll   uint8  // handshake collation id
-	attrs  map[string]string
+	srv     *Server
+	id      uint32
+	nc      net.Conn
+	r       packetReader
+	w       packetWriter
+	remote  string
+	user    User
+	caps    uint32 // client capabilities (as sent)
+	extCaps uint32 // MariaDB extended capabilities negotiated (see relayableExt)
+	coll    uint8  // handshake collation id
+	attrs   map[string]string
 
 	// Desired session state, restored on whichever backend serves us.
 	vars       *varState // nil until the first borrow learns the backend's defaults
 	db         string
 	multiStmts bool
-	foundRows  bool
+	variant    variant // the backend connections this client needs
 
 	bc           *backendConn // held backend connection, nil when none
 	pinReason    string       // non-empty: keep bc for the rest of the session
@@ -81,7 +82,8 @@ type session struct {
 
 var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
 
-func newSession(srv *Server, id uint32, nc net.Conn, u User, caps uint32, coll uint8, db string, attrs map[string]string) *session {
+func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *session {
+	caps, db := h.caps, h.db
 	if db == "" {
 		// A client that names no database starts in the backend's default
 		// one (a pooled connection cannot leave its database).
@@ -95,16 +97,17 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, caps uint32, coll u
 		remote:     nc.RemoteAddr().String(),
 		user:       u,
 		caps:       caps,
-		coll:       coll,
-		attrs:      attrs,
+		extCaps:    h.extCaps,
+		coll:       h.coll,
+		attrs:      h.attrs,
 		db:         db,
 		multiStmts: caps&mysql.CLIENT_MULTI_STATEMENTS != 0,
-		foundRows:  caps&mysql.CLIENT_FOUND_ROWS != 0,
+		variant:    clientVariant(caps, h.extCaps),
 		status:     statusAutocommit,
 		stmts:      map[uint32]*clientStmt{},
 	}
 	s.watch.s = s
-	s.connTag = srv.connTag(u, attrs)
+	s.connTag = srv.connTag(u, h.attrs)
 	return s
 }
 

@@ -132,6 +132,8 @@ func (w *packetWriter) flush() error { return w.bw.Flush() }
 
 func newSmallWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 512) }
 
+func newSmallReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 512) }
+
 // Length-encoded integers and strings.
 
 func appendLenEnc(b []byte, n uint64) []byte {
