@@ -17,6 +17,7 @@ const (
 	kwCommit
 	kwConcurrent
 	kwConnection
+	kwConnectionID
 	kwCreate
 	kwData
 	kwDeallocate
@@ -82,6 +83,7 @@ const (
 	kwUnlock
 	kwUpdate
 	kwUse
+	kwUser
 	kwValue
 	kwValues
 	kwWith
@@ -102,6 +104,7 @@ var kwWords = [...]string{
 	kwCommit:           "commit",
 	kwConcurrent:       "concurrent",
 	kwConnection:       "connection",
+	kwConnectionID:     "connection_id",
 	kwCreate:           "create",
 	kwData:             "data",
 	kwDeallocate:       "deallocate",
@@ -167,6 +170,7 @@ var kwWords = [...]string{
 	kwUnlock:           "unlock",
 	kwUpdate:           "update",
 	kwUse:              "use",
+	kwUser:             "user",
 	kwValue:            "value",
 	kwValues:           "values",
 	kwWith:             "with",

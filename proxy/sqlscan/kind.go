@@ -132,6 +132,13 @@ const (
 	// inner statement is classified too, and its assignments are per-statement
 	// (they set no FeatSetSession).
 	FeatSetStatement
+	// FeatSetNames: SET NAMES ... (which also gives the results' collation,
+	// unlike setting character_set_results alone).
+	FeatSetNames
+	// FeatKill: a KILL statement, as any statement of the text.
+	FeatKill
+	// FeatConnectionID: a CONNECTION_ID( function call.
+	FeatConnectionID
 	numFeatures = iota
 )
 
@@ -139,6 +146,7 @@ var featureNames = [numFeatures]string{
 	"user_var_assign", "user_var_ref", "temp_table", "get_lock", "lock_tables",
 	"sql_prepare", "calc_found_rows", "handler", "xa", "set_session", "set_global",
 	"set_transaction", "local_infile", "last_insert_id", "found_rows_func", "set_statement",
+	"set_names", "kill", "connection_id",
 }
 
 // String returns the set's names joined by '|' ("user_var_ref|get_lock"), or

@@ -5,17 +5,24 @@ import (
 	"math"
 )
 
-// Kill is a parsed KILL statement.
+// Kill is a parsed KILL statement:
+// KILL [HARD|SOFT] [CONNECTION|QUERY] {<id> | ID <query id> | USER <user>}.
 type Kill struct {
-	// Query is true for KILL QUERY n, false for KILL [CONNECTION] n.
+	// Query is true for KILL QUERY ..., false for KILL [CONNECTION] ....
 	Query bool
-	// ID is the thread id; zero when it could not be parsed.
+	// ID is the thread id (the query id with QueryID); zero when it could
+	// not be parsed.
 	ID uint64
-	// OK is true when the text is exactly one
-	// KILL [HARD|SOFT] [CONNECTION|QUERY] <decimal id> statement, with an
-	// optional trailing ';' and whitespace or comments. KILL QUERY ID n,
-	// KILL USER u, an id that is not a decimal uint64, a second statement or
-	// an unterminated comment leave OK false.
+	// QueryID is true for KILL QUERY ID n (MariaDB: n is a query id).
+	QueryID bool
+	// User is the account of KILL ... USER name: a bare or quoted name
+	// (unquoted), with any @host part dropped; empty otherwise.
+	User string
+	// OK is true when the text is exactly one such statement, with an
+	// optional trailing ';' and whitespace or comments, and its id is a
+	// decimal uint64 or its user a name. A second statement, an id that is
+	// not a decimal uint64 (a '?' placeholder, say) or an unterminated
+	// comment leave OK false.
 	OK bool
 }
 
@@ -39,6 +46,8 @@ type Info struct {
 	// and one trailing ';'. It is the column name MySQL reports: the alias,
 	// or the expression as written ("last_insert_id()").
 	LastInsertIDColumn string
+	// ConnectionIDColumn is the same for SELECT CONNECTION_ID().
+	ConnectionIDColumn string
 }
 
 // Scan classifies sql, lexed with MySQL's default sql_mode. See Mode.Scan.
@@ -165,6 +174,8 @@ func (s *scanner) step(t token) {
 			st.pending = FeatLastInsertID
 		case kwFoundRows:
 			st.pending = FeatFoundRowsFunc
+		case kwConnectionID:
+			st.pending = FeatConnectionID
 		}
 	}
 
@@ -198,7 +209,8 @@ func (s *scanner) head(t token, w kw, main, exact bool) {
 	case kwSelect:
 		k = KindSelect
 		if exact {
-			s.info.LastInsertIDColumn = s.lastInsertID(p)
+			s.info.LastInsertIDColumn = s.singleCall(p, kwLastInsertID)
+			s.info.ConnectionIDColumn = s.singleCall(p, kwConnectionID)
 		}
 	case kwValues, kwTable:
 		k = KindSelect
@@ -243,6 +255,7 @@ func (s *scanner) head(t token, w kw, main, exact bool) {
 		}
 	case kwKill:
 		k = KindKill
+		*f |= FeatKill
 		if main && s.info.Statements == 0 {
 			s.info.Kill = s.kill(p, exact)
 		}
@@ -348,6 +361,29 @@ func (s *scanner) kill(p lexer, exact bool) Kill {
 		k.Query = true
 		t = p.next()
 	}
+	switch s.word(t) {
+	case kwID:
+		k.QueryID = true
+		t = p.next()
+	case kwUser:
+		t = p.next()
+		switch t.kind {
+		case tWord:
+			k.User = string(s.lx.src[t.start:t.end])
+		case tString, tQuoted:
+			k.User = unquote(s.lx.src[t.start:t.end])
+		default:
+			return k
+		}
+		if t = p.next(); t.kind == tHost || t.kind == tUserVar {
+			t = p.next() // the @host part (after a bare name, lexed as a variable)
+		}
+		if t.is(';') {
+			t = p.next()
+		}
+		k.OK = exact && k.User != "" && t.kind == tEOF && !p.unterminated
+		return k
+	}
 	if t.kind != tNumber {
 		return k
 	}
@@ -367,12 +403,25 @@ func (s *scanner) kill(p lexer, exact bool) Kill {
 	return k
 }
 
-// lastInsertID returns the column name when p is at
-// "LAST_INSERT_ID() [[AS] alias] [;]" and the end of the text, else "".
-func (s *scanner) lastInsertID(p lexer) string {
+// unquote strips a quoted token's quotes and undoubles its quote character.
+func unquote(b []byte) string {
+	if len(b) < 2 {
+		return string(b)
+	}
+	q := b[0]
+	in := b[1 : len(b)-1]
+	if b[len(b)-1] != q {
+		in = b[1:]
+	}
+	return string(bytes.ReplaceAll(in, []byte{q, q}, []byte{q}))
+}
+
+// singleCall returns the column name when p is at "FN() [[AS] alias] [;]"
+// and the end of the text, fn being FN's keyword, else "".
+func (s *scanner) singleCall(p lexer, fn kw) string {
 	src := s.lx.src
 	t := p.next()
-	if s.word(t) != kwLastInsertID || !p.next().is('(') {
+	if s.word(t) != fn || !p.next().is('(') {
 		return ""
 	}
 	start := t.start
@@ -411,6 +460,10 @@ func (s *scanner) lastInsertID(p lexer) string {
 		return "LAST_INSERT_ID()"
 	case "last_insert_id()":
 		return "last_insert_id()"
+	case "CONNECTION_ID()":
+		return "CONNECTION_ID()"
+	case "connection_id()":
+		return "connection_id()"
 	default:
 		return string(b)
 	}
@@ -626,6 +679,9 @@ func (s *scanner) setStep(t token, w kw) {
 		case kwNames, kwCharset, kwCharacter:
 			if !m.stmt {
 				*f |= FeatSetSession
+				if w == kwNames {
+					*f |= FeatSetNames
+				}
 			}
 			return
 		}
