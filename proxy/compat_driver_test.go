@@ -76,7 +76,7 @@ func TestDriverTransactions(t *testing.T) {
 			t.Fatalf("session tx_isolation %s", got)
 		}
 		var trxIso string
-		if err := tx.QueryRow("SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = 0+CONNECTION_ID()").Scan(&trxIso); err != nil {
+		if err := tx.QueryRow("SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = " + selfThread()).Scan(&trxIso); err != nil {
 			t.Fatalf("reading the transaction's isolation level: %v", err)
 		}
 		if trxIso != "READ COMMITTED" {

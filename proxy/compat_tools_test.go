@@ -69,14 +69,14 @@ SELECT DATABASE() AS db, CONNECTION_ID() > 0 AS has_id;
 
 	// -c keeps comments: the backend sees the statement with its comment.
 	mustExec(t, dbtest.Root(t), "SET GLOBAL log_output = 'TABLE'")
-	out, err = p.cli(t, "SELECT /* conn_tag:cli_test */ 'commented' AS c, (SELECT INFO FROM information_schema.PROCESSLIST WHERE ID = 0+CONNECTION_ID()) AS seen;\n", "-c")
+	out, err = p.cli(t, "SELECT /* conn_tag:cli_test */ 'commented' AS c, (SELECT INFO FROM information_schema.PROCESSLIST WHERE ID = "+selfThread()+") AS seen;\n", "-c")
 	if err != nil {
 		t.Fatalf("mariadb -c: %v\n%s", err, out)
 	}
 	if !strings.Contains(out, "/* conn_tag:cli_test */") {
 		t.Fatalf("the backend did not see the comment:\n%s", out)
 	}
-	out, _ = p.cli(t, "SELECT /* conn_tag:cli_test */ (SELECT INFO FROM information_schema.PROCESSLIST WHERE ID = 0+CONNECTION_ID()) AS seen;\n")
+	out, _ = p.cli(t, "SELECT /* conn_tag:cli_test */ (SELECT INFO FROM information_schema.PROCESSLIST WHERE ID = "+selfThread()+") AS seen;\n")
 	if strings.Contains(out, "conn_tag") {
 		t.Fatalf("without -c the client strips comments, yet the backend saw one:\n%s", out)
 	}

@@ -18,6 +18,8 @@ const (
 	codeOutOfOrder     = 1156
 	codeWrongArguments = 1210
 	codeUnknownStmt    = 1243
+	codeUnsupportedPS  = 1295 // a statement that cannot be prepared
+	codeNotSupported   = 1235 // a statement form holdfast does not support
 	codeAuthMode       = 1251 // a client without the 4.1 protocol
 	codeMalformed      = 1835
 	codeConnectFailed  = 2003 // backend unreachable

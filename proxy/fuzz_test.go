@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -119,8 +118,8 @@ func FuzzParseStateInfo(f *testing.F) {
 
 // hasVar reports whether sc recorded v (lower-cased, or as a pin).
 func hasVar(sc stateChanges, v varChange) bool {
-	if strings.HasPrefix(lower(v.name), "session_track_") {
-		return sc.pinVar != "" // the last one of them
+	if lower(v.name) == "session_track_transaction_info" {
+		return sc.pinVar != ""
 	}
 	for _, x := range sc.vars {
 		if x.value == v.value && x.name == lower(v.name) {

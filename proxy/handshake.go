@@ -260,7 +260,14 @@ func (s *Server) connect(nc net.Conn, id uint32) (*clientHello, net.Conn, error)
 	if !ok || !known {
 		return nil, nil, h.fail(accessDenied(hello.user, nc.RemoteAddr(), len(hello.authResp) > 0))
 	}
-	okp := appendOK(nil, okPacket{status: statusAutocommit}, hello.caps&mysql.CLIENT_SESSION_TRACK != 0)
+	welcome := okPacket{status: statusAutocommit}
+	track := hello.caps&mysql.CLIENT_SESSION_TRACK != 0
+	if kb := s.keptBase.Load(); track && hello.db != "" && kb != nil && kb.filter.schema {
+		// As MariaDB: the schema the client named, tracked from the start.
+		welcome.status |= statusSessionChanged
+		welcome.stateInfo = appendStateEntry(nil, trackSchema, appendLenEncString(nil, []byte(hello.db)))
+	}
+	okp := appendOK(nil, welcome, track)
 	if err := h.write(okp); err != nil {
 		return nil, nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -78,6 +79,14 @@ func startProxy(t *testing.T, mutate ...func(*config.Config)) *testProxy {
 		<-done
 	})
 	return &testProxy{srv: srv, addr: ln.Addr().String(), db: db, user: user, cfg: cfg}
+}
+
+// selfThread is an SQL expression for the id of the backend thread that
+// runs the statement it is part of (through holdfast, CONNECTION_ID() is
+// holdfast's own connection id): the process-list row whose statement
+// text carries a marker that only this text holds.
+func selfThread() string {
+	return fmt.Sprintf("(SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE '%%hfself%016x%%')", rand.Uint64())
 }
 
 // dsn is a go-sql-driver DSN for the proxy.

@@ -115,7 +115,7 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 		bc.vars = s.srv.baseVars()
 	}
 	if s.vars == nil {
-		s.vars = s.srv.initialVars(s.coll)
+		s.vars = s.initialVars()
 	}
 	err = s.sync(bc)
 	began := false
@@ -326,7 +326,7 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	if err != nil {
 		return err
 	}
-	s.status = ok.status &^ statusSessionChanged
+	s.status = ok.status & sessionStatus
 	return nil
 }
 
@@ -371,7 +371,7 @@ func (s *session) readBeginAhead(bc *backendConn) error {
 		return err
 	}
 	bc.r.seq = seq
-	s.status = ok.status &^ statusSessionChanged
+	s.status = ok.status & sessionStatus
 	return nil
 }
 

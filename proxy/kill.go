@@ -8,7 +8,67 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
+
+// killStatement answers a text holding a KILL statement. Only the forms
+// holdfast can translate run: their ids are holdfast's connection ids, and
+// every client reaches the database as the one backend account, so no
+// KILL may reach the database as written.
+func (s *session) killStatement(info *sqlscan.Info) bool {
+	k := info.Kill
+	switch {
+	case info.Kind != sqlscan.KindKill || !k.OK:
+		s.writeErr(newErr(codeNotSupported, "42000", "holdfast: KILL must be a statement of its own: KILL [CONNECTION|QUERY] <connection id> or KILL [CONNECTION|QUERY] USER <name>, with a literal id (holdfast translates its connection ids; inside a multi-statement text or with an expression the database would read them as its own)"))
+		return true
+	case k.QueryID:
+		s.writeErr(newErr(codeNotSupported, "42000", "holdfast: KILL QUERY ID is not supported (query ids are the database's, and a pooled connection runs many clients' queries); use KILL QUERY <connection id>"))
+		return true
+	case k.User != "":
+		return s.killUser(k.User, k.Query)
+	}
+	return s.kill(k.ID, k.Query)
+}
+
+// killUser implements KILL [CONNECTION|QUERY] USER name: it acts on
+// holdfast's own clients logged in as name, never on the database's
+// connections (which all belong to the backend account). The OK counts the
+// connections (or statements) killed, as MariaDB's does.
+func (s *session) killUser(name string, queryOnly bool) bool {
+	if name != s.user.Name && !s.user.Admin {
+		s.writeErr(newErr(codeKillDenied, "HY000", "holdfast: you may KILL USER only your own user's connections ('%s' is not yours)", name))
+		return true
+	}
+	s.srv.mu.Lock()
+	var victims []*session
+	self := false
+	for _, x := range s.srv.sessions {
+		if x.user.Name != name {
+			continue
+		}
+		if x == s {
+			self = true
+			continue
+		}
+		victims = append(victims, x)
+	}
+	s.srv.mu.Unlock()
+	for _, x := range victims {
+		if queryOnly {
+			x.interrupt()
+		} else {
+			x.terminate()
+		}
+	}
+	n := uint64(len(victims))
+	if self && !queryOnly {
+		n++
+		s.closeAfter = true // its own connection goes too, after the answer
+	}
+	s.writeOK(n, 0)
+	return true
+}
 
 // kill implements KILL [QUERY] id and COM_PROCESS_KILL, where id is a
 // holdfast client connection id.

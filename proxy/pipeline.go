@@ -61,7 +61,7 @@ func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
 // pipelinable reports whether a statement may be pipelined.
 func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
 	if s.vars == nil && s.srv.base.Load() != nil {
-		s.vars = s.srv.initialVars(s.coll)
+		s.vars = s.initialVars()
 	}
 	return s.bc == nil && s.vars != nil && s.pendingBegin == nil && s.pinReason == "" && !s.holdNext &&
 		s.status&statusInTrans == 0 && s.status&statusAutocommit != 0 &&
@@ -167,7 +167,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during a read-only statement; nothing was changed, it is safe to retry"))
 		return true, true
 	}
-	s.status = rr.status &^ statusSessionChanged
+	s.status = rr.status & sessionStatus
 	s.srv.pipelined.Add(1)
 	return true, true
 }

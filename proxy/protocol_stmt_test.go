@@ -28,7 +28,7 @@ func TestRawStmtLongDataOtherBackend(t *testing.T) {
 	p := twoBackends(t)
 	c := p.raw(t, rawOpts{})
 	tid := rawThread(c)
-	st := c.mustPrepare("SELECT CONCAT(?, ''), ? + 1, 0+CONNECTION_ID()")
+	st := c.mustPrepare("SELECT CONCAT(?, ''), ? + 1, " + selfThread())
 	if st.params != 2 || st.ncols != 3 {
 		t.Fatalf("prepare: %d parameters, %d columns", st.params, st.ncols)
 	}
@@ -61,7 +61,7 @@ func TestRawStmtLongDataOtherBackend(t *testing.T) {
 func TestRawStmtTypesOnlyOnFirstExecute(t *testing.T) {
 	p := twoBackends(t)
 	c := p.raw(t, rawOpts{})
-	st := c.mustPrepare("SELECT ? + 0, CONCAT(?, '!'), 0+CONNECTION_ID()")
+	st := c.mustPrepare("SELECT ? + 0, CONCAT(?, '!'), " + selfThread())
 	r := c.mustExecute(st, []rawParam{pInt(7), pStr("a")}, true)
 	if r.cell(0, 0) != "7" || r.cell(0, 1) != "a!" {
 		t.Fatalf("first execute: %v", r.rows)

@@ -46,7 +46,7 @@ func grantedDatabase(t *testing.T, p *testProxy) string {
 }
 
 // rawThread is the backend thread serving c's next statement.
-func rawThread(c *rawConn) string { return c.value("SELECT 0+CONNECTION_ID()") }
+func rawThread(c *rawConn) string { return c.value("SELECT " + selfThread()) }
 
 // errCode is the MySQL error code in err, 0 for nil, -1 for another error.
 func errCode(err error) int {

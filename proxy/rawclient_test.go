@@ -113,6 +113,7 @@ type rawConn struct {
 	salt       []byte
 	guard      time.Duration // hang guard for each read
 	back       []byte        // a packet read and put back, returned next
+	authOK     []byte        // the OK that ended authentication
 }
 
 type rawOpts struct {
@@ -238,6 +239,11 @@ func (c *rawConn) handshake(o rawOpts) error {
 	if c.caps&capPluginAuth != 0 {
 		b = append(b, "mysql_native_password\x00"...)
 	}
+	if c.caps&capConnectAttrs != 0 {
+		attrs := putLenEncStr(putLenEncStr(nil, "_client_name"), "rawclient")
+		b = putLenEnc(b, uint64(len(attrs)))
+		b = append(b, attrs...)
+	}
 	if err := c.writePacket(b); err != nil {
 		return err
 	}
@@ -256,6 +262,7 @@ func (c *rawConn) authReply(pass string) (switched string, fast bool, err error)
 		}
 		switch {
 		case p[0] == 0x00:
+			c.authOK = p
 			_, err := decodeOK(p, c.caps&capSessionTrack != 0)
 			return switched, fast, err
 		case p[0] == 0xff:

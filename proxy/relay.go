@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -115,12 +116,33 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 		rr.insertID = ok.insertID
 	}
 	if ok.status&statusSessionChanged != 0 && len(ok.stateInfo) > 0 {
+		n := len(rr.sc.vars)
 		if !parseStateInfo(ok.stateInfo, &rr.sc) {
 			return false, fmt.Errorf("%w: bad session state information", errMalformed)
 		}
+		if s.sessionTrack() && s.kept != nil {
+			// Tell the client only what its own tracking settings ask
+			// for, as they stand after this statement.
+			if kept := keptOnly(rr.sc.vars[n:]); len(kept) > 0 {
+				s.setKept(s.kept.with(kept))
+			}
+			s.stateBuf = s.kept.filter.filterStateInfo(s.stateBuf[:0], ok.stateInfo)
+			if !bytes.Equal(s.stateBuf, ok.stateInfo) {
+				ok.stateInfo = s.stateBuf
+				s.out = appendOK(s.out[:0], ok, true)
+				p = s.out
+			}
+		}
 	}
 	if !s.sessionTrack() {
-		s.out = appendOK(s.out[:0], ok, false)
+		// No session state for this client. MariaDB still sends the info
+		// text length-encoded (MySQL to the end of the packet).
+		lenencInfo := false
+		if bi := s.srv.backendInfo.Load(); bi != nil && bi.mariaDB {
+			lenencInfo = true
+		}
+		ok.stateInfo = nil
+		s.out = appendOK(s.out[:0], ok, lenencInfo)
 		p = s.out
 	}
 	rr.started = true
@@ -271,9 +293,10 @@ func readFull(bc *backendConn, p []byte) (int, error) {
 
 // column describes one column of a result set holdfast builds itself.
 type column struct {
-	name  string
-	typ   byte
-	flags uint16
+	name   string
+	typ    byte
+	flags  uint16
+	length uint32 // display width; 0: the type's default
 }
 
 // resultSet is a small result holdfast answers without a backend
@@ -302,6 +325,9 @@ func appendColumnDef(b []byte, c column, typeInfo bool) []byte {
 		cs, length = 45, 1<<24-1 // utf8mb4_general_ci
 	} else if c.typ == mysql.MYSQL_TYPE_DATETIME {
 		length = 26
+	}
+	if c.length != 0 {
+		length = c.length
 	}
 	b = binary.LittleEndian.AppendUint16(b, cs)
 	b = binary.LittleEndian.AppendUint32(b, length)
@@ -392,6 +418,15 @@ func appendBinaryRow(b []byte, cols []column, row []any) []byte {
 				u = x
 			}
 			b = binary.LittleEndian.AppendUint64(b, u)
+		case mysql.MYSQL_TYPE_LONG:
+			var u uint64
+			switch x := v.(type) {
+			case int64:
+				u = uint64(x)
+			case uint64:
+				u = x
+			}
+			b = binary.LittleEndian.AppendUint32(b, uint32(u))
 		case mysql.MYSQL_TYPE_DOUBLE:
 			f, _ := v.(float64)
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))

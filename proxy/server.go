@@ -66,11 +66,15 @@ type Server struct {
 	cfg         atomic.Pointer[config.Config]
 	tlsConf     atomic.Pointer[tls.Config]
 	version     atomic.Pointer[string]
-	backendInfo atomic.Pointer[backendInfo] // learned from the first backend connection
+	backendInfo atomic.Pointer[backendInfo]       // learned from the first backend connection
+	keptBase    atomic.Pointer[keptVars]          // kept variables a client session starts with
+	hfKept      atomic.Pointer[map[string]string] // kept variables on backend connections
 	nextConnID  atomic.Uint32
 	salt        func() []byte // nil: random salts (tests fix them)
+	clock       atomic.Int64  // UnixNano, advanced by the janitor (see now)
 	base        atomic.Pointer[varState]
 	charsets    atomic.Pointer[map[uint8][2]string] // collation id -> charset, collation
+	defaultColl atomic.Pointer[map[string]string]   // charset -> its default collation
 	initVars    sync.Map                            // collation id -> *varState
 
 	handshakes chan struct{}
@@ -200,29 +204,64 @@ func collationID(name string) (uint8, bool) {
 func (s *Server) learnBackend(bc *backendConn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := bc.query(ctx, "SELECT @@character_set_client, @@character_set_connection, @@character_set_results, @@collation_connection")
+	res, err := bc.query(ctx, "SELECT @@character_set_client, @@character_set_connection, @@character_set_results, @@collation_connection, @@session.sql_mode")
 	if err != nil {
 		return err
 	}
-	if len(res.rows) != 1 || len(res.rows[0]) != 4 {
+	if len(res.rows) != 1 || len(res.rows[0]) != 5 {
 		return fmt.Errorf("proxy: unexpected reply reading session character set")
 	}
 	base := &varState{vals: map[string]string{}}
 	for i, name := range charsetVars {
 		base.vals[name] = string(res.rows[0][i])
 	}
-	res, err = bc.query(ctx, "SELECT ID, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLLATIONS WHERE ID < 256")
+	// A fresh connection's results are in its handshake collation.
+	base.vals[resultsCollation] = base.vals["collation_connection"]
+	base.vals["sql_mode"] = string(res.rows[0][4])
+	// The kept variables' global values: what a client's session starts
+	// with (see kept.go).
+	var q strings.Builder
+	q.WriteString("SELECT ")
+	for i, n := range keptNames {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("@@global." + n)
+	}
+	res, err = bc.query(ctx, q.String())
+	if err != nil {
+		return err
+	}
+	if len(res.rows) != 1 || len(res.rows[0]) != len(keptNames) {
+		return fmt.Errorf("proxy: unexpected reply reading global session defaults")
+	}
+	global := map[string]string{}
+	for i, n := range keptNames {
+		global[n] = string(res.rows[0][i])
+	}
+	s.keptBase.Store(newKept(global))
+	hf := holdfastKept(global)
+	s.hfKept.Store(&hf)
+	res, err = bc.query(ctx, "SELECT ID, CHARACTER_SET_NAME, COLLATION_NAME, IS_DEFAULT FROM information_schema.COLLATIONS")
 	if err != nil {
 		return err
 	}
 	table := map[uint8][2]string{}
+	defaults := map[string]string{}
 	for _, r := range res.rows {
+		if len(r) != 4 {
+			continue
+		}
 		id, err := strconv.Atoi(string(r[0]))
 		if err == nil && id > 0 && id < 256 {
 			table[uint8(id)] = [2]string{string(r[1]), string(r[2])}
 		}
+		if strings.EqualFold(string(r[3]), "yes") {
+			defaults[string(r[1])] = string(r[2])
+		}
 	}
 	s.charsets.Store(&table)
+	s.defaultColl.Store(&defaults)
 	info := bc.info
 	s.backendInfo.Store(&info)
 	s.base.Store(base)
@@ -239,24 +278,36 @@ func (s *Server) learnBackend(bc *backendConn) error {
 // baseVars is the session state of a fresh backend connection.
 func (s *Server) baseVars() *varState { return s.base.Load() }
 
-// initialVars is the session state a client starts with: the base, with the
-// character set its handshake asked for.
-func (s *Server) initialVars(coll uint8) *varState {
+// initialVars is the session state a client starts with: the base, with
+// the character set its handshake asked for, and IGNORE_SPACE in sql_mode
+// when its capabilities ask for it (as MariaDB and MySQL do).
+func (s *Server) initialVars(coll uint8, ignoreSpace bool) *varState {
 	base := s.base.Load()
-	if v, ok := s.initVars.Load(coll); ok {
+	key := int(coll)
+	if ignoreSpace {
+		key |= 1 << 8
+	}
+	if v, ok := s.initVars.Load(key); ok {
 		return v.(*varState)
 	}
+	var changes []varChange
 	t := s.charsets.Load()
-	cs, ok := (*t)[coll]
-	if !ok || cs[1] == base.vals["collation_connection"] {
-		s.initVars.Store(coll, base)
-		return base
+	if cs, ok := (*t)[coll]; ok && cs[1] != base.vals["collation_connection"] {
+		changes = append(changes, varChange{"character_set_client", cs[0]}, varChange{"character_set_connection", cs[0]},
+			varChange{"character_set_results", cs[0]}, varChange{"collation_connection", cs[1]},
+			varChange{resultsCollation, cs[1]})
 	}
-	v := base.with([]varChange{
-		{"character_set_client", cs[0]}, {"character_set_connection", cs[0]},
-		{"character_set_results", cs[0]}, {"collation_connection", cs[1]},
-	})
-	s.initVars.Store(coll, v)
+	if mode := base.vals["sql_mode"]; ignoreSpace && !strings.Contains(mode, "IGNORE_SPACE") {
+		if mode != "" {
+			mode += ","
+		}
+		changes = append(changes, varChange{"sql_mode", mode + "IGNORE_SPACE"})
+	}
+	v := base
+	if len(changes) > 0 {
+		v = base.with(changes)
+	}
+	s.initVars.Store(key, v)
 	return v
 }
 
@@ -280,7 +331,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	s.pool.Start()
 	s.wg.Add(1)
-	go s.watchdog()
+	go s.janitor()
 	s.warm()
 	s.log.Info("holdfast listening", "addr", ln.Addr().String())
 	var backoff time.Duration
@@ -318,9 +369,12 @@ func (s *Server) warm() {
 	s.pool.release(bc, true)
 }
 
-// watchdog starts watching the client socket of statements that have run
-// longer than watchDelay (see clientWatch).
-func (s *Server) watchdog() {
+// janitor is the one timer loop behind every session timeout. Each tick it
+// starts watching the client socket of statements that have run longer
+// than watchDelay (see clientWatch), and closes clients idle longer than
+// their own wait_timeout (interactive_timeout for interactive clients),
+// as MariaDB does: without a message, rolling back an open transaction.
+func (s *Server) janitor() {
 	defer s.wg.Done()
 	t := time.NewTicker(watchDelay / 2)
 	defer t.Stop()
@@ -330,6 +384,7 @@ func (s *Server) watchdog() {
 		case <-s.ctx.Done():
 			return
 		case now := <-t.C:
+			s.clock.Store(now.UnixNano())
 			sess = sess[:0]
 			s.mu.Lock()
 			for _, x := range s.sessions {
@@ -341,9 +396,24 @@ func (s *Server) watchdog() {
 				if since := x.watch.since.Load(); since != 0 && since < limit {
 					x.watch.start()
 				}
+				if wt, idle := x.waitTimeout.Load(), x.idleSince.Load(); wt > 0 && idle != 0 && now.UnixNano()-idle > wt {
+					s.log.Info("closing a client idle longer than its wait_timeout", "client", x.id, "user", x.user.Name,
+						"wait_timeout", time.Duration(wt))
+					x.idleSince.Store(0)
+					_ = x.nc.Close()
+				}
 			}
 		}
 	}
+}
+
+// now is a clock that the janitor advances every tick: cheap enough to
+// read once per statement.
+func (s *Server) now() int64 {
+	if t := s.clock.Load(); t != 0 {
+		return t
+	}
+	return time.Now().UnixNano()
 }
 
 // Addr returns the listening address (after Serve started), or nil.

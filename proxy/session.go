@@ -2,12 +2,12 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +47,7 @@ type session struct {
 	lastInsertID uint64
 
 	stmts    map[uint32]*clientStmt
+	cursors  map[uint32]bool // client statements with a cursor open on bc
 	nextStmt uint32
 	lastStmt uint32 // id of the statement prepared last
 
@@ -63,6 +64,7 @@ type session struct {
 	digest        []byte
 	lastSQL       []byte // the last statement, truncated (for holders and logs)
 	pipeBuf       []byte // a pipelined COM_STMT_EXECUTE
+	rewrite       []byte // a statement with CONNECTION_ID() replaced
 
 	buf     []byte // command buffer
 	out     []byte // scratch for packets holdfast builds
@@ -70,6 +72,17 @@ type session struct {
 	gone    bool        // a write to the client failed; responses are dropped
 	holding atomic.Bool // bc != nil, for the drainer
 	pinned  atomic.Bool // pinReason != "", for Stats
+	// kept is the client's value of the variables holdfast keeps itself
+	// (see kept.go); nil until the backend's defaults are known.
+	kept        *keptVars
+	interactive bool // CLIENT_INTERACTIVE: interactive_timeout applies
+	// idleSince is when the session began waiting for the client's next
+	// command (UnixNano from Server.now; 0 while a command runs), and
+	// waitTimeout the client's idle limit in nanoseconds (0: none); the
+	// janitor reads both.
+	idleSince   atomic.Int64
+	waitTimeout atomic.Int64
+	stateBuf    []byte // filtered session state information
 
 	mu        sync.Mutex // guards the fields below
 	execTID   uint32     // backend thread running our statement now, 0 if none
@@ -108,6 +121,8 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 	}
 	s.watch.s = s
 	s.connTag = srv.connTag(u, h.attrs)
+	s.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
+	s.setKept(srv.keptBase.Load())
 	return s
 }
 
@@ -122,7 +137,9 @@ func (s *session) serve() {
 			return
 		}
 		s.r.seq = 0
+		s.idleSince.Store(s.srv.now())
 		p, err := s.r.readPacket(s.buf, s.srv.maxPacket())
+		s.idleSince.Store(0)
 		if cap(p) <= 1<<20 {
 			s.buf = p[:0]
 		} else {
@@ -224,22 +241,27 @@ func (s *session) comQuery(p []byte) bool {
 	switch {
 	case s.deferTransaction(sql, &info, tag, tagged):
 		return true
-	case info.Kind == sqlscan.KindKill && info.Kill.OK:
-		return s.kill(info.Kill.ID, info.Kill.Query)
+	case info.Features&sqlscan.FeatKill != 0:
+		return s.killStatement(&info)
 	case info.Features&sqlscan.FeatLocalInfile != 0:
 		s.writeErr(newErr(codeNotAllowed, "42000", "holdfast does not relay LOAD DATA LOCAL INFILE; load from a file on the database server or use INSERT"))
 		return true
 	case info.LastInsertIDColumn != "" && s.bc == nil:
-		s.writeSingleValue(info.LastInsertIDColumn, s.lastInsertID, false)
+		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.lastInsertID, false)
 		return true
-	case info.Kind == sqlscan.KindSelect && isSelectConnectionID(sql):
+	case info.ConnectionIDColumn != "":
 		// The id clients KILL by is holdfast's, not a backend thread's.
-		s.writeSingleValue(connectionIDColumn(sql), uint64(s.id), false)
+		s.writeSingleValue(connectionIDCol(info.ConnectionIDColumn), uint64(s.id), false)
 		return true
 	case info.Kind == sqlscan.KindCall && s.srv.procs != nil && s.maybeProcedure(sql):
 		return true
+	case info.Features&sqlscan.FeatConnectionID != 0:
+		if q, ok := s.scanMode().AppendConnectionID(append(s.rewrite[:0], comQuery), sql, uint64(s.id)); ok {
+			s.rewrite = q
+			p, sql = q, q[1:]
+		}
 	}
-	if s.pipelinable(&info, len(p)) {
+	if s.pipelinable(&info, len(p)) && !readsKept(sql) {
 		if handled, keep := s.runPipelined(func(*backendConn) []byte { return p }, tag, nil, sql); handled {
 			return keep
 		}
@@ -263,24 +285,6 @@ func (s *session) scanMode() sqlscan.Mode {
 	return m
 }
 
-// isSelectConnectionID matches exactly "SELECT CONNECTION_ID()" (any case,
-// surrounding spaces, an optional trailing semicolon).
-func isSelectConnectionID(sql []byte) bool {
-	t := bytes.TrimRight(bytes.TrimSpace(sql), ";")
-	t = bytes.TrimSpace(t)
-	const want = "select connection_id()"
-	if len(t) < len(want) || !bytes.EqualFold(t[:6], []byte("select")) {
-		return false
-	}
-	rest := bytes.TrimSpace(t[6:])
-	return len(t) > 6 && (t[6] == ' ' || t[6] == '\t' || t[6] == '\n') && bytes.EqualFold(rest, []byte("connection_id()"))
-}
-
-func connectionIDColumn(sql []byte) string {
-	t := bytes.TrimSpace(bytes.TrimRight(bytes.TrimSpace(sql), ";"))
-	return string(bytes.TrimSpace(t[6:]))
-}
-
 // run sends one command to a backend and relays the response.
 func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.Tag) bool {
 	bc, serr := s.borrow(tag, cmd == comQuery && plainSelect(info))
@@ -289,6 +293,13 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 		return true
 	}
 	held := s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext
+	var after string // holdfast's kept values to put back after the statement
+	if cmd == comQuery && (plainSelect(info) || info.Kind == sqlscan.KindShow) && readsKept(p[1:]) {
+		var err error
+		if after, err = s.putKept(bc); err != nil {
+			return s.relayFailed(err, &relayResult{}, held)
+		}
+	}
 	start := s.stmtStart(tag, p[1:])
 	s.setExec(bc.threadID)
 	s.watch.arm()
@@ -296,6 +307,15 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	err := bc.writeCommand(p)
 	if err == nil {
 		rr, err = s.relay(bc, cmd)
+	}
+	if err == nil && after != "" {
+		_, err = bc.queryLocked(after)
+	}
+	if err == nil && cmd == comQuery && info.Features&sqlscan.FeatSetSession != 0 && readsKept(p[1:]) {
+		// The session tracker does not report every kept variable (not
+		// session_track_system_variables itself): read them back.
+		rr.sc.vars = dropKept(rr.sc.vars)
+		err = s.syncKept(bc, s.scanMode().SetVariables(p[1:]))
 	}
 	s.watch.disarm()
 	s.setExec(0)
@@ -362,7 +382,7 @@ func syncConn(bc *backendConn, db string, vars *varState, multiStmts bool) error
 // the backend connection unless the session must keep it.
 func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan.Info, tag *attribution.Tag) {
 	prev := s.status
-	s.status = rr.status &^ statusSessionChanged
+	s.status = rr.status & sessionStatus
 	if rr.insertID != 0 {
 		s.lastInsertID = rr.insertID
 	}
@@ -378,6 +398,15 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 		}
 	}
 	if len(sc.vars) > 0 {
+		var err error
+		if sc.vars, err = s.keptChanged(bc, sc.vars); err != nil {
+			s.srv.log.Warn("could not set holdfast's session settings back after a client changed them", "client", s.id, "err", err)
+			s.release(false)
+			return
+		}
+	}
+	if len(sc.vars) > 0 {
+		s.noteResultsCollation(sc, info)
 		s.vars = s.vars.with(sc.vars)
 		bc.vars = s.vars
 	}
@@ -401,9 +430,36 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 			s.release(false)
 			return
 		}
-		s.status = st &^ statusSessionChanged
+		s.status = st & sessionStatus
 	}
 	s.afterTxnState(prev, tag)
+}
+
+// noteResultsCollation adds to sc the collation results are now marked
+// with (see resultsCollation) when the statement changed the character set:
+// SET NAMES ... gives the connection collation, any other change of
+// character_set_results that character set's default collation.
+func (s *session) noteResultsCollation(sc *stateChanges, info *sqlscan.Info) {
+	var results, conn string
+	var resultsSet, connSet bool
+	for _, c := range sc.vars {
+		switch c.name {
+		case "character_set_results":
+			results, resultsSet = c.value, true
+		case "collation_connection":
+			conn, connSet = c.value, true
+		}
+	}
+	switch {
+	case info != nil && info.Features&sqlscan.FeatSetNames != 0 && connSet && (resultsSet || conn != s.vars.vals[resultsCollation]):
+		sc.vars = append(sc.vars, varChange{resultsCollation, conn})
+	case resultsSet:
+		coll := ""
+		if d := s.srv.defaultColl.Load(); d != nil {
+			coll = (*d)[results]
+		}
+		sc.vars = append(sc.vars, varChange{resultsCollation, coll})
+	}
 }
 
 // readBackVars replaces the values the session tracker reported with the
@@ -549,11 +605,130 @@ func (s *session) resetSession() {
 	s.pendingBegin, s.txnTag = nil, nil
 	s.beginInFlight = false
 	s.stmts = map[uint32]*clientStmt{}
+	s.cursors = nil
 	s.lastStmt = 0
 	s.lastInsertID = 0
 	s.vars = nil
+	s.setKept(s.srv.keptBase.Load())
 	s.multiStmts = s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
 	s.status = statusAutocommit
+}
+
+// initialVars is the session state this client starts with.
+func (s *session) initialVars() *varState {
+	return s.srv.initialVars(s.coll, s.caps&mysql.CLIENT_IGNORE_SPACE != 0)
+}
+
+// setKept installs the client's kept variables and the idle limit they
+// imply.
+func (s *session) setKept(k *keptVars) {
+	s.kept = k
+	if k != nil {
+		s.waitTimeout.Store(int64(k.waitTimeout(s.interactive)))
+	}
+}
+
+// putKept gives bc the client's kept variables for a read-only statement
+// that reads them, and returns the SET that puts holdfast's values back
+// ("" when they are the same). beginInFlight is settled first.
+func (s *session) putKept(bc *backendConn) (string, error) {
+	hf := s.srv.hfKept.Load()
+	if s.kept == nil || hf == nil {
+		return "", nil
+	}
+	before := keptSQL(s.kept.vals, *hf, nil)
+	if before == "" {
+		return "", nil
+	}
+	if err := s.settleBegin(bc); err != nil {
+		return "", err
+	}
+	if _, err := bc.queryLocked(before); err != nil {
+		return "", err
+	}
+	return keptSQL(*hf, s.kept.vals, nil), nil
+}
+
+// syncKept reads the kept variables back from bc after a statement that
+// may have set them, and sets bc back to holdfast's values. The values
+// read of the variables the statement assigns (assigned, from its text)
+// are the client's now; when the text is no plain SET (assigned nil),
+// every value that differs from holdfast's is taken as the client's.
+func (s *session) syncKept(bc *backendConn, assigned []string) error {
+	hf := s.srv.hfKept.Load()
+	if s.kept == nil || hf == nil {
+		return nil
+	}
+	var q strings.Builder
+	q.WriteString("SELECT ")
+	for i, n := range keptNames {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("@@session." + n)
+	}
+	q.WriteString(" LIMIT 1")
+	res, err := bc.queryLocked(q.String())
+	if err != nil {
+		return err
+	}
+	if len(res.rows) != 1 || len(res.rows[0]) != len(keptNames) {
+		return fmt.Errorf("proxy: reading back %d session variables got %d rows", len(keptNames), len(res.rows))
+	}
+	have := map[string]string{}
+	var changes []varChange
+	for i, n := range keptNames {
+		v := string(res.rows[0][i])
+		have[n] = v
+		if assigned == nil && v != (*hf)[n] || slices.Contains(assigned, n) {
+			changes = append(changes, varChange{n, v})
+		}
+	}
+	if len(changes) > 0 {
+		s.setKept(s.kept.with(changes))
+	}
+	if sql := keptSQL(*hf, have, nil); sql != "" {
+		_, err = bc.queryLocked(sql)
+	}
+	return err
+}
+
+// keptChanged takes the kept variables out of changes (the session
+// tracker's report, read back): they become the client's values, and the
+// backend connection bc goes back to holdfast's values at once.
+func (s *session) keptChanged(bc *backendConn, changes []varChange) ([]varChange, error) {
+	var kept []varChange
+	rest := changes[:0:0]
+	for _, c := range changes {
+		if isKept(c.name) {
+			kept = append(kept, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	if len(kept) == 0 {
+		return changes, nil
+	}
+	if s.kept == nil {
+		s.setKept(s.srv.keptBase.Load())
+	}
+	if s.kept != nil {
+		s.setKept(s.kept.with(kept))
+	}
+	names := make([]string, len(kept))
+	have := map[string]string{}
+	for i, c := range kept {
+		names[i] = c.name
+		have[c.name] = c.value
+	}
+	if hf := s.srv.hfKept.Load(); hf != nil {
+		if sql := keptSQL(*hf, have, names); sql != "" {
+			if _, err := bc.queryLocked(sql); err != nil {
+				return rest, err
+			}
+		}
+	}
+	return rest, nil
 }
 
 func (s *session) comSetOption(p []byte) bool {
@@ -611,9 +786,21 @@ func (s *session) writeOK(affected, insertID uint64) {
 
 // writeSingleValue answers a one-row, one-column result, in the binary
 // protocol for a prepared statement.
-func (s *session) writeSingleValue(col string, v uint64, binary bool) {
-	rs := resultSet{cols: []column{{name: col, typ: mysql.MYSQL_TYPE_LONGLONG, flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG}}, rows: [][]any{{v}}}
+func (s *session) writeSingleValue(col column, v uint64, binary bool) {
+	rs := resultSet{cols: []column{col}, rows: [][]any{{v}}}
 	s.writeResultSet(&rs, binary)
+}
+
+// The columns of LAST_INSERT_ID() and CONNECTION_ID() as MariaDB and MySQL
+// describe them.
+func lastInsertIDCol(name string) column {
+	return column{name: name, typ: mysql.MYSQL_TYPE_LONGLONG, length: 21,
+		flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG | mysql.BINARY_FLAG}
+}
+
+func connectionIDCol(name string) column {
+	return column{name: name, typ: mysql.MYSQL_TYPE_LONG, length: 10,
+		flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG | mysql.BINARY_FLAG}
 }
 
 var errClientGone = errors.New("proxy: client connection gone")

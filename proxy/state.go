@@ -48,6 +48,13 @@ type varChange struct{ name, value string }
 // four so that restoring never depends on the server's global defaults.
 var charsetVars = [...]string{"character_set_client", "character_set_connection", "character_set_results", "collation_connection"}
 
+// resultsCollation is a varState entry that is no session variable: the
+// collation result columns are marked with. MariaDB keeps it apart from
+// @@character_set_results, which names only the character set: SET NAMES
+// x COLLATE y (and the handshake) give y, SET character_set_results = x
+// gives x's default collation. It is restored with SET NAMES.
+const resultsCollation = "\x00results_collation"
+
 // restoreSQL returns the SET statement that turns backend state have into
 // want, or "" when they are equal. Variables want lacks but have sets go
 // back to DEFAULT (the global value a fresh session starts with).
@@ -69,6 +76,35 @@ func restoreSQL(want, have *varState) string {
 	if len(names) == 0 {
 		return ""
 	}
+	var sb strings.Builder
+	sb.WriteString("SET ")
+	n := 0
+	sep := func() {
+		if n > 0 {
+			sb.WriteString(", ")
+		}
+		n++
+	}
+	scoped := false
+	// The character set: SET NAMES first when the results' collation or
+	// character set must change (it sets the client and connection ones
+	// too), then whatever it did not set as want has it.
+	after := have
+	charsets := false
+	for _, k := range names {
+		charsets = charsets || isCharsetVar(k)
+	}
+	rc, rcoll := want.vals["character_set_results"], want.vals[resultsCollation]
+	if charsets && rc != "" && rc != nullValue && rcoll != "" &&
+		(rc != have.vals["character_set_results"] || rcoll != have.vals[resultsCollation]) {
+		sep()
+		sb.WriteString("NAMES ")
+		writeSetValue(&sb, "", rc)
+		sb.WriteString(" COLLATE ")
+		writeSetValue(&sb, "", rcoll)
+		after = have.with([]varChange{{"character_set_client", rc}, {"character_set_connection", rc},
+			{"character_set_results", rc}, {"collation_connection", rcoll}, {resultsCollation, rcoll}})
+	}
 	// character_set_connection resets collation_connection, so collations
 	// go after character sets; the rest in a stable order.
 	slices.SortFunc(names, func(a, b string) int {
@@ -77,22 +113,35 @@ func restoreSQL(want, have *varState) string {
 		}
 		return strings.Compare(a, b)
 	})
-	var sb strings.Builder
-	sb.WriteString("SET SESSION ")
-	for i, k := range names {
-		if i > 0 {
-			sb.WriteString(", ")
+	for _, k := range names {
+		if k == resultsCollation {
+			continue
+		}
+		v, ok := want.vals[k]
+		if isCharsetVar(k) && ok && after.vals[k] == v {
+			continue // SET NAMES did it
+		}
+		sep()
+		if !scoped {
+			sb.WriteString("SESSION ") // the scope of every assignment after it
+			scoped = true
 		}
 		sb.WriteString(k)
 		sb.WriteString(" = ")
-		v, ok := want.vals[k]
 		if !ok {
 			sb.WriteString("DEFAULT")
 			continue
 		}
 		writeSetValue(&sb, k, v)
 	}
+	if n == 0 {
+		return ""
+	}
 	return sb.String()
+}
+
+func isCharsetVar(name string) bool {
+	return strings.HasPrefix(name, "character_set_") || name == "collation_connection" || name == resultsCollation
 }
 
 func setRank(name string) int {
@@ -166,6 +215,12 @@ const (
 	trackStateChange     = 0x02
 )
 
+// appendStateEntry appends one session state entry: its type and its
+// length-encoded data.
+func appendStateEntry(b []byte, typ byte, data []byte) []byte {
+	return appendLenEncString(append(b, typ), data)
+}
+
 // stateChanges is what one statement's OK packets reported.
 type stateChanges struct {
 	vars    []varChange
@@ -176,8 +231,8 @@ type stateChanges struct {
 }
 
 // parseStateInfo decodes session state information from an OK packet and
-// adds it to sc. Variables holdfast must never restore on other connections
-// (the tracker's own settings) are reported in pinVar instead.
+// adds it to sc. session_track_transaction_info, which holdfast cannot
+// keep for a client (see kept.go), is reported in pinVar instead.
 func parseStateInfo(info []byte, sc *stateChanges) bool {
 	for len(info) > 0 {
 		typ := info[0]
@@ -197,7 +252,8 @@ func parseStateInfo(info []byte, sc *stateChanges) bool {
 				return false
 			}
 			lname := strings.ToLower(string(name))
-			if strings.HasPrefix(lname, "session_track_") {
+			if lname == "session_track_transaction_info" {
+				// Only the backend can report transaction state: pin.
 				sc.pinVar = lname
 				continue
 			}

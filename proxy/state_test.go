@@ -17,7 +17,7 @@ func twoBackends(t *testing.T) *testProxy {
 
 func backendThread(t *testing.T, c *sql.Conn) string {
 	t.Helper()
-	return queryString(t, c, "SELECT 0+CONNECTION_ID()") // 0+: not answered by holdfast
+	return queryString(t, c, "SELECT "+selfThread())
 }
 
 // grab makes other take the backend connection returned most recently (the
@@ -41,7 +41,7 @@ func TestRestoredVariables(t *testing.T) {
 		{"sql_mode", "SET sql_mode = 'ANSI_QUOTES,NO_ZERO_DATE'", "SELECT @@sql_mode", "ANSI_QUOTES,NO_ZERO_DATE", ""},
 		{"isolation", "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", "SELECT @@tx_isolation", "READ-COMMITTED", "REPEATABLE-READ"},
 		{"read_only", "SET SESSION TRANSACTION READ ONLY", "SELECT @@tx_read_only", "1", "0"},
-		{"numeric", "SET wait_timeout = 1234", "SELECT @@wait_timeout", "1234", ""},
+		{"numeric", "SET max_error_count = 123", "SELECT @@max_error_count", "123", "64"},
 		{"decimal", "SET max_statement_time = 2.5", "SELECT @@max_statement_time", "2.5", ""},
 		{"select_limit", "SET sql_select_limit = 7", "SELECT @@sql_select_limit", "7", ""},
 		{"at_at_session", "SET @@session.foreign_key_checks = 0", "SELECT @@foreign_key_checks", "0", "1"},
@@ -128,7 +128,7 @@ func TestSetTransactionHoldsNextStatement(t *testing.T) {
 	defer done()
 	mustExec(t, a, "START TRANSACTION")
 	queryString(t, a, "SELECT COUNT(*) FROM t LOCK IN SHARE MODE")
-	if got := queryString(t, a, "SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = 0+CONNECTION_ID()"); got != "READ COMMITTED" {
+	if got := queryString(t, a, "SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = "+selfThread()); got != "READ COMMITTED" {
 		t.Fatalf("transaction isolation %q: SET TRANSACTION was applied on another backend connection", got)
 	}
 	mustExec(t, a, "COMMIT")
@@ -146,13 +146,13 @@ func TestPinReasons(t *testing.T) {
 		{"user_variable", "", []string{"SET @pinned = 42"}, "SELECT @pinned", "42", "SELECT IFNULL(@pinned, 'none')"},
 		{"user_variable", "", []string{"SELECT 7 INTO @into"}, "SELECT @into", "7", "SELECT IFNULL(@into, 'none')"},
 		{"temporary_table", "", []string{"CREATE TEMPORARY TABLE tmp (a INT)", "INSERT INTO tmp VALUES (5)"}, "SELECT a FROM tmp", "5", "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_NAME = 'tmp' AND TABLE_TYPE = 'TEMPORARY'"},
-		{"get_lock", "", []string{"SELECT GET_LOCK('hf_pin_lock', 5)"}, "SELECT IS_USED_LOCK('hf_pin_lock') = CONNECTION_ID()", "1", ""},
+		{"get_lock", "", []string{"SELECT GET_LOCK('hf_pin_lock', 5)"}, "SELECT IS_USED_LOCK('hf_pin_lock') = " + selfThread(), "1", ""},
 		{"lock_tables", "CREATE TABLE lt (a INT)", []string{"LOCK TABLES lt READ"}, "SELECT COUNT(*) FROM lt", "0", ""},
 		{"sql_prepare", "", []string{"PREPARE ps FROM 'SELECT 99'"}, "EXECUTE ps", "99", ""},
 		{"found_rows", "CREATE TABLE fr (a INT); INSERT INTO fr VALUES (1),(2),(3)", []string{"SELECT SQL_CALC_FOUND_ROWS a FROM fr LIMIT 1"}, "SELECT FOUND_ROWS()", "3", ""},
 		{"handler", "CREATE TABLE h (a INT); INSERT INTO h VALUES (8)", []string{"HANDLER h OPEN"}, "HANDLER h READ FIRST", "8", ""},
 		{"session_state", "CREATE PROCEDURE setvar() SET @from_proc = 3", []string{"CALL setvar()"}, "SELECT @from_proc", "3", ""},
-		{"session_track", "", []string{"SET session_track_state_change = OFF"}, "SELECT @@session_track_state_change", "0", "SELECT @@session_track_state_change"},
+		{"session_track", "", []string{"SET session_track_transaction_info = STATE"}, "SELECT @@session_track_transaction_info", "STATE", "SELECT @@session_track_transaction_info"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.reason, func(t *testing.T) {

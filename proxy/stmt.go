@@ -173,7 +173,20 @@ func (s *session) stmtPrepare(p []byte) bool {
 	if s.prepareProcedure(p) {
 		return true
 	}
-	query := string(p[1:])
+	info := s.scanMode().Scan(p[1:])
+	if info.Features&sqlscan.FeatKill != 0 {
+		s.writeErr(newErr(codeUnsupportedPS, "HY000", "holdfast: KILL cannot be prepared through holdfast (its id is holdfast's connection id, which only a plain KILL statement translates); send it as a statement"))
+		return true
+	}
+	text := p[1:]
+	if info.Features&sqlscan.FeatConnectionID != 0 && info.ConnectionIDColumn == "" {
+		// Prepared on the backend with this client's id in place of
+		// CONNECTION_ID(); the statement is this session's own.
+		if q, ok := s.scanMode().AppendConnectionID(nil, text, uint64(s.id)); ok {
+			text = q
+		}
+	}
+	query := string(text)
 	tag, tagged := s.statementTag(p[1:])
 	bc, serr := s.borrow(tag, false)
 	if serr != nil {
@@ -192,7 +205,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 		return true
 	}
 	s.nextStmt++
-	cs := &clientStmt{id: s.nextStmt, query: query, db: s.db, params: bs.params, columns: bs.columns, info: s.scanMode().Scan(p[1:])}
+	cs := &clientStmt{id: s.nextStmt, query: query, db: s.db, params: bs.params, columns: bs.columns, info: info}
 	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
 	cs.key = stmtKey(cs.db, cs.query)
 	if tagged {
@@ -282,10 +295,10 @@ func (s *session) stmtExecute(p []byte) bool {
 	if s.bc == nil && cs.params == 0 {
 		switch {
 		case cs.info.LastInsertIDColumn != "":
-			s.writeSingleValue(cs.info.LastInsertIDColumn, s.lastInsertID, true)
+			s.writeSingleValue(lastInsertIDCol(cs.info.LastInsertIDColumn), s.lastInsertID, true)
 			return true
-		case cs.info.Kind == sqlscan.KindSelect && isSelectConnectionID([]byte(cs.query)):
-			s.writeSingleValue(connectionIDColumn([]byte(cs.query)), uint64(s.id), true)
+		case cs.info.ConnectionIDColumn != "":
+			s.writeSingleValue(connectionIDCol(cs.info.ConnectionIDColumn), uint64(s.id), true)
 			return true
 		}
 	}
@@ -334,6 +347,14 @@ func (s *session) stmtExecute(p []byte) bool {
 		s.writePacket(errPkt)
 		s.maybeRelease()
 		return true
+	}
+	if rr.cursor {
+		if s.cursors == nil {
+			s.cursors = map[uint32]bool{}
+		}
+		s.cursors[cs.id] = true
+	} else {
+		delete(s.cursors, cs.id) // a new execute closes the statement's cursor
 	}
 	s.afterStatement(bc, &rr, &cs.info, tag)
 	return true
@@ -414,7 +435,9 @@ func (s *session) stmtClose(p []byte) {
 	if len(p) < 5 {
 		return
 	}
-	delete(s.stmts, s.stmtID(p))
+	id := s.stmtID(p)
+	delete(s.stmts, id)
+	delete(s.cursors, id)
 }
 
 func (s *session) stmtReset(p []byte) bool {
@@ -423,17 +446,22 @@ func (s *session) stmtReset(p []byte) bool {
 		return true
 	}
 	cs.longData, cs.longSize = nil, 0
-	if s.pinReason == "cursor" && s.bc != nil {
+	if s.cursors[cs.id] && s.bc != nil && s.bc.stmts != nil {
+		delete(s.cursors, cs.id)
 		if bs, ok := s.bc.stmts.lru.Peek(cs.key); ok {
+			// The backend closes the cursor and answers for itself.
 			var b [5]byte
 			b[0] = comStmtReset
 			binary.LittleEndian.PutUint32(b[1:], bs.id)
 			if err := s.bc.writeCommand(b[:]); err != nil {
 				return s.relayFailed(err, &relayResult{}, true)
 			}
-			if _, err := s.bc.readOK(); err != nil && isIOError(err) {
-				return s.relayFailed(err, &relayResult{}, true)
+			rr, err := s.relay(s.bc, comStmtReset)
+			if err != nil {
+				return s.relayFailed(err, &rr, true)
 			}
+			s.status = rr.status & sessionStatus
+			return true
 		}
 	}
 	s.writeOK(0, 0)
@@ -451,7 +479,7 @@ func (s *session) stmtFetch(p []byte) bool {
 	if s.bc != nil && s.bc.stmts != nil {
 		bs, _ = s.bc.stmts.lru.Peek(cs.key)
 	}
-	if s.pinReason != "cursor" || bs == nil || len(p) < 9 {
+	if !s.cursors[cs.id] || bs == nil || len(p) < 9 {
 		s.writeErr(newErr(1421, "HY000", "The statement (%d) has no open cursor.", cs.id))
 		return true
 	}
@@ -470,6 +498,6 @@ func (s *session) stmtFetch(p []byte) bool {
 	if err != nil {
 		return s.relayFailed(err, &rr, true)
 	}
-	s.status = rr.status
+	s.status = rr.status & sessionStatus
 	return true
 }

@@ -32,6 +32,11 @@ const (
 	statusSessionChanged uint16 = 0x4000
 )
 
+// sessionStatus are the status flags that describe the session rather than
+// one statement's response (index use, cursors, rows sent, state changes):
+// what holdfast keeps between statements and puts in OKs it makes itself.
+const sessionStatus = statusInTrans | statusAutocommit | statusNoBackslash | statusInTransRO
+
 var (
 	errPacketTooLarge = errors.New("proxy: packet larger than max_allowed_packet")
 	errOutOfOrder     = errors.New("proxy: packets out of order")
