@@ -128,6 +128,10 @@ type Backend struct {
 	// different one have it restored per statement.
 	Collation   string        `yaml:"collation"`
 	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// Instances is how many holdfast instances (sidecars) share this
+	// database server; they split its prepared statements between them
+	// (see sessions.prepared_statement_share).
+	Instances int `yaml:"instances"`
 }
 
 // Pool sizes and paces the backend connection pool.
@@ -176,9 +180,16 @@ type Admin struct {
 type Sessions struct {
 	// MaxClients caps concurrent client connections; 0 means no cap.
 	MaxClients int `yaml:"max_clients"`
-	// StatementCache is how many prepared statements each backend connection
-	// keeps prepared (least recently used are closed past it).
+	// StatementCache is the most prepared statements each backend
+	// connection keeps prepared; past it, statements no client holds are
+	// closed first, then the least recently used.
 	StatementCache int `yaml:"statement_cache"`
+	// PreparedStatementShare is the part of the server's
+	// max_prepared_stmt_count that all holdfast instances together may keep
+	// prepared (the rest is left to other clients): each backend connection
+	// keeps at most share × max_prepared_stmt_count / backend.instances /
+	// pool.max, and at most statement_cache.
+	PreparedStatementShare float64 `yaml:"prepared_statement_share"`
 }
 
 // Default returns the documented defaults (see config.yaml).
@@ -194,6 +205,7 @@ func Default() Config {
 			Database:    "test",
 			Collation:   "utf8mb4_general_ci",
 			DialTimeout: 5 * time.Second,
+			Instances:   1,
 		},
 		Pool: Pool{
 			Min:            2,
@@ -209,7 +221,7 @@ func Default() Config {
 		},
 		Log:         Log{Level: "info", Format: "text"},
 		Admin:       Admin{Listen: "127.0.0.1:6034"},
-		Sessions:    Sessions{StatementCache: 1000},
+		Sessions:    Sessions{StatementCache: 1000, PreparedStatementShare: 0.5},
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
 		Reservation: Reservation{Enabled: true, Config: reservation.DefaultConfig()},
 	}
@@ -397,6 +409,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Sessions.StatementCache < 1 {
 		return bad("sessions.statement_cache", "must be at least 1, got %d", c.Sessions.StatementCache)
+	}
+	if s := c.Sessions.PreparedStatementShare; s <= 0 || s > 1 {
+		return bad("sessions.prepared_statement_share", "must be in (0, 1], got %v", s)
+	}
+	if c.Backend.Instances < 1 {
+		return bad("backend.instances", "must be at least 1, got %d", c.Backend.Instances)
 	}
 	if c.Attribution.MaxTags < 1 {
 		return bad("attribution.max_tags", "must be at least 1, got %d", c.Attribution.MaxTags)

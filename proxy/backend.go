@@ -270,7 +270,11 @@ func unwrapMyError(err error) error {
 	return err
 }
 
-func (bc *backendConn) close() { _ = bc.nc.Close() }
+// close closes the connection, and with it its prepared statements.
+func (bc *backendConn) close() {
+	_ = bc.nc.Close()
+	bc.stmts.forget()
+}
 
 // alive is a cheap check that an idle connection has not been closed by
 // the server: a non-blocking read must find nothing to read.
@@ -517,7 +521,7 @@ func (bc *backendConn) reset(base *varState, timeout time.Duration) error {
 	}
 	bc.vars = base
 	bc.dbKnown = false
-	bc.stmts.clear()
+	bc.stmts.forget()
 	// COM_RESET_CONNECTION leaves the COM_SET_OPTION state as it was
 	// (MariaDB 10.11 keeps multi-statements off); turn it back on, as on a
 	// fresh connection, rather than rely on either server's behaviour.

@@ -491,6 +491,8 @@ func diffCorpus(r *diffRun) {
 	r.q(a, "SELECT id, js, JSON_EXTRACT(js, '$.a'), CAST(de AS CHAR), bt + 0, HEX(bn), ST_AsText(g), u, i6 FROM types ORDER BY id")
 	r.q(a, "SELECT 1, 1.5, 'x', NULL, 1e10, CAST(1 AS UNSIGNED), DATE '2020-01-01', TIME '01:02:03', TIMESTAMP '2020-01-01 00:00:00.5'")
 	r.q(a, "SELECT COUNT(*), SUM(ii), MAX(dtt), GROUP_CONCAT(ch) FROM types")
+	r.q(a, "SELECT COUNT (*) FROM types") // valid only with IGNORE_SPACE (node mysql2 asks for it)
+	r.q(a, "SELECT @@sql_mode")
 
 	// Multi-statements and multiple results.
 	r.q(a, "SELECT 1; SELECT 2, 'two'")

@@ -72,10 +72,15 @@ type Server struct {
 	nextConnID  atomic.Uint32
 	salt        func() []byte // nil: random salts (tests fix them)
 	clock       atomic.Int64  // UnixNano, advanced by the janitor (see now)
-	base        atomic.Pointer[varState]
-	charsets    atomic.Pointer[map[uint8][2]string] // collation id -> charset, collation
-	defaultColl atomic.Pointer[map[string]string]   // charset -> its default collation
-	initVars    sync.Map                            // collation id -> *varState
+	// Prepared statements (see stmtcache.go).
+	maxPrepared  atomic.Int64  // the backend's max_prepared_stmt_count; 0 until known
+	backendStmts atomic.Int64  // statements open on backend connections
+	stmtRetries  atomic.Uint64 // prepares retried after 1461
+	stmtRefs     stmtRefs
+	base         atomic.Pointer[varState]
+	charsets     atomic.Pointer[map[uint8][2]string] // collation id -> charset, collation
+	defaultColl  atomic.Pointer[map[string]string]   // charset -> its default collation
+	initVars     sync.Map                            // collation id -> *varState
 
 	handshakes chan struct{}
 	draining   atomic.Bool
@@ -109,6 +114,12 @@ type ServerStats struct {
 	PinnedSessions    int
 	Pins              map[string]uint64 // pins by reason, since start
 	Pool              PoolStats
+	// Prepared statements open on backend connections, the most this
+	// instance keeps (0 until the backend's max_prepared_stmt_count is
+	// known), and prepares retried after the server ran out (1461).
+	BackendStatements int64
+	StatementBudget   int
+	StatementRetries  uint64
 }
 
 // New builds a server from cfg. It opens nothing; Serve starts it.
@@ -184,7 +195,6 @@ func (s *Server) backendSettings() BackendSettings {
 }
 
 func (s *Server) maxPacket() int     { return int(s.config().MaxAllowedPacket) }
-func (s *Server) stmtCacheSize() int { return s.config().Sessions.StatementCache }
 
 // firstConnID is the first client connection id holdfast gives out.
 const firstConnID = 10000
@@ -240,6 +250,10 @@ func (s *Server) learnBackend(bc *backendConn) error {
 		global[n] = string(res.rows[0][i])
 	}
 	s.keptBase.Store(newKept(global))
+	if res, err := bc.query(ctx, "SELECT @@global.max_prepared_stmt_count"); err == nil && len(res.rows) == 1 && len(res.rows[0]) == 1 {
+		n, _ := strconv.ParseInt(string(res.rows[0][0]), 10, 64)
+		s.maxPrepared.Store(n)
+	}
 	hf := holdfastKept(global)
 	s.hfKept.Store(&hf)
 	res, err = bc.query(ctx, "SELECT ID, CHARACTER_SET_NAME, COLLATION_NAME, IS_DEFAULT FROM information_schema.COLLATIONS")
@@ -552,6 +566,12 @@ func (s *Server) Stats() ServerStats {
 		}
 	}
 	st.Pool = s.pool.Stats()
+	st.BackendStatements = s.backendStmts.Load()
+	st.StatementBudget = s.stmtCacheSize() * s.config().Pool.Max
+	if s.maxPrepared.Load() <= 0 {
+		st.StatementBudget = 0
+	}
+	st.StatementRetries = s.stmtRetries.Load()
 	return st
 }
 

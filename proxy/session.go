@@ -604,6 +604,7 @@ func (s *session) resetSession() {
 	s.pinned.Store(false)
 	s.pendingBegin, s.txnTag = nil, nil
 	s.beginInFlight = false
+	s.forgetStmts()
 	s.stmts = map[uint32]*clientStmt{}
 	s.cursors = nil
 	s.lastStmt = 0
@@ -752,6 +753,7 @@ func (s *session) comSetOption(p []byte) bool {
 // clean (reset when it carries client state), the session unregisters.
 func (s *session) cleanup() {
 	s.returnBackend()
+	s.forgetStmts()
 	_ = s.nc.Close()
 }
 

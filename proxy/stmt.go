@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
-
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
@@ -46,29 +44,6 @@ type backendStmt struct {
 	resp     [][]byte
 }
 
-// stmtCache is a backend connection's prepared statements, least recently
-// used evicted (and closed on the backend) past its size.
-type stmtCache struct {
-	lru     *simplelru.LRU[string, *backendStmt]
-	toClose []uint32
-}
-
-func newStmtCache(size int) *stmtCache {
-	c := &stmtCache{}
-	c.lru, _ = simplelru.NewLRU[string, *backendStmt](size, func(_ string, bs *backendStmt) {
-		c.toClose = append(c.toClose, bs.id)
-	})
-	return c
-}
-
-func (c *stmtCache) clear() {
-	if c == nil {
-		return
-	}
-	c.lru.Purge()
-	c.toClose = c.toClose[:0]
-}
-
 // fitsExecute reports whether bc has cs prepared, with cs's parameter
 // count, so that an execute needs no other exchange first.
 func fitsExecute(bc *backendConn, cs *clientStmt) bool {
@@ -85,10 +60,14 @@ func stmtKey(db, query string) string { return db + "\x00" + query }
 
 // prepareOn returns the statement prepared on bc, preparing it if needed in
 // database db (switching there and back when bc is elsewhere). A backend
-// ERR reply comes back as errPkt (a copy, to relay verbatim).
-func (bc *backendConn) prepareOn(db, query, key string, cacheSize int) (bs *backendStmt, errPkt []byte, err error) {
+// ERR reply comes back as errPkt (a copy, to relay verbatim). The cache
+// keeps at most sc.size statements: it makes room first (statements no
+// client holds go first), and when the server is out of statements (1461,
+// max_prepared_stmt_count, shared with everyone) it gives back all it can
+// and tries once more.
+func (bc *backendConn) prepareOn(db, query, key string, sc stmtConfig) (bs *backendStmt, errPkt []byte, err error) {
 	if bc.stmts == nil {
-		bc.stmts = newStmtCache(cacheSize)
+		bc.stmts = newStmtCache(sc.count)
 	}
 	if bs, ok := bc.stmts.lru.Get(key); ok {
 		return bs, nil, nil
@@ -107,6 +86,29 @@ func (bc *backendConn) prepareOn(db, query, key string, cacheSize int) (bs *back
 			}
 		}()
 	}
+	bc.stmts.makeRoom(sc.size-1, sc.held)
+	for try := 0; ; try++ {
+		if err := bc.closeEvicted(); err != nil {
+			return nil, nil, err
+		}
+		bs, errPkt, err = bc.prepare(query)
+		if err != nil || errPkt == nil || try > 0 || parseErr(errPkt).Code != codeTooManyStmts {
+			break
+		}
+		if bc.stmts.evictUnheld(sc.held) == 0 && bc.stmts.makeRoom(bc.stmts.lru.Len()/2, nil) == 0 {
+			break // nothing of ours to give back
+		}
+		sc.retried.Add(1)
+	}
+	if err != nil || errPkt != nil {
+		return nil, errPkt, err
+	}
+	bc.stmts.add(key, bs)
+	return bs, nil, nil
+}
+
+// prepare sends COM_STMT_PREPARE and reads the reply.
+func (bc *backendConn) prepare(query string) (*backendStmt, []byte, error) {
 	if err := bc.writeCommandString(comStmtPrepare, query); err != nil {
 		return nil, nil, err
 	}
@@ -120,7 +122,7 @@ func (bc *backendConn) prepareOn(db, query, key string, cacheSize int) (bs *back
 	if p[0] != hdrOK || len(p) < 12 {
 		return nil, nil, fmt.Errorf("%w: bad prepare reply", errMalformed)
 	}
-	bs = &backendStmt{
+	bs := &backendStmt{
 		id:       binary.LittleEndian.Uint32(p[1:]),
 		columns:  int(binary.LittleEndian.Uint16(p[5:])),
 		params:   int(binary.LittleEndian.Uint16(p[7:])),
@@ -138,19 +140,28 @@ func (bc *backendConn) prepareOn(db, query, key string, cacheSize int) (bs *back
 			bs.resp = append(bs.resp, append([]byte(nil), p...))
 		}
 	}
-	bc.stmts.lru.Add(key, bs)
-	if len(bc.stmts.toClose) > 0 {
-		for _, id := range bc.stmts.toClose {
-			var b [5]byte
-			b[0] = comStmtClose
-			binary.LittleEndian.PutUint32(b[1:], id)
-			if err := bc.writeCommand(b[:]); err != nil {
-				return nil, nil, err
-			}
-		}
-		bc.stmts.toClose = bc.stmts.toClose[:0]
-	}
 	return bs, nil, nil
+}
+
+// closeEvicted closes on the backend the statements the cache evicted
+// (COM_STMT_CLOSE has no reply; the closes go out with the next command).
+func (bc *backendConn) closeEvicted() error {
+	c := bc.stmts
+	if len(c.toClose) == 0 {
+		return nil
+	}
+	for _, id := range c.toClose {
+		var b [5]byte
+		b[0] = comStmtClose
+		binary.LittleEndian.PutUint32(b[1:], id)
+		bc.w.seq = 0
+		if err := bc.w.writePacket(b[:]); err != nil {
+			return err
+		}
+	}
+	c.count.Add(-int64(len(c.toClose)))
+	c.toClose = c.toClose[:0]
+	return nil
 }
 
 // initDB selects database db on bc; a backend ERR comes back as errPkt.
@@ -170,7 +181,7 @@ func (bc *backendConn) initDB(db string) (errPkt []byte, err error) {
 }
 
 func (s *session) stmtPrepare(p []byte) bool {
-	if s.prepareProcedure(p) {
+	if s.stmtLimitReached() || s.prepareProcedure(p) {
 		return true
 	}
 	info := s.scanMode().Scan(p[1:])
@@ -194,7 +205,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 		return true
 	}
 	s.setExec(bc.threadID)
-	bs, errPkt, err := bc.prepareOn(s.db, query, stmtKey(s.db, query), s.srv.stmtCacheSize())
+	bs, errPkt, err := bc.prepareOn(s.db, query, stmtKey(s.db, query), s.srv.stmtConfig())
 	s.setExec(0)
 	if err != nil {
 		return s.relayFailed(err, &relayResult{}, s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext)
@@ -208,6 +219,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 	cs := &clientStmt{id: s.nextStmt, query: query, db: s.db, params: bs.params, columns: bs.columns, info: info}
 	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
 	cs.key = stmtKey(cs.db, cs.query)
+	s.srv.stmtRefs.add(cs.key)
 	if tagged {
 		cs.tag = tag
 	}
@@ -371,7 +383,7 @@ func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, n
 			return relayResult{}, nil, err
 		}
 	}
-	bs, errPkt, err := bc.prepareOn(cs.db, cs.query, cs.key, s.srv.stmtCacheSize())
+	bs, errPkt, err := bc.prepareOn(cs.db, cs.query, cs.key, s.srv.stmtConfig())
 	if err != nil || errPkt != nil {
 		return relayResult{}, errPkt, err
 	}
@@ -436,8 +448,38 @@ func (s *session) stmtClose(p []byte) {
 		return
 	}
 	id := s.stmtID(p)
-	delete(s.stmts, id)
+	if cs := s.stmts[id]; cs != nil {
+		s.forgetStmt(cs)
+	}
 	delete(s.cursors, id)
+}
+
+// forgetStmt drops a client statement; its backend statements stay
+// prepared (a driver that closes and prepares the same text again costs no
+// round trip) but are the first to go when room is needed.
+func (s *session) forgetStmt(cs *clientStmt) {
+	delete(s.stmts, cs.id)
+	if cs.key != "" {
+		s.srv.stmtRefs.drop(cs.key)
+	}
+}
+
+// forgetStmts drops every client statement (reset, change of user, end).
+func (s *session) forgetStmts() {
+	for _, cs := range s.stmts {
+		s.forgetStmt(cs)
+	}
+}
+
+// stmtLimitReached answers a prepare past max_prepared_stmt_count client
+// statements, as MariaDB would: the limit holds per client too.
+func (s *session) stmtLimitReached() bool {
+	limit := s.srv.maxPrepared.Load()
+	if limit <= 0 || int64(len(s.stmts)) < limit {
+		return false
+	}
+	s.writeErr(newErr(codeTooManyStmts, "42000", "Can't create more than max_prepared_stmt_count statements (current value: %d)", limit))
+	return true
 }
 
 func (s *session) stmtReset(p []byte) bool {

@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+)
+
+func preparedCount(t *testing.T) int64 {
+	t.Helper()
+	var name string
+	var n int64
+	if err := dbtest.Root(t).QueryRow("SHOW GLOBAL STATUS LIKE 'Prepared_stmt_count'").Scan(&name, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// With the server's max_prepared_stmt_count lowered to 300, 10,000
+// prepare / execute / close cycles of distinct statements from 50 clients
+// never give a client 1461, and holdfast's backend statements stay within
+// its computed budget (a share of the server's limit): statements no
+// client holds are closed to make room.
+func TestPreparedStatementsWithinBudget(t *testing.T) {
+	root := dbtest.Root(t)
+	var old int64
+	if err := root.QueryRow("SELECT @@global.max_prepared_stmt_count").Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, root, "SET GLOBAL max_prepared_stmt_count = 300")
+	t.Cleanup(func() { _, _ = root.Exec(fmt.Sprintf("SET GLOBAL max_prepared_stmt_count = %d", old)) })
+	p := startProxy(t)
+	db := p.open(t)
+	db.SetMaxOpenConns(60)
+	if err := db.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	budget := p.srv.Stats().StatementBudget
+	if budget <= 0 || budget > 150 {
+		t.Fatalf("statement budget %d, want at most half of 300 (prepared_statement_share 0.5)", budget)
+	}
+	before := preparedCount(t)
+	var maxSeen, maxGauge atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if n := preparedCount(t) - before; n > maxSeen.Load() {
+				maxSeen.Store(n)
+			}
+			if g := p.srv.Stats().BackendStatements; g > maxGauge.Load() {
+				maxGauge.Store(g)
+			}
+		}
+	}()
+	const clients, cycles = 50, 200
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			ctx := context.Background()
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close()
+			for i := 0; i < cycles; i++ {
+				st, err := conn.PrepareContext(ctx, fmt.Sprintf("SELECT ? + %d", c*cycles+i))
+				if err != nil {
+					errs <- fmt.Errorf("client %d prepare %d: %w", c, i, err)
+					return
+				}
+				var v int64
+				err = st.QueryRowContext(ctx, 1).Scan(&v)
+				st.Close()
+				if err != nil || v != int64(c*cycles+i+1) {
+					errs <- fmt.Errorf("client %d execute %d: %d, %w", c, i, v, err)
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st := p.srv.Stats()
+	t.Logf("budget %d; backend statements: at most %d by holdfast's count, Prepared_stmt_count rose by at most %d; %d prepares retried after 1461",
+		budget, maxGauge.Load(), maxSeen.Load(), st.StatementRetries)
+	if g := maxGauge.Load(); g > int64(budget) {
+		t.Errorf("holdfast kept %d backend statements, over its budget of %d", g, budget)
+	}
+	// Other tests share the server and prepare a few statements of their
+	// own: allow them 20.
+	if n := maxSeen.Load(); n > int64(budget)+20 {
+		t.Errorf("Prepared_stmt_count rose by %d, over holdfast's budget of %d", n, budget)
+	}
+	if st.BackendStatements < 0 {
+		t.Errorf("backend statement count went negative: %d", st.BackendStatements)
+	}
+}
+
+// When the server runs out of prepared statements (other clients took
+// them), holdfast gives back the statements no client holds and tries the
+// prepare once more, rather than failing its client with 1461.
+func TestPreparedStatementRetryAfter1461(t *testing.T) {
+	srv := dbtest.StartPrivate(t, "--max-prepared-stmt-count=300")
+	root := srv.Open("")
+	defer root.Close()
+	mustExec(t, root, "CREATE DATABASE hf")
+	p := startProxy(t, func(c *config.Config) {
+		c.Backend.Address, c.Backend.User, c.Backend.Password, c.Backend.Database = srv.Addr, "root", "", "hf"
+		c.Pool.Max, c.Pool.MaxIdle = 1, 1
+	})
+	c := p.raw(t, rawOpts{db: "hf"})
+	for i := 0; i < 50; i++ { // fewer than the cache may keep: no room to make
+		st := c.mustPrepare(fmt.Sprintf("SELECT %d", i))
+		if err := c.stmtClose(st.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cached := p.srv.Stats().BackendStatements
+	if cached == 0 || cached > int64(p.srv.Stats().StatementBudget) {
+		t.Fatalf("%d statements cached, budget %d", cached, p.srv.Stats().StatementBudget)
+	}
+	// Another client takes every statement the server has left.
+	other, err := root.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	taken := 0
+	for {
+		if _, err := other.ExecContext(context.Background(), fmt.Sprintf("PREPARE s%d FROM 'SELECT 1'", taken)); err != nil {
+			if mysqlErrNo(err) != 1461 {
+				t.Fatal(err)
+			}
+			break
+		}
+		taken++
+	}
+	st, err := c.prepare("SELECT 'after the server ran out'")
+	if err != nil {
+		t.Fatalf("prepare with the server out of statements (%d taken by another client, %d cached by holdfast): %v", taken, cached, err)
+	}
+	if v := c.mustExecute(st, nil, false).cell(0, 0); v != "after the server ran out" {
+		t.Fatal(v)
+	}
+	if n := p.srv.Stats().StatementRetries; n != 1 {
+		t.Errorf("%d prepares retried after 1461, want 1", n)
+	}
+}
