@@ -194,7 +194,7 @@ func (s *Server) backendSettings() BackendSettings {
 		Collation: b.Collation, DialTimeout: b.DialTimeout}
 }
 
-func (s *Server) maxPacket() int     { return int(s.config().MaxAllowedPacket) }
+func (s *Server) maxPacket() int { return int(s.config().MaxAllowedPacket) }
 
 // firstConnID is the first client connection id holdfast gives out.
 const firstConnID = 10000
