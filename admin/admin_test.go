@@ -56,6 +56,9 @@ func TestAPIAnswers(t *testing.T) {
 	if regexp.MustCompile(`\d\.\d{4,}`).MatchString(a.body) {
 		t.Errorf("/api/holders has a number with more than three decimals:\n%s", a.body)
 	}
+	if b := do(t, h, "GET", "/api/tags", "").body; !strings.Contains(b, `"hold_seconds": 12.345679,`) {
+		t.Errorf("totals are not written to the microsecond:\n%s", b)
+	}
 
 	var tags struct {
 		Tags   []map[string]any `json:"tags"`
@@ -63,7 +66,7 @@ func TestAPIAnswers(t *testing.T) {
 	}
 	a = do(t, h, "GET", "/api/tags", "")
 	decode(t, a, &tags)
-	if len(tags.Tags) != 2 || tags.Folded != 5 || tags.Tags[0]["hold_seconds"] != 12.346 || tags.Tags[0]["exec_seconds"] != 3.0 {
+	if len(tags.Tags) != 2 || tags.Folded != 5 || tags.Tags[0]["hold_seconds"] != 12.345679 || tags.Tags[0]["exec_seconds"] != 3.0004 {
 		t.Errorf("/api/tags: %s", a.body)
 	}
 	for _, k := range []string{"tag", "hold_seconds", "exec_seconds", "idle_in_transaction_seconds", "wait_seconds", "borrows",
@@ -77,7 +80,7 @@ func TestAPIAnswers(t *testing.T) {
 	a = do(t, h, "GET", "/api/pool", "")
 	decode(t, a, &pool)
 	for k, want := range map[string]any{"open": 4.0, "in_use": 3.0, "idle": 1.0, "max": 4.0, "waiting": 6.0, "waiting_pool": 2.0,
-		"waiting_tag_limit": 3.0, "waiting_pipeline": 1.0, "wait_seconds": 1.235, "clients": 12.0, "pinned_sessions": 1.0} {
+		"waiting_tag_limit": 3.0, "waiting_pipeline": 1.0, "wait_seconds": 1.234567, "clients": 12.0, "pinned_sessions": 1.0} {
 		if pool[k] != want {
 			t.Errorf("/api/pool %s = %v, want %v", k, pool[k], want)
 		}

@@ -16,8 +16,9 @@ import (
 // The admin API's JSON answers (README.md, "Admin API"). Field names are
 // a contract with holdfastctl (internal/ctl) and with users' scripts.
 
-// rounded is a number written with three decimals: seconds to the
-// millisecond (1.750, not 1.7504622699999999), shares and rates likewise.
+// rounded is a number written with three decimals: an age or a span in
+// seconds to the millisecond (1.750, not 1.7504622699999999), shares and
+// rates likewise.
 type rounded float64
 
 func (r rounded) MarshalJSON() ([]byte, error) {
@@ -31,12 +32,25 @@ func (r rounded) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, v, 'f', 3, 64), nil
 }
 
+// total is a sum of seconds, written to the microsecond (shortest form):
+// counters that clients subtract from one another to get rates over a few
+// seconds keep their precision, without float noise.
+type total float64
+
+func (t total) MarshalJSON() ([]byte, error) {
+	v := math.Round(float64(t)*1e6) / 1e6
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		v = 0
+	}
+	return strconv.AppendFloat(nil, v, 'f', -1, 64), nil
+}
+
 type tagJSON struct {
 	Tag              string  `json:"tag"`
-	HoldSeconds      rounded `json:"hold_seconds"`
-	ExecSeconds      rounded `json:"exec_seconds"`
-	IdleInTxnSeconds rounded `json:"idle_in_transaction_seconds"`
-	WaitSeconds      rounded `json:"wait_seconds"`
+	HoldSeconds      total   `json:"hold_seconds"`
+	ExecSeconds      total   `json:"exec_seconds"`
+	IdleInTxnSeconds total   `json:"idle_in_transaction_seconds"`
+	WaitSeconds      total   `json:"wait_seconds"`
 	Borrows          uint64  `json:"borrows"`
 	Statements       uint64  `json:"statements"`
 	Errors           uint64  `json:"errors"`
@@ -78,7 +92,7 @@ type poolJSON struct {
 	Max             int               `json:"max"`
 	Acquired        uint64            `json:"acquired"`
 	Waited          uint64            `json:"waited"`
-	WaitSeconds     rounded           `json:"wait_seconds"`
+	WaitSeconds     total             `json:"wait_seconds"`
 	Timeouts        uint64            `json:"timeouts"`
 	Rejected        uint64            `json:"rejected"`
 	Dials           uint64            `json:"dials"`
@@ -92,8 +106,8 @@ type poolJSON struct {
 func tagsJSON(ts []proxy.TagInfo) []tagJSON {
 	out := make([]tagJSON, len(ts))
 	for i, t := range ts {
-		out[i] = tagJSON{Tag: t.Tag, HoldSeconds: rounded(t.HoldSeconds), ExecSeconds: rounded(t.ExecSeconds),
-			IdleInTxnSeconds: rounded(t.IdleInTxnSeconds), WaitSeconds: rounded(t.WaitSeconds), Borrows: t.Borrows,
+		out[i] = tagJSON{Tag: t.Tag, HoldSeconds: total(t.HoldSeconds), ExecSeconds: total(t.ExecSeconds),
+			IdleInTxnSeconds: total(t.IdleInTxnSeconds), WaitSeconds: total(t.WaitSeconds), Borrows: t.Borrows,
 			Statements: t.Statements, Errors: t.Errors, Transactions: t.Transactions,
 			SlowTransactions: t.SlowTransactions, HeldNow: t.HeldNow, Drained: t.Drained, Limit: t.Limit}
 	}
@@ -125,7 +139,7 @@ func poolAnswer(st proxy.ServerStats, w proxy.Waiting) poolJSON {
 	p := st.Pool
 	return poolJSON{Open: p.Open, InUse: p.InUse, Idle: p.Idle, Waiting: w.Total(), WaitingPool: w.Pool,
 		WaitingTagLimit: w.TagLimit, WaitingPipeline: w.Pipeline, Max: p.Max, Acquired: p.Acquired,
-		Waited: p.Waited, WaitSeconds: rounded(p.WaitTime.Seconds()), Timeouts: p.Timeouts, Rejected: p.Rejected,
+		Waited: p.Waited, WaitSeconds: total(p.WaitTime.Seconds()), Timeouts: p.Timeouts, Rejected: p.Rejected,
 		Dials: p.Dials, DialErrors: p.DialErrors, Clients: st.ClientsActive, PinnedSessions: st.PinnedSessions,
 		Pins: st.Pins, Pipelined: st.Pipelined}
 }
