@@ -3,7 +3,7 @@
 //
 //	holdfast [serve] [-config FILE]                   run the sidecar
 //	holdfast migrate [-config FILE]                   create or upgrade the reservation schema
-//	holdfast check-config [-config FILE] [-print-listen]  validate a configuration
+//	holdfast check-config [-config FILE] [-print-listen | -print-admin-listen]  validate a configuration
 //	holdfast check-backend [-config FILE] [-print-address]  connect to the backend once
 package main
 
@@ -43,6 +43,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("holdfast "+cmd, flag.ContinueOnError)
 	path := fs.String("config", "", "configuration file (YAML); empty means built-in defaults")
 	printListen := fs.Bool("print-listen", false, "check-config: print only the listen address")
+	printAdmin := fs.Bool("print-admin-listen", false, "check-config: print only admin.listen (empty: none)")
 	printAddr := fs.Bool("print-address", false, "check-backend: print the configured backend address and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -59,9 +60,12 @@ func run(args []string) error {
 		defer cancel()
 		return migrate(ctx, cfg)
 	case "check-config":
-		if *printListen {
+		switch {
+		case *printListen:
 			fmt.Println(cfg.Listen)
-		} else {
+		case *printAdmin:
+			fmt.Println(cfg.Admin.Listen)
+		default:
 			fmt.Println("configuration OK")
 		}
 		return nil
