@@ -46,19 +46,19 @@ func (t total) MarshalJSON() ([]byte, error) {
 }
 
 type tagJSON struct {
-	Tag              string  `json:"tag"`
-	HoldSeconds      total   `json:"hold_seconds"`
-	ExecSeconds      total   `json:"exec_seconds"`
-	IdleInTxnSeconds total   `json:"idle_in_transaction_seconds"`
-	WaitSeconds      total   `json:"wait_seconds"`
-	Borrows          uint64  `json:"borrows"`
-	Statements       uint64  `json:"statements"`
-	Errors           uint64  `json:"errors"`
-	Transactions     uint64  `json:"transactions"`
-	SlowTransactions uint64  `json:"slow_transactions"`
-	HeldNow          int     `json:"held_now"`
-	Drained          bool    `json:"drained"`
-	Limit            int     `json:"limit"`
+	Tag              string `json:"tag"`
+	HoldSeconds      total  `json:"hold_seconds"`
+	ExecSeconds      total  `json:"exec_seconds"`
+	IdleInTxnSeconds total  `json:"idle_in_transaction_seconds"`
+	WaitSeconds      total  `json:"wait_seconds"`
+	Borrows          uint64 `json:"borrows"`
+	Statements       uint64 `json:"statements"`
+	Errors           uint64 `json:"errors"`
+	Transactions     uint64 `json:"transactions"`
+	SlowTransactions uint64 `json:"slow_transactions"`
+	HeldNow          int    `json:"held_now"`
+	Drained          bool   `json:"drained"`
+	Limit            int    `json:"limit"`
 }
 
 type holderJSON struct {
