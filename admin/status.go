@@ -95,11 +95,11 @@ func (h *history) add(s sample) {
 	h.samples = append(h.samples, s)
 }
 
-// snapshot returns the samples (shared: read only).
+// snapshot returns a copy of the samples (add shifts them in place).
 func (h *history) snapshot() []sample {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return slices.Clip(h.samples)
+	return slices.Clone(h.samples)
 }
 
 type statusJSON struct {

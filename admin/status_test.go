@@ -2,6 +2,7 @@ package admin
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,5 +231,39 @@ func TestStatusEngine(t *testing.T) {
 	alerting.Set(1)
 	if s, _ = getStatus(t, a); s.Engine.Reconciler.State != "alerting" {
 		t.Errorf("reconciler %+v", s.Engine.Reconciler)
+	}
+}
+
+// TestStatusWhileSampling: status requests race the sampler over a short
+// history (run with -race).
+func TestStatusWhileSampling(t *testing.T) {
+	f := newFake()
+	a := New(f, Options{SampleEvery: time.Millisecond, History: 3})
+	ln := newListener(t)
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ln) }()
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				if r := do(t, a.Handler(), "GET", "/api/status", ""); r.status != 200 {
+					t.Errorf("/api/status: %d", r.status)
+					return
+				}
+				f.set(func(f *fakeServer) { f.tags[0].HoldSeconds++ })
+			}
+		}()
+	}
+	wg.Wait()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(a.hist.snapshot()); n > 3 {
+		t.Errorf("history holds %d samples, want at most 3", n)
 	}
 }
