@@ -276,3 +276,50 @@ func TestLimitMessage(t *testing.T) {
 		t.Errorf("message %q", me.Message)
 	}
 }
+
+// TestWaitingForPipeline: a SELECT waiting for a place on a shared
+// connection (the pool at its max, the only pipe's statement slow) is
+// counted in /api/pool's waiting.
+func TestWaitingForPipeline(t *testing.T) {
+	h := startHoldfast(t, func(c *config.Config) {
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
+		c.Pool.PipelineDepth = 2
+	})
+	db := h.open(t)
+	if _, err := db.Exec("SELECT 1"); err != nil { // an idle connection, for the pipe
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		_, err := db.Exec("SELECT SLEEP(2)")
+		slow <- err
+	}()
+	// Once it has run 20 ms, its pipe takes no newcomers (slowHead).
+	eventually(t, "the slow SELECT has held the connection for 50 ms", func() bool {
+		var hs struct {
+			Holders []struct {
+				HeldFor float64 `json:"held_for_seconds"`
+			} `json:"holders"`
+		}
+		h.get(t, "/api/holders", &hs)
+		return len(hs.Holders) == 1 && hs.Holders[0].HeldFor >= 0.05
+	})
+	queued := make(chan error, 1)
+	go func() {
+		_, err := db.Exec("SELECT 2")
+		queued <- err
+	}()
+	var p pool
+	eventually(t, "the second SELECT is counted as waiting", func() bool {
+		h.get(t, "/api/pool", &p)
+		return p.Waiting > 0
+	})
+	if p.WaitingPipeline != 1 || p.Waiting != p.WaitingPool+p.WaitingTagLimit+p.WaitingPipeline {
+		t.Errorf("/api/pool while a SELECT waits for a pipeline place: %+v", p)
+	}
+	for _, c := range []chan error{slow, queued} {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
