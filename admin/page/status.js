@@ -42,7 +42,7 @@
     return Math.floor(m / 60) + "h" + String(m % 60).padStart(2, "0") + "m";
   }
   function fmtRate(v) { return v === 0 ? "0" : v < 0.01 ? "<0.01" : v.toFixed(2); }
-  function fmtPct(v) { return v === 0 ? "0" : (v * 100 < 1 ? "<1" : Math.round(v * 100)) + "%"; }
+  function fmtPct(v) { return (v === 0 ? "0" : v * 100 < 1 ? "<1" : Math.round(v * 100)) + "%"; }
   function fmtNum(v) { return v >= 100 ? Math.round(v).toString() : v >= 10 ? v.toFixed(1) : v.toFixed(2).replace(/\.?0+$/, "") || "0"; }
 
   function el(tag, attrs, ...kids) {
