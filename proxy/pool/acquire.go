@@ -12,11 +12,12 @@ import (
 
 // Acquire lends a connection of key: an idle one (the most recently
 // returned), a new one when there is room, or, when there is none, the
-// first one that fits after queueing (see Waiting in the package comment). It gives up when ctx ends or after Limits.AcquireTimeout. Every
-// connection it returns passed Alive (and Ping, after a long idle). The
-// borrower must Release it exactly once.
+// first one that fits after queueing (see Waiting in the package
+// comment). It gives up when ctx ends or after Limits.AcquireTimeout.
+// Every connection it returns passed Alive (and Ping, after a long idle).
+// The borrower must Release it exactly once.
 func (p *Pool[K, C]) Acquire(ctx context.Context, key K) (C, error) {
-	if c, ok, _ := p.tryAcquire(ctx, key, nil); ok {
+	if c, ok, _ := p.TryAcquire(key, nil); ok {
 		return c, nil
 	}
 	return p.acquireSlow(ctx, key)
@@ -27,12 +28,8 @@ func (p *Pool[K, C]) Acquire(ctx context.Context, key K) (C, error) {
 // lends none, unfit reports whether an idle connection of key exists that
 // fit refused. fit runs under the pool's lock on idle connections: it must
 // be quick and must not block, modify the connection or call the pool.
+// A connection that fails its check is closed and the next one tried.
 func (p *Pool[K, C]) TryAcquire(key K, fit func(C) bool) (c C, ok, unfit bool) {
-	return p.tryAcquire(context.Background(), key, fit)
-}
-
-// tryAcquire is TryAcquire; ctx bounds the ping after a long idle.
-func (p *Pool[K, C]) tryAcquire(ctx context.Context, key K, fit func(C) bool) (c C, ok, unfit bool) {
 	for {
 		now := p.now()
 		p.mu.Lock()
@@ -56,10 +53,11 @@ func (p *Pool[K, C]) tryAcquire(ctx context.Context, key K, fit func(C) bool) (c
 		if !ok {
 			return c, false, unfit
 		}
-		if p.vet(ctx, g) {
+		if p.healthy(g) {
 			p.acquired.Add(1)
 			return g.conn, true, false
 		}
+		p.discard(g.conn, CloseUnhealthy)
 	}
 }
 
@@ -131,11 +129,20 @@ func (p *Pool[K, C]) acquireSlow(ctx context.Context, key K) (C, error) {
 			p.finish(toClose, false)
 		}
 		if !g.dial {
-			if p.vet(ctx, g) {
+			if p.healthy(g) {
 				p.lent(start, w != nil)
 				return g.conn, nil
 			}
-			continue // it was discarded, its slot offered on
+			// Dead: its slot is ours to dial into.
+			p.mu.Lock()
+			p.dropLocked(g.conn, CloseUnhealthy)
+			p.reserveLocked(p.keyLocked(key))
+			p.mu.Unlock()
+			g.conn.Close()
+		}
+		if ctx.Err() != nil { // no dial for a borrower that has gone
+			p.giveBack(grant[K, C]{key: key, dial: true})
+			return zero, p.timeoutErr(ctx, start)
 		}
 		c, err := p.dialSlot(ctx, key)
 		if err == nil {
@@ -188,21 +195,20 @@ func (p *Pool[K, C]) timeoutErr(ctx context.Context, start time.Time) error {
 	return fmt.Errorf("%w after %v (pool max %d, %d in use, %d waiting)", ErrTimeout, waited, p.lim.Max, inUse, p.q.Len())
 }
 
-// vet checks a connection taken for a lend. A dead one is discarded (its
-// slot offered to the next waiter) and vet reports false.
-func (p *Pool[K, C]) vet(ctx context.Context, g grant[K, C]) bool {
-	ok := g.conn.Alive()
-	if ok && g.ping {
-		ctx, cancel := context.WithTimeout(ctx, p.opts.PingTimeout)
-		stop := context.AfterFunc(p.ctx, cancel)
-		ok = g.conn.Ping(ctx) == nil
-		stop()
-		cancel()
+// healthy checks a connection taken for a lend: Alive, and Ping when it
+// sat idle long. The ping is bounded by PingTimeout and Close, not by the
+// borrower's ctx, so that a borrower running out of time does not fail a
+// healthy connection.
+func (p *Pool[K, C]) healthy(g grant[K, C]) bool {
+	if !g.conn.Alive() {
+		return false
 	}
-	if !ok {
-		p.discard(g.conn, CloseUnhealthy)
+	if !g.ping {
+		return true
 	}
-	return ok
+	ctx, cancel := context.WithTimeout(p.ctx, p.opts.PingTimeout)
+	defer cancel()
+	return g.conn.Ping(ctx) == nil
 }
 
 // discard closes a connection the caller holds (lent or being checked)
@@ -223,6 +229,9 @@ func (p *Pool[K, C]) dialSlot(ctx context.Context, key K) (C, error) {
 	dctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(p.ctx, cancel)
 	c, err := p.dial(dctx, key)
+	// A dial that ctx or Close cut short says nothing about the backend:
+	// it is neither counted nor remembered as the backend's last error.
+	cut := err != nil && dctx.Err() != nil
 	stop()
 	cancel()
 	if err == nil && c.Key() != key {
@@ -236,12 +245,16 @@ func (p *Pool[K, C]) dialSlot(ctx context.Context, key K) (C, error) {
 	}
 	now := p.now()
 	p.mu.Lock()
-	p.dials++
 	ks := p.keyLocked(key)
 	p.dialing--
+	if !cut {
+		p.dials++
+	}
 	if err != nil {
-		p.dialErrs++
-		p.lastErr, p.lastErrAt = err, now
+		if !cut {
+			p.dialErrs++
+			p.lastErr, p.lastErrAt = err, now
+		}
 		p.open--
 		ks.open--
 		toClose := p.serveLocked(now, nil)
@@ -252,7 +265,7 @@ func (p *Pool[K, C]) dialSlot(ctx context.Context, key K) (C, error) {
 		if closed {
 			return zero, ErrClosed
 		}
-		if p.opts.Log != nil {
+		if p.opts.Log != nil && !cut {
 			p.opts.Log.Warn("backend dial failed", "err", err)
 		}
 		return zero, err

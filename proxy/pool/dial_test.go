@@ -128,3 +128,18 @@ func TestCloseCutsDial(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// A dial that the borrower's own deadline cuts short is no backend error:
+// not counted, and no reason to call the backend down.
+func TestCutDialNotCounted(t *testing.T) {
+	e := newPool(t, baseLimits())
+	e.d.setGate(make(chan struct{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := e.p.Acquire(ctx, 0); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if st := e.p.Stats(); st.Dials != 0 || st.DialErrors != 0 || st.Dialing != 0 || st.Timeouts != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

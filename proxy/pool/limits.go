@@ -154,7 +154,7 @@ type Stats struct {
 	WaitTime   time.Duration // total time from queueing to lend, of those
 	Timeouts   uint64        // acquisitions that ran out of time (not counting cancellations)
 	Rejected   uint64        // acquisitions refused at MaxWaiters
-	Dials      uint64        // dials completed, successful or not
+	Dials      uint64        // dials completed, successful or not (not those cut short by their borrower or Close)
 	DialErrors uint64
 	Closed     [NumCloseReasons]uint64 // connections closed, by reason
 }

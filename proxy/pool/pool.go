@@ -161,11 +161,13 @@ func New[K comparable, C Conn[K]](o Options[K, C], l Limits[K]) (*Pool[K, C], er
 	return p, nil
 }
 
-// Limits returns the limits in force.
+// Limits returns the limits in force (Keys is a copy).
 func (p *Pool[K, C]) Limits() Limits[K] {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.lim
+	l := p.lim
+	l.Keys = maps.Clone(l.Keys)
+	return l
 }
 
 // Waiting returns the number of borrowers queued, without the lock (it

@@ -123,6 +123,35 @@ func TestPerKeyMaxUnderGlobalMax(t *testing.T) {
 	}
 }
 
+// The connection handed to the oldest waiter is dead: that waiter dials
+// into its slot, ahead of the waiters behind it.
+func TestDeadHandOffDialsInItsSlot(t *testing.T) {
+	l := baseLimits()
+	l.Max = 1
+	e := newPool(t, l)
+	c := e.acquire(0)
+	w1 := e.acquireAsync(context.Background(), 0, 1)
+	w2 := e.acquireAsync(context.Background(), 0, 2)
+	c.dead.Store(true)
+	e.p.Release(c, true)
+	r1 := recv(t, w1)
+	if r1.err != nil || r1.c == c {
+		t.Fatalf("first waiter got %v, %v", r1.c, r1.err)
+	}
+	if e.p.Waiting() != 1 {
+		t.Fatal("the second waiter was served before the first")
+	}
+	e.p.Release(r1.c, true)
+	r2 := recv(t, w2)
+	if r2.c != r1.c {
+		t.Fatalf("second waiter got %v, %v", r2.c, r2.err)
+	}
+	if st := e.p.Stats(); st.Closed[CloseUnhealthy] != 1 || st.Dials != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	e.p.Release(r2.c, true)
+}
+
 // A key-0 waiter queued behind a key-1 one: the returned key-0 connection
 // goes to the waiter that can use it.
 func TestWaiterKeyMatchedFirst(t *testing.T) {
