@@ -14,7 +14,8 @@ import (
 // returned), a new one when there is room, or, when there is none, the
 // first one that fits after queueing (see Waiting in the package
 // comment). It gives up when ctx ends or after Limits.AcquireTimeout.
-// Every connection it returns passed Alive (and Ping, after a long idle).
+// Every connection it returns is new or passed Alive (and Ping, after a
+// long idle).
 // The borrower must Release it exactly once.
 func (p *Pool[K, C]) Acquire(ctx context.Context, key K) (C, error) {
 	if c, ok, _ := p.TryAcquire(key, nil); ok {

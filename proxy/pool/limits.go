@@ -151,7 +151,7 @@ type Stats struct {
 	// Counters since New.
 	Acquired   uint64        // connections lent
 	Waited     uint64        // acquisitions that queued
-	WaitTime   time.Duration // total time from queueing to lend, of those
+	WaitTime   time.Duration // their total time from Acquire to the lend
 	Timeouts   uint64        // acquisitions that ran out of time (not counting cancellations)
 	Rejected   uint64        // acquisitions refused at MaxWaiters
 	Dials      uint64        // dials completed, successful or not (not those cut short by their borrower or Close)
