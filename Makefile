@@ -4,9 +4,10 @@ GO        ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 FUZZTIME  ?= 60s
 
-.PHONY: run test build vet fmt fuzz bench-proxy bench-attribution bench-reserve soak clean
+.PHONY: run test build install vet fmt fuzz bench-proxy bench-attribution bench-reserve soak clean
 
-## run: start holdfast on the local default (starts a private MariaDB when none answers)
+## run: build holdfast and holdfastctl into bin/ and start holdfast on the local default
+## (starts a private MariaDB when none answers)
 run:
 	scripts/run-local.sh
 
@@ -16,8 +17,13 @@ test:
 	  echo "test: MariaDB at $$addr" && \
 	  HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test $(TEST_FLAGS) ./...
 
+## build: every command into bin/ (holdfast, holdfastctl, the bench drivers)
 build:
 	$(GO) build -o bin/ ./cmd/...
+
+## install: holdfast and holdfastctl into $(go env GOPATH)/bin (or GOBIN)
+install:
+	$(GO) install ./cmd/holdfast ./cmd/holdfastctl
 
 vet:
 	$(GO) vet ./...

@@ -174,6 +174,9 @@ type Admin struct {
 	// Token is required as "Authorization: Bearer <token>" when Listen is
 	// not a loopback address.
 	Token string `yaml:"token"`
+	// Pprof serves Go's profiles at /debug/pprof/ (behind Token, when set);
+	// false (the default) serves none.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Sessions configures client-session behaviour.

@@ -25,9 +25,14 @@ import (
 	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
+// AdminHandlerForTest is the admin package's handler (API and /metrics)
+// over a server with cfg's admin settings. admin imports proxy, so
+// admin_test.go (package proxy_test) sets it.
+var AdminHandlerForTest func(s *Server, cfg config.Admin) http.Handler
+
 // admin serves the proxy's admin API for a test.
 func (p *testProxy) admin(t *testing.T) *httptest.Server {
-	ts := httptest.NewServer(p.srv.AdminHandler(p.srv.Registry()))
+	ts := httptest.NewServer(AdminHandlerForTest(p.srv, p.cfg.Admin))
 	t.Cleanup(ts.Close)
 	return ts
 }

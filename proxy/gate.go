@@ -20,8 +20,10 @@ import (
 // that a drain with a grace period kills its holders when the grace ends.
 
 var (
-	errTagDrained = errors.New("proxy: tag drained")
-	errTagLimit   = errors.New("proxy: timed out waiting under the tag's connection limit")
+	// Their texts end the messages built on them, which reach clients
+	// behind one "holdfast: " (see borrow), so they carry no prefix.
+	errTagDrained = errors.New("new work for this tag is refused until it is undrained")
+	errTagLimit   = errors.New("no slot under the limit came free within pool.acquire_timeout")
 )
 
 type gate struct {
@@ -75,7 +77,7 @@ func (g *gates) enter(ctx context.Context, tag string) (bool, error) {
 	}
 	ch := make(chan struct{}, 1)
 	e := gt.waiters.PushBack(ch)
-	limitErr := fmt.Errorf("%w: tag '%s' is limited to %d backend connections by on-call", errTagLimit, tag, gt.limit)
+	limitErr := fmt.Errorf("tag '%s' is limited to %d backend connections by on-call: %w", tag, gt.limit, errTagLimit)
 	g.mu.Unlock()
 	select {
 	case <-ch: // a slot was handed over, already counted
@@ -111,7 +113,7 @@ func (gt *gate) drainErr(tag string) error {
 	if gt.reason != "" {
 		msg += " (" + gt.reason + ")"
 	}
-	return fmt.Errorf("%w: %s; new work for this tag is refused until it is undrained", errTagDrained, msg)
+	return fmt.Errorf("%s: %w", msg, errTagDrained)
 }
 
 // exit ends a counted borrow, handing the slot to the oldest waiter.
@@ -243,6 +245,26 @@ func (g *gates) attributionGates() []attribution.Gate {
 	out := make([]attribution.Gate, len(s))
 	for i, x := range s {
 		out[i] = attribution.Gate{Tag: x.Tag, Drained: x.Drained, Limit: x.Limit}
+	}
+	return out
+}
+
+// waiting counts the borrowers queued under each tag's limit (read-only,
+// for Server.Waiting); nil when none.
+func (g *gates) waiting() map[string]int {
+	if g.active.Load() == 0 {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out map[string]int
+	for tag, gt := range g.m {
+		if n := gt.waiters.Len(); n > 0 {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[tag] = n
+		}
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -109,20 +108,6 @@ func (s *Server) heldBy(tag string) int {
 	return n
 }
 
-// live adapts the server to attribution.LiveState for the collector.
-type live struct{ s *Server }
-
-func (l live) Holders() []attribution.Holder {
-	hs := l.s.Holders()
-	out := make([]attribution.Holder, len(hs))
-	for i, h := range hs {
-		out[i] = attribution.Holder{Tag: h.Tag, InTransaction: h.InTransaction}
-	}
-	return out
-}
-
-func (l live) Gates() []attribution.Gate { return l.s.gates.attributionGates() }
-
 // DrainTag refuses new borrows for tag. With grace > 0, sessions still holding
 // a connection for the tag when it ends are killed (their transactions
 // roll back).
@@ -147,8 +132,99 @@ func (s *Server) LimitTag(tag string, n int) {
 	}
 }
 
-// Gates lists the on-call controls in force.
-func (s *Server) Gates() []GateState { return s.gates.snapshot() }
+// Gates lists the on-call controls in force, by tag. InUse is the number of
+// backend connections the tag holds now (as in Holders), whether or not it
+// is capped.
+func (s *Server) Gates() []GateState {
+	gs := s.gates.snapshot()
+	if len(gs) == 0 {
+		return gs
+	}
+	held := map[string]int{}
+	for _, h := range s.Holders() {
+		held[h.Tag]++
+	}
+	for i := range gs {
+		gs[i].InUse = held[gs[i].Tag]
+	}
+	return gs
+}
+
+// Waiting counts the borrowers queued right now, by what they wait for. A
+// borrower waits in one of these queues at a time.
+type Waiting struct {
+	Pool     int            // for a backend connection (pool.max are lent)
+	TagLimit int            // for a slot under a tag's connection limit
+	Pipeline int            // autocommit SELECTs waiting for a place on a shared connection
+	ByTag    map[string]int // TagLimit by tag; nil when no one waits under a limit
+}
+
+// Total is every borrower waiting.
+func (w Waiting) Total() int { return w.Pool + w.TagLimit + w.Pipeline }
+
+// Waiting returns the borrowers queued now. The three counts are read one
+// after the other, not as one consistent cut.
+func (s *Server) Waiting() Waiting {
+	w := Waiting{Pool: s.pool.Stats().Waiting, Pipeline: int(s.pipes.nwait.Load()), ByTag: s.gates.waiting()}
+	for _, n := range w.ByTag {
+		w.TagLimit += n
+	}
+	return w
+}
+
+// TagInfo is one tag's totals since start (as in Recorder().Snapshot())
+// with its live state.
+type TagInfo struct {
+	Tag              string  `json:"tag"`
+	HoldSeconds      float64 `json:"hold_seconds"` // of finished holds
+	ExecSeconds      float64 `json:"exec_seconds"`
+	IdleInTxnSeconds float64 `json:"idle_in_transaction_seconds"`
+	WaitSeconds      float64 `json:"wait_seconds"`
+	Borrows          uint64  `json:"borrows"`
+	Statements       uint64  `json:"statements"`
+	Errors           uint64  `json:"errors"`
+	Transactions     uint64  `json:"transactions"`
+	SlowTransactions uint64  `json:"slow_transactions"`
+	HeldNow          int     `json:"held_now"` // backend connections held now
+	Drained          bool    `json:"drained"`
+	Limit            int     `json:"limit"` // 0: no cap
+}
+
+// Tags returns per-tag totals sorted by hold time, with live state; a tag
+// with a control in force but nothing recorded comes last.
+func (s *Server) Tags() []TagInfo {
+	held := map[string]int{}
+	for _, h := range s.Holders() {
+		held[h.Tag]++
+	}
+	gates := map[string]GateState{}
+	for _, g := range s.gates.snapshot() {
+		gates[g.Tag] = g
+	}
+	snap := s.rec.Snapshot()
+	out := make([]TagInfo, 0, len(snap)+len(gates))
+	seen := map[string]bool{}
+	for _, t := range snap {
+		g := gates[t.Tag]
+		seen[t.Tag] = true
+		out = append(out, TagInfo{Tag: t.Tag, HoldSeconds: t.HoldSeconds, ExecSeconds: t.ExecSeconds,
+			IdleInTxnSeconds: t.IdleInTxnSeconds, WaitSeconds: t.WaitSeconds, Borrows: t.Borrows,
+			Statements: t.Statements, Errors: t.Errors, Transactions: t.Transactions,
+			SlowTransactions: t.SlowTransactions, HeldNow: held[t.Tag], Drained: g.Drained, Limit: g.Limit})
+	}
+	var extra []TagInfo
+	for tag, g := range gates {
+		if !seen[tag] {
+			extra = append(extra, TagInfo{Tag: tag, HeldNow: held[tag], Drained: g.Drained, Limit: g.Limit})
+		}
+	}
+	sort.Slice(extra, func(i, j int) bool { return extra[i].Tag < extra[j].Tag })
+	return append(out, extra...)
+}
+
+// TagsFolded counts tag lookups folded into "other" once
+// attribution.max_tags were kept.
+func (s *Server) TagsFolded() uint64 { return s.rec.Folded() }
 
 func (s *Server) killHolders(tag string) {
 	s.mu.Lock()
@@ -179,16 +255,4 @@ func (s *Server) applyConfigGates(t config.Tags) {
 	if len(t.Drained)+len(t.Limits) > 0 {
 		s.log.Info("configured tag controls applied", "drained", len(t.Drained), "limits", len(t.Limits))
 	}
-}
-
-func validTagName(t string) error {
-	ok := t != "" && len(t) <= attribution.MaxTagLen
-	for i := 0; ok && i < len(t); i++ {
-		c := t[i]
-		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-'
-	}
-	if !ok {
-		return fmt.Errorf("%q is not a tag (letters, digits and _ . : - only, at most %d)", t, attribution.MaxTagLen)
-	}
-	return nil
 }

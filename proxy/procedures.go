@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,12 +19,15 @@ import (
 // engine), in the text protocol and as a prepared statement, never by the
 // backend. A procedure runs in its own transactions on connections it
 // borrows from the pool under its own tags, so it cannot join a
-// transaction the client has open: such a call is refused.
+// transaction the client has open, and a session that keeps a backend
+// connection (pinned, or after SET TRANSACTION) would hold a second one
+// while it runs: such calls are refused. The engine bounds each call by
+// its own deadline (reservation.call_timeout).
 
 const (
 	codeProcInTxn  = 9003 // CALL holdfast.* inside the caller's transaction
+	codeProcHeld   = 9004 // CALL holdfast.* from a session that keeps a backend connection
 	codeParseError = 1064
-	procTimeout    = 30 * time.Second
 )
 
 // isHoldfastCall reports whether a CALL statement names the holdfast
@@ -87,27 +89,17 @@ func textArg(a sqlscan.Arg) (any, error) {
 // by the OK that ends every CALL, or with its error.
 func (s *session) runProcedure(name string, args []any, binaryRows bool) {
 	name = strings.ToLower(name)
-	if s.status&statusInTrans != 0 {
-		s.writeErr(newErr(codeProcInTxn, "HY000", "holdfast: CALL holdfast.%s runs in its own transaction and cannot join yours; call it outside BEGIN ... COMMIT", name))
+	if e := s.procRefused(name); e != nil {
+		s.writeErr(e)
 		return
 	}
 	if s.caps&mysql.CLIENT_MULTI_RESULTS == 0 {
 		s.writeErr(newErr(1312, "0A000", "PROCEDURE holdfast.%s can't return a result set in the given context", name))
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.srv.ctx, procTimeout)
-	defer cancel()
-	cols, rows, err := s.srv.procs.Call(ctx, name, args)
+	cols, rows, err := s.srv.procs.Call(s.srv.ctx, name, args)
 	if err != nil {
-		var me interface {
-			MySQLError() (uint16, string, string)
-		}
-		if errors.As(err, &me) {
-			code, state, msg := me.MySQLError()
-			s.writeErr(newErr(code, state, "%s", msg))
-		} else {
-			s.writeErr(newErr(codeUnknownError, "HY000", "holdfast.%s: %v", name, err))
-		}
+		s.writeErr(procErr(name, err))
 		return
 	}
 	if len(cols) > 0 {
@@ -118,6 +110,62 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool) {
 		s.writeResultSet(&rs, binaryRows)
 	}
 	s.writeOK(0, 0)
+}
+
+// procRefused returns the error for a CALL holdfast.* this session may not
+// make now, or nil: inside a transaction (9003), or while the session keeps
+// a backend connection for itself, which the call would hold on to while
+// the engine borrows another one (9004).
+func (s *session) procRefused(name string) *sqlError {
+	const keeps = "holdfast: CALL holdfast.%s borrows a backend connection of its own, and this session keeps one "
+	switch {
+	case s.status&statusInTrans != 0:
+		return newErr(codeProcInTxn, "HY000", "holdfast: CALL holdfast.%s runs in its own transaction and cannot join yours; call it outside BEGIN ... COMMIT", name)
+	case s.pinReason != "":
+		return newErr(codeProcHeld, "HY000", keeps+"for its session state (pinned by %s); call it from a connection without such state (user variables, temporary tables, GET_LOCK, ...)",
+			name, s.pinReason)
+	case s.holdNext:
+		return newErr(codeProcHeld, "HY000", keeps+"for the transaction SET TRANSACTION prepared; call it before SET TRANSACTION or after that transaction", name)
+	case s.bc != nil:
+		return newErr(codeProcHeld, "HY000", "holdfast: CALL holdfast.%s borrows a backend connection of its own, and this session still holds one; call it after COMMIT or ROLLBACK, or from another connection", name)
+	}
+	return nil
+}
+
+// borrowFailure is implemented by the engine's error for a call that did
+// nothing because it could not get a backend connection: BorrowErr is the
+// pool's error (nil when the call failed otherwise).
+type borrowFailure interface{ BorrowErr() error }
+
+// procErr turns an engine error into the client's ERR packet: a call that
+// got no connection is answered like any statement that gets none (1040,
+// 2003, 9001, 9002, 1053); an error with a MySQL code keeps it. Anything
+// else is a bug or a statement of the engine that the database refused:
+// 1105 with the engine's text, which names the procedure. The engine never
+// returns a lost backend connection as such (see reservation.Engine.Call).
+func procErr(name string, err error) *sqlError {
+	var bf borrowFailure
+	if errors.As(err, &bf) {
+		if cause := bf.BorrowErr(); cause != nil {
+			switch {
+			case errors.Is(cause, errTagDrained):
+				return newErr(codeTagDrained, "HY000", "holdfast.%s: %v; nothing was done", name, cause)
+			case errors.Is(cause, errTagLimit):
+				return newErr(codeTagLimit, "HY000", "holdfast.%s: %v; nothing was done", name, cause)
+			}
+			e := poolErr(cause)
+			e.Msg = "holdfast." + name + ": nothing was done: " + strings.TrimPrefix(e.Msg, "holdfast: ")
+			return e
+		}
+	}
+	var me interface {
+		MySQLError() (uint16, string, string)
+	}
+	if errors.As(err, &me) {
+		code, state, msg := me.MySQLError()
+		return newErr(code, state, "%s", msg)
+	}
+	return newErr(codeUnknownError, "HY000", "holdfast.%s failed: %v", name, err)
 }
 
 // columnType picks a column's wire type from its first non-NULL value.

@@ -83,7 +83,7 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, cur
 	if s != nil {
 		read = func(ctx context.Context, q string, args ...any) ([][][]byte, error) {
 			rows, err := s.c.Query(ctx, q, args...)
-			if err != nil && !isDB(err) {
+			if brokenBy(err) {
 				s.broken = true
 			}
 			return rows, err
@@ -97,7 +97,7 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, cur
 			return
 		}
 		for _, p := range run {
-			p.id = newID()
+			p.id = p.req.id()
 		}
 		fn := func(ctx context.Context, c Conn) error { return e.batchTx(ctx, c, run, cur) }
 		var err error
@@ -152,7 +152,10 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, cur
 					r, aerr := answerFromHeader(p.req, h)
 					p.out = outcome{res: r, err: aerr}
 				} else {
-					rest = append(rest, p) // a random id collided, or the other batch rolled back
+					// The reservation id collided with another's (or the
+					// other batch that had the key rolled back): a new id.
+					p.req.ids = append(p.req.ids, newID())
+					rest = append(rest, p)
 				}
 			}
 			run = rest

@@ -205,7 +205,7 @@ func benchEngine(b *testing.B, db *sql.DB, naive, noSessions bool) *reservation.
 	if v, err := strconv.Atoi(os.Getenv("HOLDFAST_BENCH_BATCHES_PER_POOL")); err == nil {
 		cfg.BatchesPerPool = v
 	}
-	cfg.ReserveTimeout = 30 * time.Second
+	cfg.CallTimeout = 30 * time.Second
 	eng, err := reservation.New(cfg, reservation.Options{Conns: conns, Refiller: ref})
 	if err != nil {
 		b.Fatal(err)

@@ -42,9 +42,15 @@ func Procedures() map[string][]string {
 // Call runs holdfast.<name>. args are the CALL's literal arguments already decoded by the proxy:
 // each is nil (SQL NULL), int64, uint64, float64, or string ([]byte is accepted as a string).
 // It returns the result set to send (column names and rows; row values are nil, int64, uint64,
-// float64, string, []byte or time.Time) or an error. Errors that should reach the client with a
-// specific MySQL code are *Error, which implements MySQLError() (code, sqlState, message); any
-// other error is reported by the proxy as code 1105.
+// float64, string, []byte or time.Time) or an error.
+//
+// The call has one deadline, Config.CallTimeout (or ctx's, if earlier), shared by everything it
+// does, recovery from lost backend connections included (see recovery.go). Errors meant for the
+// client implement MySQLError() (code, sqlState, message): *Error, and *UnavailableError for a
+// call that did nothing because the database could not be reached (its BorrowErr, when set, is
+// the Conns.Borrow error, which a caller that knows its Conns may answer with its own code). A
+// lost backend connection never comes back as anything else; any other error is the database
+// refusing a statement of the engine, or a bug, and nothing was committed.
 //
 // name is the lower-cased procedure name without the schema. Call is safe for concurrent use.
 func (e *Engine) Call(ctx context.Context, name string, args []any) (columns []string, rows [][]any, err error) {
@@ -59,6 +65,8 @@ func (e *Engine) Call(ctx context.Context, name string, args []any) (columns []s
 	if e.closed.Load() {
 		return nil, nil, ErrClosed
 	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+	defer cancel()
 	return p.run(e, ctx, args)
 }
 

@@ -104,6 +104,10 @@ func (e *Engine) callClaim(ctx context.Context, args []any) ([]string, [][]any, 
 		e.m.claims.inc(claimForcedFailed)
 	case errors.Is(err, ErrGuardViolated):
 		e.m.claims.inc(claimGuardRefused)
+	case errors.Is(err, ErrOutcomeUnknown):
+		e.m.claims.inc(claimOutcomeUnknown)
+	case errors.As(err, new(*UnavailableError)):
+		e.m.claims.inc(claimUnavailable)
 	default:
 		e.m.claims.inc(claimError)
 	}
@@ -122,8 +126,10 @@ func (e *Engine) callClaim(ctx context.Context, args []any) ([]string, [][]any, 
 // reservation, then one transaction that locks the ledger rows (key order),
 // re-checks the reservation's lines FOR UPDATE and its row FOR UPDATE,
 // deducts each line with the guard on_hand >= qty, deletes the lines and
-// records the claim (state, claimed_at, claim_kind) — the claim log that
-// makes a repeated claim a reported duplicate.
+// records the claim (state, claimed_at, claim_kind, and claimed_by, the
+// call's id) — the claim log that makes a repeated claim a reported
+// duplicate, and lets a claim whose connection was lost during COMMIT find
+// its own claim and answer it as made (recovery.go).
 //
 // If the reservation expired (or was released) the deduction is forced: the
 // same guarded UPDATE, which may push pool + reserved above on_hand (the
@@ -132,6 +138,24 @@ func (e *Engine) callClaim(ctx context.Context, args []any) ([]string, [][]any, 
 // shrinks a pool that exceeds the ledger. A failed forced deduction changes
 // nothing and is error 9104: the payment must be refunded.
 func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
+	call := e.newCall(procClaim)
+	for {
+		outcome, h, err := e.claimOnce(ctx, call.id, id)
+		if err == nil {
+			e.claimed(ctx, outcome, h)
+			return outcome, h, nil
+		}
+		if !call.again(ctx, err, true) {
+			return 0, nil, call.answer(ctx, err)
+		}
+	}
+}
+
+// claimKinds maps claim_kind to the outcome a claim answers.
+var claimKinds = map[string]int{"normal": claimClaimed, "late": claimLate, "forced": claimForced}
+
+// claimOnce is one attempt of call callID to claim reservation id.
+func (e *Engine) claimOnce(ctx context.Context, callID, id uint64) (int, *header, error) {
 	h, err := e.headerByID(ctx, TagClaim, id)
 	if err != nil {
 		return 0, nil, err
@@ -140,6 +164,9 @@ func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
 		return 0, nil, unknownToken("claim", id)
 	}
 	if h.state == "claimed" {
+		if h.claimedBy == callID {
+			return claimKinds[h.claimKind], h, nil // this call claimed it; the answer was lost
+		}
 		return claimDuplicate, h, nil
 	}
 	keys := headerPools(h)
@@ -155,7 +182,7 @@ func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
 		outcome, short = claimClaimed, ""
 		rows, err := c.Query(ctx, lockLedgerSQL(keys)+
 			"; SELECT 'Q', line_no, expires_at <= UTC_TIMESTAMP(6) FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE"+
-			"; SELECT 'H', state, expires_at FROM reservations WHERE reservation_id = ? FOR UPDATE", id, id)
+			"; SELECT 'H', state, expires_at, claimed_by, claim_kind FROM reservations WHERE reservation_id = ? FOR UPDATE", id, id)
 		if err != nil {
 			return err
 		}
@@ -173,6 +200,10 @@ func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
 			return unknownToken("claim", id) // pruned meanwhile
 		}
 		if string(hrow[0][0]) == "1" {
+			if callIDCol(hrow[0][2]) == callID {
+				outcome = claimKinds[string(hrow[0][3])]
+				return errDoneByThisCall
+			}
 			return errAlreadyClaimed
 		}
 		expiredAt, _ = colTime(hrow[0][1])
@@ -226,11 +257,13 @@ func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
 			}
 		}
 		kind := map[int]string{claimClaimed: "normal", claimLate: "late", claimForced: "forced"}[outcome]
-		stmts = append(stmts, "UPDATE reservations SET state = 1, finished_at = UTC_TIMESTAMP(6), claim_kind = ? WHERE reservation_id = ?")
-		return CommitWith(ctx, c, strings.Join(stmts, "; "), kind, id)
+		stmts = append(stmts, "UPDATE reservations SET state = 1, finished_at = UTC_TIMESTAMP(6), claim_kind = ?, claimed_by = ? WHERE reservation_id = ?")
+		return CommitWith(ctx, c, strings.Join(stmts, "; "), kind, callID, id)
 	})
 	tok := formatToken(id)
 	switch {
+	case errors.Is(err, errDoneByThisCall):
+		return outcome, h, nil
 	case errors.Is(err, errAlreadyClaimed):
 		return claimDuplicate, h, nil
 	case errors.Is(err, ErrGuardViolated):
@@ -246,20 +279,26 @@ func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
 	case err != nil:
 		return 0, nil, err
 	}
+	return outcome, h, nil
+}
+
+// claimed alerts on a late or forced claim this call made, once, whichever
+// attempt made it.
+func (e *Engine) claimed(ctx context.Context, outcome int, h *header) {
+	tok := formatToken(h.id)
 	switch outcome {
 	case claimLate:
 		e.log.Warn("reservation: claim after expiry: units were still held, claimed; TTL is too short for the payment flow",
-			"token", tok, "shop_id", h.shop, "expired_at", expiredAt)
+			"token", tok, "shop_id", h.shop, "expired_at", h.expiresAt)
 	case claimForced:
 		e.log.Error("reservation: claim after expiry: forced deduction succeeded; pool + reserved may exceed on_hand until the refiller shrinks the pool",
-			"token", tok, "shop_id", h.shop, "expired_at", expiredAt, "released", h.state == "released")
-		for _, k := range keys {
+			"token", tok, "shop_id", h.shop, "expired_at", h.expiresAt, "released", h.state == "released")
+		for _, k := range headerPools(h) {
 			if err := e.refiller.RefillNow(ctx, k); err != nil {
 				e.log.Error("reservation: refill after forced claim failed", "pool", k.String(), "err", err)
 			}
 		}
 	}
-	return outcome, h, nil
 }
 
 func (e *Engine) callRelease(ctx context.Context, args []any) ([]string, [][]any, error) {
@@ -283,8 +322,20 @@ func (e *Engine) callRelease(ctx context.Context, args []any) ([]string, [][]any
 // and reports "claimed"; releasing an expired one reports "expired" (and
 // marks it released, so a later claim is a forced one). It locks
 // reserved_quantities then reservations and never the ledger: giving units
-// back cannot break the invariant.
+// back cannot break the invariant. The release records the call's id and
+// the quantity it gave back, so a release whose connection was lost during
+// COMMIT answers what it did (recovery.go).
 func (e *Engine) release(ctx context.Context, id uint64) (int, int64, error) {
+	call := e.newCall(procOp(opRelease))
+	for {
+		outcome, qty, err := e.releaseOnce(ctx, call.id, id)
+		if err == nil || !call.again(ctx, err, true) {
+			return outcome, qty, call.answer(ctx, err)
+		}
+	}
+}
+
+func (e *Engine) releaseOnce(ctx context.Context, callID, id uint64) (int, int64, error) {
 	var (
 		outcome int
 		qty     int64
@@ -293,7 +344,7 @@ func (e *Engine) release(ctx context.Context, id uint64) (int, int64, error) {
 	err := e.tx.Run(ctx, TagRelease, func(ctx context.Context, c Conn) error {
 		outcome, qty, pools = opOK, 0, nil
 		rows, err := c.Query(ctx, "SELECT 'Q', shop_id, inventory_item_id, inventory_group_id, quantity, line_no FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE"+
-			"; SELECT 'H', state FROM reservations WHERE reservation_id = ? FOR UPDATE", id, id)
+			"; SELECT 'H', state, released_by, released_quantity FROM reservations WHERE reservation_id = ? FOR UPDATE", id, id)
 		if err != nil {
 			return err
 		}
@@ -301,6 +352,16 @@ func (e *Engine) release(ctx context.Context, id uint64) (int, int64, error) {
 		held, hrow := t["Q"], t["H"]
 		if len(hrow) == 0 {
 			return unknownToken("release", id)
+		}
+		if callIDCol(hrow[0][1]) == callID {
+			// This call released it; the answer was lost.
+			if qty, err = colInt(hrow[0][2]); err != nil {
+				return err
+			}
+			if qty == 0 {
+				outcome = opExpired
+			}
+			return errDoneByThisCall
 		}
 		switch string(hrow[0][0]) {
 		case "1":
@@ -334,9 +395,12 @@ func (e *Engine) release(ctx context.Context, id uint64) (int, int64, error) {
 			}
 			stmts = append(stmts, del, returnsInsertSQL(gone))
 		}
-		stmts = append(stmts, "UPDATE reservations SET state = 2, finished_at = UTC_TIMESTAMP(6) WHERE reservation_id = ?")
-		return CommitWith(ctx, c, strings.Join(stmts, "; "), id)
+		stmts = append(stmts, "UPDATE reservations SET state = 2, finished_at = UTC_TIMESTAMP(6), released_by = ?, released_quantity = ? WHERE reservation_id = ?")
+		return CommitWith(ctx, c, strings.Join(stmts, "; "), callID, qty, id)
 	})
+	if errors.Is(err, errDoneByThisCall) {
+		err = nil
+	}
 	if err != nil {
 		return 0, 0, err
 	}
@@ -373,14 +437,28 @@ func (e *Engine) callExtend(ctx context.Context, args []any) ([]string, [][]any,
 // extend sets a live reservation's expiry to now + ttl. It locks the ledger
 // rows first: the refiller decides which lines are expired under the ledger
 // lock and deletes them in the same transaction, so an extend must not slip
-// in between.
+// in between. It records the call's id, so an extend whose connection was
+// lost during COMMIT answers the expiry it set (recovery.go).
 func (e *Engine) extend(ctx context.Context, id uint64, ttl time.Duration) (time.Time, error) {
+	call := e.newCall(procOp(opExtend))
+	for {
+		exp, err := e.extendOnce(ctx, call.id, id, ttl)
+		if err == nil || !call.again(ctx, err, true) {
+			return exp, call.answer(ctx, err)
+		}
+	}
+}
+
+func (e *Engine) extendOnce(ctx context.Context, callID, id uint64, ttl time.Duration) (time.Time, error) {
 	h, err := e.headerByID(ctx, TagExtend, id)
 	if err != nil {
 		return time.Time{}, err
 	}
 	if h == nil {
 		return time.Time{}, unknownToken("extend", id)
+	}
+	if h.extendedBy == callID {
+		return h.expiresAt, nil // this call extended it; the answer was lost
 	}
 	tok := formatToken(id)
 	if h.state == "claimed" || h.state == "released" {
@@ -390,7 +468,7 @@ func (e *Engine) extend(ctx context.Context, id uint64, ttl time.Duration) (time
 	err = e.tx.Run(ctx, TagExtend, func(ctx context.Context, c Conn) error {
 		rows, err := c.Query(ctx, lockLedgerSQL(headerPools(h))+
 			"; SELECT 'Q', expires_at <= UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM reserved_quantities FORCE INDEX (PRIMARY) WHERE reservation_id = ? FOR UPDATE"+
-			"; SELECT 'H', state FROM reservations WHERE reservation_id = ? FOR UPDATE", id, id)
+			"; SELECT 'H', state, extended_by, expires_at FROM reservations WHERE reservation_id = ? FOR UPDATE", id, id)
 		if err != nil {
 			return err
 		}
@@ -398,6 +476,12 @@ func (e *Engine) extend(ctx context.Context, id uint64, ttl time.Duration) (time
 		held, hrow := t["Q"], t["H"]
 		if len(hrow) == 0 {
 			return unknownToken("extend", id)
+		}
+		if callIDCol(hrow[0][1]) == callID {
+			if exp, err = colTime(hrow[0][2]); err != nil {
+				return err
+			}
+			return errDoneByThisCall
 		}
 		if string(hrow[0][0]) != "0" {
 			return newError(CodeExpired, "45000", "holdfast.extend: reservation %s is no longer active", tok)
@@ -410,8 +494,11 @@ func (e *Engine) extend(ctx context.Context, id uint64, ttl time.Duration) (time
 			return err
 		}
 		exp = now.Add(ttl).Truncate(time.Microsecond)
-		return CommitWith(ctx, c, "UPDATE reserved_quantities SET expires_at = ? WHERE reservation_id = ?; UPDATE reservations SET expires_at = ? WHERE reservation_id = ?",
-			exp, id, exp, id)
+		return CommitWith(ctx, c, "UPDATE reserved_quantities SET expires_at = ? WHERE reservation_id = ?; UPDATE reservations SET expires_at = ?, extended_by = ? WHERE reservation_id = ?",
+			exp, id, exp, callID, id)
 	})
+	if errors.Is(err, errDoneByThisCall) {
+		err = nil
+	}
 	return exp, err
 }

@@ -7,7 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type Collector struct {
 	e *Engine
 
-	reserves, claims, ops, lateClaims                     *prometheus.Desc
+	reserves, claims, ops, lateClaims, recoveries         *prometheus.Desc
 	backoffs, inlineRefills, rejected, batches, txRetries *prometheus.Desc
 	swept, pruned                                         *prometheus.Desc
 	reconCycles, reconErrors, reconViolating              *prometheus.Desc
@@ -26,6 +26,7 @@ func NewCollector(e *Engine) *Collector {
 		reserves:       d("reserves_total", "CALL holdfast.reserve answers, by outcome.", "outcome"),
 		claims:         d("claims_total", "CALL holdfast.claim answers, by outcome.", "outcome"),
 		ops:            d("operations_total", "Other CALL holdfast.* answers, by procedure and outcome.", "procedure", "outcome"),
+		recoveries:     d("recoveries_total", "Times a CALL lost its backend connection (or the answer to its COMMIT) and the engine found out on a fresh connection what the call had done, and finished it, by procedure.", "procedure"),
 		lateClaims:     d("late_claims_total", "Claims after the reservation expired (each one is alerted): held = units still held, forced = forced deduction succeeded, failed = ledger short, refund needed.", "result"),
 		backoffs:       d("backoffs_total", "Jittered retries after a shortfall caused by rows other transactions held."),
 		inlineRefills:  d("inline_refills_total", "Reserves that had to wait for an inline refill because their pool was really short; the leading indicator of reserve p99."),
@@ -47,7 +48,7 @@ func NewCollector(e *Engine) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.reserves, c.claims, c.ops, c.lateClaims, c.backoffs, c.inlineRefills,
+	for _, d := range []*prometheus.Desc{c.reserves, c.claims, c.ops, c.recoveries, c.lateClaims, c.backoffs, c.inlineRefills,
 		c.rejected, c.batches, c.txRetries, c.swept, c.pruned, c.reconCycles, c.reconErrors, c.reconViolating,
 		c.reconAlerting, c.reconAlerts, c.reserveDur, c.claimDur, c.batchSize} {
 		ch <- d
@@ -73,6 +74,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, o := range opOutcomes {
 			counter(c.ops, s.Ops[op][o], op, o)
 		}
+	}
+	for _, p := range procNames {
+		counter(c.recoveries, s.Recoveries[p], p)
 	}
 	counter(c.lateClaims, s.Claims["late"], "held")
 	counter(c.lateClaims, s.Claims["forced"], "forced")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // The combiner coalesces concurrent single-line reserves of one pool into
@@ -116,10 +115,11 @@ func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, fron
 				return outcome{err: ctx.Err()}
 			default:
 				// Our batch is running; it will answer into p.wake,
-				// buffered. Whatever it reserves stays findable by the
-				// idempotency key, so the client's retry gets it.
+				// buffered. It may commit: the outcome is unknown.
+				// Whatever it reserves stays findable by the idempotency
+				// key, so the client's retry gets it.
 				cb.mu.Unlock()
-				return outcome{err: ctx.Err()}
+				return outcome{err: &commitUnknownError{&lostError{ctx.Err()}}}
 			}
 		}
 	}
@@ -127,10 +127,10 @@ func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, fron
 
 // lead runs batches from cb's queue until me has been answered, then hands
 // leadership on. The batches run under a context detached from the leader's
-// own cancellation (they answer other reservers too), bounded by
-// ReserveTimeout.
+// own cancellation and deadline (they answer other reservers too), bounded
+// by CallTimeout.
 func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ReserveTimeout+5*time.Second)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
 	defer cancel()
 	sess := me.sess
 	me.sess = nil

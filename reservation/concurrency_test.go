@@ -30,7 +30,7 @@ func TestConcurrentReserversExactStock(t *testing.T) {
 			v := newEnv(t, envOpts{background: true, cfg: func(c *reservation.Config) {
 				c.DisableCoalescing = mode.naive
 				c.DisableSessions = mode.noSessions
-				c.ReserveTimeout = 30 * time.Second
+				c.CallTimeout = 30 * time.Second
 			}})
 			const onHand, clients = 5000, 256
 			v.receive(7, 1, onHand)
@@ -102,7 +102,7 @@ func TestMixedWorkloadConservation(t *testing.T) {
 	const initial, poolCap = 5000, 1000
 	o := envOpts{background: true, cfg: func(c *reservation.Config) {
 		c.SweepInterval = 50 * time.Millisecond
-		c.ReserveTimeout = 20 * time.Second
+		c.CallTimeout = 20 * time.Second
 	}}
 	v := newEnv(t, o)
 	eng2, _ := v.addEngine(o)
@@ -283,7 +283,7 @@ func TestNoDeadlockAtRepeatableRead(t *testing.T) {
 	}
 	o := envOpts{background: true, refCfg: func(c *refiller.Config) { c.PoolCap = 200 }, cfg: func(c *reservation.Config) {
 		c.SweepInterval = 50 * time.Millisecond
-		c.ReserveTimeout = 20 * time.Second
+		c.CallTimeout = 20 * time.Second
 	}}
 	v := newEnv(t, o)
 	eng2, ref2 := v.addEngine(o)

@@ -37,10 +37,18 @@ type Config struct {
 	// MaxLocations bounds the candidate locations of one line. Zero means 16.
 	MaxLocations int `yaml:"max_locations"`
 
-	// ReserveTimeout bounds how long one reserve keeps retrying after a
-	// shortfall caused by contention (backoff, inline refill) before it
-	// answers 9107 "busy". Zero means 5s.
-	ReserveTimeout time.Duration `yaml:"reserve_timeout"`
+	// CallTimeout is the one deadline of every CALL holdfast.*, from the
+	// moment the engine gets it to its answer, shared by everything the
+	// call does: waiting for a backend connection, retries after lock
+	// contention (backoff, inline refill, deadlock and lock-wait retries)
+	// and recovery after a lost backend connection (finding out on a fresh
+	// connection what the call did, and finishing it). When it passes, the
+	// call answers what is known: 9107 "busy" if it did nothing because of
+	// contention, 2003 if it did nothing because the database could not be
+	// reached, and 9108 "outcome unknown" if its connection was lost while
+	// it committed and the database stayed unreachable since (repeating the
+	// same CALL is then safe). Zero means 5s.
+	CallTimeout time.Duration `yaml:"call_timeout"`
 	// BackoffMin and BackoffMax bound the jittered sleep between retries.
 	// Zero means 1ms and 40ms.
 	BackoffMin time.Duration `yaml:"backoff_min"`
@@ -130,7 +138,7 @@ func (c *Config) fillDefaults() {
 	defInt(&c.PoolCap, 1000)
 	defInt(&c.MaxLines, 100)
 	defInt(&c.MaxLocations, 16)
-	def(&c.ReserveTimeout, 5*time.Second)
+	def(&c.CallTimeout, 5*time.Second)
 	def(&c.BackoffMin, time.Millisecond)
 	def(&c.BackoffMax, 40*time.Millisecond)
 	defInt(&c.MaxTxRetries, 5)
@@ -185,8 +193,8 @@ func (c Config) Validate() error {
 		return bad("max_lines", "must be between 1 and 1000, got %d", c.MaxLines)
 	case c.MaxLocations < 1 || c.MaxLocations > 256:
 		return bad("max_locations", "must be between 1 and 256, got %d", c.MaxLocations)
-	case c.ReserveTimeout < 0:
-		return bad("reserve_timeout", "must not be negative, got %v", c.ReserveTimeout)
+	case c.CallTimeout < 0:
+		return bad("call_timeout", "must not be negative, got %v", c.CallTimeout)
 	case c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin:
 		return bad("backoff_max", "%v must be at least backoff_min %v", c.BackoffMax, c.BackoffMin)
 	case c.MaxTxRetries < 0:

@@ -55,6 +55,102 @@ const (
 	errNumDeadlock = 1213
 )
 
+// Lost connections.
+//
+// An error from a Conn is either the database's answer to the statement (a
+// DBError: the statement failed, and the engine rolls its transaction back)
+// or a lost connection: any other error (I/O, a cancelled context), and the
+// server errors below, which end the connection or interrupt a statement
+// whose effect is then not known. After a lost connection the statement in
+// flight may or may not have run; if it carried COMMIT the transaction may
+// or may not have committed (see commitUnknownError). Every procedure
+// finds out on a fresh connection (recovery.go).
+
+// lostNumber reports whether server error n means a lost connection.
+func lostNumber(n uint16) bool {
+	switch n {
+	case 1053, // ER_SERVER_SHUTDOWN
+		1152,                   // ER_ABORTING_CONNECTION
+		1158, 1159, 1160, 1161, // ER_NET_READ_ERROR .. ER_NET_WRITE_INTERRUPTED
+		1317,       // ER_QUERY_INTERRUPTED: a KILL QUERY that hits a COMMIT leaves it unknown
+		1927,       // ER_CONNECTION_KILLED (MariaDB)
+		2006, 2013, // CR_SERVER_GONE_ERROR, CR_SERVER_LOST, should a Conn pass them on
+		4031: // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
+		return true
+	}
+	return false
+}
+
+// lostError wraps an error of Conn.Exec or Conn.Query that is not the
+// database's answer (see markConns).
+type lostError struct{ err error }
+
+func (e *lostError) Error() string { return e.err.Error() }
+func (e *lostError) Unwrap() error { return e.err }
+
+// borrowError wraps a Conns.Borrow failure: nothing was sent.
+type borrowError struct{ err error }
+
+func (e *borrowError) Error() string { return e.err.Error() }
+func (e *borrowError) Unwrap() error { return e.err }
+
+// connLost reports whether err says a backend connection was lost in the
+// middle of a statement.
+func connLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	if n, ok := dbErrorNumber(err); ok {
+		return lostNumber(n)
+	}
+	var l *lostError
+	return errors.As(err, &l)
+}
+
+// brokenBy reports whether a connection whose statement failed with err
+// must be released broken: the connection was lost (for Conns the engine
+// did not wrap too, any error that is not the database's answer).
+func brokenBy(err error) bool {
+	return err != nil && (!isDB(err) || connLost(err))
+}
+
+func isBorrowError(err error) bool {
+	var b *borrowError
+	return errors.As(err, &b)
+}
+
+// markConns is the engine's view of its Conns: Borrow failures come back
+// as borrowError and statement errors that are not the database's answer
+// as lostError, so the engine can tell them from its own errors.
+type markConns struct{ Conns }
+
+func (m markConns) Borrow(ctx context.Context, tag string) (Conn, error) {
+	c, err := m.Conns.Borrow(ctx, tag)
+	if err != nil {
+		return nil, &borrowError{err}
+	}
+	return markConn{c}, nil
+}
+
+type markConn struct{ Conn }
+
+func (m markConn) Exec(ctx context.Context, query string, args ...any) (Result, error) {
+	r, err := m.Conn.Exec(ctx, query, args...)
+	return r, markLost(err)
+}
+
+func (m markConn) Query(ctx context.Context, query string, args ...any) ([][][]byte, error) {
+	rows, err := m.Conn.Query(ctx, query, args...)
+	return rows, markLost(err)
+}
+
+func markLost(err error) error {
+	if err == nil || isDB(err) {
+		return err
+	}
+	return &lostError{err}
+}
+
 // Borrow tags. Every connection the engine or the refiller takes from the
 // pool is borrowed under one of these, so its hold time is attributed.
 const (

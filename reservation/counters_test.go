@@ -182,7 +182,7 @@ func (v *env) exec(q string, args ...any) {
 // cycle when the stock procedures locked the pool newest first), and the
 // pool never over-promises.
 func TestShrinkWhileReservingNoDeadlock(t *testing.T) {
-	v := newEnv(t, envOpts{background: true, cfg: func(c *reservation.Config) { c.ReserveTimeout = 20 * time.Second }})
+	v := newEnv(t, envOpts{background: true, cfg: func(c *reservation.Config) { c.CallTimeout = 20 * time.Second }})
 	v.receive(82, 1, 1_000_000)
 	v.receive(83, 1, 1_000_000)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

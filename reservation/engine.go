@@ -131,16 +131,17 @@ func New(cfg Config, opts Options) (*Engine, error) {
 	if c, ok := opts.Refiller.(interface{ PoolCap() int }); ok && c.PoolCap() != cfg.PoolCap {
 		return nil, fmt.Errorf("reservation: config pool_cap %d differs from the refiller's %d", cfg.PoolCap, c.PoolCap())
 	}
+	conns := markConns{opts.Conns} // tells lost connections from the database's answers
 	e := &Engine{
 		cfg:       cfg,
-		conns:     opts.Conns,
+		conns:     conns,
 		replica:   opts.ReplicaConns,
 		refiller:  opts.Refiller,
 		log:       opts.Logger,
 		combiners: map[PoolKey]*combiner{},
 	}
 	if e.replica == nil {
-		e.replica = opts.Conns
+		e.replica = conns
 	}
 	if e.log == nil {
 		e.log = slog.Default()
@@ -148,7 +149,7 @@ func New(cfg Config, opts Options) (*Engine, error) {
 	e.m.init()
 	e.sessions = make(chan struct{}, cfg.MaxSessions)
 	e.tx = TxRunner{
-		Conns:      opts.Conns,
+		Conns:      conns,
 		MaxRetries: cfg.MaxTxRetries,
 		BackoffMin: cfg.BackoffMin,
 		BackoffMax: cfg.BackoffMax,

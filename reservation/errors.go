@@ -1,12 +1,9 @@
 package reservation
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Error codes the engine reports to clients. Each is documented, with its
-// SQLSTATE, in docs/reservation.md. 9101..9107 are in MySQL's range for
+// SQLSTATE, in docs/reservation.md. 9101..9108 are in MySQL's range for
 // user-defined errors (SIGNAL), so no server error can be mistaken for them.
 const (
 	CodeInsufficientStock   uint16 = 9101 // SQLSTATE 45000
@@ -15,7 +12,10 @@ const (
 	CodeExpired             uint16 = 9104 // SQLSTATE 45000
 	CodeBadArgument         uint16 = 9105 // SQLSTATE 22023
 	CodeGuardViolated       uint16 = 9106 // SQLSTATE 45000
-	CodeBusy                uint16 = 9107 // SQLSTATE HY000: retryable, nothing was reserved
+	CodeBusy                uint16 = 9107 // SQLSTATE HY000: retryable, nothing was done
+	CodeOutcomeUnknown      uint16 = 9108 // SQLSTATE 08S01: the database stayed unreachable; repeating the CALL is safe
+	CodeUnavailable         uint16 = 2003 // SQLSTATE HY000, as the client's CR_CONN_HOST_ERROR: nothing was done
+	CodeShutdown            uint16 = 1053 // SQLSTATE 08S01, as MySQL's ER_SERVER_SHUTDOWN
 	CodeNoProcedure         uint16 = 1305 // SQLSTATE 42000, as MySQL's ER_SP_DOES_NOT_EXIST
 	CodeWrongArgCount       uint16 = 1318 // SQLSTATE 42000, as MySQL's ER_SP_WRONG_NO_OF_ARGS
 )
@@ -29,8 +29,12 @@ var (
 	ErrBadArgument         = &Error{Code: CodeBadArgument, State: "22023", Msg: "bad argument"}
 	ErrGuardViolated       = &Error{Code: CodeGuardViolated, State: "45000", Msg: "on_hand guard violated"}
 	ErrBusy                = &Error{Code: CodeBusy, State: "HY000", Msg: "pool busy, retry"}
+	// ErrOutcomeUnknown matches the answer of a call whose backend
+	// connection failed while it committed and that could not find out,
+	// before its deadline, whether the commit happened.
+	ErrOutcomeUnknown = &Error{Code: CodeOutcomeUnknown, State: "08S01", Msg: "outcome unknown"}
 	// ErrClosed is returned by calls made after Close.
-	ErrClosed = errors.New("reservation: engine closed")
+	ErrClosed = &Error{Code: CodeShutdown, State: "08S01", Msg: "holdfast is shutting down; the reservation engine is closed"}
 )
 
 // Error is a failure with a MySQL error code and SQLSTATE meant for the
@@ -59,6 +63,41 @@ func (e *Error) Is(target error) bool {
 // code, SQLSTATE and message to the client.
 func (e *Error) MySQLError() (code uint16, sqlState string, message string) {
 	return e.Code, e.State, e.Msg
+}
+
+// UnavailableError is the answer of a call that did nothing because the
+// database could not be reached: Conns.Borrow failed, or every connection
+// it got failed before anything of the call could have committed, until its
+// deadline. It reaches a client as 2003 (SQLSTATE HY000) unless the caller
+// knows the Conns implementation better: BorrowErr is the Borrow error (nil
+// when reads failed instead), e.g. the proxy's "pool exhausted" or "tag
+// drained", which the proxy answers with its own codes.
+type UnavailableError struct {
+	Proc string // the procedure, e.g. "claim"
+	Err  error  // the last failure
+	// borrow is set when Err is a Borrow failure.
+	borrow bool
+}
+
+func (e *UnavailableError) Error() string {
+	return "reservation: holdfast." + e.Proc + " did nothing: the database could not be reached: " + e.Err.Error()
+}
+
+// Unwrap returns the last failure.
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// BorrowErr returns the Conns.Borrow error that kept the call from doing
+// anything, or nil if the call failed otherwise.
+func (e *UnavailableError) BorrowErr() error {
+	if !e.borrow {
+		return nil
+	}
+	return e.Err
+}
+
+// MySQLError implements the proxy's interface: 2003, nothing was done.
+func (e *UnavailableError) MySQLError() (uint16, string, string) {
+	return CodeUnavailable, "HY000", "holdfast." + e.Proc + ": the database could not be reached; nothing was done, retry"
 }
 
 func newError(code uint16, state, format string, a ...any) *Error {

@@ -35,6 +35,9 @@ type envOpts struct {
 	refCfg     func(*refiller.Config)
 	maxConns   int
 	background bool // start the refiller loop and the engine's sweeper/reconciler
+	// wrap, when set, wraps the Conns the engine borrows from (the refiller
+	// keeps the plain ones): the seam for fault injection.
+	wrap func(reservation.Conns) reservation.Conns
 }
 
 // testConfig is the default config with the TTL rule's payment side zeroed,
@@ -76,7 +79,11 @@ func (v *env) addEngine(o envOpts) (*reservation.Engine, *refiller.Refiller) {
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
-	eng, err := reservation.New(cfg, reservation.Options{Conns: v.conns, Refiller: ref, Logger: logger})
+	conns := v.conns
+	if o.wrap != nil {
+		conns = o.wrap(conns)
+	}
+	eng, err := reservation.New(cfg, reservation.Options{Conns: conns, Refiller: ref, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +31,17 @@ type reserveReq struct {
 	ttlArg int64 // ttl_seconds as given; 0 for NULL
 	ttl    time.Duration
 	hash   [32]byte // identifies the request, for replays
+	// ids are the reservation_ids this call has tried, the current one
+	// last: one per call, replaced only when it collided with another
+	// reservation's. They tell the call's own reservation from a replay.
+	ids []uint64
 }
+
+// id is the reservation_id the call's next attempt inserts.
+func (r *reserveReq) id() uint64 { return r.ids[len(r.ids)-1] }
+
+// mine reports whether reservation id was made by this call.
+func (r *reserveReq) mine(id uint64) bool { return slices.Contains(r.ids, id) }
 
 // maxLinesJSON bounds the lines_json argument before it is decoded.
 const maxLinesJSON = 4 << 20

@@ -251,6 +251,6 @@ func (e *Engine) readReplica(ctx context.Context, q string, args ...any) ([][][]
 		return nil, err
 	}
 	rows, err := c.Query(ctx, q, args...)
-	c.Release(err != nil && !isDB(err))
+	c.Release(brokenBy(err))
 	return rows, err
 }

@@ -17,14 +17,21 @@ const (
 	reserveInsufficient
 	reserveBadArgument
 	reserveBusy
+	reserveUnknown
+	reserveUnavailable
 	reserveError
 )
 
-var reserveOutcomes = []string{"reserved", "replayed", "conflict", "insufficient", "bad_argument", "busy", "error"}
+var reserveOutcomes = []string{"reserved", "replayed", "conflict", "insufficient", "bad_argument", "busy", "outcome_unknown", "unavailable", "error"}
 
 func reserveOutcomeOf(err error) int {
+	if _, ok := err.(*UnavailableError); ok {
+		return reserveUnavailable
+	}
 	if e, ok := err.(*Error); ok {
 		switch e.Code {
+		case CodeOutcomeUnknown:
+			return reserveUnknown
 		case CodeInsufficientStock:
 			return reserveInsufficient
 		case CodeIdempotencyConflict:
@@ -41,7 +48,8 @@ func reserveOutcomeOf(err error) int {
 // Claim outcomes: claimed (normal), duplicate (already claimed), late (expired
 // but its units still held), forced (expired, forced deduction succeeded),
 // forced_failed (expired, ledger short: refund), guard_refused (held, but
-// the ledger no longer covers it: refund), unknown_token, bad_argument, error.
+// the ledger no longer covers it: refund), unknown_token, bad_argument,
+// outcome_unknown (9108), unavailable (nothing done: no database), error.
 const (
 	claimClaimed = iota
 	claimDuplicate
@@ -51,10 +59,12 @@ const (
 	claimGuardRefused
 	claimUnknown
 	claimBadArgument
+	claimOutcomeUnknown
+	claimUnavailable
 	claimError
 )
 
-var claimOutcomes = []string{"claimed", "duplicate", "late", "forced", "forced_failed", "guard_refused", "unknown_token", "bad_argument", "error"}
+var claimOutcomes = []string{"claimed", "duplicate", "late", "forced", "forced_failed", "guard_refused", "unknown_token", "bad_argument", "outcome_unknown", "unavailable", "error"}
 
 // Outcomes of release, extend and the stock procedures.
 const (
@@ -65,14 +75,21 @@ const (
 	opUnknown
 	opBadArgument
 	opGuardViolated
+	opOutcomeUnknown
+	opUnavailable
 	opError
 )
 
-var opOutcomes = []string{"ok", "duplicate", "expired", "claimed", "unknown_token", "bad_argument", "guard_violated", "error"}
+var opOutcomes = []string{"ok", "duplicate", "expired", "claimed", "unknown_token", "bad_argument", "guard_violated", "outcome_unknown", "unavailable", "error"}
 
 func opOutcomeOf(err error) int {
+	if _, ok := err.(*UnavailableError); ok {
+		return opUnavailable
+	}
 	if e, ok := err.(*Error); ok {
 		switch e.Code {
+		case CodeOutcomeUnknown:
+			return opOutcomeUnknown
 		case CodeUnknownToken:
 			return opUnknown
 		case CodeExpired:
@@ -97,6 +114,18 @@ const (
 	opAvailability
 )
 
+// procNames are the procedures, for metrics by procedure: reserve, claim,
+// then opNames in their order (procOp).
+var procNames = append([]string{"reserve", "claim"}, opNames...)
+
+const (
+	procReserve = iota
+	procClaim
+)
+
+// procOp is the procNames index of op.
+func procOp(op int) int { return 2 + op }
+
 type counterVec []atomic.Uint64
 
 func newCounterVec(n int) counterVec { return make(counterVec, n) }
@@ -114,6 +143,7 @@ type metrics struct {
 	reserves      counterVec
 	claims        counterVec
 	ops           []counterVec // by op, then outcome
+	recoveries    counterVec   // by procNames
 	backoffs      atomic.Uint64
 	inlineRefills atomic.Uint64
 	rejected      atomic.Uint64
@@ -136,6 +166,7 @@ type metrics struct {
 func (m *metrics) init() {
 	m.reserves = newCounterVec(len(reserveOutcomes))
 	m.claims = newCounterVec(len(claimOutcomes))
+	m.recoveries = newCounterVec(len(procNames))
 	m.ops = make([]counterVec, len(opNames))
 	for i := range m.ops {
 		m.ops[i] = newCounterVec(len(opOutcomes))
@@ -158,6 +189,10 @@ type Stats struct {
 	Reserves map[string]uint64            // by outcome
 	Claims   map[string]uint64            // by outcome
 	Ops      map[string]map[string]uint64 // by procedure, then outcome
+	// Recoveries counts, by procedure, the times a call lost its backend
+	// connection (or a commit's answer) and went on on a fresh connection:
+	// finding out what it had done, and finishing it.
+	Recoveries map[string]uint64
 	// Backoffs counts jittered sleeps after a shortfall caused by rows other
 	// transactions held.
 	Backoffs uint64
@@ -197,6 +232,7 @@ func (e *Engine) Stats() Stats {
 		Reserves:            m.reserves.snapshot(reserveOutcomes),
 		Claims:              m.claims.snapshot(claimOutcomes),
 		Ops:                 map[string]map[string]uint64{},
+		Recoveries:          m.recoveries.snapshot(procNames),
 		Backoffs:            m.backoffs.Load(),
 		InlineRefills:       m.inlineRefills.Load(),
 		Rejected:            m.rejected.Load(),

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -128,7 +129,7 @@ func (e *Engine) parseReserve(args []any) (*reserveReq, error) {
 		ttlArg, _ = toInt(args[3])
 	}
 	return &reserveReq{shop: shop, key: key, lines: lines, ttlArg: ttlArg, ttl: ttl,
-		hash: requestHash(shop, ttlArg, lines)}, nil
+		hash: requestHash(shop, ttlArg, lines), ids: []uint64{newID()}}, nil
 }
 
 // outcome is what one attempt (one transaction, alone or coalesced) did
@@ -145,17 +146,36 @@ type outcome struct {
 // the transaction is already rolled back, so count without locks and either
 // back off (rows merely locked), refill inline (pool really short), move the
 // line to its next location (ledger short there), or report insufficient
-// stock (ledger short everywhere).
+// stock (ledger short everywhere). A lost backend connection is recovered
+// from (recovery.go): after a lost COMMIT the key is looked up first
+// (settleReserve), then the reserve runs again with the same
+// reservation_id, and a duplicate key found to be this call's own is
+// answered as the reservation it made.
 func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, error) {
-	deadline := time.Now().Add(e.cfg.ReserveTimeout)
+	call := e.newCall(procReserve)
+	deadline, _ := ctx.Deadline() // Call always sets one
+
 	choice := make([]int, len(req.lines)) // index into each line's locations
 	seen := make([][]string, len(req.lines))
 	backoffs := 0
 	retried := false
 	coalesced := !e.cfg.DisableCoalescing && len(req.lines) == 1
 	for {
+		if call.unsure {
+			r, err := e.settleReserve(ctx, req)
+			if err != nil {
+				if call.again(ctx, err, false) {
+					continue
+				}
+				return nil, call.answer(ctx, err)
+			}
+			if r != nil {
+				return r, nil
+			}
+			call.unsure = false // it did not commit: run it again
+		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, call.answer(ctx, err)
 		}
 		pools := make([]PoolKey, len(req.lines))
 		for i, l := range req.lines {
@@ -171,7 +191,10 @@ func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, er
 		}
 		switch {
 		case out.err != nil:
-			return nil, out.err
+			if call.again(ctx, out.err, true) {
+				continue
+			}
+			return nil, call.answer(ctx, out.err)
 		case out.res != nil:
 			return out.res, nil
 		case out.retry:
@@ -187,30 +210,28 @@ func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, er
 		if stats == nil {
 			var err error
 			if stats, err = e.poolStats(ctx, e.reader(TagReserve), shortPools); err != nil {
-				return nil, err
+				if call.again(ctx, err, false) {
+					continue
+				}
+				return nil, call.answer(ctx, err)
 			}
 		}
 		var refill []PoolKey
 		backoff := false
+		var final error // the answer, unless the key turns out to be used
 		for _, i := range out.short {
 			l, k := req.lines[i], pools[i]
 			st := stats[k]
 			switch {
 			case !st.exists:
-				if r, err := e.replayOrConflict(ctx, req); r != nil || err != nil {
-					return r, err
-				}
-				return nil, newError(CodeBadArgument, "22023",
+				final = newError(CodeBadArgument, "22023",
 					"holdfast.reserve: argument 3 (lines_json) line %d: location %d is unknown for item %d (no inventory_ledger row)",
 					i+1, k.GroupID, l.item)
 			case st.available() < l.qty:
 				seen[i] = append(seen[i], fmt.Sprintf("%d at location %d", max(st.available(), 0), k.GroupID))
 				choice[i]++
 				if choice[i] == len(l.locations) {
-					if r, err := e.replayOrConflict(ctx, req); r != nil || err != nil {
-						return r, err
-					}
-					return nil, newError(CodeInsufficientStock, "45000",
+					final = newError(CodeInsufficientStock, "45000",
 						"holdfast.reserve: insufficient stock for line %d (item %d, qty %d): available %s",
 						i+1, l.item, l.qty, strings.Join(seen[i], ", "))
 				}
@@ -219,21 +240,46 @@ func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, er
 			default:
 				refill = append(refill, k)
 			}
-		}
-		if time.Now().After(deadline) {
-			if r, err := e.replayOrConflict(ctx, req); r != nil || err != nil {
-				return r, err
+			if final != nil {
+				break
 			}
-			return nil, newError(CodeBusy, "HY000",
-				"holdfast.reserve: could not take the units within %v (pool contention); nothing was reserved, retry", e.cfg.ReserveTimeout)
+		}
+		// Give up on contention while there is still time to answer: the
+		// next try would not finish within the deadline.
+		if final == nil && time.Until(deadline) <= e.cfg.BackoffMax {
+			final = newError(CodeBusy, "HY000",
+				"holdfast.reserve: could not take the units within call_timeout (%v) because of pool contention; nothing was reserved, retry", e.cfg.CallTimeout)
+		}
+		if final != nil {
+			// A business failure is never the answer to a key that was
+			// used meanwhile (a replay racing this call).
+			r, err := e.replayOrConflict(ctx, req)
+			switch {
+			case r != nil || (err != nil && !connLost(err) && !isBorrowError(err)):
+				return r, err
+			case err != nil && errors.Is(final, ErrBusy):
+				return nil, final // out of time: nothing was reserved
+			case err != nil:
+				if call.again(ctx, err, false) {
+					continue
+				}
+				return nil, call.answer(ctx, err)
+			}
+			return nil, final
 		}
 		if len(refill) > 0 {
 			slices.SortFunc(refill, func(a, b PoolKey) int { return cmpBool(groupLess(a, b), groupLess(b, a)) })
+			var rerr error
 			for _, k := range refill {
 				e.m.inlineRefills.Add(1)
-				if err := e.refiller.RefillNow(ctx, k); err != nil {
-					return nil, fmt.Errorf("reservation: inline refill of %v: %w", k, err)
+				if rerr = e.refiller.RefillNow(ctx, k); rerr != nil {
+					break
 				}
+			}
+			// A refill's lost connection says nothing about this reserve,
+			// which has not committed anything: try again.
+			if rerr != nil && !call.again(ctx, rerr, false) {
+				return nil, call.answer(ctx, fmt.Errorf("reservation: inline refill: %w", rerr))
 			}
 			continue
 		}
@@ -247,11 +293,34 @@ func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, er
 		if backoff {
 			e.m.backoffs.Add(1)
 			if err := sleepCtx(ctx, jitter(e.cfg.BackoffMin, e.cfg.BackoffMax, backoffs)); err != nil {
-				return nil, err
+				return nil, call.answer(ctx, err)
 			}
 			backoffs++
 		}
 	}
+}
+
+// settleReserve finds out, after this call's COMMIT was lost, whether the
+// reservation was made: it reads the key's reservation with a locking read,
+// which waits for a transaction still inserting the key (the lost one, if
+// the database is still running it) and then sees it committed or not. It
+// returns the answer if the key is used (this call's reservation, or
+// another call's: replay or conflict), nil if not.
+func (e *Engine) settleReserve(ctx context.Context, req *reserveReq) (*reservation, error) {
+	var h *header
+	err := e.tx.Run(ctx, TagReserve, func(ctx context.Context, c Conn) error {
+		rows, err := c.Query(ctx, "SELECT "+headerCols+" FROM reservations WHERE shop_id = ? AND idempotency_key = ? FOR UPDATE",
+			req.shop, []byte(req.key))
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		h, err = decodeHeader(rows[0])
+		return err
+	})
+	if err != nil || h == nil {
+		return nil, err
+	}
+	return answerFromHeader(req, h)
 }
 
 func cmpBool(less, greater bool) int {
@@ -356,7 +425,7 @@ func (e *Engine) query(ctx context.Context, tag string, q string, args ...any) (
 		return nil, err
 	}
 	rows, err := c.Query(ctx, q, args...)
-	c.Release(err != nil && !isDB(err))
+	c.Release(brokenBy(err))
 	return rows, err
 }
 
@@ -369,9 +438,15 @@ type header struct {
 	state     string
 	lines     []heldLine
 	expiresAt time.Time
+	claimKind string // normal, late, forced; "" unless claimed
+	// The calls that claimed, released and last extended it (0: none
+	// recorded), and the quantity the release gave back.
+	claimedBy, releasedBy, extendedBy uint64
+	releasedQty                       int64
 }
 
-const headerCols = "reservation_id, shop_id, idempotency_key, request_hash, state, line_items, expires_at, expires_at <= UTC_TIMESTAMP(6)"
+const headerCols = "reservation_id, shop_id, idempotency_key, request_hash, state, line_items, expires_at, expires_at <= UTC_TIMESTAMP(6)" +
+	", claim_kind, claimed_by, released_by, released_quantity, extended_by"
 
 func decodeHeader(row [][]byte) (*header, error) {
 	id, err := colUint(row[0])
@@ -390,7 +465,11 @@ func decodeHeader(row [][]byte) (*header, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &header{id: id, shop: shop, key: string(row[2]), hash: row[3], lines: lines, expiresAt: exp}
+	h := &header{id: id, shop: shop, key: string(row[2]), hash: row[3], lines: lines, expiresAt: exp,
+		claimKind: string(row[8]), claimedBy: callIDCol(row[9]), releasedBy: callIDCol(row[10]), extendedBy: callIDCol(row[12])}
+	if h.releasedQty, err = colInt(row[11]); err != nil {
+		return nil, err
+	}
 	switch string(row[4]) {
 	case "1":
 		h.state = "claimed"
@@ -458,5 +537,7 @@ func answerFromHeader(req *reserveReq, h *header) (*reservation, error) {
 			"holdfast.reserve: idempotency key %s of shop %d was used by a different request (reservation %s); use a new key for a new request",
 			quoteShort(req.key), req.shop, formatToken(h.id))
 	}
-	return &reservation{id: h.id, expiresAt: h.expiresAt, lines: h.lines, state: h.state, replayed: true}, nil
+	// This call's own reservation (made by an attempt whose answer was
+	// lost) is not a replay.
+	return &reservation{id: h.id, expiresAt: h.expiresAt, lines: h.lines, state: h.state, replayed: !req.mine(h.id)}, nil
 }

@@ -21,6 +21,9 @@ const (
 // Migration is one versioned schema step. Statements must be idempotent
 // (CREATE TABLE IF NOT EXISTS and the like): two holdfast instances may
 // migrate at once, and DDL commits implicitly, so no lock can cover a step.
+// MySQL 8 has no ADD COLUMN IF NOT EXISTS: an ALTER TABLE that adds columns
+// is idempotent because Migrate takes its "duplicate column" error (1060) as
+// done, so such an ALTER must add all of a step's columns at once.
 type Migration struct {
 	Version    int
 	Name       string
@@ -128,7 +131,32 @@ var Migrations = []Migration{{
   PRIMARY KEY (shop_id, inventory_item_id, inventory_group_id, reservation_id, line_no)
 ) ENGINE=InnoDB`,
 	},
+}, {
+	Version: 3,
+	Name:    "reservations record the call that claimed, released or extended them",
+	Statements: []string{
+		// The id of the CALL that made each change, written in the change's
+		// own transaction, so that a call whose connection was lost during
+		// COMMIT can tell, on a fresh connection, that it did the change
+		// itself and answer what it did: "claimed" rather than
+		// "duplicate", "released" with the quantity it gave back
+		// (released_quantity; 0 means the reservation had expired), the
+		// expiry it set. NULL: no call recorded (rows of older versions).
+		// A reserve needs none: its reservation_id is the call's. Nullable
+		// columns added last: instant on MariaDB 10.4+ and MySQL 8.0.12+.
+		`ALTER TABLE reservations
+  ADD COLUMN claimed_by BIGINT UNSIGNED NULL,
+  ADD COLUMN released_by BIGINT UNSIGNED NULL,
+  ADD COLUMN released_quantity INT NULL,
+  ADD COLUMN extended_by BIGINT UNSIGNED NULL`,
+	},
 }}
+
+// errNumDupColumn is ER_DUP_FIELDNAME: an ALTER TABLE ... ADD COLUMN whose
+// column exists. Migrate takes it as the step already applied (by another
+// instance migrating at the same time: one ALTER adds all its columns or
+// none).
+const errNumDupColumn = 1060
 
 // SchemaVersion is the version Migrate brings the database to.
 func SchemaVersion() int { return Migrations[len(Migrations)-1].Version }
@@ -169,6 +197,9 @@ func Migrate(ctx context.Context, conns Conns) (applied []int, err error) {
 		}
 		for i, stmt := range m.Statements {
 			if _, err := c.Exec(ctx, stmt); err != nil {
+				if IsDBError(err, errNumDupColumn) {
+					continue // another instance added the columns
+				}
 				broken = !isDB(err)
 				return applied, fmt.Errorf("reservation: migrate: version %d (%s) statement %d: %w", m.Version, m.Name, i+1, err)
 			}

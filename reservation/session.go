@@ -121,7 +121,9 @@ func (e *Engine) sessionTx(ctx context.Context, s *session, fn func(ctx context.
 			if tc.ended {
 				return nil // CommitWith committed
 			}
-			if _, err = s.c.Exec(ctx, "COMMIT"); err != nil && !isDB(err) {
+			_, err = s.c.Exec(ctx, "COMMIT")
+			err = tc.note(err, true) // a lost COMMIT leaves the outcome unknown
+			if tc.unsure {
 				s.broken = true
 			}
 			return err

@@ -41,7 +41,7 @@ func (e *Engine) callReceive(ctx context.Context, args []any) ([]string, [][]any
 		e.m.ops[opReceive].inc(opBadArgument)
 		return nil, nil, err
 	}
-	row, err := e.changeStock(ctx, "receive", k, func(onHand int64) int64 { return onHand + qty })
+	row, err := e.changeStock(ctx, opReceive, k, func(onHand int64) int64 { return onHand + qty })
 	return e.stockAnswer(opReceive, row, err)
 }
 
@@ -51,7 +51,7 @@ func (e *Engine) callSetOnHand(ctx context.Context, args []any) ([]string, [][]a
 		e.m.ops[opSetOnHand].inc(opBadArgument)
 		return nil, nil, err
 	}
-	row, err := e.changeStock(ctx, "set_on_hand", k, func(int64) int64 { return v })
+	row, err := e.changeStock(ctx, opSetOnHand, k, func(int64) int64 { return v })
 	return e.stockAnswer(opSetOnHand, row, err)
 }
 
@@ -65,7 +65,7 @@ func (e *Engine) callAdjust(ctx context.Context, args []any) ([]string, [][]any,
 		e.m.ops[opAdjust].inc(opBadArgument)
 		return nil, nil, badArg("adjust", 4, "delta", "must not be 0")
 	}
-	row, err := e.changeStock(ctx, "adjust", k, func(onHand int64) int64 { return onHand + delta })
+	row, err := e.changeStock(ctx, opAdjust, k, func(onHand int64) int64 { return onHand + delta })
 	return e.stockAnswer(opAdjust, row, err)
 }
 
@@ -95,7 +95,25 @@ func (e *Engine) stockAnswer(op int, row []any, err error) ([]string, [][]any, e
 // their SKIP LOCKED select finds nothing and their inline refill waits for
 // the ledger row) so that exactly the excess can be deleted. A missing
 // ledger row counts as on_hand 0 and is created.
-func (e *Engine) changeStock(ctx context.Context, proc string, k PoolKey, next func(int64) int64) ([]any, error) {
+//
+// None of the three stock procedures is idempotent, so one whose connection
+// was lost during COMMIT answers 9108 at once (recovery.go); one lost
+// earlier is run again.
+func (e *Engine) changeStock(ctx context.Context, op int, k PoolKey, next func(int64) int64) ([]any, error) {
+	call := e.newCall(procOp(op))
+	for {
+		row, err := e.changeStockOnce(ctx, opNames[op], k, next)
+		if err == nil {
+			e.refiller.Notify(k, 0)
+			return row, nil
+		}
+		if !call.again(ctx, err, true) {
+			return nil, call.answer(ctx, err)
+		}
+	}
+}
+
+func (e *Engine) changeStockOnce(ctx context.Context, proc string, k PoolKey, next func(int64) int64) ([]any, error) {
 	var row []any
 	err := e.tx.Run(ctx, TagStock, func(ctx context.Context, c Conn) error {
 		p, err := LockPool(ctx, c, k)
@@ -143,7 +161,6 @@ func (e *Engine) changeStock(ctx context.Context, proc string, k PoolKey, next f
 	if err != nil {
 		return nil, err
 	}
-	e.refiller.Notify(k, 0)
 	return row, nil
 }
 
@@ -165,11 +182,20 @@ func (e *Engine) callAvailability(ctx context.Context, args []any) ([]string, []
 // (on_hand - reserved, not below 0), in one lock-free read whose cost does
 // not grow with the number of reservations (see poolColumnsSQL).
 func (e *Engine) availability(ctx context.Context, shop, item int64) ([]string, [][]any, error) {
-	rows, err := e.query(ctx, TagRead, "SELECT p.inventory_group_id, "+poolColumnsSQL+
-		poolFrom("l.shop_id = ? AND l.inventory_item_id = ?")+" ORDER BY p.inventory_group_id", shop, item)
-	if err != nil {
-		e.m.ops[opAvailability].inc(opError)
-		return nil, nil, err
+	call := e.newCall(procOp(opAvailability))
+	var rows [][][]byte
+	for {
+		var err error
+		rows, err = e.query(ctx, TagRead, "SELECT p.inventory_group_id, "+poolColumnsSQL+
+			poolFrom("l.shop_id = ? AND l.inventory_item_id = ?")+" ORDER BY p.inventory_group_id", shop, item)
+		if err == nil {
+			break
+		}
+		if !call.again(ctx, err, false) {
+			err = call.answer(ctx, err)
+			e.m.ops[opAvailability].inc(opOutcomeOf(err))
+			return nil, nil, err
+		}
 	}
 	out := make([][]any, 0, len(rows))
 	for _, r := range rows {

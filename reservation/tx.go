@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -16,7 +17,10 @@ import (
 // travel with fn's first statement, in one round trip; fn may end the
 // transaction with CommitWith to send its last statements and COMMIT in one
 // round trip too. The refiller uses it too, so every engine transaction
-// follows the same rules.
+// follows the same rules. A failed Borrow and a lost connection (connLost)
+// come back marked as such; a connection lost on the round trip that
+// carried COMMIT leaves the transaction's outcome unknown (commitUnknown),
+// and the connection is released broken.
 type TxRunner struct {
 	Conns Conns
 	// MaxRetries is the number of retries after a 1213 or 1205; zero means none.
@@ -62,6 +66,9 @@ const beginSQL = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACT
 func (r TxRunner) once(ctx context.Context, tag string, fn func(ctx context.Context, c Conn) error) error {
 	c, err := r.Conns.Borrow(ctx, tag)
 	if err != nil {
+		if !isBorrowError(err) {
+			err = &borrowError{err}
+		}
 		return err
 	}
 	broken := false
@@ -83,19 +90,34 @@ func (r TxRunner) once(ctx context.Context, tag string, fn func(ctx context.Cont
 	if tc.begin != "" || tc.ended {
 		return nil // no statement sent, or CommitWith committed
 	}
-	if _, err := c.Exec(ctx, "COMMIT"); err != nil {
-		// The outcome of a failed COMMIT is known only for server errors
-		// (the transaction was rolled back); anything else leaves the
-		// session in an unknown state.
-		broken = !isDB(err)
-		return err
-	}
-	return nil
+	_, err = c.Exec(ctx, "COMMIT")
+	// The outcome of a failed COMMIT is known only for server errors (the
+	// transaction was rolled back); a lost connection leaves it unknown.
+	err = tc.note(err, true)
+	broken = tc.unsure
+	return err
+}
+
+// commitUnknownError wraps a lost connection (see connLost) on a round trip
+// that carried COMMIT: the transaction may or may not have committed. Only
+// a later look at the database can tell.
+type commitUnknownError struct{ err error }
+
+func (e *commitUnknownError) Error() string {
+	return "reservation: connection lost during COMMIT: " + e.err.Error()
+}
+
+func (e *commitUnknownError) Unwrap() error { return e.err }
+
+// commitUnknown reports whether err leaves a transaction's outcome unknown.
+func commitUnknown(err error) bool {
+	var c *commitUnknownError
+	return errors.As(err, &c)
 }
 
 // txConn is the Conn a transaction's fn sees. Its first statement carries
 // begin (empty once sent, or for a session whose autocommit is off). unsure
-// records an I/O failure, after which the session state is unknown.
+// records a lost connection, after which the session state is unknown.
 type txConn struct {
 	Conn
 	begin  string
@@ -106,15 +128,13 @@ type txConn struct {
 func (t *txConn) Exec(ctx context.Context, q string, args ...any) (Result, error) {
 	q = t.take() + q
 	r, err := t.Conn.Exec(ctx, q, args...)
-	t.note(err)
-	return r, err
+	return r, t.note(err, false)
 }
 
 func (t *txConn) Query(ctx context.Context, q string, args ...any) ([][][]byte, error) {
 	q = t.take() + q
 	rows, err := t.Conn.Query(ctx, q, args...)
-	t.note(err)
-	return rows, err
+	return rows, t.note(err, false)
 }
 
 func (t *txConn) take() string {
@@ -123,10 +143,18 @@ func (t *txConn) take() string {
 	return b
 }
 
-func (t *txConn) note(err error) {
-	if err != nil && !isDB(err) {
+// note classifies the error of a round trip (commit: it carried COMMIT):
+// anything but the database's answer is a lost connection, marked so
+// whatever Conns the runner was given.
+func (t *txConn) note(err error, commit bool) error {
+	err = markLost(err)
+	if connLost(err) {
 		t.unsure = true
+		if commit {
+			return &commitUnknownError{err}
+		}
 	}
+	return err
 }
 
 // CommitWith runs q (one or more statements) and COMMIT in one round trip,
@@ -137,18 +165,26 @@ func (t *txConn) note(err error) {
 // ran only if everything before it succeeded; a failed COMMIT itself rolls
 // back). The Result is COMMIT's: check row counts with GuardRowCount inside
 // q instead. On a Conn that is not a transaction's, q runs and is followed
-// by a COMMIT in its own round trip.
+// by a COMMIT in its own round trip. When the connection is lost on the
+// round trip that carried COMMIT, the error says so (the transaction may
+// or may not have committed: the engine finds out, see recovery.go).
 func CommitWith(ctx context.Context, c Conn, q string, args ...any) error {
 	tc, ok := c.(*txConn)
 	if !ok {
 		if _, err := c.Exec(ctx, q, args...); err != nil {
 			return err
 		}
-		_, err := c.Exec(ctx, "COMMIT")
-		return err
+		if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+			if err = markLost(err); connLost(err) {
+				return &commitUnknownError{err}
+			}
+			return err
+		}
+		return nil
 	}
-	if _, err := tc.Exec(ctx, q+"; COMMIT", args...); err != nil {
-		return err
+	q = tc.take() + q + "; COMMIT"
+	if _, err := tc.Conn.Exec(ctx, q, args...); err != nil {
+		return tc.note(err, true)
 	}
 	tc.ended = true
 	return nil

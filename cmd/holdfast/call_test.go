@@ -2,12 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -237,4 +244,297 @@ func manyLines(n int) string {
 	}
 	b.WriteByte(']')
 	return b.String()
+}
+
+// TestCallRefusedWhileSessionKeepsConnection: a session that keeps a
+// backend connection, pinned by session state or held by SET TRANSACTION
+// for its next transaction, gets 9004 for a CALL holdfast.* (the engine
+// would borrow a second connection while the session holds the first);
+// inside a transaction 9003. Once the session holds none, the call runs.
+func TestCallRefusedWhileSessionKeepsConnection(t *testing.T) {
+	p := startWithSchema(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		setup []string
+		code  uint16
+		why   string
+	}{
+		{[]string{"SET @cart = 'x'"}, 9004, "pinned by user_variable"},
+		{[]string{"CREATE TEMPORARY TABLE t_pin (a INT)"}, 9004, "pinned by temporary_table"},
+		{[]string{"SET TRANSACTION ISOLATION LEVEL READ COMMITTED"}, 9004, "SET TRANSACTION"},
+		{[]string{"BEGIN", "SELECT 1"}, 9003, "cannot join yours"},
+	} {
+		db := p.open(t, "app", "app") // a client connection of its own, closed below
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range c.setup {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		_, err = conn.ExecContext(ctx, "CALL holdfast.availability(1, 1)")
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != c.code || string(me.SQLState[:]) != "HY000" || !strings.Contains(me.Message, c.why) {
+			t.Errorf("after %v: %v; want %d about %q", c.setup, err, c.code, c.why)
+		}
+		conn.Close()
+		db.Close() // the session ends and gives its backend connection back
+	}
+	conn, err := p.open(t, "app", "app").Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"SET TRANSACTION ISOLATION LEVEL READ COMMITTED", "BEGIN", "SELECT 1", "COMMIT", "CALL holdfast.availability(1, 1)"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s after the transaction SET TRANSACTION prepared ended: %v", q, err)
+		}
+	}
+}
+
+// cutRelay relays TCP to a database until it sees trigger in what the
+// client side sends: it forwards those bytes, then closes every relayed
+// connection and stops listening, so the database is unreachable (and the
+// answer to the triggering statement lost) until heal.
+type cutRelay struct {
+	addr, target string
+	trigger      []byte
+
+	mu    sync.Mutex // guards following
+	ln    net.Listener
+	conns []net.Conn
+	armed bool
+	cut   bool
+}
+
+func newCutRelay(t *testing.T, target string) *cutRelay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &cutRelay{addr: ln.Addr().String(), target: target}
+	r.serve(ln)
+	t.Cleanup(r.cutNow)
+	return r
+}
+
+func (r *cutRelay) serve(ln net.Listener) {
+	r.mu.Lock()
+	r.ln = ln
+	r.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", r.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.conns = append(r.conns, c, b)
+			r.mu.Unlock()
+			go r.pipe(c, b, true)
+			go r.pipe(b, c, false)
+		}
+	}()
+}
+
+// arm makes the next chunk holding trigger cut the relay.
+func (r *cutRelay) arm(trigger string) {
+	r.mu.Lock()
+	r.trigger, r.armed, r.cut = []byte(trigger), true, false
+	r.mu.Unlock()
+}
+
+func (r *cutRelay) wasCut() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cut
+}
+
+func (r *cutRelay) pipe(src, dst net.Conn, fromClient bool) {
+	defer dst.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			r.mu.Lock()
+			fire := fromClient && r.armed && bytes.Contains(buf[:n], r.trigger)
+			if fire {
+				r.armed, r.cut = false, true
+			}
+			r.mu.Unlock()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+			if fire {
+				r.cutNow()
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				src.Close()
+			}
+			return
+		}
+	}
+}
+
+// cutNow stops listening and closes every relayed connection.
+func (r *cutRelay) cutNow() {
+	r.mu.Lock()
+	ln, conns := r.ln, r.conns
+	r.ln, r.conns = nil, nil
+	r.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// heal listens again on the same address.
+func (r *cutRelay) heal(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.serve(ln)
+}
+
+// startVia starts holdfast with its backend at backend (a relay) and
+// call_timeout set, after `holdfast migrate`.
+func startVia(t *testing.T, backend string, callTimeout time.Duration) *process {
+	t.Helper()
+	c := dbtest.Config(t)
+	p := &process{addr: freeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"), out: &syncBuffer{}, exited: make(chan error, 1)}
+	cfg := fmt.Sprintf(`listen: %s
+users:
+%s
+backend:
+  address: %s
+  user: %s
+  password: %q
+  database: %s
+pool:
+  min: 0
+  max: 4
+  max_idle: 4
+admin:
+  listen: ""
+reservation:
+  call_timeout: %s
+`, p.addr, appUser, backend, c.User, c.Passwd, p.db, callTimeout)
+	if err := os.WriteFile(p.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := binary(t)
+	if out, err := exec.Command(bin, "migrate", "-config", p.config).CombinedOutput(); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	p.cmd = exec.Command(bin, "serve", "-config", p.config)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("holdfast output:\n%s", p.out.String())
+		}
+	})
+	for give := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", p.addr); err == nil {
+			c.Close()
+			return p
+		}
+		if time.Now().After(give) {
+			t.Fatalf("holdfast did not listen on %s:\n%s", p.addr, p.out.String())
+		}
+	}
+}
+
+// TestCallOutcomeUnknownThroughProxy: a claim whose backend connection is
+// cut right after its COMMIT was sent, with the database unreachable until
+// past call_timeout, reaches a go-sql-driver client as 9108, SQLSTATE
+// 08S01, saying the outcome is unknown and repeating is safe (never 1105,
+// never the socket's message). Once the database is back, the repeated
+// CALL answers consistently with the database: the deduction was made
+// exactly once. A call made while the database is unreachable, before
+// anything was sent, is 2003 "nothing was done".
+func TestCallOutcomeUnknownThroughProxy(t *testing.T) {
+	relay := newCutRelay(t, dbtest.Config(t).Addr)
+	p := startVia(t, relay.addr, 2*time.Second)
+	db, err := sql.Open("mysql", fmt.Sprintf("app:app@tcp(%s)/%s?interpolateParams=true", p.addr, p.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	direct := dbtest.Open(t, p.db)
+	onHand := func() int64 {
+		var n int64
+		if err := direct.QueryRow("SELECT on_hand FROM inventory_ledger WHERE shop_id = 9 AND inventory_item_id = 77").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := db.Exec("CALL holdfast.receive(9, 77, 1, 10)"); err != nil {
+		t.Fatal(err)
+	}
+	var tok string
+	rows, err := db.Query("CALL holdfast.reserve(9, 'e2e-unknown', '[{\"item\":77,\"qty\":3,\"locations\":[1]}]', 1800)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var a, b, c, d, e, f, g, h sql.RawBytes
+		if err := rows.Scan(&a, &b, &c, &d, &e, &f, &g, &h); err != nil {
+			t.Fatal(err)
+		}
+		tok = string(a)
+	}
+	rows.Close()
+
+	relay.arm("SET state = 1") // the claim's COMMIT round trip
+	_, err = db.Exec("CALL holdfast.claim(?)", tok)
+	if !relay.wasCut() {
+		t.Fatalf("the relay never saw the claim's COMMIT (did the statement change?); claim answered %v", err)
+	}
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 9108 || string(me.SQLState[:]) != "08S01" ||
+		!strings.Contains(me.Message, "outcome unknown") || !strings.Contains(me.Message, "Repeating the same CALL is safe") {
+		t.Fatalf("claim with its COMMIT cut: %v; want 9108 (08S01) outcome unknown, safe to repeat", err)
+	}
+	committed := onHand() == 7
+
+	_, err = db.Exec("CALL holdfast.availability(9, 77)")
+	if !errors.As(err, &me) || me.Number != 2003 || !strings.Contains(me.Message, "nothing was done") {
+		t.Fatalf("a call while the database is unreachable: %v; want 2003, nothing was done", err)
+	}
+
+	relay.heal(t)
+	var outcome string
+	for give := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var a, c, d, e, f sql.NullString
+		err = db.QueryRow("CALL holdfast.claim(?)", tok).Scan(&a, &outcome, &c, &d, &e, &f)
+		if err == nil || time.Now().After(give) {
+			break
+		}
+	}
+	if want := map[bool]string{true: "duplicate", false: "claimed"}[committed]; err != nil || outcome != want {
+		t.Fatalf("the repeated claim answered %q, %v; want %s (the first had committed: %v)", outcome, err, want, committed)
+	}
+	if n := onHand(); n != 7 {
+		t.Fatalf("on_hand %d after the repeated claim; want 7 (one deduction)", n)
+	}
 }

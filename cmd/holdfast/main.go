@@ -3,7 +3,7 @@
 //
 //	holdfast [serve] [-config FILE]                   run the sidecar
 //	holdfast migrate [-config FILE]                   create or upgrade the reservation schema
-//	holdfast check-config [-config FILE] [-print-listen]  validate a configuration
+//	holdfast check-config [-config FILE] [-print-listen | -print-admin-listen]  validate a configuration
 //	holdfast check-backend [-config FILE] [-print-address]  connect to the backend once
 package main
 
@@ -13,13 +13,15 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/holdfast-db/holdfast/admin"
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/proxy"
 	"github.com/holdfast-db/holdfast/refiller"
@@ -41,6 +43,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("holdfast "+cmd, flag.ContinueOnError)
 	path := fs.String("config", "", "configuration file (YAML); empty means built-in defaults")
 	printListen := fs.Bool("print-listen", false, "check-config: print only the listen address")
+	printAdmin := fs.Bool("print-admin-listen", false, "check-config: print only admin.listen (empty: none)")
 	printAddr := fs.Bool("print-address", false, "check-backend: print the configured backend address and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,9 +60,12 @@ func run(args []string) error {
 		defer cancel()
 		return migrate(ctx, cfg)
 	case "check-config":
-		if *printListen {
+		switch {
+		case *printListen:
 			fmt.Println(cfg.Listen)
-		} else {
+		case *printAdmin:
+			fmt.Println(cfg.Admin.Listen)
+		default:
 			fmt.Println("configuration OK")
 		}
 		return nil
@@ -100,7 +106,8 @@ func serve(path string, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	reg := srv.Registry()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()))
 	if cfg.Reservation.Enabled {
 		eng, err := newEngine(cfg, srv, log)
 		if err != nil {
@@ -124,21 +131,20 @@ func serve(path string, cfg config.Config) error {
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()
-	var admin *http.Server
+	var adm *admin.Admin
 	if cfg.Admin.Listen != "" {
-		admin = &http.Server{Addr: cfg.Admin.Listen, Handler: srv.AdminHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+		adm = admin.New(srv, admin.Options{Listen: cfg.Admin.Listen, Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof,
+			Gatherer: reg, Log: log})
 		go func() {
-			if err := admin.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := adm.ListenAndServe(); err != nil {
 				errc <- fmt.Errorf("admin listener: %w", err)
 			}
 		}()
-		log.Info("admin API and metrics listening", "addr", cfg.Admin.Listen)
+		log.Info("admin API, status page and metrics listening", "addr", cfg.Admin.Listen, "pprof", cfg.Admin.Pprof)
 	}
 	stopAdmin := func() {
-		if admin != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = admin.Shutdown(ctx)
-			cancel()
+		if adm != nil {
+			_ = adm.Close()
 		}
 	}
 
@@ -158,6 +164,9 @@ func serve(path string, cfg config.Config) error {
 					continue
 				}
 				_ = srv.Reload(next)
+				if adm != nil {
+					adm.SetToken(next.Admin.Token)
+				}
 				continue
 			}
 			log.Info("shutting down: draining clients", "signal", sig.String(), "grace", cfg.ShutdownGrace)

@@ -67,6 +67,12 @@ func (s *syncBuffer) String() string {
 }
 
 func writeConfig(t *testing.T, path, addr, db string, users string) {
+	writeConfigAdmin(t, path, addr, db, users, "  listen: \"\"\n")
+}
+
+// writeConfigAdmin is writeConfig with admin, the body of the admin
+// section (indented YAML).
+func writeConfigAdmin(t *testing.T, path, addr, db, users, admin string) {
 	c := dbtest.Config(t)
 	cfg := fmt.Sprintf(`listen: %s
 shutdown_grace: 20s
@@ -82,10 +88,9 @@ pool:
   max: 4
   max_idle: 4
 admin:
-  listen: ""
-log:
+%slog:
   level: debug
-`, addr, users, c.Addr, c.User, c.Passwd, db)
+`, addr, users, c.Addr, c.User, c.Passwd, db, admin)
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +100,13 @@ func start(t *testing.T, users string) *process {
 	t.Helper()
 	p := &process{addr: freeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"), out: &syncBuffer{}, exited: make(chan error, 1)}
 	writeConfig(t, p.config, p.addr, p.db, users)
-	p.cmd = exec.Command(binary(t), "serve", "-config", p.config)
+	return p.serve(t, binary(t))
+}
+
+// serve starts bin serve on p's configuration and waits until it listens.
+func (p *process) serve(t *testing.T, bin string) *process {
+	t.Helper()
+	p.cmd = exec.Command(bin, "serve", "-config", p.config)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

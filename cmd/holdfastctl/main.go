@@ -42,6 +42,7 @@ Commands:
   undrain TAG            lift the drain
   limit TAG N            cap TAG at N backend connections; borrowers over it queue
                          (N = off or 0 lifts the cap)
+      -reason TEXT       recorded with the limit and shown with it
   help                   this text
 
 Global flags (before or after the command):
@@ -116,6 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "undrain":
 		want = []string{"TAG"}
 	case "limit":
+		fs.StringVar(&reason, "reason", "", "")
 		want = []string{"TAG", "N"}
 	default:
 		return done(&ctl.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, stdout, stderr)
@@ -150,7 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "undrain":
 		err = c.Undrain(ctx, pos[0])
 	case "limit":
-		err = c.Limit(ctx, pos[0], pos[1])
+		err = c.Limit(ctx, pos[0], pos[1], reason)
 	}
 	return done(err, stdout, stderr)
 }

@@ -108,6 +108,7 @@ func TestCommands(t *testing.T) {
 			"drained holdfast:reserve (incident-123): its new borrows fail fast, holders still holding after 30s are killed (undo: holdfastctl undrain holdfast:reserve)\n"},
 		{[]string{"-token", "flagtok", "undrain", "checkout"}, "DELETE /api/tags/checkout/drain? Bearer flagtok", "undrained checkout: its new borrows proceed\n"},
 		{[]string{"limit", "checkout", "2", "-token", "flagtok"}, "PUT /api/tags/checkout/limit?max=2 Bearer flagtok", "limited checkout to 2 backend connections"},
+		{[]string{"limit", "checkout", "2", "-reason", "INC-9"}, "PUT /api/tags/checkout/limit?max=2&reason=INC-9 Bearer envtok", "limited checkout to 2 backend connections"},
 		{[]string{"limit", "checkout", "off"}, "DELETE /api/tags/checkout/limit? Bearer envtok", "lifted the limit on checkout"},
 		{[]string{"undrain", "--", "-odd-tag"}, "DELETE /api/tags/-odd-tag/drain? Bearer envtok", "undrained -odd-tag"},
 	} {

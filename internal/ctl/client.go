@@ -38,6 +38,9 @@ type Tag struct {
 	HeldNow                  int     `json:"held_now"` // backend connections held right now
 	Drained                  bool    `json:"drained"`
 	Limit                    int     `json:"limit"` // 0: no cap
+	// InFlightSeconds is the age of the tag's holds still open (not in
+	// HoldSeconds yet), from GET /api/holders; WithInFlight sets it.
+	InFlightSeconds float64 `json:"-"`
 }
 
 // TagList is the answer of GET /api/tags.
@@ -59,18 +62,24 @@ type Holder struct {
 // Pool is the answer of GET /api/pool. Open..Max and Clients,
 // PinnedSessions are gauges; the rest are totals since holdfast started.
 type Pool struct {
-	Open           int     `json:"open"`
-	InUse          int     `json:"in_use"`
-	Idle           int     `json:"idle"`
-	Waiting        int     `json:"waiting"`
-	Max            int     `json:"max"`
-	Acquired       int64   `json:"acquired"`
-	Waited         int64   `json:"waited"` // acquisitions that had to queue
-	WaitSeconds    float64 `json:"wait_seconds"`
-	Timeouts       int64   `json:"timeouts"`
-	Rejected       int64   `json:"rejected"` // waiter cap reached
-	Clients        int     `json:"clients"`
-	PinnedSessions int     `json:"pinned_sessions"`
+	Open  int `json:"open"`
+	InUse int `json:"in_use"`
+	Idle  int `json:"idle"`
+	// Waiting is every borrower queued now: for the pool, under a tag's
+	// limit, or for a place in a pipeline (the three below; a holdfast
+	// that predates them sends Waiting alone).
+	Waiting         int     `json:"waiting"`
+	WaitingPool     int     `json:"waiting_pool"`
+	WaitingTagLimit int     `json:"waiting_tag_limit"`
+	WaitingPipeline int     `json:"waiting_pipeline"`
+	Max             int     `json:"max"`
+	Acquired        int64   `json:"acquired"`
+	Waited          int64   `json:"waited"` // acquisitions that had to queue
+	WaitSeconds     float64 `json:"wait_seconds"`
+	Timeouts        int64   `json:"timeouts"`
+	Rejected        int64   `json:"rejected"` // waiter cap reached
+	Clients         int     `json:"clients"`
+	PinnedSessions  int     `json:"pinned_sessions"`
 }
 
 // DrainState is the answer of POST and DELETE /api/tags/{tag}/drain.
@@ -166,11 +175,15 @@ func (c *Client) Undrain(ctx context.Context, tag string) (DrainState, error) {
 }
 
 // SetLimit caps tag at max concurrent backend connections (PUT
-// /api/tags/{tag}/limit?max=N); max 0 lifts the cap (DELETE).
-func (c *Client) SetLimit(ctx context.Context, tag string, max int) (LimitState, error) {
+// /api/tags/{tag}/limit?max=N); max 0 lifts the cap (DELETE). reason, when
+// not empty, is shown with the limit (GET /api/gates, the status page).
+func (c *Client) SetLimit(ctx context.Context, tag string, max int, reason string) (LimitState, error) {
 	method, q := http.MethodDelete, url.Values(nil)
 	if max > 0 {
 		method, q = http.MethodPut, url.Values{"max": {strconv.Itoa(max)}}
+		if reason != "" {
+			q.Set("reason", reason)
+		}
 	}
 	var s LimitState
 	err := c.do(ctx, method, tagPath(tag, "limit"), q, &s, "tag", "limit")

@@ -56,10 +56,10 @@ func TestClientRequests(t *testing.T) {
 		{"undrain", func(c *Client) error { _, err := c.Undrain(ctx, "holdfast:reserve"); return err },
 			"DELETE /api/tags/{tag}/drain", `{"tag":"holdfast:reserve","drained":false}`,
 			request{Method: "DELETE", Path: "/api/tags/holdfast%3Areserve/drain", Tag: "holdfast:reserve"}},
-		{"limit", func(c *Client) error { _, err := c.SetLimit(ctx, "a.b-c_D:9", 2); return err },
+		{"limit", func(c *Client) error { _, err := c.SetLimit(ctx, "a.b-c_D:9", 2, ""); return err },
 			"PUT /api/tags/{tag}/limit", `{"tag":"a.b-c_D:9","limit":2}`,
 			request{Method: "PUT", Path: "/api/tags/a.b-c_D%3A9/limit", Query: "max=2", Tag: "a.b-c_D:9"}},
-		{"unlimit", func(c *Client) error { _, err := c.SetLimit(ctx, "checkout", 0); return err },
+		{"unlimit", func(c *Client) error { _, err := c.SetLimit(ctx, "checkout", 0, ""); return err },
 			"DELETE /api/tags/{tag}/limit", `{"tag":"checkout","limit":0}`,
 			request{Method: "DELETE", Path: "/api/tags/checkout/limit", Tag: "checkout"}},
 	} {
@@ -101,7 +101,7 @@ func TestClientDecodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wantP := (Pool{8, 3, 5, 0, 16, 123, 4, 0.02, 0, 0, 40, 1}); p != wantP {
+	if wantP := (Pool{Open: 8, InUse: 3, Idle: 5, Max: 16, Acquired: 123, Waited: 4, WaitSeconds: 0.02, Clients: 40, PinnedSessions: 1}); p != wantP {
 		t.Errorf("pool = %+v, want %+v", p, wantP)
 	}
 	hs, err := c.Holders(context.Background())
@@ -261,7 +261,7 @@ func TestClientPathPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SetLimit(context.Background(), "holdfast:reserve", 0); err != nil {
+	if _, err := c.SetLimit(context.Background(), "holdfast:reserve", 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.requests(); len(got) != 1 || got[0].Tag != "holdfast:reserve" {

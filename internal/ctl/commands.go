@@ -183,9 +183,9 @@ func (c *CLI) Undrain(ctx context.Context, tag string) error {
 }
 
 // Limit caps tag at max concurrent backend connections; max is a positive
-// number, or "off" or "0" to lift the cap (see ParseLimit). It prints one
-// line.
-func (c *CLI) Limit(ctx context.Context, tag, max string) error {
+// number, or "off" or "0" to lift the cap (see ParseLimit). reason, when not
+// empty, is recorded with the limit. It prints one line.
+func (c *CLI) Limit(ctx context.Context, tag, max, reason string) error {
 	if err := CheckTag(tag); err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func (c *CLI) Limit(ctx context.Context, tag, max string) error {
 	if err != nil {
 		return err
 	}
-	s, err := c.Client.SetLimit(ctx, tag, n)
+	s, err := c.Client.SetLimit(ctx, tag, n, reason)
 	if err != nil {
 		return err
 	}

@@ -121,15 +121,15 @@ func TestControlCommands(t *testing.T) {
 			request{Method: "DELETE", Path: "/api/tags/checkout/drain", Tag: "checkout", Auth: "Bearer t"},
 			"undrained checkout: its new borrows proceed\n"},
 		{"limit", "PUT /api/tags/{tag}/limit", `{"tag":"checkout","limit":2}`,
-			func(c *CLI) error { return c.Limit(context.Background(), "checkout", "2") },
+			func(c *CLI) error { return c.Limit(context.Background(), "checkout", "2", "") },
 			request{Method: "PUT", Path: "/api/tags/checkout/limit", Query: "max=2", Tag: "checkout", Auth: "Bearer t"},
 			"limited checkout to 2 backend connections: borrowers over the cap queue (lift: holdfastctl limit checkout off)\n"},
 		{"limit off", "DELETE /api/tags/{tag}/limit", `{"tag":"checkout","limit":0}`,
-			func(c *CLI) error { return c.Limit(context.Background(), "checkout", "off") },
+			func(c *CLI) error { return c.Limit(context.Background(), "checkout", "off", "") },
 			request{Method: "DELETE", Path: "/api/tags/checkout/limit", Tag: "checkout", Auth: "Bearer t"},
 			"lifted the limit on checkout: it may hold any number of backend connections\n"},
 		{"limit 0", "DELETE /api/tags/{tag}/limit", `{"tag":"checkout","limit":0}`,
-			func(c *CLI) error { return c.Limit(context.Background(), "checkout", "0") },
+			func(c *CLI) error { return c.Limit(context.Background(), "checkout", "0", "") },
 			request{Method: "DELETE", Path: "/api/tags/checkout/limit", Tag: "checkout", Auth: "Bearer t"},
 			"lifted the limit on checkout: it may hold any number of backend connections\n"},
 	} {
@@ -158,12 +158,12 @@ func TestControlUsage(t *testing.T) {
 		run  func(c *CLI) error
 		want string
 	}{
-		{"limit N not a number", func(c *CLI) error { return c.Limit(ctx, "checkout", "two") }, `got "two"`},
-		{"limit N negative", func(c *CLI) error { return c.Limit(ctx, "checkout", "-1") }, "off (or 0) to lift"},
+		{"limit N not a number", func(c *CLI) error { return c.Limit(ctx, "checkout", "two", "") }, `got "two"`},
+		{"limit N negative", func(c *CLI) error { return c.Limit(ctx, "checkout", "-1", "") }, "off (or 0) to lift"},
 		{"tag with a space", func(c *CLI) error { return c.Drain(ctx, "checkout v2", 0, "") }, `try "checkout_v2"`},
 		{"tag with a slash", func(c *CLI) error { return c.Undrain(ctx, "a/b") }, `try "a_b"`},
 		{"tag too long", func(c *CLI) error { return c.Undrain(ctx, strings.Repeat("x", 65)) }, "65 bytes long"},
-		{"empty tag", func(c *CLI) error { return c.Limit(ctx, "", "2") }, "empty tag"},
+		{"empty tag", func(c *CLI) error { return c.Limit(ctx, "", "2", "") }, "empty tag"},
 		{"dot dot", func(c *CLI) error { return c.Drain(ctx, "..", 0, "") }, "URL path step"},
 		{"negative grace", func(c *CLI) error { return c.Drain(ctx, "checkout", -time.Second, "") }, "negative"},
 	} {
@@ -188,7 +188,7 @@ func TestControlUsage(t *testing.T) {
 func TestControlUnexpectedAnswer(t *testing.T) {
 	f := newFakeAdmin(t)
 	f.answer("PUT /api/tags/{tag}/limit", 200, `{"tag":"checkout","limit":3}`)
-	err := (&CLI{Client: f.client(t, ""), Out: &strings.Builder{}}).Limit(context.Background(), "checkout", "2")
+	err := (&CLI{Client: f.client(t, ""), Out: &strings.Builder{}}).Limit(context.Background(), "checkout", "2", "")
 	if err == nil || !strings.Contains(err.Error(), "answered limit=3") {
 		t.Errorf("err = %v", err)
 	}

@@ -10,8 +10,10 @@
 //   - the commands (Tags, Holders, Top, Drain, Undrain, Limit), each writing
 //     plain text to an io.Writer;
 //   - Rates, the arithmetic behind top: the change of a tag's hold_seconds
-//     counter over the wall time between two snapshots is the average number
-//     of backend connections the tag held in that time.
+//     counter plus the age of its holds still open (WithInFlight, from
+//     /api/holders) over the wall time between two snapshots is the average
+//     number of backend connections the tag held in that time, a long open
+//     transaction included.
 //
 // It must not import holdfast's server packages (proxy, attribution, config,
 // ...): it is a client of the admin API and nothing more, so it works against

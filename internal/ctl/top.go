@@ -126,14 +126,18 @@ type TagRate struct {
 	// Wait is wait seconds per second: the average number of the tag's
 	// borrowers waiting for a connection.
 	Wait float64
-	// Hold, Exec and IdleInTxn are the interval's hold seconds and the parts
-	// of it spent executing and idle inside a transaction.
-	Hold, Exec, IdleInTxn float64
-	Statements            float64 // per second
-	Errors                int64   // in the interval
-	HeldNow               int
-	Drained               bool
-	Limit                 int
+	// Hold is the interval's hold seconds, open holds included (see
+	// WithInFlight); Finished those of holds that ended, and Exec and
+	// IdleInTxn the parts of Finished spent executing and idle inside a
+	// transaction.
+	Hold, Finished, Exec, IdleInTxn float64
+	Statements                      float64 // per second
+	Errors                          int64   // in the interval
+	HeldNow                         int
+	// Oldest is the age in seconds of the tag's longest hold now (0: none).
+	Oldest  float64
+	Drained bool
+	Limit   int
 }
 
 // active reports whether the tag did or holds anything, or is controlled.
@@ -142,7 +146,8 @@ func (r TagRate) active() bool {
 }
 
 // Rates compares two snapshots of the tag counters taken elapsed apart
-// (elapsed must be > 0). A tag absent from prev counts from zero; a counter
+// (elapsed must be > 0). The counters count finished holds only; give
+// Rates tags passed through WithInFlight to count open ones too. A tag absent from prev counts from zero; a counter
 // that went down (holdfast restarted) counts from zero too. The result is
 // sorted by Held, then HeldNow and Wait, largest first, then by tag.
 func Rates(prev, cur []Tag, elapsed time.Duration) []TagRate {
@@ -157,7 +162,8 @@ func Rates(prev, cur []Tag, elapsed time.Duration) []TagRate {
 		p := before[t.Tag]
 		r := TagRate{
 			Tag:        t.Tag,
-			Hold:       deltaF(t.HoldSeconds, p.HoldSeconds),
+			Hold:       deltaF(t.HoldSeconds+t.InFlightSeconds, p.HoldSeconds+p.InFlightSeconds),
+			Finished:   deltaF(t.HoldSeconds, p.HoldSeconds),
 			Exec:       deltaF(t.ExecSeconds, p.ExecSeconds),
 			IdleInTxn:  deltaF(t.IdleInTransactionSeconds, p.IdleInTransactionSeconds),
 			Wait:       deltaF(t.WaitSeconds, p.WaitSeconds) / sec,
@@ -180,6 +186,31 @@ func Rates(prev, cur []Tag, elapsed time.Duration) []TagRate {
 		return cmp.Or(cmp.Compare(b.Held, a.Held), cmp.Compare(b.HeldNow, a.HeldNow),
 			cmp.Compare(b.Wait, a.Wait), strings.Compare(a.Tag, b.Tag))
 	})
+	return out
+}
+
+// WithInFlight returns tags with InFlightSeconds set to the age of each
+// tag's holds in flight (from holders, read at the same time), adding rows
+// for the holders' tags that have none yet. The change of HoldSeconds +
+// InFlightSeconds between two snapshots is the hold time within the
+// interval, open transactions included: a hold that ends in it adds its
+// whole length to HoldSeconds and drops its earlier age from the in-flight
+// part.
+func WithInFlight(tags []Tag, holders []Holder) []Tag {
+	out := slices.Clone(tags)
+	at := make(map[string]int, len(out))
+	for i, t := range out {
+		at[t.Tag] = i
+	}
+	for _, h := range holders {
+		i, ok := at[h.Tag]
+		if !ok {
+			i = len(out)
+			at[h.Tag] = i
+			out = append(out, Tag{Tag: h.Tag})
+		}
+		out[i].InFlightSeconds += h.HeldForSeconds
+	}
 	return out
 }
 
@@ -206,22 +237,32 @@ func renderTop(b *strings.Builder, addr string, prev, cur snapshot, o TopOptions
 	span := elapsed.Round(100 * time.Millisecond).String()
 	p, q := cur.pool, prev.pool
 	fmt.Fprintf(b, "holdfast %s  %s  rates over the last %s\n", addr, cur.at.Format(time.TimeOnly), span)
-	fmt.Fprintf(b, "pool  open %d  in use %d  idle %d  waiting %d  max %d  clients %d  pinned %d\n",
-		p.Open, p.InUse, p.Idle, p.Waiting, p.Max, p.Clients, p.PinnedSessions)
+	waiting := strconv.Itoa(p.Waiting)
+	if p.WaitingTagLimit+p.WaitingPipeline > 0 {
+		waiting += fmt.Sprintf(" (%d for the pool, %d under tag limits, %d for a pipeline)",
+			p.WaitingPool, p.WaitingTagLimit, p.WaitingPipeline)
+	}
+	fmt.Fprintf(b, "pool  open %d  in use %d  idle %d  waiting %s  max %d  clients %d  pinned %d\n",
+		p.Open, p.InUse, p.Idle, waiting, p.Max, p.Clients, p.PinnedSessions)
 	fmt.Fprintf(b, "      last %s: %d acquired, %d waited, %d timeouts, %d rejected\n\n", span,
 		deltaI(p.Acquired, q.Acquired), deltaI(p.Waited, q.Waited), deltaI(p.Timeouts, q.Timeouts),
 		deltaI(p.Rejected, q.Rejected))
 
-	rates := Rates(prev.tags.Tags, cur.tags.Tags, elapsed)
+	rates := Rates(WithInFlight(prev.tags.Tags, prev.holders), WithInFlight(cur.tags.Tags, cur.holders), elapsed)
+	oldest := map[string]float64{}
+	for _, h := range cur.holders {
+		oldest[h.Tag] = max(oldest[h.Tag], h.HeldForSeconds)
+	}
 	t := table{cols: []column{
 		{name: "TAG"}, {name: "AVG HELD", right: true}, {name: "SHARE %", right: true},
-		{name: "HELD NOW", right: true}, {name: "AVG WAITING", right: true}, {name: "EXEC %", right: true},
+		{name: "HELD NOW", right: true}, {name: "OLDEST", right: true}, {name: "AVG WAITING", right: true}, {name: "EXEC %", right: true},
 		{name: "IDLE-IN-TXN %", right: true}, {name: "STMTS/s", right: true}, {name: "ERRORS", right: true},
 		{name: "STATE"},
 	}}
 	var sumHeld, sumWait float64
 	sumNow, idle, hidden := 0, 0, 0
 	for _, r := range rates {
+		r.Oldest = oldest[r.Tag]
 		sumHeld, sumWait, sumNow = sumHeld+r.Held, sumWait+r.Wait, sumNow+r.HeldNow
 		switch {
 		case !r.active():
@@ -229,15 +270,15 @@ func renderTop(b *strings.Builder, addr string, prev, cur snapshot, o TopOptions
 		case o.Tags > 0 && len(t.rows) >= o.Tags:
 			hidden++
 		default:
-			t.add(clean(r.Tag), fmtRate(r.Held), fmtPct(r.Share, 1), strconv.Itoa(r.HeldNow), fmtRate(r.Wait),
-				fmtPct(r.Exec, r.Hold), fmtPct(r.IdleInTxn, r.Hold), fmtPerSec(r.Statements), itoa(r.Errors),
+			t.add(clean(r.Tag), fmtRate(r.Held), fmtPct(r.Share, 1), strconv.Itoa(r.HeldNow), fmtOldest(r.Oldest), fmtRate(r.Wait),
+				fmtPct(r.Exec, r.Finished), fmtPct(r.IdleInTxn, r.Finished), fmtPerSec(r.Statements), itoa(r.Errors),
 				state(r.Drained, r.Limit))
 		}
 	}
 	if len(t.rows) == 0 {
 		b.WriteString("no tag held, waited for or ran anything in the interval\n")
 	} else {
-		t.add("TOTAL", fmtRate(sumHeld), fmtPct(sumHeld, sumHeld), strconv.Itoa(sumNow), fmtRate(sumWait), "", "", "", "", "")
+		t.add("TOTAL", fmtRate(sumHeld), fmtPct(sumHeld, sumHeld), strconv.Itoa(sumNow), "", fmtRate(sumWait), "", "", "", "", "")
 		_ = t.write(b, 0) // a strings.Builder does not fail
 	}
 	var notes []string
@@ -253,9 +294,18 @@ func renderTop(b *strings.Builder, addr string, prev, cur snapshot, o TopOptions
 	if len(notes) > 0 {
 		b.WriteString("(" + strings.Join(notes, "; ") + ")\n")
 	}
-	fmt.Fprintf(b, "AVG HELD: connections held on average (hold s per s; pool max %d). AVG WAITING: borrowers waiting on average\n", p.Max)
+	fmt.Fprintf(b, "AVG HELD: connections held on average (hold s per s, open transactions included; pool max %d).\n", p.Max)
+	b.WriteString("OLDEST: the tag's longest hold now. AVG WAITING: borrowers waiting on average\n")
 	if o.Holders > 0 {
 		b.WriteString("\nLONGEST HOLDERS\n")
 		_ = writeHolders(b, cur.holders, o.Holders, width)
 	}
+}
+
+// fmtOldest is a hold's age for the OLDEST column; "-" for none.
+func fmtOldest(sec float64) string {
+	if sec <= 0 {
+		return "-"
+	}
+	return fmtHeld(sec)
 }

@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"strings"
@@ -138,8 +139,27 @@ func newTopCLI(t *testing.T, f *fakeAdmin, out *strings.Builder) *CLI {
 	return &CLI{Client: f.client(t, "tok"), Out: out, Now: clock.Now, Sleep: clock.Sleep}
 }
 
+// holdersAged is holdersJSON d seconds later: every hold still open.
+func holdersAged(t *testing.T, d float64) string {
+	var r struct {
+		Holders []map[string]any `json:"holders"`
+	}
+	if err := json.Unmarshal([]byte(holdersJSON), &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range r.Holders {
+		h["held_for_seconds"] = h["held_for_seconds"].(float64) + d
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func TestTopGolden(t *testing.T) {
 	f := topFake(t)
+	f.answerSeq("GET /api/holders", 200, holdersJSON, holdersAged(t, 2), holdersAged(t, 4))
 	var out strings.Builder
 	c := newTopCLI(t, f, &out)
 	if err := c.Top(context.Background(), TopOptions{Interval: 2 * time.Second, Tags: 20, Holders: 3, Iterations: 2}); err != nil {
@@ -299,5 +319,47 @@ func TestTopUsage(t *testing.T) {
 		if err := c.Top(context.Background(), o); !errors.As(err, &ue) {
 			t.Errorf("Top(%+v) = %v, want a *UsageError", o, err)
 		}
+	}
+}
+
+// TestTopCountsOpenTransactions: a tag whose long transaction is still
+// open holds one connection on average over the interval, and shows the
+// transaction's age, though its finished-hold counter did not move.
+func TestTopCountsOpenTransactions(t *testing.T) {
+	f := newFakeAdmin(t)
+	f.answer("GET /api/tags", 200, `{"tags":[{"tag":"report","hold_seconds":0,"borrows":1,"statements":1,"held_now":1}],"folded":0}`)
+	f.answer("GET /api/pool", 200, `{"open":1,"in_use":1,"idle":0,"waiting":3,"waiting_pool":0,"waiting_tag_limit":2,"waiting_pipeline":1,"max":4}`)
+	f.answerSeq("GET /api/holders", 200,
+		`{"holders":[{"client_id":5,"user":"app","tag":"report","held_for_seconds":120.000,"in_transaction":true,"statement":"SELECT ?"}]}`,
+		`{"holders":[{"client_id":5,"user":"app","tag":"report","held_for_seconds":122.000,"in_transaction":true,"statement":"SELECT ?"}]}`)
+	var out strings.Builder
+	if err := newTopCLI(t, f, &out).Top(context.Background(), TopOptions{Interval: 2 * time.Second, Iterations: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	if !hasRow(s, "report", "1.00", "100", "1", "2m02s") {
+		t.Errorf("the open transaction is not counted:\n%s", s)
+	}
+	if !strings.Contains(s, "waiting 3 (0 for the pool, 2 under tag limits, 1 for a pipeline)") {
+		t.Errorf("waiting is not broken down:\n%s", s)
+	}
+}
+
+// TestWithInFlight: a hold that ends between two snapshots adds only its
+// time within the interval; a tag seen only among the holders gets a row.
+func TestWithInFlight(t *testing.T) {
+	prev := WithInFlight([]Tag{{Tag: "a", HoldSeconds: 10}}, []Holder{{Tag: "a", HeldForSeconds: 3}, {Tag: "b", HeldForSeconds: 1}})
+	// a's hold ended after 4 s in all (1 s into the interval); b's goes on.
+	cur := WithInFlight([]Tag{{Tag: "a", HoldSeconds: 14}, {Tag: "b"}}, []Holder{{Tag: "b", HeldForSeconds: 3}})
+	r := Rates(prev, cur, 2*time.Second)
+	byTag := map[string]float64{}
+	for _, x := range r {
+		byTag[x.Tag] = x.Held
+	}
+	if byTag["a"] != 0.5 || byTag["b"] != 1 {
+		t.Errorf("held %v, want a 0.5 (1 s in 2 s), b 1", byTag)
+	}
+	if len(prev) != 2 || prev[1].Tag != "b" || prev[1].InFlightSeconds != 1 || prev[0].HoldSeconds != 10 {
+		t.Errorf("prev %+v", prev)
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -6,13 +6,12 @@ import (
 	"github.com/holdfast-db/holdfast/attribution"
 )
 
-// Registry returns a new registry with holdfast's proxy and per-tag
-// collectors registered. Other components (the reservation engine) add
-// their own collectors to it.
-func (s *Server) Registry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(s), attribution.NewCollector(s.rec, live{s}))
-	return reg
+// NewCollector returns the metrics read from srv at scrape time: the front
+// end and the pool (holdfast_pool_*, holdfast_clients, ...) and, from rec
+// and srv's holders and controls, the per-tag metrics (holdfast_tag_*).
+// Register it on the registry the Admin serves.
+func NewCollector(srv Server, rec *attribution.Recorder) prometheus.Collector {
+	return collector{srv: srv, tags: attribution.NewCollector(rec, live{srv})}
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -41,9 +40,10 @@ var (
 	dPins          = desc("holdfast_pins_total", "Sessions pinned to a backend connection, by reason.", "reason")
 )
 
-type collector struct{ s *Server }
-
-func newCollector(s *Server) prometheus.Collector { return collector{s} }
+type collector struct {
+	srv  Server
+	tags prometheus.Collector
+}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dPoolConns, dPoolMax, dPoolWaiters, dPoolAcquires, dPoolWaits, dPoolWaitSecs,
@@ -51,10 +51,12 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		dClientsRej, dCommands, dPinned, dPins, dPipelined} {
 		ch <- d
 	}
+	c.tags.Describe(ch)
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.Stats()
+	c.tags.Collect(ch)
+	st := c.srv.Stats()
 	p := st.Pool
 	g := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
@@ -87,4 +89,25 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for reason, v := range st.Pins {
 		n(dPins, float64(v), reason)
 	}
+}
+
+// live is srv's holders and controls as the attribution collector reads them.
+type live struct{ srv Server }
+
+func (l live) Holders() []attribution.Holder {
+	hs := l.srv.Holders()
+	out := make([]attribution.Holder, len(hs))
+	for i, h := range hs {
+		out[i] = attribution.Holder{Tag: h.Tag, InTransaction: h.InTransaction}
+	}
+	return out
+}
+
+func (l live) Gates() []attribution.Gate {
+	gs := l.srv.Gates()
+	out := make([]attribution.Gate, len(gs))
+	for i, g := range gs {
+		out[i] = attribution.Gate{Tag: g.Tag, Drained: g.Drained, Limit: g.Limit}
+	}
+	return out
 }

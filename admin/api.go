@@ -1,0 +1,283 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy"
+)
+
+// The admin API's JSON answers (README.md, "Admin API"). Field names are
+// a contract with holdfastctl (internal/ctl) and with users' scripts.
+
+// rounded is a number written with three decimals: an age or a span in
+// seconds to the millisecond (1.750, not 1.7504622699999999), shares and
+// rates likewise.
+type rounded float64
+
+func (r rounded) MarshalJSON() ([]byte, error) {
+	v := float64(r)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		v = 0
+	}
+	if v > -0.0005 && v < 0.0005 {
+		return []byte("0"), nil
+	}
+	return strconv.AppendFloat(nil, v, 'f', 3, 64), nil
+}
+
+// total is a sum of seconds, written to the microsecond (shortest form):
+// counters that clients subtract from one another to get rates over a few
+// seconds keep their precision, without float noise.
+type total float64
+
+func (t total) MarshalJSON() ([]byte, error) {
+	v := math.Round(float64(t)*1e6) / 1e6
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		v = 0
+	}
+	return strconv.AppendFloat(nil, v, 'f', -1, 64), nil
+}
+
+type tagJSON struct {
+	Tag              string `json:"tag"`
+	HoldSeconds      total  `json:"hold_seconds"`
+	ExecSeconds      total  `json:"exec_seconds"`
+	IdleInTxnSeconds total  `json:"idle_in_transaction_seconds"`
+	WaitSeconds      total  `json:"wait_seconds"`
+	Borrows          uint64 `json:"borrows"`
+	Statements       uint64 `json:"statements"`
+	Errors           uint64 `json:"errors"`
+	Transactions     uint64 `json:"transactions"`
+	SlowTransactions uint64 `json:"slow_transactions"`
+	HeldNow          int    `json:"held_now"`
+	Drained          bool   `json:"drained"`
+	Limit            int    `json:"limit"`
+}
+
+type holderJSON struct {
+	ClientID      uint32  `json:"client_id"`
+	User          string  `json:"user"`
+	Tag           string  `json:"tag"`
+	HeldFor       rounded `json:"held_for_seconds"`
+	InTransaction bool    `json:"in_transaction"`
+	Statement     string  `json:"statement"`
+}
+
+type gateJSON struct {
+	Tag         string    `json:"tag"`
+	Drained     bool      `json:"drained"`
+	DrainedAt   time.Time `json:"drained_at,omitzero"`
+	Reason      string    `json:"reason,omitempty"` // the drain's
+	Limit       int       `json:"limit"`
+	LimitReason string    `json:"limit_reason,omitempty"`
+	InUse       int       `json:"in_use"`  // connections the tag holds now
+	Waiting     int       `json:"waiting"` // borrowers queued under its limit
+}
+
+type poolJSON struct {
+	Open            int               `json:"open"`
+	InUse           int               `json:"in_use"`
+	Idle            int               `json:"idle"`
+	Waiting         int               `json:"waiting"` // the sum of the three below
+	WaitingPool     int               `json:"waiting_pool"`
+	WaitingTagLimit int               `json:"waiting_tag_limit"`
+	WaitingPipeline int               `json:"waiting_pipeline"`
+	Max             int               `json:"max"`
+	Acquired        uint64            `json:"acquired"`
+	Waited          uint64            `json:"waited"`
+	WaitSeconds     total             `json:"wait_seconds"`
+	Timeouts        uint64            `json:"timeouts"`
+	Rejected        uint64            `json:"rejected"`
+	Dials           uint64            `json:"dials"`
+	DialErrors      uint64            `json:"dial_errors"`
+	Clients         int               `json:"clients"`
+	PinnedSessions  int               `json:"pinned_sessions"`
+	Pins            map[string]uint64 `json:"pins"`
+	Pipelined       uint64            `json:"pipelined"`
+}
+
+func tagsJSON(ts []proxy.TagInfo) []tagJSON {
+	out := make([]tagJSON, len(ts))
+	for i, t := range ts {
+		out[i] = tagJSON{Tag: t.Tag, HoldSeconds: total(t.HoldSeconds), ExecSeconds: total(t.ExecSeconds),
+			IdleInTxnSeconds: total(t.IdleInTxnSeconds), WaitSeconds: total(t.WaitSeconds), Borrows: t.Borrows,
+			Statements: t.Statements, Errors: t.Errors, Transactions: t.Transactions,
+			SlowTransactions: t.SlowTransactions, HeldNow: t.HeldNow, Drained: t.Drained, Limit: t.Limit}
+	}
+	return out
+}
+
+func holdersJSON(hs []proxy.HolderInfo) []holderJSON {
+	out := make([]holderJSON, len(hs))
+	for i, h := range hs {
+		out[i] = holderJSON{ClientID: h.ClientID, User: h.User, Tag: h.Tag, HeldFor: rounded(h.HeldFor),
+			InTransaction: h.InTransaction, Statement: h.Statement}
+	}
+	return out
+}
+
+func (a *Admin) gatesJSON(gs []proxy.GateState, w proxy.Waiting) []gateJSON {
+	out := make([]gateJSON, len(gs))
+	for i, g := range gs {
+		out[i] = gateJSON{Tag: g.Tag, Drained: g.Drained, DrainedAt: g.DrainedAt, Reason: g.Reason, Limit: g.Limit,
+			InUse: g.InUse, Waiting: w.ByTag[g.Tag]}
+		if g.Limit > 0 {
+			out[i].LimitReason = a.limits.get(g.Tag)
+		}
+	}
+	return out
+}
+
+func poolAnswer(st proxy.ServerStats, w proxy.Waiting) poolJSON {
+	p := st.Pool
+	return poolJSON{Open: p.Open, InUse: p.InUse, Idle: p.Idle, Waiting: w.Total(), WaitingPool: w.Pool,
+		WaitingTagLimit: w.TagLimit, WaitingPipeline: w.Pipeline, Max: p.Max, Acquired: p.Acquired,
+		Waited: p.Waited, WaitSeconds: total(p.WaitTime.Seconds()), Timeouts: p.Timeouts, Rejected: p.Rejected,
+		Dials: p.Dials, DialErrors: p.DialErrors, Clients: st.ClientsActive, PinnedSessions: st.PinnedSessions,
+		Pins: st.Pins, Pipelined: st.Pipelined}
+}
+
+func (a *Admin) apiTags(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"tags": tagsJSON(a.srv.Tags()), "folded": a.srv.TagsFolded()})
+}
+
+func (a *Admin) apiHolders(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"holders": holdersJSON(a.srv.Holders())})
+}
+
+func (a *Admin) apiPool(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, poolAnswer(a.srv.Stats(), a.srv.Waiting()))
+}
+
+func (a *Admin) apiGates(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
+}
+
+func (a *Admin) apiDrain(w http.ResponseWriter, r *http.Request) {
+	tag, ok := tagParam(w, r)
+	if !ok {
+		return
+	}
+	var grace time.Duration
+	if v := r.URL.Query().Get("grace"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, "grace: want a duration such as 30s, got %q", v)
+			return
+		}
+		grace = d
+	}
+	reason := r.URL.Query().Get("reason")
+	a.srv.DrainTag(tag, reason, grace)
+	a.o.Log.Warn("admin: tag drained", "tag", tag, "reason", reason, "grace", grace, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "drained": true, "grace_seconds": rounded(grace.Seconds())})
+}
+
+func (a *Admin) apiUndrain(w http.ResponseWriter, r *http.Request) {
+	tag, ok := tagParam(w, r)
+	if !ok {
+		return
+	}
+	a.srv.UndrainTag(tag)
+	a.o.Log.Warn("admin: tag undrained", "tag", tag, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "drained": false})
+}
+
+func (a *Admin) apiLimit(w http.ResponseWriter, r *http.Request) {
+	tag, ok := tagParam(w, r)
+	if !ok {
+		return
+	}
+	v := r.URL.Query().Get("max")
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		writeError(w, http.StatusBadRequest, "max: want a connection count (0 lifts the limit), got %q", v)
+		return
+	}
+	a.setLimit(w, r, tag, n, r.URL.Query().Get("reason"))
+}
+
+func (a *Admin) apiUnlimit(w http.ResponseWriter, r *http.Request) {
+	if tag, ok := tagParam(w, r); ok {
+		a.setLimit(w, r, tag, 0, "")
+	}
+}
+
+func (a *Admin) setLimit(w http.ResponseWriter, r *http.Request, tag string, n int, reason string) {
+	a.srv.LimitTag(tag, n)
+	a.limits.set(tag, n, reason)
+	a.o.Log.Warn("admin: tag connection limit set", "tag", tag, "max", n, "reason", reason, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "limit": n})
+}
+
+// limitReasons remembers the reason given with each limit set through
+// this listener (the proxy keeps reasons for drains only).
+type limitReasons struct {
+	mu sync.Mutex // guards m
+	m  map[string]string
+}
+
+func (l *limitReasons) set(tag string, n int, reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n == 0 || reason == "" {
+		delete(l.m, tag)
+		return
+	}
+	if l.m == nil {
+		l.m = map[string]string{}
+	}
+	l.m[tag] = reason
+}
+
+func (l *limitReasons) get(tag string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m[tag]
+}
+
+func tagParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	tag := r.PathValue("tag")
+	if err := checkTag(tag); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return "", false
+	}
+	return tag, true
+}
+
+// checkTag accepts what can name a tag: 1 to attribution.MaxTagLen bytes of
+// [A-Za-z0-9_.:-].
+func checkTag(t string) error {
+	ok := t != "" && len(t) <= attribution.MaxTagLen
+	for i := 0; ok && i < len(t); i++ {
+		c := t[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-'
+	}
+	if !ok {
+		return fmt.Errorf("%q is not a tag (letters, digits and _ . : - only, at most %d)", t, attribution.MaxTagLen)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// writeError answers {"error": "admin: ..."}: every error text of the
+// admin API starts with that one prefix.
+func writeError(w http.ResponseWriter, code int, format string, a ...any) {
+	writeJSON(w, code, map[string]string{"error": "admin: " + fmt.Sprintf(format, a...)})
+}

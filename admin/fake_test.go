@@ -1,0 +1,157 @@
+package admin
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/proxy"
+)
+
+// fakeServer is a Server whose answers the test sets, recording the
+// on-call calls made on it.
+type fakeServer struct {
+	mu      sync.Mutex // guards following
+	stats   proxy.ServerStats
+	waiting proxy.Waiting
+	tags    []proxy.TagInfo
+	holders []proxy.HolderInfo
+	gates   []proxy.GateState
+	folded  uint64
+	calls   []string
+}
+
+func (f *fakeServer) Stats() proxy.ServerStats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stats
+}
+
+func (f *fakeServer) Waiting() proxy.Waiting {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waiting
+}
+
+func (f *fakeServer) Tags() []proxy.TagInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]proxy.TagInfo(nil), f.tags...)
+}
+
+func (f *fakeServer) TagsFolded() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.folded
+}
+
+func (f *fakeServer) Holders() []proxy.HolderInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]proxy.HolderInfo(nil), f.holders...)
+}
+
+func (f *fakeServer) Gates() []proxy.GateState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]proxy.GateState(nil), f.gates...)
+}
+
+func (f *fakeServer) DrainTag(tag, reason string, grace time.Duration) {
+	f.record("drain " + tag + " " + reason + " " + grace.String())
+}
+
+func (f *fakeServer) UndrainTag(tag string) { f.record("undrain " + tag) }
+
+func (f *fakeServer) LimitTag(tag string, n int) {
+	f.record("limit " + tag + " " + strings.Repeat("I", n))
+}
+
+func (f *fakeServer) record(c string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, c)
+}
+
+func (f *fakeServer) recorded() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func (f *fakeServer) set(fn func(f *fakeServer)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func newListener(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// fakeClock is the Admin's clock, moved by the test.
+type fakeClock struct {
+	mu  sync.Mutex // guards now
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// answer is one response, its body read.
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// do sends a request to h and reads the answer; host ("" means
+// 127.0.0.1:6034, "-" none) and the headers in hdr ("Name: value") are set
+// on it.
+func do(t *testing.T, h http.Handler, method, target, host string, hdr ...string) answer {
+	t.Helper()
+	req := httptest.NewRequest(method, target, nil)
+	switch host {
+	case "":
+		host = "127.0.0.1:6034"
+	case "-":
+		host = ""
+	}
+	req.Host = host
+	for _, kv := range hdr {
+		k, v, _ := strings.Cut(kv, ": ")
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	b, _ := io.ReadAll(rec.Result().Body)
+	return answer{rec.Code, rec.Result().Header, string(b)}
+}
+
+// decode unmarshals an answer's body into v.
+func decode(t *testing.T, a answer, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(a.body), v); err != nil {
+		t.Fatalf("%v: %s", err, a.body)
+	}
+}

@@ -1,0 +1,320 @@
+// holdfast status page: reads GET /api/status every two seconds and acts
+// through the admin API. No framework; everything from the server reaches
+// the page as text (textContent), never as markup.
+"use strict";
+
+(function () {
+  const TOKEN_KEY = "holdfast.admin.token";
+  const REFRESH_MS = 2000;
+  const $ = (id) => document.getElementById(id);
+
+  let token = sessionStorage.getItem(TOKEN_KEY) || "";
+  let timer = null;
+  let pending = null; // the action waiting for confirmation
+
+  function headers() {
+    const h = { "Accept": "application/json" };
+    if (token) h["Authorization"] = "Bearer " + token;
+    return h;
+  }
+
+  async function api(method, path) {
+    const resp = await fetch(path, { method: method, headers: headers(), cache: "no-store", credentials: "omit" });
+    let body = null;
+    try { body = await resp.json(); } catch (e) { body = null; }
+    if (!resp.ok) {
+      const err = new Error((body && body.error) || (resp.status + " " + resp.statusText));
+      err.status = resp.status;
+      throw err;
+    }
+    return body;
+  }
+
+  // ---- formatting
+
+  function fmtSec(s) {
+    if (s == null) return "–";
+    if (s < 0.001) return s === 0 ? "0" : "<1ms";
+    if (s < 1) return Math.round(s * 1000) + "ms";
+    if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + "s";
+    const m = Math.floor(s / 60), r = Math.floor(s % 60);
+    if (m < 60) return m + "m" + String(r).padStart(2, "0") + "s";
+    return Math.floor(m / 60) + "h" + String(m % 60).padStart(2, "0") + "m";
+  }
+  function fmtRate(v) { return v === 0 ? "0" : v < 0.01 ? "<0.01" : v.toFixed(2); }
+  function fmtPct(v) { return (v === 0 ? "0" : v * 100 < 1 ? "<1" : Math.round(v * 100)) + "%"; }
+  function fmtNum(v) { return v >= 100 ? Math.round(v).toString() : v >= 10 ? v.toFixed(1) : v.toFixed(2).replace(/\.?0+$/, "") || "0"; }
+
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const k in attrs || {}) {
+      if (k === "class") e.className = attrs[k];
+      else if (k.startsWith("data-")) e.setAttribute(k, attrs[k]);
+      else e[k] = attrs[k];
+    }
+    for (const c of kids) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return e;
+  }
+  function td(text, cls) { return el("td", cls ? { class: cls } : null, text); }
+  function button(label, action, tag, cls) {
+    return el("button", { type: "button", class: cls || "", "data-action": action, "data-tag": tag, title: label + " " + tag }, label);
+  }
+  function fill(tbody, rows) { tbody.replaceChildren(...rows); }
+
+  // A sparkline of shares (0..1) of the pool, oldest first.
+  function sparkline(points, title) {
+    const NS = "http://www.w3.org/2000/svg", w = 120, h = 24;
+    const svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("width", w); svg.setAttribute("height", h);
+    svg.setAttribute("viewBox", "0 0 " + w + " " + h);
+    svg.setAttribute("class", "spark");
+    const t = document.createElementNS(NS, "title");
+    t.textContent = title;
+    svg.append(t);
+    const base = document.createElementNS(NS, "line");
+    base.setAttribute("x1", 0); base.setAttribute("x2", w); base.setAttribute("y1", h - 0.5); base.setAttribute("y2", h - 0.5);
+    base.setAttribute("class", "spark-base");
+    svg.append(base);
+    if (points.length > 0) {
+      const n = points.length, step = n > 1 ? w / (n - 1) : 0;
+      const xy = points.map((v, i) => (n > 1 ? i * step : w).toFixed(1) + "," + (h - 1 - Math.min(Math.max(v, 0), 1) * (h - 2)).toFixed(1));
+      if (n === 1) xy.unshift("0," + xy[0].split(",")[1]);
+      const area = document.createElementNS(NS, "polygon");
+      area.setAttribute("points", (n > 1 ? "0" : "0") + "," + h + " " + xy.join(" ") + " " + w + "," + h);
+      area.setAttribute("class", "spark-area");
+      const line = document.createElementNS(NS, "polyline");
+      line.setAttribute("points", xy.join(" "));
+      line.setAttribute("class", "spark-line");
+      svg.append(area, line);
+    }
+    return svg;
+  }
+
+  // ---- rendering
+
+  function render(s) {
+    $("main").hidden = false;
+    $("token-form").hidden = true;
+    $("forget-token").hidden = !token;
+    $("where").textContent = location.host;
+    $("updated").textContent = "updated " + new Date(s.time).toLocaleTimeString();
+    $("live").className = "dot ok";
+
+    const p = s.pool;
+    $("pool-in-use").textContent = p.in_use + " / " + p.max + " in use";
+    const bar = $("pool-bar");
+    bar.style.width = Math.min(100, p.saturation * 100).toFixed(0) + "%";
+    bar.className = p.saturation >= 0.9 ? "hot" : p.saturation >= 0.7 ? "warm" : "";
+    $("pool-detail").textContent = p.open + " open, " + p.idle + " idle · " + fmtPct(p.saturation) + " saturated" +
+      (s.window_seconds > 0 ? " · " + p.timeouts_in_window + " timeouts, " + p.rejected_in_window + " rejected in the last " + fmtSec(s.window_seconds) : "");
+    $("waiting-total").textContent = String(p.waiting);
+    $("waiting-detail").textContent = p.waiting_pool + " for the pool, " + p.waiting_tag_limit + " under tag limits, " +
+      p.waiting_pipeline + " for a pipeline place · " + fmtRate(p.wait_rate) + " waiting on average";
+    $("clients").textContent = String(p.clients);
+    $("clients-detail").textContent = s.holders_total + " holding a connection (" + s.holders_in_transaction + " in a transaction) · " +
+      p.pinned_sessions + " pinned";
+
+    renderTags(s);
+    renderGates(s);
+    renderHolders(s);
+    renderEngine(s);
+  }
+
+  function renderTags(s) {
+    $("tags-window").textContent = s.window_seconds > 0 ? "rates over the last " + fmtSec(s.window_seconds) :
+      "rates appear after the next sample";
+    const rows = s.tags.map((t) => {
+      const state = [];
+      if (t.drained) state.push("drained");
+      if (t.limit > 0) state.push("limit " + t.limit + (t.waiting > 0 ? " (" + t.waiting + " queued)" : ""));
+      const mins = Math.round(t.history.length * s.sample_seconds / 60);
+      const spark = sparkline(t.history, t.tag + ": share of the pool over the last " + (mins || "<1") + " min");
+      const actions = el("td", { class: "actions" },
+        t.drained ? button("Undrain", "undrain", t.tag) : button("Drain", "drain", t.tag, "danger"),
+        t.limit > 0 ? button("Lift limit", "unlimit", t.tag) : button("Limit", "limit", t.tag));
+      const row = el("tr", { "data-tag": t.tag, class: t.drained ? "drained" : "" },
+        td(t.tag, "tag"), td(t.held_now, "num"), td(fmtRate(t.hold_rate), "num"), td(fmtPct(t.pool_share), "num"),
+        el("td", null, spark), td(fmtRate(t.wait_rate), "num"), td(fmtPct(t.idle_in_transaction_share), "num"),
+        td(fmtNum(t.statements_per_second), "num"), td(t.slow_transactions + " / " + t.slow_transactions_total, "num"),
+        td(t.oldest_hold_seconds > 0 ? fmtSec(t.oldest_hold_seconds) : "–", "num"),
+        td(state.join(", ") || "–"), actions);
+      return row;
+    });
+    fill($("tags").tBodies[0], rows);
+    const notes = [];
+    if (rows.length === 0) notes.push("no tag held, waited for or ran anything recently");
+    if (s.more_tags > 0) notes.push(s.more_tags + " more active tags not shown");
+    if (s.folded > 0) notes.push(s.folded + " tag lookups folded into \"other\" (attribution.max_tags)");
+    $("tags-note").textContent = notes.join(" · ");
+  }
+
+  function renderGates(s) {
+    const rows = s.gates.map((g) => el("tr", { "data-tag": g.tag },
+      td(g.tag, "tag"), td(g.drained ? new Date(g.drained_at).toLocaleString() : "–"),
+      td([g.reason, g.limit_reason].filter(Boolean).join(" · ") || "–"),
+      td(g.limit > 0 ? g.limit : "–", "num"), td(g.in_use, "num"), td(g.waiting, "num"),
+      el("td", { class: "actions" },
+        g.drained ? button("Undrain", "undrain", g.tag) : "",
+        g.limit > 0 ? button("Lift limit", "unlimit", g.tag) : "")));
+    fill($("gates").tBodies[0], rows);
+    $("gates").hidden = rows.length === 0;
+    $("gates-note").textContent = rows.length === 0 ? "none: every tag may borrow freely" : "";
+  }
+
+  function renderHolders(s) {
+    const rows = s.holders.map((h) => el("tr", { "data-tag": h.tag, class: h.held_for_seconds >= 1 ? "long" : "" },
+      td(h.client_id === 0 ? "–" : h.client_id, "num"), td(h.user || "–"), td(h.tag, "tag"),
+      td(fmtSec(h.held_for_seconds), "num"), td(h.in_transaction ? "yes" : "no"), td(h.statement || "–", "stmt")));
+    fill($("holders").tBodies[0], rows);
+    $("holders").hidden = rows.length === 0;
+    $("holders-note").textContent = rows.length === 0 ? "no backend connection is held right now" :
+      s.holders_total > rows.length ? (s.holders_total - rows.length) + " more not shown" : "";
+  }
+
+  function renderEngine(s) {
+    const e = s.engine;
+    if (!e) {
+      $("engine-state").textContent = "off";
+      $("engine-detail").textContent = "no reservation metrics (reservation.enabled: false?)";
+      $("engine").hidden = true;
+      return;
+    }
+    $("engine").hidden = false;
+    const r = e.reconciler;
+    const stateText = { ok: "reconciler ok", not_run: "reconciler: no cycle yet", failing: "reconciler failing",
+      violation: "invariant violated", alerting: "ALERTING" }[r.state] || r.state;
+    $("engine-state").textContent = stateText;
+    $("card-engine").className = "card " + (r.state === "alerting" || r.state === "violation" ? "bad" : r.state === "failing" ? "warn" : "");
+    $("engine-detail").textContent = fmtNum(e.inline_refills_per_second) + " inline refills/s (" + fmtPct(e.inline_refill_share) +
+      " of reserves) · " + fmtNum(e.reserves_per_second) + " reserves/s";
+    $("engine-summary").textContent = "Reconciler: " + r.cycles + " cycles, " + r.errors + " failed in the window, " +
+      r.violating_pools + " pools violating, " + r.alerting_pools + " alerting. Inline-refill rate is the leading indicator of reserve p99.";
+    fill($("hot-pools").tBodies[0], e.hot_pools.map((h) => el("tr", null,
+      td(h.shop_id), td(h.inventory_item_id), td(h.inventory_group_id), td(h.depth, "num"))));
+    $("hot-pools").hidden = e.hot_pools.length === 0;
+  }
+
+  // ---- refresh loop
+
+  function showMessage(text, bad) {
+    const m = $("message");
+    m.textContent = text;
+    m.className = bad ? "bad" : "ok";
+    m.hidden = !text;
+  }
+
+  async function refresh() {
+    clearTimeout(timer);
+    try {
+      render(await api("GET", "/api/status"));
+    } catch (err) {
+      $("live").className = "dot bad";
+      if (err.status === 401) {
+        if (token) showMessage("The token was refused: " + err.message, true);
+        token = "";
+        sessionStorage.removeItem(TOKEN_KEY);
+        $("token-form").hidden = false;
+        $("main").hidden = true;
+        $("token-input").focus();
+        return; // until a token is given
+      }
+      $("updated").textContent = "refresh failed: " + err.message;
+    }
+    timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  $("token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    token = $("token-input").value.trim();
+    $("token-input").value = "";
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
+    showMessage("", false);
+    refresh();
+  });
+  $("forget-token").addEventListener("click", () => {
+    token = "";
+    sessionStorage.removeItem(TOKEN_KEY);
+    refresh();
+  });
+
+  // ---- actions: every change is confirmed first
+
+  function field(label, id, attrs) {
+    return el("label", null, label + " ", el("input", Object.assign({ id: id }, attrs)));
+  }
+
+  const actions = {
+    drain: (tag) => ({
+      title: "Drain " + tag + "?",
+      text: "New statements tagged " + tag + " will fail at once with error 9001 until the tag is undrained. " +
+        "Transactions already holding a connection may finish, unless a grace period is given: then they are disconnected after it.",
+      fields: [field("Reason", "confirm-reason", { type: "text", placeholder: "e.g. INC-123", maxLength: 200 }),
+        field("Grace", "confirm-grace", { type: "text", placeholder: "e.g. 30s (empty: never kill)", size: 10 })],
+      ok: "Drain " + tag,
+      run: () => {
+        const q = new URLSearchParams();
+        const reason = $("confirm-reason").value.trim(), grace = $("confirm-grace").value.trim();
+        if (reason) q.set("reason", reason);
+        if (grace) q.set("grace", grace);
+        return api("POST", "/api/tags/" + encodeURIComponent(tag) + "/drain" + (q.toString() ? "?" + q : ""));
+      },
+      done: "drained " + tag,
+    }),
+    undrain: (tag) => ({
+      title: "Undrain " + tag + "?",
+      text: "New statements tagged " + tag + " will borrow connections again.",
+      ok: "Undrain " + tag,
+      run: () => api("DELETE", "/api/tags/" + encodeURIComponent(tag) + "/drain"),
+      done: "undrained " + tag,
+    }),
+    limit: (tag) => ({
+      title: "Limit " + tag + "?",
+      text: "At most N backend connections for " + tag + "; its other borrowers queue (error 9002 after pool.acquire_timeout).",
+      fields: [field("N", "confirm-max", { type: "number", min: 1, value: 1, required: true, size: 4 }),
+        field("Reason", "confirm-reason", { type: "text", placeholder: "e.g. INC-123", maxLength: 200 })],
+      ok: "Limit " + tag,
+      run: () => {
+        const q = new URLSearchParams({ max: $("confirm-max").value });
+        const reason = $("confirm-reason").value.trim();
+        if (reason) q.set("reason", reason);
+        return api("PUT", "/api/tags/" + encodeURIComponent(tag) + "/limit?" + q);
+      },
+      done: "limited " + tag,
+    }),
+    unlimit: (tag) => ({
+      title: "Lift the limit on " + tag + "?",
+      text: tag + " may hold any number of backend connections again.",
+      ok: "Lift limit",
+      run: () => api("DELETE", "/api/tags/" + encodeURIComponent(tag) + "/limit"),
+      done: "lifted the limit on " + tag,
+    }),
+  };
+
+  document.addEventListener("click", (ev) => {
+    const b = ev.target.closest("button[data-action]");
+    if (!b || !actions[b.dataset.action]) return;
+    pending = actions[b.dataset.action](b.dataset.tag);
+    $("confirm-title").textContent = pending.title;
+    $("confirm-text").textContent = pending.text;
+    $("confirm-fields").replaceChildren(...(pending.fields || []));
+    $("confirm-ok").textContent = pending.ok;
+    $("confirm").showModal();
+  });
+  $("confirm-cancel").addEventListener("click", () => { pending = null; $("confirm").close(); });
+  $("confirm-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const act = pending;
+    pending = null;
+    $("confirm").close();
+    if (!act) return;
+    try {
+      await act.run();
+      showMessage(act.done, false);
+    } catch (err) {
+      showMessage("Refused: " + err.message, true);
+    }
+    refresh();
+  });
+
+  refresh();
+})();

@@ -1,0 +1,321 @@
+package reservation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/reservation"
+)
+
+// faultConns is the tests' fault injector at the engine's own seam,
+// reservation.Conns. It wraps the real Conns and, on the statements a rule
+// matches, makes the backend connection fail: either before the statement
+// is sent (nothing of it ran), or after the database ran it (its answer is
+// lost: "committed, but the client never heard"). Either way the connection
+// is then broken: later statements on it fail without being sent, and it is
+// released broken, so the database closes it (rolling back whatever
+// transaction it still had open). While down, the database is unreachable:
+// every borrow fails, and so does every statement on a connection already
+// lent.
+type faultConns struct {
+	inner reservation.Conns
+
+	mu    sync.Mutex // guards following
+	rules []*faultRule
+	down  bool
+}
+
+// faultRule fails the statements that contain match.
+type faultRule struct {
+	match string
+	after bool   // let the database run the statement, then lose its answer
+	times int    // fire this many times (0 means once)
+	skip  int    // let this many matching statements through first
+	then  func() // when set, called once the fault fired (e.g. f.setDown)
+	// hold, when set, makes the rule delay the statement until hold is
+	// closed and then send it, instead of failing it.
+	hold  <-chan struct{}
+	fired int
+}
+
+// errLost is what a failed connection returns: an I/O error, as a driver
+// reports a connection that died mid-statement.
+var errLost = fmt.Errorf("faultconns: read tcp 127.0.0.1:41234->127.0.0.1:3306: %w", io.ErrUnexpectedEOF)
+
+// errRefused is what a borrow returns while the database is down.
+var errRefused = errors.New("faultconns: dial tcp 127.0.0.1:3306: connect: connection refused")
+
+func newFaultConns(inner reservation.Conns) *faultConns { return &faultConns{inner: inner} }
+
+// inject adds a rule and returns it, so the test can check that it fired.
+func (f *faultConns) inject(match string, after bool) *faultRule {
+	r := &faultRule{match: match, after: after}
+	f.mu.Lock()
+	f.rules = append(f.rules, r)
+	f.mu.Unlock()
+	return r
+}
+
+func (f *faultConns) add(r *faultRule) *faultRule {
+	f.mu.Lock()
+	f.rules = append(f.rules, r)
+	f.mu.Unlock()
+	return r
+}
+
+func (f *faultConns) setDown(down bool) {
+	f.mu.Lock()
+	f.down = down
+	f.mu.Unlock()
+}
+
+// firedCount reports how often r fired.
+func (f *faultConns) firedCount(r *faultRule) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return r.fired
+}
+
+// clear removes every rule and brings the database back.
+func (f *faultConns) clear() {
+	f.mu.Lock()
+	f.rules, f.down = nil, false
+	f.mu.Unlock()
+}
+
+func (f *faultConns) Borrow(ctx context.Context, tag string) (reservation.Conn, error) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down {
+		return nil, errRefused
+	}
+	c, err := f.inner.Borrow(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	return &faultConn{f: f, c: c}, nil
+}
+
+// pick returns the rule that fires for q, if any, and whether the
+// database is down.
+func (f *faultConns) pick(q string) (*faultRule, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, true
+	}
+	for _, r := range f.rules {
+		if r.fired <= r.times && strings.Contains(q, r.match) {
+			if r.skip > 0 {
+				r.skip--
+				continue
+			}
+			r.fired++
+			return r, false
+		}
+	}
+	return nil, false
+}
+
+type faultConn struct {
+	f      *faultConns
+	c      reservation.Conn
+	broken bool
+}
+
+func (c *faultConn) do(q string, run func() error) error {
+	if c.broken {
+		return errLost
+	}
+	r, down := c.f.pick(q)
+	switch {
+	case down:
+		c.broken = true
+		return errLost
+	case r == nil:
+		return run()
+	case r.hold != nil:
+		<-r.hold
+		return run()
+	}
+	c.broken = true
+	if r.after {
+		_ = run() // the database runs it; the answer never arrives
+	}
+	if r.then != nil {
+		r.then()
+	}
+	return errLost
+}
+
+func (c *faultConn) Exec(ctx context.Context, q string, args ...any) (reservation.Result, error) {
+	var res reservation.Result
+	err := c.do(q, func() (err error) {
+		res, err = c.c.Exec(ctx, q, args...)
+		return err
+	})
+	return res, err
+}
+
+func (c *faultConn) Query(ctx context.Context, q string, args ...any) ([][][]byte, error) {
+	var rows [][][]byte
+	err := c.do(q, func() (err error) {
+		rows, err = c.c.Query(ctx, q, args...)
+		return err
+	})
+	return rows, err
+}
+
+func (c *faultConn) Release(broken bool) { c.c.Release(broken || c.broken) }
+
+// Statements the faults are aimed at, by what they contain. Each test
+// checks that its rule fired, so a change to the engine's SQL cannot make
+// a test pass by missing its target.
+const (
+	stmtReserveLock   = "FOR UPDATE SKIP LOCKED"         // reserve: take the units
+	stmtReserveCommit = "INSERT INTO reservations"       // reserve: lines, reservation, COMMIT
+	stmtHeaderRead    = "WHERE reservation_id = "        // claim/extend: the unlocked read of the reservation
+	stmtClaimLock     = "SELECT 'L', shop_id"            // claim/extend: lock ledger, lines, reservation
+	stmtClaimCommit   = "SET state = 1"                  // claim: deduct, delete lines, record, COMMIT
+	stmtReleaseLock   = "SELECT 'Q', shop_id"            // release: lock lines and reservation
+	stmtReleaseCommit = "SET state = 2"                  // release: delete lines, returns, record, COMMIT
+	stmtExtendCommit  = "UPDATE reserved_quantities SET" // extend: new expiry, COMMIT
+)
+
+// faultEnv is an env whose engine borrows through a faultConns.
+func faultEnv(t *testing.T, o envOpts) (*env, *faultConns) {
+	t.Helper()
+	var f *faultConns
+	o.wrap = func(c reservation.Conns) reservation.Conns {
+		f = newFaultConns(c)
+		return f
+	}
+	return newEnv(t, o), f
+}
+
+// reservationRow is the reservations row of a token, as the database has it.
+type reservationRow struct {
+	n                int64 // rows with this id: 0 or 1
+	state            int64
+	lines, qty       int64 // reserved_quantities rows and their quantity
+	expiresAt        time.Time
+	key              string
+	reservationCount int64 // reservations with the key
+}
+
+func (v *env) reservationByToken(tok string) reservationRow {
+	v.t.Helper()
+	var r reservationRow
+	var exp string
+	id := tokenID(v.t, tok)
+	err := v.db.QueryRow(`SELECT COUNT(*), COALESCE(MAX(state), -1), COALESCE(MAX(expires_at), '1970-01-01 00:00:00'), COALESCE(MAX(idempotency_key), ''),
+ (SELECT COUNT(*) FROM reserved_quantities WHERE reservation_id = ?), (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities WHERE reservation_id = ?)
+ FROM reservations WHERE reservation_id = ?`, id, id, id).Scan(&r.n, &r.state, &exp, &r.key, &r.lines, &r.qty)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if r.expiresAt, err = time.ParseInLocation("2006-01-02 15:04:05.999999", exp, time.UTC); err != nil {
+		v.t.Fatal(err)
+	}
+	r.reservationCount = v.scalar("SELECT COUNT(*) FROM reservations WHERE shop_id = ? AND idempotency_key = ?", shop, r.key)
+	return r
+}
+
+func tokenID(t *testing.T, tok string) uint64 {
+	t.Helper()
+	var id uint64
+	if _, err := fmt.Sscanf(strings.TrimPrefix(tok, "rsv_"), "%x", &id); err != nil || !strings.HasPrefix(tok, "rsv_") {
+		t.Fatalf("bad token %q", tok)
+	}
+	return id
+}
+
+// TestAnswerLostAfterCommit: when the backend connection dies after the
+// database committed a call's transaction but before its answer arrived,
+// the call still answers what it would have answered without the fault,
+// and the change was made exactly once: a reserve answers its reservation
+// (not a replay), a claim answers "claimed" (not "duplicate"), a release
+// "released", an extend the expiry it set.
+func TestAnswerLostAfterCommit(t *testing.T) {
+	for _, naive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("coalescing=%v", !naive), func(t *testing.T) {
+			v, f := faultEnv(t, envOpts{cfg: func(c *reservation.Config) { c.DisableCoalescing = naive }})
+			v.receive(31, 1, 50)
+			ctx := context.Background()
+			lost := func(stmt string) *faultRule { return f.inject(stmt, true) }
+			fired := func(r *faultRule, what string) {
+				t.Helper()
+				if n := f.firedCount(r); n != 1 {
+					t.Fatalf("%s: fault fired %d times, want 1 (did the statement change?)", what, n)
+				}
+			}
+
+			r := lost(stmtReserveCommit)
+			_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), "lost-1", linesJSON(31, 4, 1), int64(600)})
+			fired(r, "reserve")
+			if err != nil {
+				t.Fatalf("reserve whose COMMIT answer was lost: %v", err)
+			}
+			tok := rows[0][0].(string)
+			if rows[0][6] != "active" || rows[0][7] != int64(0) {
+				t.Fatalf("reserve answered %v; want the reservation it made (active, replayed 0)", rows[0])
+			}
+			if got := v.reservationByToken(tok); got.n != 1 || got.reservationCount != 1 || got.qty != 4 {
+				t.Fatalf("after the reserve the database has %+v; want one reservation of 4 under the key", got)
+			}
+
+			r = lost(stmtExtendCommit)
+			_, rows, err = v.eng.Call(ctx, "extend", []any{tok, int64(900)})
+			fired(r, "extend")
+			if err != nil {
+				t.Fatalf("extend whose COMMIT answer was lost: %v", err)
+			}
+			if got := v.reservationByToken(tok); !got.expiresAt.Equal(rows[0][1].(time.Time)) {
+				t.Fatalf("extend answered expires_at %v; the database has %v", rows[0][1], got.expiresAt)
+			}
+
+			onHand, _, _ := v.pool(31, 1)
+			r = lost(stmtClaimCommit)
+			_, rows, err = v.eng.Call(ctx, "claim", []any{tok})
+			fired(r, "claim")
+			if err != nil {
+				t.Fatalf("claim whose COMMIT answer was lost: %v", err)
+			}
+			if rows[0][1] != "claimed" {
+				t.Fatalf("claim answered %q; want claimed (this call did the claim)", rows[0][1])
+			}
+			if after, _, reserved := v.pool(31, 1); after != onHand-4 || reserved != 0 {
+				t.Fatalf("on_hand %d -> %d, reserved %d; want one deduction of 4", onHand, after, reserved)
+			}
+			_, rows, err = v.eng.Call(ctx, "claim", []any{tok})
+			if err != nil || rows[0][1] != "duplicate" {
+				t.Fatalf("a second claim answered %v, %v; want duplicate", rows, err)
+			}
+
+			tok2, err := reserve(ctx, v.eng, "lost-2", 600, 31, 3, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = lost(stmtReleaseCommit)
+			_, rows, err = v.eng.Call(ctx, "release", []any{tok2})
+			fired(r, "release")
+			if err != nil {
+				t.Fatalf("release whose COMMIT answer was lost: %v", err)
+			}
+			if rows[0][1] != "released" || rows[0][2] != int64(3) {
+				t.Fatalf("release answered %v; want released 3", rows[0])
+			}
+			if got := v.reservationByToken(tok2); got.state != 2 || got.lines != 0 {
+				t.Fatalf("after the release the database has %+v", got)
+			}
+			v.checkInvariant(31, 1)
+		})
+	}
+}
