@@ -117,8 +117,8 @@ func TestCheckPoolAgainstMariaDB(t *testing.T) {
 	ids := []uint64{11, 12, 13, 14}
 	for _, id := range ids {
 		exec("INSERT INTO reserved_quantities VALUES (?, 1, 3, 1001, 1, 1, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)", id)
-		exec("INSERT INTO reservations VALUES (?, 3, ?, REPEAT('x', 32), 0, 1, '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, NULL, NULL)",
-			id, fmt.Sprint("key", id))
+		exec("INSERT INTO reservations (reservation_id, shop_id, idempotency_key, request_hash, state, line_count, line_items, created_at, expires_at) "+
+			"VALUES (?, 3, ?, REPEAT('x', 32), 0, 1, '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)", id, fmt.Sprint("key", id))
 	}
 
 	c, err := CheckPool(ctx, db, k, ids)
