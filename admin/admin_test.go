@@ -13,12 +13,13 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
 func newFake() *fakeServer {
 	return &fakeServer{
 		stats: proxy.ServerStats{ClientsActive: 12, PinnedSessions: 1, Pins: map[string]uint64{"user_variable": 3},
-			Pool: proxy.PoolStats{Open: 4, InUse: 3, Idle: 1, Waiting: 2, Max: 4, Acquired: 900, Waited: 40,
+			Pool: pool.Stats{Open: 4, InUse: 3, Idle: 1, Waiting: 2, Max: 4, Acquired: 900, Waited: 40,
 				WaitTime: 1234567 * time.Microsecond}},
 		waiting: proxy.Waiting{Pool: 2, TagLimit: 3, Pipeline: 1, ByTag: map[string]int{"capped": 3}},
 		tags: []proxy.TagInfo{

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
 // NewCollector returns the metrics read from srv at scrape time: the front
@@ -29,7 +30,12 @@ var (
 	dPoolRejected  = desc("holdfast_pool_rejected_total", "Borrowers refused at once because pool.max_waiters were already queued.")
 	dPoolDials     = desc("holdfast_pool_dials_total", "Backend connection attempts.")
 	dPoolDialErrs  = desc("holdfast_pool_dial_errors_total", "Backend connection attempts that failed.")
-	dPoolClosed    = desc("holdfast_pool_closed_total", "Backend connections closed, by reason (lifetime, idle, broken, unhealthy).", "reason")
+	dPoolClosed    = desc("holdfast_pool_closed_total", "Backend connections closed, by reason (broken, unhealthy, lifetime, idle, swap, shrink, shutdown): dials - dial errors - closes = open.", "reason")
+	dPoolDialing   = desc("holdfast_pool_dialing", "Backend connections being dialed now.")
+	dPoolHeld      = desc("holdfast_pool_held_connections", "Backend connections kept out of circulation while a kill sent on them completes.")
+	dBackendStmts  = desc("holdfast_backend_prepared_statements", "Prepared statements open on holdfast's backend connections.")
+	dStmtBudget    = desc("holdfast_backend_prepared_statements_budget", "The most prepared statements this instance keeps on its backend connections (a share of the server's max_prepared_stmt_count).")
+	dStmtRetries   = desc("holdfast_backend_prepare_retries_total", "Prepares retried after the server ran out of prepared statements (1461), having given back the ones no client held.")
 	dClients       = desc("holdfast_clients", "Client connections open now.")
 	dClientsTotal  = desc("holdfast_clients_accepted_total", "Client connections that completed the handshake.")
 	dHandshakeFail = desc("holdfast_handshake_failures_total", "Client connections that failed the handshake (bad password, malformed, timeout).")
@@ -47,8 +53,8 @@ type collector struct {
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dPoolConns, dPoolMax, dPoolWaiters, dPoolAcquires, dPoolWaits, dPoolWaitSecs,
-		dPoolTimeouts, dPoolRejected, dPoolDials, dPoolDialErrs, dPoolClosed, dClients, dClientsTotal, dHandshakeFail,
-		dClientsRej, dCommands, dPinned, dPins, dPipelined} {
+		dPoolTimeouts, dPoolRejected, dPoolDials, dPoolDialErrs, dPoolClosed, dPoolDialing, dPoolHeld, dBackendStmts,
+		dStmtBudget, dStmtRetries, dClients, dClientsTotal, dHandshakeFail, dClientsRej, dCommands, dPinned, dPins, dPipelined} {
 		ch <- d
 	}
 	c.tags.Describe(ch)
@@ -75,10 +81,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	n(dPoolRejected, float64(p.Rejected))
 	n(dPoolDials, float64(p.Dials))
 	n(dPoolDialErrs, float64(p.DialErrors))
-	n(dPoolClosed, float64(p.ClosedLifetime), "lifetime")
-	n(dPoolClosed, float64(p.ClosedIdle), "idle")
-	n(dPoolClosed, float64(p.ClosedBroken), "broken")
-	n(dPoolClosed, float64(p.ClosedUnhealthy), "unhealthy")
+	for r := range pool.NumCloseReasons {
+		n(dPoolClosed, float64(p.Closed[r]), r.String())
+	}
+	g(dPoolDialing, float64(p.Dialing))
+	g(dPoolHeld, float64(p.Held))
+	g(dBackendStmts, float64(st.BackendStatements))
+	g(dStmtBudget, float64(st.StatementBudget))
+	n(dStmtRetries, float64(st.StatementRetries))
 	g(dClients, float64(st.ClientsActive))
 	n(dClientsTotal, float64(st.ClientsTotal))
 	n(dHandshakeFail, float64(st.HandshakeFailures))

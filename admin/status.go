@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/proxy"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
 // The status page's data (GET /api/status): the server's live state, and
@@ -30,7 +31,7 @@ const (
 type sample struct {
 	at     time.Time
 	tags   map[string]tagSample
-	pool   proxy.PoolStats
+	pool   pool.Stats
 	engine engineSample
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdfast-db/holdfast/proxy"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
 // statusAnswer is the part of GET /api/status the tests read.
@@ -90,7 +91,7 @@ func (s statusAnswer) tag(t *testing.T, name string) int {
 func TestStatusRates(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 5, 12, 14, 0, 0, 0, time.UTC)}
 	f := &fakeServer{
-		stats: proxy.ServerStats{Pool: proxy.PoolStats{Open: 10, InUse: 9, Max: 10, WaitTime: time.Second}},
+		stats: proxy.ServerStats{Pool: pool.Stats{Open: 10, InUse: 9, Max: 10, WaitTime: time.Second}},
 		tags: []proxy.TagInfo{
 			{Tag: "checkout", HoldSeconds: 100, IdleInTxnSeconds: 10, WaitSeconds: 1, Statements: 1000, SlowTransactions: 2, HeldNow: 1},
 			{Tag: "search", HoldSeconds: 50, Statements: 10},
@@ -155,7 +156,7 @@ func TestStatusRates(t *testing.T) {
 func TestStatusOpenTransaction(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 5, 12, 14, 0, 0, 0, time.UTC)}
 	f := &fakeServer{
-		stats:   proxy.ServerStats{Pool: proxy.PoolStats{InUse: 1, Max: 4}},
+		stats:   proxy.ServerStats{Pool: pool.Stats{InUse: 1, Max: 4}},
 		tags:    []proxy.TagInfo{{Tag: "report", Borrows: 1, Statements: 1, HeldNow: 1}},
 		holders: []proxy.HolderInfo{{ClientID: 3, Tag: "report", HeldFor: 30, InTransaction: true}},
 	}

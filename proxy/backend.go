@@ -14,6 +14,8 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
 // Command bytes (client → server).
@@ -89,7 +91,7 @@ type BackendSettings struct {
 // borrower at a time (or by the pool while idle); nothing here is safe for
 // concurrent use except threadID, which is immutable.
 type backendConn struct {
-	id       uint64
+	slot     pool.Slot // the pool's bookkeeping (see pool.Conn)
 	threadID uint32
 	version  string
 	nc       net.Conn
@@ -98,10 +100,6 @@ type backendConn struct {
 	w        packetWriter
 	variant  variant // capabilities negotiated that clients see (a pool key)
 	info     backendInfo
-
-	created  time.Time
-	expires  time.Time
-	idleFrom time.Time
 
 	// Session state on this connection as holdfast last set or observed it.
 	vars       *varState
@@ -171,7 +169,6 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 		w:          packetWriter{bw: bufio.NewWriterSize(nc, 64<<10)},
 		variant:    v,
 		info:       backendInfo{mariaDB: sniff.srvCaps&mysql.CLIENT_LONG_PASSWORD == 0, extCaps: sniff.srvExt},
-		created:    time.Now(),
 		db:         s.Database,
 		dbKnown:    true,
 		multiStmts: true,
@@ -274,6 +271,21 @@ func unwrapMyError(err error) error {
 func (bc *backendConn) close() {
 	_ = bc.nc.Close()
 	bc.stmts.forget()
+}
+
+// The pool.Conn methods. The pool calls them only while it owns the
+// connection.
+
+func (bc *backendConn) Key() variant         { return bc.variant }
+func (bc *backendConn) Alive() bool          { return bc.alive() }
+func (bc *backendConn) Close()               { bc.close() }
+func (bc *backendConn) PoolSlot() *pool.Slot { return &bc.slot }
+func (bc *backendConn) Ping(ctx context.Context) error {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(time.Second)
+	}
+	return bc.ping(time.Until(dl))
 }
 
 // alive is a cheap check that an idle connection has not been closed by

@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
 // killBackend kills a backend thread from outside and waits until the
@@ -51,8 +52,8 @@ func TestBackendKilledBetweenTransactions(t *testing.T) {
 	if got := queryString(t, a, "SELECT COUNT(*) FROM t"); got != "3" {
 		t.Fatalf("%s rows", got)
 	}
-	if st := p.srv.Stats().Pool; st.ClosedUnhealthy < 3 {
-		t.Fatalf("pool closed %d unhealthy connections, want at least 3", st.ClosedUnhealthy)
+	if st := p.srv.Stats().Pool; st.Closed[pool.CloseUnhealthy] < 3 {
+		t.Fatalf("pool closed %d unhealthy connections, want at least 3", st.Closed[pool.CloseUnhealthy])
 	}
 }
 

@@ -55,7 +55,7 @@ func (s *Server) BorrowEngine(ctx context.Context, tag string) (*EngineConn, err
 		return nil, err
 	}
 	start := time.Now()
-	bc, err := s.pool.acquire(ctx, 0)
+	bc, err := s.pool.Acquire(ctx, 0)
 	if err != nil {
 		if counted {
 			s.gates.exit(tag)
@@ -146,7 +146,7 @@ func (c *EngineConn) Release(broken bool) {
 	if c.gated {
 		c.srv.gates.exit(c.tag.Name())
 	}
-	c.srv.pool.release(c.bc, !broken && !inTxn)
+	c.srv.pool.Release(c.bc, !broken && !inTxn)
 }
 
 func (s *Server) engineHolders(now time.Time) []HolderInfo {

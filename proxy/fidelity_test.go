@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
 // Every KILL form either is translated from holdfast's connection ids or
@@ -162,7 +163,7 @@ func TestWaitTimeoutIsTheClients(t *testing.T) {
 	if got := rawThread(other); got != tid {
 		t.Fatalf("backend connection %s was replaced by %s: MariaDB closed it", tid, got)
 	}
-	if st := p.srv.Stats().Pool; st.ClosedBroken+st.ClosedUnhealthy != 0 {
+	if st := p.srv.Stats().Pool; st.Closed[pool.CloseBroken]+st.Closed[pool.CloseUnhealthy] != 0 {
 		t.Fatalf("backend connections closed as broken or unhealthy: %+v", st)
 	}
 

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/internal/waitq"
 )
 
 // On-call controls per tag: a drained tag's new borrows fail at once; a
@@ -31,9 +30,12 @@ type gate struct {
 	drainedAt time.Time
 	reason    string
 	killTimer *time.Timer
-	limit     int       // 0: none
-	inUse     int       // borrows entered under the limit
-	waiters   list.List // of chan struct{}, oldest first
+	limit     int // 0: none
+	inUse     int // borrows entered under the limit
+	// waiters are borrowers queued under the limit, oldest first. A
+	// hand-off is true when it comes with a counted slot (the borrower
+	// must exit), false when the limit was lifted.
+	waiters *waitq.Queue[struct{}, bool]
 }
 
 // gates holds the controls in force. The zero value is ready to use.
@@ -75,37 +77,29 @@ func (g *gates) enter(ctx context.Context, tag string) (bool, error) {
 		g.mu.Unlock()
 		return true, nil
 	}
-	ch := make(chan struct{}, 1)
-	e := gt.waiters.PushBack(ch)
+	w := &waitq.Waiter[struct{}, bool]{}
+	if err := gt.waiters.Enqueue(w); err != nil {
+		g.mu.Unlock()
+		return false, err
+	}
 	limitErr := fmt.Errorf("tag '%s' is limited to %d backend connections by on-call: %w", tag, gt.limit, errTagLimit)
 	g.mu.Unlock()
-	select {
-	case <-ch: // a slot was handed over, already counted
-		g.mu.Lock()
-		drained, err := gt.drained, gt.drainErr(tag)
-		g.mu.Unlock()
-		if drained {
-			g.exit(tag)
-			return false, err
-		}
-		return true, nil
-	case <-ctx.Done():
-		g.mu.Lock()
-		removed := false
-		for x := gt.waiters.Front(); x != nil; x = x.Next() {
-			if x == e {
-				gt.waiters.Remove(e)
-				removed = true
-				break
-			}
-		}
-		g.mu.Unlock()
-		if !removed { // handed a slot as we gave up: give it back
-			<-ch
-			g.exit(tag)
-		}
+	// A slot handed over as ctx ends goes back through the queue's
+	// give-back (see getLocked), so it is neither lost nor doubled.
+	counted, err := gt.waiters.Wait(ctx, w)
+	if err != nil {
 		return false, limitErr
 	}
+	g.mu.Lock()
+	drained, derr := gt.drained, gt.drainErr(tag)
+	g.mu.Unlock()
+	if drained {
+		if counted {
+			g.exit(tag)
+		}
+		return false, derr
+	}
+	return counted, nil
 }
 
 func (gt *gate) drainErr(tag string) error {
@@ -124,10 +118,8 @@ func (g *gates) exit(tag string) {
 	if gt == nil {
 		return
 	}
-	if e := gt.waiters.Front(); e != nil && (gt.limit == 0 || gt.inUse <= gt.limit) {
-		gt.waiters.Remove(e)
-		e.Value.(chan struct{}) <- struct{}{}
-		return
+	if (gt.limit == 0 || gt.inUse <= gt.limit) && gt.waiters.HandOff(true) {
+		return // the slot goes on to the oldest waiter
 	}
 	if gt.inUse > 0 {
 		gt.inUse--
@@ -142,6 +134,11 @@ func (g *gates) getLocked(tag string) *gate {
 	gt := g.m[tag]
 	if gt == nil {
 		gt = &gate{}
+		gt.waiters = waitq.New[struct{}](func(counted bool) {
+			if counted {
+				g.exit(tag)
+			}
+		})
 		g.m[tag] = gt
 		g.active.Add(1)
 	}
@@ -173,12 +170,9 @@ func (g *gates) drain(tag, reason string, grace time.Duration, kill func()) {
 	if grace > 0 && kill != nil {
 		gt.killTimer = time.AfterFunc(grace, kill)
 	}
-	// Waiters under a limit are refused too.
-	for e := gt.waiters.Front(); e != nil; e = gt.waiters.Front() {
-		gt.waiters.Remove(e)
-		gt.inUse++
-		e.Value.(chan struct{}) <- struct{}{}
-	}
+	// Waiters under a limit are refused too (each with a counted slot,
+	// which it exits at once).
+	gt.inUse += gt.waiters.HandOffAll(true)
 }
 
 func (g *gates) undrain(tag string) {
@@ -208,19 +202,10 @@ func (g *gates) setLimit(tag string, n, held int) {
 	gt.limit = n
 	if n == 0 {
 		gt.inUse = 0
-		for e := gt.waiters.Front(); e != nil; e = gt.waiters.Front() {
-			gt.waiters.Remove(e)
-			e.Value.(chan struct{}) <- struct{}{}
-		}
+		gt.waiters.HandOffAll(false)
 	} else {
-		for gt.inUse < gt.limit {
-			e := gt.waiters.Front()
-			if e == nil {
-				break
-			}
-			gt.waiters.Remove(e)
+		for gt.inUse < gt.limit && gt.waiters.HandOff(true) {
 			gt.inUse++
-			e.Value.(chan struct{}) <- struct{}{}
 		}
 	}
 	g.cleanupLocked(tag, gt)
@@ -237,15 +222,6 @@ func (g *gates) snapshot() []GateState {
 		out = append(out, GateState{Tag: tag, Drained: gt.drained, DrainedAt: gt.drainedAt, Reason: gt.reason, Limit: gt.limit, InUse: gt.inUse})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Tag < out[j].Tag })
-	return out
-}
-
-func (g *gates) attributionGates() []attribution.Gate {
-	s := g.snapshot()
-	out := make([]attribution.Gate, len(s))
-	for i, x := range s {
-		out[i] = attribution.Gate{Tag: x.Tag, Drained: x.Drained, Limit: x.Limit}
-	}
 	return out
 }
 

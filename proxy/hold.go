@@ -90,7 +90,7 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	if s.srv.attr {
 		start = time.Now()
 	}
-	bc, err := s.srv.pool.acquire(s.srv.ctx, s.variant)
+	bc, err := s.srv.pool.Acquire(s.srv.ctx, s.variant)
 	if err != nil {
 		if counted {
 			s.srv.gates.exit(tag.Name())
@@ -161,7 +161,7 @@ func (s *session) release(reusable bool) {
 	if s.h.gated != "" {
 		s.srv.gates.exit(s.h.gated)
 	}
-	s.srv.pool.release(s.bc, reusable)
+	s.srv.pool.Release(s.bc, reusable)
 	s.bc = nil
 	s.beginInFlight = false // a BEGIN sent ahead belongs to that connection
 	s.h = hold{longStmt: s.h.longStmt[:0]}

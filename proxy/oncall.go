@@ -165,7 +165,7 @@ func (w Waiting) Total() int { return w.Pool + w.TagLimit + w.Pipeline }
 // Waiting returns the borrowers queued now. The three counts are read one
 // after the other, not as one consistent cut.
 func (s *Server) Waiting() Waiting {
-	w := Waiting{Pool: s.pool.Stats().Waiting, Pipeline: int(s.pipes.nwait.Load()), ByTag: s.gates.waiting()}
+	w := Waiting{Pool: s.pool.Stats().Waiting, Pipeline: s.pipes.waiters.Len(), ByTag: s.gates.waiting()}
 	for _, n := range w.ByTag {
 		w.TagLimit += n
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/internal/waitq"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -46,12 +46,19 @@ type pipe struct {
 
 // pipes is the server's set of open pipes.
 type pipes struct {
-	nwait atomic.Int32 // len(waiters), read without the lock
+	// waiters are statements waiting for a place in a full pipe, oldest
+	// first. A wake-up means "a place may be free: try again"; one a waiter
+	// does not use is passed on to the next (see newPipes).
+	waiters *waitq.Queue[struct{}, struct{}]
 
-	mu      sync.Mutex // guards the fields below
-	open    []*pipe
-	waiters []pipeWaiter // statements waiting for a place in a full pipe, oldest first
-	seq     uint64       // last pipeWaiter.seq given out
+	mu   sync.Mutex // guards open
+	open []*pipe
+}
+
+func newPipes() *pipes {
+	ps := &pipes{}
+	ps.waiters = waitq.New[struct{}](func(struct{}) { ps.wakeOne() })
+	return ps
 }
 
 // pipelineDepth is how many statements may share one backend connection
@@ -73,9 +80,9 @@ func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
 // could take it (the caller then borrows a connection as usual).
 func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution.Tag, cs *clientStmt, text []byte) (handled, keep bool) {
 	start := time.Now()
-	var timer *time.Timer
-	var ch chan struct{}
-	var seq uint64
+	q := s.srv.pipes.waiters
+	var w *waitq.Waiter[struct{}, struct{}]
+	var ctx context.Context
 	p, turn, cmd, wait := s.srv.joinPipe(s, cs, build)
 	for p == nil && wait {
 		// A pipe fit for us exists but cannot take us now (full, busy with
@@ -83,35 +90,35 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		// for a connection), and the pool cannot open another connection:
 		// wait for a place rather than for a connection of our own, which
 		// a busy pipe would not give back.
-		if timer == nil {
-			timer = time.NewTimer(s.srv.pool.Limits().AcquireTimeout)
-			defer timer.Stop()
-			// One channel for every pass: a wake-up both empties it and
-			// takes it off the queue.
-			ch = make(chan struct{}, 1)
+		if w == nil {
+			w = &waitq.Waiter[struct{}, struct{}]{}
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(s.srv.ctx, s.srv.pool.Limits().AcquireTimeout)
+			defer cancel()
 		}
-		// Woken but beaten to the place: keep our turn.
-		seq = s.srv.pipes.addWaiter(ch, seq)
+		if err := q.Enqueue(w); err != nil {
+			s.writeErr(poolErr(pool.ErrClosed))
+			return true, true
+		}
 		// A place may have opened between the failed try and queueing.
 		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, build); p != nil || !wait {
-			s.srv.pipes.dropWaiter(ch, p == nil)
+			if _, handed := q.Leave(w); handed {
+				q.GiveBack(struct{}{}) // a wake-up we no longer need
+			}
 			break
 		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			s.srv.pipes.dropWaiter(ch, true)
-			s.writeErr(poolErr(fmt.Errorf("%w after %v (every backend connection busy)", ErrPoolTimeout, time.Since(start).Round(time.Millisecond))))
-			return true, true
-		case <-s.srv.ctx.Done():
-			s.srv.pipes.dropWaiter(ch, true)
-			s.writeErr(poolErr(context.Canceled))
+		if _, err := q.Wait(ctx, w); err != nil {
+			if s.srv.ctx.Err() != nil || errors.Is(err, waitq.ErrClosed) {
+				s.writeErr(poolErr(pool.ErrClosed))
+			} else {
+				s.writeErr(poolErr(fmt.Errorf("%w after %v (every backend connection busy)", pool.ErrTimeout, time.Since(start).Round(time.Millisecond))))
+			}
 			return true, true
 		}
 		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, build); p == nil && !wait {
 			// Woken, but off to borrow a connection instead: the place
 			// we were woken for goes to the next waiter.
-			s.srv.pipes.wakeOne()
+			q.GiveBack(struct{}{})
 		}
 	}
 	if p == nil {
@@ -180,17 +187,11 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
 	turn = make(chan struct{}, 1)
 	// An idle connection first: no statement waits behind another then.
-	bc, other := srv.pool.takeIdleFit(s.variant, func(bc *backendConn) bool {
+	bc, ok, other := srv.pool.TryAcquire(s.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, cs) })
+	if ok {
 		if bc.vars == nil {
 			bc.vars = srv.baseVars()
 		}
-		return s.fitsPipe(bc, cs)
-	})
-	if bc != nil {
-		bc = srv.pool.check(bc)
-	}
-	if bc != nil {
-		srv.pool.lent(time.Time{}, false)
 		p = &pipe{bc: bc, srv: srv, headSince: time.Now()}
 		p.mu.Lock()
 		srv.pipes.mu.Lock()
@@ -210,7 +211,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	// transaction, say) pipes take no newcomers, so that they drain and
 	// hand their connection over: pipelining never starves them.
 	depth := srv.pipelineDepth()
-	open := srv.pool.nwait.Load() == 0
+	open := srv.pool.Waiting() == 0
 	now := time.Now()
 	srv.pipes.mu.Lock()
 	var best *pipe
@@ -227,7 +228,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	}
 	if best == nil {
 		srv.pipes.mu.Unlock()
-		if wait && open && srv.pool.canDial() {
+		if wait && open && srv.pool.CanDial(s.variant) {
 			// Fitting pipes are full, but the pool has room: a connection
 			// of our own comes sooner than a place.
 			wait = false
@@ -245,81 +246,12 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	return best, turn, cmd, false
 }
 
-// pipeWaiter is a statement waiting for a place in a pipe. seq orders the
-// queue by first arrival, also for one that re-queues after a wake-up that
-// found no place.
-type pipeWaiter struct {
-	ch  chan struct{}
-	seq uint64
-}
-
 // wakeOne tells the oldest statement waiting for a place in a pipe to try
 // again.
-func (ps *pipes) wakeOne() {
-	if ps.nwait.Load() == 0 {
-		return
-	}
-	ps.mu.Lock()
-	if len(ps.waiters) > 0 {
-		ps.waiters[0].ch <- struct{}{}
-		ps.waiters = ps.waiters[1:]
-	}
-	ps.nwait.Store(int32(len(ps.waiters)))
-	ps.mu.Unlock()
-}
+func (ps *pipes) wakeOne() { ps.waiters.HandOff(struct{}{}) }
 
 // wakeAll tells every statement waiting for a place in a pipe to try again.
-func (ps *pipes) wakeAll() {
-	if ps.nwait.Load() == 0 {
-		return
-	}
-	ps.mu.Lock()
-	for _, w := range ps.waiters {
-		w.ch <- struct{}{}
-	}
-	ps.waiters = ps.waiters[:0]
-	ps.nwait.Store(0)
-	ps.mu.Unlock()
-}
-
-// addWaiter queues ch for a wake-up when a place in a pipe may be free, in
-// order of first arrival: seq 0 is a newcomer (queued last); a statement
-// that re-queues passes the seq it got, and keeps its turn.
-func (ps *pipes) addWaiter(ch chan struct{}, seq uint64) uint64 {
-	ps.mu.Lock()
-	if seq == 0 {
-		ps.seq++
-		seq = ps.seq
-	}
-	i := len(ps.waiters)
-	for i > 0 && ps.waiters[i-1].seq > seq {
-		i--
-	}
-	ps.waiters = slices.Insert(ps.waiters, i, pipeWaiter{ch, seq})
-	ps.nwait.Store(int32(len(ps.waiters)))
-	ps.mu.Unlock()
-	return seq
-}
-
-// dropWaiter takes ch off the queue. A statement that gives up waiting
-// after a wake-up was already sent to it (passOn) hands that wake-up to the
-// next waiter, so that a free place is not left unused.
-func (ps *pipes) dropWaiter(ch chan struct{}, passOn bool) {
-	ps.mu.Lock()
-	found := false
-	for i, w := range ps.waiters {
-		if w.ch == ch {
-			ps.waiters = slices.Delete(ps.waiters, i, i+1)
-			found = true
-			break
-		}
-	}
-	ps.nwait.Store(int32(len(ps.waiters)))
-	ps.mu.Unlock()
-	if !found && passOn {
-		ps.wakeOne()
-	}
-}
+func (ps *pipes) wakeAll() { ps.waiters.HandOffAll(struct{}{}) }
 
 // slowHead: a pipe whose current statement has run this long takes no new
 // statements (they would wait behind it). A variable for tests.
@@ -329,7 +261,11 @@ var slowHead = 20 * time.Millisecond
 // prepared statement) whether bc has it prepared: a pipe cannot restore or
 // prepare without delaying the statements queued on it.
 func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
-	if bc.variant != s.variant || !bc.dbKnown || bc.db != s.db || bc.multiStmts != s.multiStmts || !s.vars.equal(bc.vars) {
+	vars := bc.vars
+	if vars == nil {
+		vars = s.srv.baseVars()
+	}
+	if bc.variant != s.variant || !bc.dbKnown || bc.db != s.db || bc.multiStmts != s.multiStmts || !s.vars.equal(vars) {
 		return false
 	}
 	// A statement whose parameter count changed on this connection (the
@@ -405,7 +341,7 @@ func (p *pipe) leave() {
 		}
 	}
 	srv.pipes.mu.Unlock()
-	srv.pool.release(p.bc, !broken && !poisoned)
+	srv.pool.Release(p.bc, !broken && !poisoned)
 	// The pipe is gone: everyone waiting for a place in it tries again
 	// (another pipe, an idle connection, or the pool's queue); waiters for
 	// other pipes re-queue in their turn.

@@ -19,11 +19,9 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
-// ErrBackendDown reports that the backend could not be reached while a
-// borrower waited.
-var ErrBackendDown = errors.New("proxy: backend unreachable")
 
 // fallbackVersion is advertised until the backend's own version is known.
 const fallbackVersion = "8.0.0-holdfast"
@@ -44,7 +42,7 @@ const (
 // authenticates them, and runs one session per client over the shared pool.
 type Server struct {
 	log    *slog.Logger
-	pool   *Pool
+	pool   *pool.Pool[variant, *backendConn]
 	users  users
 	procs  Procedures
 	rec    *attribution.Recorder
@@ -52,7 +50,7 @@ type Server struct {
 	slow   slowLog
 	engine engineRegistry
 	cmds   atomic.Uint64
-	pipes  pipes
+	pipes  *pipes
 	// pipelined counts statements run on a shared (pipelined) connection.
 	pipelined atomic.Uint64
 	// beginsAhead counts deferred BEGINs sent with the transaction's first
@@ -113,7 +111,7 @@ type ServerStats struct {
 	BeginsAhead       uint64 // deferred BEGINs sent in one write with the first statement
 	PinnedSessions    int
 	Pins              map[string]uint64 // pins by reason, since start
-	Pool              PoolStats
+	Pool              pool.Stats
 	// Prepared statements open on backend connections, the most this
 	// instance keeps (0 until the backend's max_prepared_stmt_count is
 	// known), and prepares retried after the server ran out (1461).
@@ -136,6 +134,7 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 		cancel:     cancel,
 		handshakes: make(chan struct{}, maxHandshakes),
 		sessions:   map[uint32]*session{},
+		pipes:      newPipes(),
 	}
 	s.st.Pins = map[string]uint64{}
 	s.rec = attribution.NewRecorder(attribution.Options{MaxTags: cfg.Attribution.MaxTags, RetireIdle: cfg.Attribution.RetireIdle})
@@ -148,9 +147,18 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 		v = fallbackVersion
 	}
 	s.version.Store(&v)
-	s.pool = NewPool(s.backendSettings(), limitsFrom(cfg.Pool), log)
-	s.pool.onFirstDial = s.learnBackend
-	s.pool.onFree = s.pipes.wakeOne
+	s.pool, err = pool.New(pool.Options[variant, *backendConn]{
+		Dial: func(ctx context.Context, v variant) (*backendConn, error) {
+			return dialBackend(ctx, s.backendSettings(), v)
+		},
+		OnFirstDial: s.learnBackend,
+		OnFree:      s.pipes.wakeOne,
+		Log:         log,
+	}, limitsFrom(cfg.Pool))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
 	s.nextConnID.Store(firstConnID - 1)
 	s.applyConfigGates(cfg.Tags)
 	return s, nil
@@ -169,9 +177,6 @@ func CheckBackend(ctx context.Context, cfg config.Config) (string, error) {
 	return bc.version, nil
 }
 
-// Pool returns the backend pool (the reservation engine borrows from it).
-func (s *Server) Pool() *Pool { return s.pool }
-
 func usersFrom(cfg config.Config) []User {
 	us := make([]User, 0, len(cfg.Users))
 	for _, u := range cfg.Users {
@@ -180,8 +185,8 @@ func usersFrom(cfg config.Config) []User {
 	return us
 }
 
-func limitsFrom(p config.Pool) PoolLimits {
-	return PoolLimits{Min: p.Min, Max: p.Max, MaxIdle: p.MaxIdle, IdleTimeout: p.IdleTimeout,
+func limitsFrom(p config.Pool) pool.Limits[variant] {
+	return pool.Limits[variant]{Min: p.Min, Max: p.Max, MaxIdle: p.MaxIdle, IdleTimeout: p.IdleTimeout,
 		MaxLifetime: p.MaxLifetime, LifetimeJitter: p.LifetimeJitter, AcquireTimeout: p.AcquireTimeout,
 		MaxWaiters: p.MaxWaiters, PingAfterIdle: p.PingAfterIdle}
 }
@@ -339,7 +344,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrPoolClosed
+		return pool.ErrClosed
 	}
 	s.ln = ln
 	s.mu.Unlock()
@@ -375,12 +380,12 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) warm() {
 	ctx, cancel := context.WithTimeout(s.ctx, s.config().Backend.DialTimeout)
 	defer cancel()
-	bc, err := s.pool.acquire(ctx, 0)
+	bc, err := s.pool.Acquire(ctx, 0)
 	if err != nil {
 		s.log.Warn("backend not reachable at start; will keep trying", "addr", s.config().Backend.Address, "err", err)
 		return
 	}
-	s.pool.release(bc, true)
+	s.pool.Release(bc, true)
 }
 
 // janitor is the one timer loop behind every session timeout. Each tick it
@@ -585,7 +590,9 @@ func (s *Server) Reload(cfg config.Config) error {
 	}
 	s.cfg.Store(&cfg)
 	s.users.set(usersFrom(cfg))
-	s.pool.SetLimits(limitsFrom(cfg.Pool))
+	if err := s.pool.SetLimits(limitsFrom(cfg.Pool)); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
 	s.applyConfigGates(cfg.Tags)
 	s.log.Info("configuration reloaded", "users", len(cfg.Users), "pool_max", cfg.Pool.Max)
 	return nil

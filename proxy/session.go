@@ -16,6 +16,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -332,11 +333,11 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 
 func poolErr(err error) *sqlError {
 	switch {
-	case errors.Is(err, ErrBackendDown):
+	case errors.Is(err, pool.ErrBackendDown):
 		return newErr(codeConnectFailed, "HY000", "holdfast: %v", err)
-	case errors.Is(err, ErrPoolTimeout), errors.Is(err, ErrPoolWaiterCap):
+	case errors.Is(err, pool.ErrTimeout), errors.Is(err, pool.ErrWaiterCap):
 		return newErr(codeConCount, "08004", "holdfast: %v", err)
-	case errors.Is(err, ErrPoolClosed), errors.Is(err, context.Canceled):
+	case errors.Is(err, pool.ErrClosed), errors.Is(err, context.Canceled):
 		return newErr(codeShutdown, "08S01", "holdfast: server shutdown in progress")
 	}
 	return newErr(codeConnectFailed, "HY000", "holdfast: %v", err)
