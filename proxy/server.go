@@ -22,7 +22,6 @@ import (
 	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
-
 // fallbackVersion is advertised until the backend's own version is known.
 const fallbackVersion = "8.0.0-holdfast"
 
