@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -564,18 +563,6 @@ func (bc *backendConn) setMultiStatements(on bool) error {
 		return nil
 	}
 	return fmt.Errorf("%w: unexpected reply to COM_SET_OPTION", errMalformed)
-}
-
-// killQuery interrupts whatever statement backend thread tid runs, from a
-// separate short-lived connection (the pool may be exhausted).
-func killQuery(ctx context.Context, s BackendSettings, tid uint32) error {
-	bc, err := dialBackend(ctx, s, 0)
-	if err != nil {
-		return err
-	}
-	defer bc.close()
-	_, err = bc.query(ctx, "KILL QUERY "+strconv.FormatUint(uint64(tid), 10))
-	return err
 }
 
 // isIOError reports whether err broke the connection (as opposed to a MySQL

@@ -5,27 +5,28 @@ import "fmt"
 // Error codes holdfast itself sends. Backend errors are relayed byte-exact
 // and never pass through here. README.md lists these for users.
 const (
-	codeConCount       = 1040 // pool exhausted: no backend connection in time
-	codeAccessDenied   = 1045
-	codeUnknownCommand = 1047
-	codeHandshake      = 1043 // a handshake packet that makes no sense
-	codeShutdown       = 1053
-	codeNoSuchThread   = 1094
-	codeKillDenied     = 1095
-	codeUnknownError   = 1105
-	codeNotAllowed     = 1148
-	codePacketTooLarge = 1153
-	codeOutOfOrder     = 1156
-	codeWrongArguments = 1210
-	codeUnknownStmt    = 1243
-	codeUnsupportedPS  = 1295 // a statement that cannot be prepared
-	codeNotSupported   = 1235 // a statement form holdfast does not support
-	codeAuthMode       = 1251 // a client without the 4.1 protocol
-	codeMalformed      = 1835
-	codeConnectFailed  = 2003 // backend unreachable
-	codeServerLost     = 2013 // backend connection lost during a statement
-	codeTagDrained     = 9001 // the statement's tag is drained by on-call
-	codeTagLimit       = 9002 // no slot under the tag's connection limit in time
+	codeConCount         = 1040 // pool exhausted: no backend connection in time
+	codeAccessDenied     = 1045
+	codeUnknownCommand   = 1047
+	codeHandshake        = 1043 // a handshake packet that makes no sense
+	codeShutdown         = 1053
+	codeNoSuchThread     = 1094
+	codeKillDenied       = 1095
+	codeUnknownError     = 1105
+	codeQueryInterrupted = 1317 // the server's KILL QUERY answer
+	codeNotAllowed       = 1148
+	codePacketTooLarge   = 1153
+	codeOutOfOrder       = 1156
+	codeWrongArguments   = 1210
+	codeUnknownStmt      = 1243
+	codeUnsupportedPS    = 1295 // a statement that cannot be prepared
+	codeNotSupported     = 1235 // a statement form holdfast does not support
+	codeAuthMode         = 1251 // a client without the 4.1 protocol
+	codeMalformed        = 1835
+	codeConnectFailed    = 2003 // backend unreachable
+	codeServerLost       = 2013 // backend connection lost during a statement
+	codeTagDrained       = 9001 // the statement's tag is drained by on-call
+	codeTagLimit         = 9002 // no slot under the tag's connection limit in time
 )
 
 func newErr(code uint16, state, format string, a ...any) *sqlError {

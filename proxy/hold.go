@@ -70,6 +70,7 @@ func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
 // startDeferredBegin).
 func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlError) {
 	if s.bc != nil {
+		s.waitKills()
 		return s.bc, nil
 	}
 	counted, err := false, error(nil)

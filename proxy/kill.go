@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,29 +100,103 @@ func (s *session) kill(id uint64, queryOnly bool) bool {
 	return true
 }
 
-// interrupt stops the statement the session runs now, if any (KILL QUERY).
+// interrupt stops the statement the session runs now, if any. It is the
+// one path every kill takes: KILL QUERY and KILL CONNECTION, KILL USER, a
+// client that disconnects mid-statement, a drain's grace running out.
+//
+// A MySQL KILL QUERY stops whatever the backend thread runs when it
+// arrives, and holdfast's backend connections serve one client after
+// another. So while the kill is in flight, the connection is held (the
+// pool lends it to nobody, even if the session releases it), the session
+// sends nothing more on it (killMu), and a pipe takes no newcomers;
+// statements already queued on a pipe behind the target that the kill hits
+// anyway are run again (see runPipelined).
 func (s *session) interrupt() {
+	s.killMu.Lock()
+	defer s.killMu.Unlock()
 	s.mu.Lock()
-	tid := s.execTID
+	bc, p := s.execBC, s.execPipe
+	held := bc != nil && s.srv.pool.Hold(bc)
+	if held {
+		s.interrupted.Store(true)
+		if p != nil {
+			p.mu.Lock()
+			p.killing++
+			p.mu.Unlock()
+		}
+	}
 	s.mu.Unlock()
-	if tid == 0 {
+	if !held {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := killQuery(ctx, s.srv.backendSettings(), tid); err != nil {
-		s.srv.log.Warn("KILL QUERY on backend failed", "client", s.id, "backend_thread", tid, "err", err)
+	if d := s.srv.killDelay; d > 0 {
+		time.Sleep(d)
 	}
+	err := s.srv.killer.killQuery(s.srv, bc.threadID)
+	if err != nil && isIOError(err) {
+		s.srv.log.Warn("KILL QUERY on backend failed", "client", s.id, "backend_thread", bc.threadID, "err", err)
+	}
+	if p != nil {
+		p.mu.Lock()
+		p.killing--
+		p.mu.Unlock()
+	}
+	// A kill whose fate is unknown may still land: then the connection is
+	// not lent to anyone again.
+	s.srv.pool.Unhold(bc, !isIOError(err))
 }
 
 // terminate closes the client connection (KILL CONNECTION) and interrupts
 // its running statement so the backend connection comes back promptly.
 func (s *session) terminate() {
-	s.mu.Lock()
-	s.killed = true
-	s.mu.Unlock()
 	_ = s.nc.Close()
 	s.interrupt()
+}
+
+// killer sends KILL QUERY over a backend connection of its own, kept open
+// between kills so that a kill is quick (the pool may be exhausted, and a
+// dial takes a round trip or three). Kills are sent one at a time.
+type killer struct {
+	mu sync.Mutex // guards bc; held while a kill is sent
+	bc *backendConn
+}
+
+// killQuery sends KILL QUERY tid. A *sqlError means the server answered
+// (an unknown thread, say); any other error that the kill's fate is
+// unknown.
+func (k *killer) killQuery(srv *Server, tid uint32) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ctx, cancel := context.WithTimeout(srv.ctx, 5*time.Second)
+	defer cancel()
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		if k.bc == nil {
+			if k.bc, err = dialBackend(ctx, srv.backendSettings(), 0); err != nil {
+				k.bc = nil
+				// Not sent: nothing can land. A dial failure is no I/O
+				// error on the target's connection.
+				return &sqlError{Code: codeConnectFailed, State: "HY000", Msg: err.Error()}
+			}
+		}
+		_, err = k.bc.query(ctx, "KILL QUERY "+strconv.FormatUint(uint64(tid), 10))
+		if !isIOError(err) {
+			return err
+		}
+		k.bc.close()
+		k.bc = nil
+	}
+	return err
+}
+
+// close closes the kill connection (at shutdown).
+func (k *killer) close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.bc != nil {
+		k.bc.close()
+		k.bc = nil
+	}
 }
 
 // clientWatch notices a client that disconnects while its statement runs

@@ -40,6 +40,7 @@ type pipe struct {
 	closed    bool            // released, or broken: no more joiners
 	err       error           // the I/O error that broke it
 	poisoned  bool            // a statement changed session state: close at the end
+	killing   int             // kills in flight on the connection: no newcomers
 	spare     []byte          // a written buffer, reused for pending
 	headSince time.Time       // when the current head statement got its turn
 }
@@ -141,13 +142,14 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	err := p.err
 	p.mu.Unlock()
 	var rr relayResult
+	sent, seq := s.cw.n, s.w.seq
 	if err == nil {
 		// KILL QUERY may target the backend thread now.
-		s.setExec(p.bc.threadID)
+		s.setExec(p.bc, p)
 		s.watch.arm()
 		p.bc.r.seq = 1
 		rr, err = s.relay(p.bc, cmd[0])
-		s.setExec(0)
+		s.setExec(nil, nil)
 		s.watch.disarm()
 		switch {
 		case err != nil && !errors.Is(err, errClientGone):
@@ -167,6 +169,15 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	s.mu.Lock()
 	s.holdSince, s.holdTag = time.Time{}, ""
 	s.mu.Unlock()
+	if err == nil && rr.failed && rr.errCode == codeQueryInterrupted && !s.interrupted.Load() && s.cw.n == sent {
+		// Interrupted by a kill meant for the statement queued before ours
+		// on the pipe, and nothing of the answer has left yet: drop it and
+		// run the statement again on a connection of its own.
+		s.w.bw.Reset(&s.cw)
+		s.w.seq = seq
+		s.srv.pipeReruns.Add(1)
+		return false, true
+	}
 	if err != nil {
 		if errors.Is(err, errClientGone) {
 			return true, false
@@ -218,7 +229,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	bestLen := depth
 	for _, x := range srv.pipes.open {
 		x.mu.Lock()
-		if !x.closed && s.fitsPipe(x.bc, cs) {
+		if !x.closed && x.killing == 0 && s.fitsPipe(x.bc, cs) {
 			wait = true
 			if open && len(x.queue) < bestLen && now.Sub(x.headSince) < slowHead {
 				best, bestLen = x, len(x.queue)
@@ -237,7 +248,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	}
 	best.mu.Lock()
 	srv.pipes.mu.Unlock()
-	if best.closed {
+	if best.closed || best.killing > 0 {
 		best.mu.Unlock()
 		return nil, nil, nil, true
 	}

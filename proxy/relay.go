@@ -17,9 +17,10 @@ type relayResult struct {
 	status   uint16
 	insertID uint64 // last non-zero insert id reported
 	affected uint64
-	failed   bool // an ERR packet ended the response
-	cursor   bool // a server-side cursor is open (COM_STMT_EXECUTE)
-	started  bool // bytes of this response reached the client
+	failed   bool   // an ERR packet ended the response
+	errCode  uint16 // ... with this code (first ERR of the response)
+	cursor   bool   // a server-side cursor is open (COM_STMT_EXECUTE)
+	started  bool   // bytes of this response reached the client
 	sc       stateChanges
 }
 
@@ -66,6 +67,9 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 			return rr, s.stream(bc, n)
 		case first[0] == hdrErr:
 			rr.failed = true
+			if b, err := bc.r.br.Peek(3); err == nil {
+				rr.errCode = binary.LittleEndian.Uint16(b[1:])
+			}
 			return rr, s.stream(bc, n)
 		case first[0] == hdrOK && cmd != comFieldList:
 			more, err := s.relayOK(bc, n, &rr)

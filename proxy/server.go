@@ -50,8 +50,10 @@ type Server struct {
 	engine engineRegistry
 	cmds   atomic.Uint64
 	pipes  *pipes
-	// pipelined counts statements run on a shared (pipelined) connection.
-	pipelined atomic.Uint64
+	// pipelined counts statements run on a shared (pipelined) connection,
+	// pipeReruns those run again after a kill meant for another.
+	pipelined  atomic.Uint64
+	pipeReruns atomic.Uint64
 	// beginsAhead counts deferred BEGINs sent with the transaction's first
 	// statement (see hold.go).
 	beginsAhead atomic.Uint64
@@ -74,6 +76,8 @@ type Server struct {
 	backendStmts atomic.Int64  // statements open on backend connections
 	stmtRetries  atomic.Uint64 // prepares retried after 1461
 	stmtRefs     stmtRefs
+	killer       killer
+	killDelay    time.Duration // tests: a pause before each kill is sent, widening its window
 	base         atomic.Pointer[varState]
 	charsets     atomic.Pointer[map[uint8][2]string] // collation id -> charset, collation
 	defaultColl  atomic.Pointer[map[string]string]   // charset -> its default collation
@@ -107,6 +111,7 @@ type ServerStats struct {
 	Rejected          uint64 // over sessions.max_clients
 	Commands          uint64
 	Pipelined         uint64 // statements run on a shared connection
+	PipelineReruns    uint64 // ... run again after a kill meant for the statement before them
 	BeginsAhead       uint64 // deferred BEGINs sent in one write with the first statement
 	PinnedSessions    int
 	Pins              map[string]uint64 // pins by reason, since start
@@ -558,6 +563,7 @@ func (s *Server) Stats() ServerStats {
 	st.ClientsActive = len(s.sessions)
 	st.Commands = s.cmds.Load()
 	st.Pipelined = s.pipelined.Load()
+	st.PipelineReruns = s.pipeReruns.Load()
 	st.BeginsAhead = s.beginsAhead.Load()
 	sess := make([]*session, 0, len(s.sessions))
 	for _, x := range s.sessions {
@@ -660,6 +666,7 @@ func (s *Server) Close() error {
 		_ = nc.Close()
 	}
 	s.wg.Wait()
+	s.killer.close()
 	s.pool.Close()
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -67,8 +68,9 @@ type session struct {
 	pipeBuf       []byte // a pipelined COM_STMT_EXECUTE
 	rewrite       []byte // a statement with CONNECTION_ID() replaced
 
-	buf     []byte // command buffer
-	out     []byte // scratch for packets holdfast builds
+	cw      countingWriter // the client socket under w, counting what left
+	buf     []byte         // command buffer
+	out     []byte         // scratch for packets holdfast builds
 	watch   clientWatch
 	gone    bool        // a write to the client failed; responses are dropped
 	holding atomic.Bool // bc != nil, for the drainer
@@ -85,10 +87,17 @@ type session struct {
 	waitTimeout atomic.Int64
 	stateBuf    []byte // filtered session state information
 
-	mu        sync.Mutex // guards the fields below
-	execTID   uint32     // backend thread running our statement now, 0 if none
-	killed    bool
-	holdSince time.Time // zero when no backend connection is held
+	// killMu is held while a kill aimed at this session is delivered: the
+	// session sends nothing more on the connection it keeps until then
+	// (see waitKills), so a late kill cannot hit its next statement.
+	killMu sync.Mutex
+	// interrupted: a kill was sent for the statement running now.
+	interrupted atomic.Bool
+
+	mu        sync.Mutex   // guards the fields below
+	execBC    *backendConn // backend connection running our statement now, nil if none
+	execPipe  *pipe        // ... when it is a pipe's
+	holdSince time.Time    // zero when no backend connection is held
 	holdTag   string
 	inTxn     bool
 	stmtText  []byte
@@ -121,6 +130,7 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 		stmts:      map[uint32]*clientStmt{},
 	}
 	s.watch.s = s
+	s.cw.w = nc
 	s.connTag = srv.connTag(u, h.attrs)
 	s.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
 	s.setKept(srv.keptBase.Load())
@@ -156,7 +166,7 @@ func (s *session) serve() {
 		}
 		s.w.seq = s.r.seq
 		s.w.bw = writerPool.Get().(*bufio.Writer)
-		s.w.bw.Reset(s.nc)
+		s.w.bw.Reset(&s.cw)
 		keep := s.dispatch(p)
 		ferr := s.w.bw.Flush()
 		s.w.bw.Reset(nil)
@@ -302,7 +312,7 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 		}
 	}
 	start := s.stmtStart(tag, p[1:])
-	s.setExec(bc.threadID)
+	s.setExec(bc, nil)
 	s.watch.arm()
 	var rr relayResult
 	err := bc.writeCommand(p)
@@ -319,7 +329,7 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 		err = s.syncKept(bc, s.scanMode().SetVariables(p[1:]))
 	}
 	s.watch.disarm()
-	s.setExec(0)
+	s.setExec(nil, nil)
 	s.stmtEnd(tag, start, err != nil || rr.failed)
 	if err != nil {
 		if s.beginFailed(err) {
@@ -592,10 +602,21 @@ func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
 	return true
 }
 
-func (s *session) setExec(tid uint32) {
+// setExec records the backend connection (and pipe) that runs the
+// session's statement from now on (nil: none), for kills.
+func (s *session) setExec(bc *backendConn, p *pipe) {
+	if bc != nil {
+		s.interrupted.Store(false)
+	}
 	s.mu.Lock()
-	s.execTID = tid
+	s.execBC, s.execPipe = bc, p
 	s.mu.Unlock()
+}
+
+// waitKills returns once no kill aimed at this session is in flight.
+func (s *session) waitKills() {
+	s.killMu.Lock()
+	s.killMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
 }
 
 // resetSession is COM_RESET_CONNECTION: a fresh session on the same login.
@@ -807,3 +828,15 @@ func connectionIDCol(name string) column {
 }
 
 var errClientGone = errors.New("proxy: client connection gone")
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

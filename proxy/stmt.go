@@ -204,9 +204,9 @@ func (s *session) stmtPrepare(p []byte) bool {
 		s.writeErr(serr)
 		return true
 	}
-	s.setExec(bc.threadID)
+	s.setExec(bc, nil)
 	bs, errPkt, err := bc.prepareOn(s.db, query, stmtKey(s.db, query), s.srv.stmtConfig())
-	s.setExec(0)
+	s.setExec(nil, nil)
 	if err != nil {
 		return s.relayFailed(err, &relayResult{}, s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext)
 	}
@@ -342,11 +342,11 @@ func (s *session) stmtExecute(p []byte) bool {
 	}
 	held := s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext
 	start := s.stmtStart(tag, cs.sql)
-	s.setExec(bc.threadID)
+	s.setExec(bc, nil)
 	s.watch.arm()
 	rr, errPkt, err := s.executeOn(bc, cs, flags, iter, nullMap, values)
 	s.watch.disarm()
-	s.setExec(0)
+	s.setExec(nil, nil)
 	s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
 	cs.longData, cs.longSize = nil, 0
 	if err != nil {
