@@ -29,7 +29,8 @@ type Server interface {
 	Gates() []proxy.GateState
 	DrainTag(tag, reason string, grace time.Duration)
 	UndrainTag(tag string)
-	LimitTag(tag string, n int) // n == 0 lifts the limit
+	LimitTag(tag string, n int)                        // n == 0 lifts the limit
+	SetMaxTransactionTime(tag string, d time.Duration) // d == 0 lifts the tag's own bound
 }
 
 // Options configures an Admin. The zero value serves the API with no
@@ -128,6 +129,8 @@ func (a *Admin) routes() http.Handler {
 	api.HandleFunc("DELETE /api/tags/{tag}/drain", a.apiUndrain)
 	api.HandleFunc("PUT /api/tags/{tag}/limit", a.apiLimit)
 	api.HandleFunc("DELETE /api/tags/{tag}/limit", a.apiUnlimit)
+	api.HandleFunc("PUT /api/tags/{tag}/max_transaction_time", a.apiMaxTxn)
+	api.HandleFunc("DELETE /api/tags/{tag}/max_transaction_time", a.apiUnMaxTxn)
 	api.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such request: %s %s (README.md, \"Admin API\", lists them)", r.Method, r.URL.Path)
 	})

@@ -108,13 +108,16 @@ func TestAPIChanges(t *testing.T) {
 		{"DELETE", "/api/tags/checkout/drain", `"drained": false`},
 		{"PUT", "/api/tags/capped/limit?max=2&reason=INC-10", `"limit": 2`},
 		{"DELETE", "/api/tags/holdfast%3Arefill/limit", `"limit": 0`},
+		{"PUT", "/api/tags/checkout/max_transaction_time?max=2s", `"max_transaction_seconds": 2`},
+		{"DELETE", "/api/tags/checkout/max_transaction_time", `"max_transaction_seconds": 0`},
 	} {
 		a := do(t, h, c.method, c.target, "")
 		if a.status != 200 || !strings.Contains(a.body, c.want) {
 			t.Errorf("%s %s: %d %s, want %s", c.method, c.target, a.status, a.body, c.want)
 		}
 	}
-	want := []string{"drain checkout INC-9 30s", "undrain checkout", "limit capped II", "limit holdfast:refill "}
+	want := []string{"drain checkout INC-9 30s", "undrain checkout", "limit capped II", "limit holdfast:refill ",
+		"maxtxn checkout 2s", "maxtxn checkout 0s"}
 	if got := f.recorded(); !slices.Equal(got, want) {
 		t.Errorf("calls %q, want %q", got, want)
 	}
@@ -136,6 +139,7 @@ func TestAPIErrors(t *testing.T) {
 		{"POST", "/api/tags/a%20b/drain", 400, `admin: \"a b\" is not a tag`},
 		{"POST", "/api/tags/x/drain?grace=soon", 400, `admin: grace: want a duration`},
 		{"PUT", "/api/tags/x/limit?max=-1", 400, `admin: max: want a connection count`},
+		{"PUT", "/api/tags/x/max_transaction_time?max=soon", 400, `admin: max: want a duration`},
 		{"GET", "/api/nothing", 404, `admin: no such request: GET /api/nothing`},
 	} {
 		a := do(t, h, c.method, c.target, "")

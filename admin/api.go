@@ -79,6 +79,8 @@ type gateJSON struct {
 	LimitReason string    `json:"limit_reason,omitempty"`
 	InUse       int       `json:"in_use"`  // connections the tag holds now
 	Waiting     int       `json:"waiting"` // borrowers queued under its limit
+	// MaxTransactionSeconds is the tag's own max_transaction_time (0: none).
+	MaxTransactionSeconds float64 `json:"max_transaction_seconds,omitempty"`
 }
 
 type poolJSON struct {
@@ -127,7 +129,7 @@ func (a *Admin) gatesJSON(gs []proxy.GateState, w proxy.Waiting) []gateJSON {
 	out := make([]gateJSON, len(gs))
 	for i, g := range gs {
 		out[i] = gateJSON{Tag: g.Tag, Drained: g.Drained, DrainedAt: g.DrainedAt, Reason: g.Reason, Limit: g.Limit,
-			InUse: g.InUse, Waiting: w.ByTag[g.Tag]}
+			InUse: g.InUse, Waiting: w.ByTag[g.Tag], MaxTransactionSeconds: g.MaxTransactionTime.Seconds()}
 		if g.Limit > 0 {
 			out[i].LimitReason = a.limits.get(g.Tag)
 		}
@@ -202,6 +204,34 @@ func (a *Admin) apiLimit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.setLimit(w, r, tag, n, r.URL.Query().Get("reason"))
+}
+
+// apiMaxTxn bounds how long a transaction of the tag may hold its backend
+// connection: PUT /api/tags/{tag}/max_transaction_time?max=2s.
+func (a *Admin) apiMaxTxn(w http.ResponseWriter, r *http.Request) {
+	tag, ok := tagParam(w, r)
+	if !ok {
+		return
+	}
+	v := r.URL.Query().Get("max")
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		writeError(w, http.StatusBadRequest, "max: want a duration such as 2s (0 lifts the tag's bound), got %q", v)
+		return
+	}
+	a.setMaxTxn(w, r, tag, d)
+}
+
+func (a *Admin) apiUnMaxTxn(w http.ResponseWriter, r *http.Request) {
+	if tag, ok := tagParam(w, r); ok {
+		a.setMaxTxn(w, r, tag, 0)
+	}
+}
+
+func (a *Admin) setMaxTxn(w http.ResponseWriter, r *http.Request, tag string, d time.Duration) {
+	a.srv.SetMaxTransactionTime(tag, d)
+	a.o.Log.Warn("admin: tag max_transaction_time set", "tag", tag, "max", d, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "max_transaction_seconds": d.Seconds()})
 }
 
 func (a *Admin) apiUnlimit(w http.ResponseWriter, r *http.Request) {

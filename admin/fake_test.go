@@ -69,6 +69,10 @@ func (f *fakeServer) DrainTag(tag, reason string, grace time.Duration) {
 
 func (f *fakeServer) UndrainTag(tag string) { f.record("undrain " + tag) }
 
+func (f *fakeServer) SetMaxTransactionTime(tag string, d time.Duration) {
+	f.record("maxtxn " + tag + " " + d.String())
+}
+
 func (f *fakeServer) LimitTag(tag string, n int) {
 	f.record("limit " + tag + " " + strings.Repeat("I", n))
 }

@@ -30,13 +30,34 @@ const (
 	RejectOther   = "other"
 )
 
-// pinReasons and rejectReasons are the label values in index order; the
-// last is the catch-all.
+// Timeout reasons, the label values of holdfast_tag_timeouts_total{reason}:
+// the bound that ended a client's session. TimedOut counts any other
+// string as TimeoutOther.
+const (
+	TimeoutIdleInTransaction = "idle_in_transaction" // sessions.idle_in_transaction_timeout
+	TimeoutTransaction       = "max_transaction_time"
+	TimeoutClientWrite       = "client_write" // the client stopped reading its answer
+	TimeoutWait              = "wait_timeout" // the client's own wait_timeout / interactive_timeout
+	TimeoutOther             = "other"
+)
+
+// pinReasons, rejectReasons and timeoutReasons are the label values in
+// index order; the last is the catch-all.
 var (
 	pinReasons = [...]string{PinTemporaryTable, PinUserVariable, PinGetLock, PinLockTables, PinSQLPrepare,
 		PinFoundRows, PinHandler, PinXA, PinCursor, PinSessionState, PinSessionTrack, PinOther}
-	rejectReasons = [...]string{RejectDrained, RejectLimit, RejectOther}
+	rejectReasons  = [...]string{RejectDrained, RejectLimit, RejectOther}
+	timeoutReasons = [...]string{TimeoutIdleInTransaction, TimeoutTransaction, TimeoutClientWrite, TimeoutWait, TimeoutOther}
 )
+
+func timeoutIndex(reason string) int {
+	for i, r := range timeoutReasons {
+		if r == reason {
+			return i
+		}
+	}
+	return len(timeoutReasons) - 1
+}
 
 func pinIndex(reason string) int {
 	switch reason {
@@ -113,6 +134,7 @@ type Tag struct {
 	slowTransactions     atomic.Uint64
 	pins                 [len(pinReasons)]atomic.Uint64
 	rejected             [len(rejectReasons)]atomic.Uint64
+	timeouts             [len(timeoutReasons)]atomic.Uint64
 }
 
 // Name returns the tag's name: a sanitized tag, one of holdfast's own names,
@@ -141,6 +163,9 @@ func (t *Tag) activity() uint64 {
 	}
 	for i := range t.rejected {
 		n += t.rejected[i].Load()
+	}
+	for i := range t.timeouts {
+		n += t.timeouts[i].Load()
 	}
 	return n
 }
@@ -192,6 +217,10 @@ func (t *Tag) Pinned(reason string) { t.current().pins[pinIndex(reason)].Add(1) 
 // or RejectLimit; any other string counts as RejectOther.
 func (t *Tag) Rejected(reason string) { t.current().rejected[rejectIndex(reason)].Add(1) }
 
+// TimedOut counts one client session ended by a bound
+// (timeouts_total{reason}): one of the Timeout* constants.
+func (t *Tag) TimedOut(reason string) { t.current().timeouts[timeoutIndex(reason)].Add(1) }
+
 // SlowTransaction counts one transaction that held its connection far longer
 // than it executed (slow_transactions_total). The caller decides what "far"
 // is; call it as well as Transaction, not instead.
@@ -214,9 +243,9 @@ type TagStats struct {
 
 	Hold, Wait, Stmt HistogramSnapshot // see HistogramSnapshot: counts are per bucket, not cumulative
 
-	// Pins and Rejected count by reason label; reasons never seen are
-	// absent, and a map is nil when it would be empty.
-	Pins, Rejected map[string]uint64
+	// Pins, Rejected and Timeouts count by reason label; reasons never
+	// seen are absent, and a map is nil when it would be empty.
+	Pins, Rejected, Timeouts map[string]uint64
 }
 
 // statsLocked copies t; the caller holds Recorder.snapMu.
@@ -236,6 +265,7 @@ func (t *Tag) statsLocked() TagStats {
 	s.HoldSeconds, s.WaitSeconds, s.StatementSeconds = s.Hold.Sum, s.Wait.Sum, s.Stmt.Sum
 	s.Pins = countsByReason(t.pins[:], pinReasons[:])
 	s.Rejected = countsByReason(t.rejected[:], rejectReasons[:])
+	s.Timeouts = countsByReason(t.timeouts[:], timeoutReasons[:])
 	return s
 }
 
@@ -256,5 +286,5 @@ func countsByReason(counts []atomic.Uint64, reasons []string) map[string]uint64 
 func (s *TagStats) active() bool {
 	return s.Borrows != 0 || s.Statements != 0 || s.Errors != 0 || s.Transactions != 0 ||
 		s.SlowTransactions != 0 || s.Hold.Count != 0 || s.ExecSeconds != 0 || s.IdleInTxnSeconds != 0 ||
-		len(s.Pins) != 0 || len(s.Rejected) != 0
+		len(s.Pins) != 0 || len(s.Rejected) != 0 || len(s.Timeouts) != 0
 }

@@ -38,7 +38,7 @@ type collector struct {
 	exec, idle                     *prometheus.Desc
 	borrows, statements, errors    *prometheus.Desc
 	transactions, slowTransactions *prometheus.Desc
-	pins, rejected                 *prometheus.Desc
+	pins, rejected, timeouts       *prometheus.Desc
 	held, drained, limit           *prometheus.Desc
 	folded, retired                *prometheus.Desc
 }
@@ -89,6 +89,8 @@ func NewCollector(r *Recorder, live LiveState) prometheus.Collector {
 			"Times a client session of the tag was pinned to its backend connection by session state, by reason.", "tag", "reason"),
 		rejected: d("rejected_total",
 			"Borrows of the tag refused, by reason: drained (the tag is drained), limit (the wait under its connection cap timed out), other.", "tag", "reason"),
+		timeouts: d("timeouts_total",
+			"Client sessions of the tag ended by a bound, by reason: idle_in_transaction, max_transaction_time, client_write (the client stopped reading), wait_timeout (its own), other.", "tag", "reason"),
 		held: d("held_connections",
 			"Backend connections the tag's clients hold now; reported for tags holding one or more and for tags with a drain or cap.", "tag"),
 		drained: d("drained",
@@ -104,7 +106,7 @@ func NewCollector(r *Recorder, live LiveState) prometheus.Collector {
 
 func (c *collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.hold, c.wait, c.stmt, c.exec, c.idle, c.borrows, c.statements, c.errors,
-		c.transactions, c.slowTransactions, c.pins, c.rejected, c.held, c.drained, c.limit, c.folded, c.retired}
+		c.transactions, c.slowTransactions, c.pins, c.rejected, c.timeouts, c.held, c.drained, c.limit, c.folded, c.retired}
 }
 
 // Describe implements prometheus.Collector.
@@ -144,6 +146,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for reason, n := range s.Rejected {
 			counter(c.rejected, float64(n), s.Tag, reason)
+		}
+		for reason, n := range s.Timeouts {
+			counter(c.timeouts, float64(n), s.Tag, reason)
 		}
 	}
 	counter(c.folded, float64(c.r.Folded()))

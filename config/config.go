@@ -128,6 +128,11 @@ type Backend struct {
 	// different one have it restored per statement.
 	Collation   string        `yaml:"collation"`
 	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// ExchangeTimeout bounds each of holdfast's own exchanges on a backend
+	// connection: restoring session state, preparing a statement, reading
+	// variables back, resets and pings. A backend that does not answer in
+	// time has its connection closed (the client gets 2013).
+	ExchangeTimeout time.Duration `yaml:"exchange_timeout"`
 	// Instances is how many holdfast instances (sidecars) share this
 	// database server; they split its prepared statements between them
 	// (see sessions.prepared_statement_share).
@@ -187,6 +192,20 @@ type Sessions struct {
 	// connection keeps prepared; past it, statements no client holds are
 	// closed first, then the least recently used.
 	StatementCache int `yaml:"statement_cache"`
+	// IdleInTransactionTimeout ends a client that sits idle inside a
+	// transaction, holding a backend connection, longer than this: the
+	// transaction is rolled back, the connection returned, and the client
+	// sent error 4031 and disconnected (0: off).
+	IdleInTransactionTimeout time.Duration `yaml:"idle_in_transaction_timeout"`
+	// MaxTransactionTime ends a transaction that has held its backend
+	// connection longer than this, its running statement interrupted: the
+	// client gets error 9005 and is disconnected (0: off). On-call may set
+	// it per tag at run time.
+	MaxTransactionTime time.Duration `yaml:"max_transaction_time"`
+	// ClientWriteTimeout disconnects a client that stops reading its answer
+	// for this long; its statement is interrupted and its backend connection
+	// reset. A client's own lower net_write_timeout applies instead (0: off).
+	ClientWriteTimeout time.Duration `yaml:"client_write_timeout"`
 	// PreparedStatementShare is the part of the server's
 	// max_prepared_stmt_count that all holdfast instances together may keep
 	// prepared (the rest is left to other clients): each backend connection
@@ -203,12 +222,13 @@ func Default() Config {
 		ShutdownGrace:    30 * time.Second,
 		Users:            []User{{Name: "app", Password: "app", AuthPlugin: "mysql_native_password"}},
 		Backend: Backend{
-			Address:     "127.0.0.1:3306",
-			User:        "root",
-			Database:    "test",
-			Collation:   "utf8mb4_general_ci",
-			DialTimeout: 5 * time.Second,
-			Instances:   1,
+			Address:         "127.0.0.1:3306",
+			User:            "root",
+			Database:        "test",
+			Collation:       "utf8mb4_general_ci",
+			DialTimeout:     5 * time.Second,
+			ExchangeTimeout: 10 * time.Second,
+			Instances:       1,
 		},
 		Pool: Pool{
 			Min:            2,
@@ -224,7 +244,7 @@ func Default() Config {
 		},
 		Log:         Log{Level: "info", Format: "text"},
 		Admin:       Admin{Listen: "127.0.0.1:6034"},
-		Sessions:    Sessions{StatementCache: 1000, PreparedStatementShare: 0.5},
+		Sessions:    Sessions{StatementCache: 1000, PreparedStatementShare: 0.5, ClientWriteTimeout: 30 * time.Second},
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
 		Reservation: Reservation{Enabled: true, Config: reservation.DefaultConfig()},
 	}
@@ -415,6 +435,12 @@ func (c *Config) Validate() error {
 	}
 	if s := c.Sessions.PreparedStatementShare; s <= 0 || s > 1 {
 		return bad("sessions.prepared_statement_share", "must be in (0, 1], got %v", s)
+	}
+	if c.Sessions.IdleInTransactionTimeout < 0 || c.Sessions.MaxTransactionTime < 0 || c.Sessions.ClientWriteTimeout < 0 {
+		return bad("sessions", "idle_in_transaction_timeout, max_transaction_time and client_write_timeout must not be negative (0: off)")
+	}
+	if c.Backend.ExchangeTimeout <= 0 {
+		return bad("backend.exchange_timeout", "must be positive")
 	}
 	if c.Backend.Instances < 1 {
 		return bad("backend.instances", "must be at least 1, got %d", c.Backend.Instances)

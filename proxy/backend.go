@@ -565,6 +565,15 @@ func (bc *backendConn) setMultiStatements(on bool) error {
 	return fmt.Errorf("%w: unexpected reply to COM_SET_OPTION", errMalformed)
 }
 
+// bound puts a deadline d from now on the connection's I/O, for one of
+// holdfast's own exchanges (restoring state, preparing, reading back); the
+// returned function lifts it. A backend that does not answer in time
+// breaks the connection (an I/O error), which is then closed.
+func (bc *backendConn) bound(d time.Duration) func() {
+	_ = bc.nc.SetDeadline(time.Now().Add(d))
+	return func() { _ = bc.nc.SetDeadline(time.Time{}) }
+}
+
 // isIOError reports whether err broke the connection (as opposed to a MySQL
 // error reply, after which the connection is still usable).
 func isIOError(err error) bool {

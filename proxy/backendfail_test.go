@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -87,11 +86,12 @@ func TestBackendKilledMidTransaction(t *testing.T) {
 // "backend" down (every connection dropped, new ones refused) and back up,
 // as a restart does.
 type cutRelay struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex // guards the fields below
-	down   bool
-	conns  []net.Conn
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex // guards the fields below
+	down    bool
+	stalled bool
+	conns   []net.Conn
 }
 
 func newCutRelay(t *testing.T, target string) *cutRelay {
@@ -126,9 +126,42 @@ func (r *cutRelay) serve() {
 		r.mu.Lock()
 		r.conns = append(r.conns, c, b)
 		r.mu.Unlock()
-		go func() { _, _ = io.Copy(b, c); b.Close() }()
-		go func() { _, _ = io.Copy(c, b); c.Close() }()
+		go func() { r.copy(b, c); b.Close() }()
+		go func() { r.copy(c, b); c.Close() }()
 	}
+}
+
+// copy forwards src to dst, holding bytes back while the relay is stalled.
+func (r *cutRelay) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for r.isStalled() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (r *cutRelay) isStalled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stalled && !r.down
+}
+
+// stall stops forwarding bytes without closing anything: the backend
+// seems to hang.
+func (r *cutRelay) stall(on bool) {
+	r.mu.Lock()
+	r.stalled = on
+	r.mu.Unlock()
 }
 
 func (r *cutRelay) cut() {

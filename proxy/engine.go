@@ -69,7 +69,10 @@ func (s *Server) BorrowEngine(ctx context.Context, tag string) (*EngineConn, err
 	if bc.vars == nil {
 		bc.vars = s.baseVars()
 	}
-	if err := syncConn(bc, s.config().Backend.Database, s.baseVars(), true); err != nil {
+	unbound := bc.bound(s.exchangeTimeout())
+	err = syncConn(bc, s.config().Backend.Database, s.baseVars(), true)
+	unbound()
+	if err != nil {
 		c.Release(isIOError(err))
 		return nil, fmt.Errorf("proxy: prepare a connection for %s: %w", tag, err)
 	}

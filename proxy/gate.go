@@ -30,8 +30,9 @@ type gate struct {
 	drainedAt time.Time
 	reason    string
 	killTimer *time.Timer
-	limit     int // 0: none
-	inUse     int // borrows entered under the limit
+	limit     int           // 0: none
+	inUse     int           // borrows entered under the limit
+	maxTxn    time.Duration // the tag's max_transaction_time (0: the configured one)
 	// waiters are borrowers queued under the limit, oldest first. A
 	// hand-off is true when it comes with a counted slot (the borrower
 	// must exit), false when the limit was lifted.
@@ -40,7 +41,8 @@ type gate struct {
 
 // gates holds the controls in force. The zero value is ready to use.
 type gates struct {
-	active atomic.Int32 // number of tags with a control; 0 skips the lock
+	active       atomic.Int32 // number of tags with a control; 0 skips the lock
+	maxTxnActive atomic.Int32 // number of tags with a max_transaction_time
 
 	mu sync.Mutex // guards m
 	m  map[string]*gate
@@ -54,6 +56,8 @@ type GateState struct {
 	Reason    string    `json:"reason,omitempty"`
 	Limit     int       `json:"limit"`
 	InUse     int       `json:"in_use"`
+	// MaxTransactionTime is the tag's own max_transaction_time (0: none).
+	MaxTransactionTime time.Duration `json:"-"`
 }
 
 // enter admits a borrow for tag, waiting for a slot under its limit until
@@ -147,7 +151,7 @@ func (g *gates) getLocked(tag string) *gate {
 
 // cleanupLocked forgets a tag with no control and nothing in flight.
 func (g *gates) cleanupLocked(tag string, gt *gate) {
-	if !gt.drained && gt.limit == 0 && gt.inUse == 0 && gt.waiters.Len() == 0 {
+	if !gt.drained && gt.limit == 0 && gt.maxTxn == 0 && gt.inUse == 0 && gt.waiters.Len() == 0 {
 		delete(g.m, tag)
 		g.active.Add(-1)
 	}
@@ -216,13 +220,42 @@ func (g *gates) snapshot() []GateState {
 	defer g.mu.Unlock()
 	out := make([]GateState, 0, len(g.m))
 	for tag, gt := range g.m {
-		if !gt.drained && gt.limit == 0 {
+		if !gt.drained && gt.limit == 0 && gt.maxTxn == 0 {
 			continue
 		}
-		out = append(out, GateState{Tag: tag, Drained: gt.drained, DrainedAt: gt.drainedAt, Reason: gt.reason, Limit: gt.limit, InUse: gt.inUse})
+		out = append(out, GateState{Tag: tag, Drained: gt.drained, DrainedAt: gt.drainedAt, Reason: gt.reason, Limit: gt.limit,
+			InUse: gt.inUse, MaxTransactionTime: gt.maxTxn})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Tag < out[j].Tag })
 	return out
+}
+
+// setMaxTxn sets tag's own max_transaction_time (0 lifts it).
+func (g *gates) setMaxTxn(tag string, d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gt := g.getLocked(tag)
+	switch {
+	case gt.maxTxn == 0 && d > 0:
+		g.maxTxnActive.Add(1)
+	case gt.maxTxn > 0 && d == 0:
+		g.maxTxnActive.Add(-1)
+	}
+	gt.maxTxn = d
+	g.cleanupLocked(tag, gt)
+}
+
+// maxTxn returns tag's own max_transaction_time (0: none).
+func (g *gates) maxTxn(tag string) time.Duration {
+	if g.maxTxnActive.Load() == 0 {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gt := g.m[tag]; gt != nil {
+		return gt.maxTxn
+	}
+	return 0
 }
 
 // waiting counts the borrowers queued under each tag's limit (read-only,

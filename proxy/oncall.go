@@ -132,6 +132,20 @@ func (s *Server) LimitTag(tag string, n int) {
 	}
 }
 
+// SetMaxTransactionTime bounds how long a transaction of tag may hold its
+// backend connection (0 lifts the tag's own bound; sessions.
+// max_transaction_time, when set, applies to every tag without one).
+// Transactions past it have their statement interrupted and are rolled
+// back, and their clients get error 9005 and are disconnected.
+func (s *Server) SetMaxTransactionTime(tag string, d time.Duration) {
+	s.gates.setMaxTxn(tag, d)
+	if d == 0 {
+		s.log.Warn("tag max_transaction_time lifted", "tag", tag)
+	} else {
+		s.log.Warn("tag max_transaction_time set", "tag", tag, "max", d)
+	}
+}
+
 // Gates lists the on-call controls in force, by tag. InUse is the number of
 // backend connections the tag holds now (as in Holders), whether or not it
 // is capped.

@@ -24,9 +24,10 @@ import (
 // the system calls and the backend's thread wake-ups per statement drop as
 // load rises. At most pool.pipeline_depth statements share a connection.
 //
-// A pipelined statement cannot be interrupted with KILL QUERY (the
-// backend thread runs other sessions' statements too), and a slow SELECT
-// delays the ones queued behind it on its connection.
+// A slow SELECT delays the ones queued behind it on its connection. KILL
+// QUERY reaches a pipelined statement while it is the one running; the
+// pipe takes no newcomers while a kill is in flight, and a statement queued
+// behind the target that the kill hits anyway is run again (see kill.go).
 
 // pipe is a backend connection shared by pipelined statements.
 type pipe struct {

@@ -205,6 +205,10 @@ func (s *Server) backendSettings() BackendSettings {
 
 func (s *Server) maxPacket() int { return int(s.config().MaxAllowedPacket) }
 
+// exchangeTimeout bounds each of holdfast's own exchanges on a backend
+// connection (backend.exchange_timeout).
+func (s *Server) exchangeTimeout() time.Duration { return s.config().Backend.ExchangeTimeout }
+
 // firstConnID is the first client connection id holdfast gives out.
 const firstConnID = 10000
 
@@ -221,7 +225,7 @@ func collationID(name string) (uint8, bool) {
 // backend's version, its collations, and the session character set a fresh
 // backend connection has (the base every restore starts from).
 func (s *Server) learnBackend(bc *backendConn) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(s.ctx, s.exchangeTimeout())
 	defer cancel()
 	res, err := bc.query(ctx, "SELECT @@character_set_client, @@character_set_connection, @@character_set_results, @@collation_connection, @@session.sql_mode")
 	if err != nil {
@@ -423,8 +427,13 @@ func (s *Server) janitor() {
 					s.log.Info("closing a client idle longer than its wait_timeout", "client", x.id, "user", x.user.Name,
 						"wait_timeout", time.Duration(wt))
 					x.idleSince.Store(0)
+					if s.attr {
+						x.connTag.TimedOut(attribution.TimeoutWait)
+					}
 					_ = x.nc.Close()
+					continue
 				}
+				s.checkBounds(x, now.UnixNano())
 			}
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"slices"
 	"strings"
@@ -68,9 +67,9 @@ type session struct {
 	pipeBuf       []byte // a pipelined COM_STMT_EXECUTE
 	rewrite       []byte // a statement with CONNECTION_ID() replaced
 
-	cw      countingWriter // the client socket under w, counting what left
-	buf     []byte         // command buffer
-	out     []byte         // scratch for packets holdfast builds
+	cw      writeClock // the client socket under w (see timeouts.go)
+	buf     []byte     // command buffer
+	out     []byte     // scratch for packets holdfast builds
 	watch   clientWatch
 	gone    bool        // a write to the client failed; responses are dropped
 	holding atomic.Bool // bc != nil, for the drainer
@@ -85,7 +84,9 @@ type session struct {
 	// janitor reads both.
 	idleSince   atomic.Int64
 	waitTimeout atomic.Int64
-	stateBuf    []byte // filtered session state information
+	writeLimit  atomic.Int64 // clientWriteTimeout in nanoseconds (0: none), for the janitor
+	expire      atomic.Int32 // an expireReason: the janitor ends the session
+	stateBuf    []byte       // filtered session state information
 
 	// killMu is held while a kill aimed at this session is delivered: the
 	// session sends nothing more on the connection it keeps until then
@@ -130,7 +131,7 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 		stmts:      map[uint32]*clientStmt{},
 	}
 	s.watch.s = s
-	s.cw.w = nc
+	s.cw.conn, s.cw.srv = nc, srv
 	s.connTag = srv.connTag(u, h.attrs)
 	s.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
 	s.setKept(srv.keptBase.Load())
@@ -147,10 +148,19 @@ func (s *session) serve() {
 		if s.srv.draining.Load() && s.bc == nil {
 			return
 		}
+		if s.expire.Load() != 0 {
+			s.expired()
+			return
+		}
 		s.r.seq = 0
+		s.writeLimit.Store(int64(s.clientWriteTimeout()))
 		s.idleSince.Store(s.srv.now())
 		p, err := s.r.readPacket(s.buf, s.srv.maxPacket())
 		s.idleSince.Store(0)
+		if s.expire.Load() != 0 {
+			s.expired()
+			return
+		}
 		if cap(p) <= 1<<20 {
 			s.buf = p[:0]
 		} else {
@@ -307,7 +317,10 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	var after string // holdfast's kept values to put back after the statement
 	if cmd == comQuery && (plainSelect(info) || info.Kind == sqlscan.KindShow) && readsKept(p[1:]) {
 		var err error
-		if after, err = s.putKept(bc); err != nil {
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		after, err = s.putKept(bc)
+		unbound()
+		if err != nil {
 			return s.relayFailed(err, &relayResult{}, held)
 		}
 	}
@@ -320,13 +333,17 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 		rr, err = s.relay(bc, cmd)
 	}
 	if err == nil && after != "" {
+		unbound := bc.bound(s.srv.exchangeTimeout())
 		_, err = bc.queryLocked(after)
+		unbound()
 	}
 	if err == nil && cmd == comQuery && info.Features&sqlscan.FeatSetSession != 0 && readsKept(p[1:]) {
 		// The session tracker does not report every kept variable (not
 		// session_track_system_variables itself): read them back.
 		rr.sc.vars = dropKept(rr.sc.vars)
+		unbound := bc.bound(s.srv.exchangeTimeout())
 		err = s.syncKept(bc, s.scanMode().SetVariables(p[1:]))
+		unbound()
 	}
 	s.watch.disarm()
 	s.setExec(nil, nil)
@@ -356,6 +373,7 @@ func poolErr(err error) *sqlError {
 // sync restores our database, session variables and multi-statement option
 // on bc, one round trip per thing that differs.
 func (s *session) sync(bc *backendConn) error {
+	defer bc.bound(s.srv.exchangeTimeout())()
 	return syncConn(bc, s.db, s.vars, s.multiStmts)
 }
 
@@ -399,7 +417,10 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 	}
 	sc := &rr.sc
 	if len(sc.vars) > 0 {
-		if err := readBackVars(bc, sc); err != nil {
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		err := readBackVars(bc, sc)
+		unbound()
+		if err != nil {
 			s.srv.log.Warn("could not read session variables back after a change", "client", s.id, "err", err)
 			if isIOError(err) {
 				s.release(false)
@@ -410,7 +431,10 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 	}
 	if len(sc.vars) > 0 {
 		var err error
-		if sc.vars, err = s.keptChanged(bc, sc.vars); err != nil {
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		sc.vars, err = s.keptChanged(bc, sc.vars)
+		unbound()
+		if err != nil {
 			s.srv.log.Warn("could not set holdfast's session settings back after a client changed them", "client", s.id, "err", err)
 			s.release(false)
 			return
@@ -436,7 +460,9 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 	if rr.failed && s.status&(statusInTrans|statusAutocommit) == 0 && s.pinReason == "" && !s.holdNext {
 		// With autocommit off, a failed statement may still have opened a
 		// transaction, and its ERR packet does not say. Ask.
+		unbound := bc.bound(s.srv.exchangeTimeout())
 		st, err := bc.pingStatus()
+		unbound()
 		if err != nil {
 			s.release(false)
 			return
@@ -762,7 +788,10 @@ func (s *session) comSetOption(p []byte) bool {
 	on := p[1] == 0
 	s.multiStmts = on
 	if s.bc != nil {
-		if err := s.bc.setMultiStatements(on); err != nil && isIOError(err) {
+		unbound := s.bc.bound(s.srv.exchangeTimeout())
+		err := s.bc.setMultiStatements(on)
+		unbound()
+		if err != nil && isIOError(err) {
 			return s.relayFailed(err, &relayResult{}, true)
 		}
 	}
@@ -786,7 +815,7 @@ func (s *session) returnBackend() {
 		return
 	}
 	if s.pinReason != "" || s.status&statusInTrans != 0 || s.holdNext {
-		s.release(s.bc.reset(s.srv.baseVars(), 5*time.Second) == nil)
+		s.release(s.bc.reset(s.srv.baseVars(), s.srv.exchangeTimeout()) == nil)
 		return
 	}
 	s.release(true)
@@ -828,15 +857,3 @@ func connectionIDCol(name string) column {
 }
 
 var errClientGone = errors.New("proxy: client connection gone")
-
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}

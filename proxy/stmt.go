@@ -205,7 +205,9 @@ func (s *session) stmtPrepare(p []byte) bool {
 		return true
 	}
 	s.setExec(bc, nil)
+	unbound := bc.bound(s.srv.exchangeTimeout())
 	bs, errPkt, err := bc.prepareOn(s.db, query, stmtKey(s.db, query), s.srv.stmtConfig())
+	unbound()
 	s.setExec(nil, nil)
 	if err != nil {
 		return s.relayFailed(err, &relayResult{}, s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext)
@@ -383,7 +385,16 @@ func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, n
 			return relayResult{}, nil, err
 		}
 	}
-	bs, errPkt, err := bc.prepareOn(cs.db, cs.query, cs.key, s.srv.stmtConfig())
+	var bs *backendStmt
+	var errPkt []byte
+	var err error
+	if !fitsExecute(bc, cs) {
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		bs, errPkt, err = bc.prepareOn(cs.db, cs.query, cs.key, s.srv.stmtConfig())
+		unbound()
+	} else {
+		bs, errPkt, err = bc.prepareOn(cs.db, cs.query, cs.key, s.srv.stmtConfig())
+	}
 	if err != nil || errPkt != nil {
 		return relayResult{}, errPkt, err
 	}

@@ -43,6 +43,8 @@ Commands:
   limit TAG N            cap TAG at N backend connections; borrowers over it queue
                          (N = off or 0 lifts the cap)
       -reason TEXT       recorded with the limit and shown with it
+  maxtxn TAG D           TAG's transactions holding a backend connection longer than D
+                         are rolled back, their clients disconnected (D = off lifts it)
   help                   this text
 
 Global flags (before or after the command):
@@ -119,6 +121,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "limit":
 		fs.StringVar(&reason, "reason", "", "")
 		want = []string{"TAG", "N"}
+	case "maxtxn":
+		want = []string{"TAG", "D"}
 	default:
 		return done(&ctl.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, stdout, stderr)
 	}
@@ -153,6 +157,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = c.Undrain(ctx, pos[0])
 	case "limit":
 		err = c.Limit(ctx, pos[0], pos[1], reason)
+	case "maxtxn":
+		err = c.MaxTxn(ctx, pos[0], pos[1])
 	}
 	return done(err, stdout, stderr)
 }

@@ -41,6 +41,8 @@ func newAdmin(t *testing.T) *admin {
 	reply("DELETE /api/tags/{tag}/drain", `{"tag":"{tag}","drained":false}`)
 	reply("PUT /api/tags/{tag}/limit", `{"tag":"{tag}","limit":2}`)
 	reply("DELETE /api/tags/{tag}/limit", `{"tag":"{tag}","limit":0}`)
+	reply("PUT /api/tags/{tag}/max_transaction_time", `{"tag":"{tag}","max_transaction_seconds":2}`)
+	reply("DELETE /api/tags/{tag}/max_transaction_time", `{"tag":"{tag}","max_transaction_seconds":0}`)
 	a.srv = httptest.NewServer(mux)
 	t.Cleanup(a.srv.Close)
 	return a
@@ -76,6 +78,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"tags", "extra"}, 2, "", "usage: holdfastctl tags\n"},
 		{[]string{"limit", "checkout"}, 2, "", "usage: holdfastctl limit TAG N\n"},
 		{[]string{"limit", "checkout", "two"}, 2, "", `got "two"`},
+		{[]string{"maxtxn", "checkout", "soon"}, 2, "", `got "soon"`},
 		{[]string{"drain", "checkout v2"}, 2, "", `try "checkout_v2"`},
 		{[]string{"top", "-interval", "0s"}, 2, "", "-interval 0s must be positive"},
 		{[]string{"-addr", "ftp://x", "tags"}, 2, "", "bad -addr"},
@@ -111,6 +114,8 @@ func TestCommands(t *testing.T) {
 		{[]string{"limit", "checkout", "2", "-reason", "INC-9"}, "PUT /api/tags/checkout/limit?max=2&reason=INC-9 Bearer envtok", "limited checkout to 2 backend connections"},
 		{[]string{"limit", "checkout", "off"}, "DELETE /api/tags/checkout/limit? Bearer envtok", "lifted the limit on checkout"},
 		{[]string{"undrain", "--", "-odd-tag"}, "DELETE /api/tags/-odd-tag/drain? Bearer envtok", "undrained -odd-tag"},
+		{[]string{"maxtxn", "checkout", "2s"}, "PUT /api/tags/checkout/max_transaction_time?max=2s Bearer envtok", "longer than 2s are rolled back"},
+		{[]string{"maxtxn", "checkout", "off"}, "DELETE /api/tags/checkout/max_transaction_time? Bearer envtok", "lifted checkout's own max_transaction_time"},
 	} {
 		before := len(a.requests())
 		code, out, errOut := holdfastctl(env, tc.args...)

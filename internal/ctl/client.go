@@ -94,6 +94,12 @@ type LimitState struct {
 	Limit int    `json:"limit"` // 0: no cap
 }
 
+// MaxTxnState is the answer to setting a tag's max_transaction_time.
+type MaxTxnState struct {
+	Tag     string  `json:"tag"`
+	Seconds float64 `json:"max_transaction_seconds"` // 0: the tag has none of its own
+}
+
 // Client calls holdfast's admin API. Build it with NewClient; it is safe
 // for concurrent use.
 type Client struct {
@@ -187,6 +193,19 @@ func (c *Client) SetLimit(ctx context.Context, tag string, max int, reason strin
 	}
 	var s LimitState
 	err := c.do(ctx, method, tagPath(tag, "limit"), q, &s, "tag", "limit")
+	return s, err
+}
+
+// SetMaxTransactionTime bounds how long a transaction of tag may hold its
+// backend connection (PUT /api/tags/{tag}/max_transaction_time?max=D); 0
+// lifts the tag's own bound (DELETE).
+func (c *Client) SetMaxTransactionTime(ctx context.Context, tag string, d time.Duration) (MaxTxnState, error) {
+	method, q := http.MethodDelete, url.Values(nil)
+	if d > 0 {
+		method, q = http.MethodPut, url.Values{"max": {d.String()}}
+	}
+	var s MaxTxnState
+	err := c.do(ctx, method, tagPath(tag, "max_transaction_time"), q, &s, "tag", "max_transaction_seconds")
 	return s, err
 }
 

@@ -209,6 +209,33 @@ func (c *CLI) Limit(ctx context.Context, tag, max, reason string) error {
 	return err
 }
 
+// MaxTxn bounds how long a transaction of tag may hold its backend
+// connection; d is a duration such as 2s, or "off" or "0" to lift the
+// tag's own bound. It prints one line.
+func (c *CLI) MaxTxn(ctx context.Context, tag, d string) error {
+	if err := CheckTag(tag); err != nil {
+		return err
+	}
+	var dur time.Duration
+	if !strings.EqualFold(d, "off") && d != "0" {
+		var err error
+		if dur, err = time.ParseDuration(d); err != nil || dur <= 0 {
+			return usagef("maxtxn: D must be a duration such as 2s, or off to lift the bound; got %q", d)
+		}
+	}
+	s, err := c.Client.SetMaxTransactionTime(ctx, tag, dur)
+	if err != nil {
+		return err
+	}
+	name := answeredTag(s.Tag, tag)
+	if dur == 0 {
+		_, err = fmt.Fprintf(c.Out, "lifted %s's own max_transaction_time (sessions.max_transaction_time, if set, applies)\n", name)
+		return err
+	}
+	_, err = fmt.Fprintf(c.Out, "transactions of %s that hold a backend connection longer than %v are rolled back and their clients disconnected (lift: holdfastctl maxtxn %s off)\n", name, dur, name)
+	return err
+}
+
 func (c *CLI) unexpected(cmd, tag, got string) error {
 	return fmt.Errorf("%s %s: holdfast at %s answered %s; run holdfastctl tags to see the tag's state", cmd, tag, c.Client.Addr(), got)
 }
