@@ -4,7 +4,7 @@ GO        ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 FUZZTIME  ?= 60s
 
-.PHONY: run test build install vet fmt fuzz bench-proxy bench-attribution bench-reserve soak clean
+.PHONY: run test build install vet fmt fuzz bench-proxy bench-attribution bench-reserve soak chaos clean
 
 ## run: build holdfast and holdfastctl into bin/ and start holdfast on the local default
 ## (starts a private MariaDB when none answers)
@@ -60,6 +60,12 @@ soak:
 	@addr=$$(scripts/mariadb-up.sh) && \
 	  HOLDFAST_SOAK=1 HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test -race -count=1 -timeout 30m -v \
 	    -run 'TestNoDeadlockAtRepeatableRead|TestMixedWorkloadConservation' ./reservation/
+
+## chaos: the fault harness: 256 clients of checkout traffic through CALL holdfast.* against a
+## private MariaDB while backend connections, MariaDB and holdfast are killed, then three
+## instances on one database; checks every answer and every unit on the database (~10 min)
+chaos:
+	@scripts/mariadb-up.sh >/dev/null && $(GO) run ./cmd/holdfast-chaos -go $(GO) $(CHAOS_FLAGS)
 
 clean:
 	rm -rf bin

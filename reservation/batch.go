@@ -154,7 +154,7 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, cur
 				} else {
 					// The reservation id collided with another's (or the
 					// other batch that had the key rolled back): a new id.
-					p.req.ids = append(p.req.ids, newID())
+					p.req.ids = append(p.req.ids, newIDLike(p.req.id()))
 					rest = append(rest, p)
 				}
 			}
@@ -358,7 +358,15 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomi
 		}
 		return cmpBool(a.req.key < b.req.key, a.req.key > b.req.key)
 	})
-	q = append(q, "INSERT INTO reservations (reservation_id, shop_id, idempotency_key, request_hash, state, line_count, line_items, created_at, expires_at) VALUES "...)
+	// The authority column (schema version 4) is written only when a
+	// reserve of the batch has one, so an engine without a legacy store
+	// works on version 3 too.
+	withAuthority := slices.ContainsFunc(sorted, func(p *pending) bool { return p.req.authority != AuthorityNone })
+	q = append(q, "INSERT INTO reservations (reservation_id, shop_id, idempotency_key, request_hash, state, line_count, line_items, created_at, expires_at"...)
+	if withAuthority {
+		q = append(q, ", authority"...)
+	}
+	q = append(q, ") VALUES "...)
 	for j, p := range sorted {
 		if j > 0 {
 			q = append(q, ',')
@@ -383,6 +391,14 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomi
 		q, _ = AppendLiteral(q, now)
 		q = append(q, ',')
 		q, _ = AppendLiteral(q, now.Add(p.req.ttl))
+		if withAuthority {
+			q = append(q, ',')
+			if p.req.authority == AuthorityNone {
+				q = append(q, "NULL"...)
+			} else {
+				q = strconv.AppendInt(q, int64(p.req.authority), 10)
+			}
+		}
 		q = append(q, ')')
 	}
 	if err := CommitWith(ctx, c, string(q)); err != nil {

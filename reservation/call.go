@@ -11,7 +11,7 @@ import (
 // procedure describes one CALL holdfast.<name>.
 type procedure struct {
 	params []string
-	run    func(e *Engine, ctx context.Context, args []any) ([]string, [][]any, error)
+	run    func(e *Engine, ctx context.Context, args []any, o *CallOptions) ([]string, [][]any, error)
 }
 
 var procedures map[string]procedure
@@ -54,6 +54,13 @@ func Procedures() map[string][]string {
 //
 // name is the lower-cased procedure name without the schema. Call is safe for concurrent use.
 func (e *Engine) Call(ctx context.Context, name string, args []any) (columns []string, rows [][]any, err error) {
+	return e.CallWith(ctx, name, args, CallOptions{})
+}
+
+// CallWith is Call with options, for a caller that keeps another store
+// beside the engine (package reservation/legacy): see CallOptions. With the
+// zero CallOptions it is Call.
+func (e *Engine) CallWith(ctx context.Context, name string, args []any, o CallOptions) (columns []string, rows [][]any, err error) {
 	p, ok := procedures[name]
 	if !ok {
 		return nil, nil, newError(CodeNoProcedure, "42000", "PROCEDURE holdfast.%s does not exist", name)
@@ -67,7 +74,7 @@ func (e *Engine) Call(ctx context.Context, name string, args []any) (columns []s
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
 	defer cancel()
-	return p.run(e, ctx, args)
+	return p.run(e, ctx, args, &o)
 }
 
 // Argument decoding. Integers may arrive as int64, uint64, an integral

@@ -86,7 +86,7 @@ func deleteLinesSQL(id uint64, held [][][]byte, col int) (string, error) {
 // of the same reservation committed first.
 var errAlreadyClaimed = errors.New("reservation: already claimed")
 
-func (e *Engine) callClaim(ctx context.Context, args []any) ([]string, [][]any, error) {
+func (e *Engine) callClaim(ctx context.Context, args []any, o *CallOptions) ([]string, [][]any, error) {
 	start := time.Now()
 	defer func() { e.m.claimDur.observe(time.Since(start)) }()
 	id, err := tokenArg("claim", args, 0)
@@ -94,7 +94,7 @@ func (e *Engine) callClaim(ctx context.Context, args []any) ([]string, [][]any, 
 		e.m.claims.inc(claimBadArgument)
 		return nil, nil, err
 	}
-	outcome, h, err := e.claim(ctx, id)
+	outcome, h, err := e.claim(ctx, id, o)
 	switch {
 	case err == nil:
 		e.m.claims.inc(outcome)
@@ -137,12 +137,18 @@ func (e *Engine) callClaim(ctx context.Context, args []any) ([]string, [][]any, 
 // alerted either way, and the pools are handed to the refiller, which
 // shrinks a pool that exceeds the ledger. A failed forced deduction changes
 // nothing and is error 9104: the payment must be refunded.
-func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
+func (e *Engine) claim(ctx context.Context, id uint64, o *CallOptions) (int, *header, error) {
 	call := e.newCall(procClaim)
 	for {
 		outcome, h, err := e.claimOnce(ctx, call.id, id)
+		if errors.Is(err, ErrUnknownToken) && o != nil && o.Legacy != nil {
+			outcome, h, err = e.claimLegacyOnce(ctx, call.id, id, o.Legacy)
+		}
 		if err == nil {
 			e.claimed(ctx, outcome, h)
+			if outcome != claimDuplicate {
+				o.changed(Change{Shop: h.shop, Lines: heldToLines(h.lines)})
+			}
 			return outcome, h, nil
 		}
 		if !call.again(ctx, err, true) {
@@ -152,7 +158,10 @@ func (e *Engine) claim(ctx context.Context, id uint64) (int, *header, error) {
 }
 
 // claimKinds maps claim_kind to the outcome a claim answers.
-var claimKinds = map[string]int{"normal": claimClaimed, "late": claimLate, "forced": claimForced}
+// "legacy" is a claim of a reservation the engine had no record of, deducted
+// from the lines the legacy store recorded (claimLegacyOnce); it answers
+// "claimed", as the legacy system did.
+var claimKinds = map[string]int{"normal": claimClaimed, "late": claimLate, "forced": claimForced, "legacy": claimClaimed}
 
 // claimOnce is one attempt of call callID to claim reservation id.
 func (e *Engine) claimOnce(ctx context.Context, callID, id uint64) (int, *header, error) {
@@ -301,7 +310,7 @@ func (e *Engine) claimed(ctx context.Context, outcome int, h *header) {
 	}
 }
 
-func (e *Engine) callRelease(ctx context.Context, args []any) ([]string, [][]any, error) {
+func (e *Engine) callRelease(ctx context.Context, args []any, o *CallOptions) ([]string, [][]any, error) {
 	id, err := tokenArg("release", args, 0)
 	if err != nil {
 		e.m.ops[opRelease].inc(opBadArgument)
@@ -410,7 +419,7 @@ func (e *Engine) releaseOnce(ctx context.Context, callID, id uint64) (int, int64
 	return outcome, qty, nil
 }
 
-func (e *Engine) callExtend(ctx context.Context, args []any) ([]string, [][]any, error) {
+func (e *Engine) callExtend(ctx context.Context, args []any, o *CallOptions) ([]string, [][]any, error) {
 	id, err := tokenArg("extend", args, 0)
 	if err != nil {
 		e.m.ops[opExtend].inc(opBadArgument)

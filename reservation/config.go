@@ -102,6 +102,11 @@ type Config struct {
 	// ReconcileAlertAfter is how many consecutive failing cycles one pool
 	// must show before it is alerted on (replicas lag). Zero means 3.
 	ReconcileAlertAfter int `yaml:"reconcile_alert_after"`
+
+	// Redis is the legacy Redis counter kept beside the engine during a
+	// migration from it (redisconfig.go, docs/migration.md). The engine
+	// ignores it; the zero value means none.
+	Redis RedisConfig `yaml:"redis"`
 }
 
 // DefaultConfig returns the documented defaults: a 20-minute TTL against a
@@ -218,5 +223,5 @@ func (c Config) Validate() error {
 	case c.ReconcileAlertAfter < 1:
 		return bad("reconcile_alert_after", "must be at least 1, got %d", c.ReconcileAlertAfter)
 	}
-	return nil
+	return c.Redis.Validate()
 }

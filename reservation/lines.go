@@ -35,6 +35,36 @@ type reserveReq struct {
 	// last: one per call, replaced only when it collided with another
 	// reservation's. They tell the call's own reservation from a replay.
 	ids []uint64
+	// authority is recorded with the reservation (CallOptions.Authority).
+	authority Authority
+}
+
+// apply takes a reserve's CallOptions: a chosen reservation id, the
+// authority to record, locations pinned per line (after the hash, which
+// stays the request's own).
+func (r *reserveReq) apply(o *CallOptions) error {
+	if o == nil {
+		return nil
+	}
+	if o.ReservationID != 0 {
+		if o.ReservationID >= 1<<63 {
+			return fmt.Errorf("reservation: CallOptions.ReservationID %d is not a reservation id", o.ReservationID)
+		}
+		r.ids = []uint64{o.ReservationID}
+	}
+	r.authority = o.Authority
+	if o.Locations != nil {
+		if len(o.Locations) != len(r.lines) {
+			return fmt.Errorf("reservation: CallOptions.Locations has %d locations for %d lines", len(o.Locations), len(r.lines))
+		}
+		for i, g := range o.Locations {
+			if !slices.Contains(r.lines[i].locations, g) {
+				return fmt.Errorf("reservation: CallOptions.Locations: location %d is not one of line %d's", g, i+1)
+			}
+			r.lines[i].locations = []int64{g}
+		}
+	}
+	return nil
 }
 
 // id is the reservation_id the call's next attempt inserts.

@@ -67,20 +67,24 @@ func tokenArg(proc string, args []any, i int) (uint64, error) {
 	return id, nil
 }
 
-// newID returns a random non-zero reservation id.
+// newID returns a random non-zero reservation id (or call id) below
+// 2^62: the bit above it is authorityBit (authority.go).
 func newID() uint64 {
 	var b [8]byte
 	for {
 		_, _ = rand.Read(b[:])
-		if v := binary.BigEndian.Uint64(b[:]) >> 1; v != 0 {
+		if v := binary.BigEndian.Uint64(b[:]) >> 2; v != 0 {
 			return v
 		}
 	}
 }
 
-func (e *Engine) callReserve(ctx context.Context, args []any) ([]string, [][]any, error) {
+func (e *Engine) callReserve(ctx context.Context, args []any, o *CallOptions) ([]string, [][]any, error) {
 	start := time.Now()
 	req, err := e.parseReserve(args)
+	if err == nil {
+		err = req.apply(o)
+	}
 	if err != nil {
 		e.m.reserves.inc(reserveBadArgument)
 		return nil, nil, err

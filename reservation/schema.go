@@ -16,6 +16,8 @@ const (
 	TableCounters     = "pool_counters"
 	TableReturns      = "reservation_returns"
 	TableMigrations   = "holdfast_schema_migrations"
+	TableAuthority    = "holdfast_authority"
+	TableRedisState   = "holdfast_redis_state"
 )
 
 // Migration is one versioned schema step. Statements must be idempotent
@@ -149,6 +151,42 @@ var Migrations = []Migration{{
   ADD COLUMN released_by BIGINT UNSIGNED NULL,
   ADD COLUMN released_quantity INT NULL,
   ADD COLUMN extended_by BIGINT UNSIGNED NULL`,
+	},
+}, {
+	Version: 4,
+	Name:    "migration from a Redis counter: each reservation's authority, the authority switch, Redis staleness",
+	Statements: []string{
+		// Who decided the reservation (Authority): NULL no legacy store,
+		// 1 the engine (the legacy store written after it), 2 the legacy
+		// Redis counter (the engine in shadow). A reservation is finished
+		// by the authority it was made under. Nullable, added last:
+		// instant on MariaDB 10.4+ and MySQL 8.0.12+.
+		`ALTER TABLE reservations ADD COLUMN authority TINYINT NULL`,
+		// The authority switch (package reservation/legacy): one row per
+		// version, the highest is in force. Every holdfast instance polls
+		// it; holdfastctl authority and the admin API insert the next
+		// version. shops: comma-separated shop ids on holdfast; percent:
+		// shops whose CRC32(shop_id) % 100 is below it are on holdfast.
+		`CREATE TABLE IF NOT EXISTS holdfast_authority (
+  version BIGINT NOT NULL,
+  authority VARCHAR(16) NOT NULL,
+  shops TEXT NOT NULL,
+  percent INT NOT NULL,
+  changed_at DATETIME(6) NOT NULL,
+  changed_by VARCHAR(255) NOT NULL,
+  reason VARCHAR(255) NOT NULL,
+  PRIMARY KEY (version)
+) ENGINE=InnoDB`,
+		// Row id 1: since when the Redis counters are known to be stale (a
+		// write to Redis failed; NULL: not stale), why, and the last
+		// resync-redis, which clears it.
+		`CREATE TABLE IF NOT EXISTS holdfast_redis_state (
+  id TINYINT NOT NULL,
+  stale_since DATETIME(6) NULL,
+  stale_reason VARCHAR(255) NULL,
+  resynced_at DATETIME(6) NULL,
+  PRIMARY KEY (id)
+) ENGINE=InnoDB`,
 	},
 }}
 

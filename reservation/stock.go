@@ -35,27 +35,27 @@ func (e *Engine) stockArgs(proc string, args []any, last string, rule intRule) (
 	return k, v, nil
 }
 
-func (e *Engine) callReceive(ctx context.Context, args []any) ([]string, [][]any, error) {
+func (e *Engine) callReceive(ctx context.Context, args []any, o *CallOptions) ([]string, [][]any, error) {
 	k, qty, err := e.stockArgs("receive", args, "quantity", positive)
 	if err != nil {
 		e.m.ops[opReceive].inc(opBadArgument)
 		return nil, nil, err
 	}
-	row, err := e.changeStock(ctx, opReceive, k, func(onHand int64) int64 { return onHand + qty })
+	row, err := e.changeStock(ctx, opReceive, k, func(onHand int64) int64 { return onHand + qty }, o)
 	return e.stockAnswer(opReceive, row, err)
 }
 
-func (e *Engine) callSetOnHand(ctx context.Context, args []any) ([]string, [][]any, error) {
+func (e *Engine) callSetOnHand(ctx context.Context, args []any, o *CallOptions) ([]string, [][]any, error) {
 	k, v, err := e.stockArgs("set_on_hand", args, "on_hand", nonNegative)
 	if err != nil {
 		e.m.ops[opSetOnHand].inc(opBadArgument)
 		return nil, nil, err
 	}
-	row, err := e.changeStock(ctx, opSetOnHand, k, func(int64) int64 { return v })
+	row, err := e.changeStock(ctx, opSetOnHand, k, func(int64) int64 { return v }, o)
 	return e.stockAnswer(opSetOnHand, row, err)
 }
 
-func (e *Engine) callAdjust(ctx context.Context, args []any) ([]string, [][]any, error) {
+func (e *Engine) callAdjust(ctx context.Context, args []any, o *CallOptions) ([]string, [][]any, error) {
 	k, delta, err := e.stockArgs("adjust", args, "delta", anyInt)
 	if err != nil {
 		e.m.ops[opAdjust].inc(opBadArgument)
@@ -65,7 +65,7 @@ func (e *Engine) callAdjust(ctx context.Context, args []any) ([]string, [][]any,
 		e.m.ops[opAdjust].inc(opBadArgument)
 		return nil, nil, badArg("adjust", 4, "delta", "must not be 0")
 	}
-	row, err := e.changeStock(ctx, opAdjust, k, func(onHand int64) int64 { return onHand + delta })
+	row, err := e.changeStock(ctx, opAdjust, k, func(onHand int64) int64 { return onHand + delta }, o)
 	return e.stockAnswer(opAdjust, row, err)
 }
 
@@ -99,12 +99,13 @@ func (e *Engine) stockAnswer(op int, row []any, err error) ([]string, [][]any, e
 // None of the three stock procedures is idempotent, so one whose connection
 // was lost during COMMIT answers 9108 at once (recovery.go); one lost
 // earlier is run again.
-func (e *Engine) changeStock(ctx context.Context, op int, k PoolKey, next func(int64) int64) ([]any, error) {
+func (e *Engine) changeStock(ctx context.Context, op int, k PoolKey, next func(int64) int64, o *CallOptions) ([]any, error) {
 	call := e.newCall(procOp(op))
 	for {
-		row, err := e.changeStockOnce(ctx, opNames[op], k, next)
+		row, delta, err := e.changeStockOnce(ctx, opNames[op], k, next)
 		if err == nil {
 			e.refiller.Notify(k, 0)
+			o.changed(Change{Pool: k, OnHandDelta: delta})
 			return row, nil
 		}
 		if !call.again(ctx, err, true) {
@@ -113,14 +114,16 @@ func (e *Engine) changeStock(ctx context.Context, op int, k PoolKey, next func(i
 	}
 }
 
-func (e *Engine) changeStockOnce(ctx context.Context, proc string, k PoolKey, next func(int64) int64) ([]any, error) {
+func (e *Engine) changeStockOnce(ctx context.Context, proc string, k PoolKey, next func(int64) int64) ([]any, int64, error) {
 	var row []any
+	var delta int64
 	err := e.tx.Run(ctx, TagStock, func(ctx context.Context, c Conn) error {
 		p, err := LockPool(ctx, c, k)
 		if err != nil {
 			return err
 		}
 		n := next(p.OnHand)
+		delta = n - p.OnHand
 		switch {
 		case n < 0:
 			return newError(CodeGuardViolated, "45000", "holdfast.%s: on_hand of item %d at location %d would be %d; it cannot go below 0",
@@ -159,12 +162,12 @@ func (e *Engine) changeStockOnce(ctx context.Context, proc string, k PoolKey, ne
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return row, nil
+	return row, delta, nil
 }
 
-func (e *Engine) callAvailability(ctx context.Context, args []any) ([]string, [][]any, error) {
+func (e *Engine) callAvailability(ctx context.Context, args []any, o *CallOptions) ([]string, [][]any, error) {
 	const proc = "availability"
 	shop, err := intArg(proc, args, 0, "shop_id", positive)
 	if err == nil {

@@ -17,13 +17,14 @@ import (
 
 // Private is a MariaDB server of a test's own, on its own port and data
 // directory, for tests that kill, restart or reconfigure a server: the
-// shared one (DSN) is left alone.
+// shared one (DSN) is left alone. Programs (the fault harness) get one
+// from NewPrivate.
 type Private struct {
 	Addr string // 127.0.0.1:port; root with an empty password
 	dir  string
 	args []string
 	cmd  *exec.Cmd
-	t    testing.TB
+	t    testing.TB // nil for a server from NewPrivate
 }
 
 // StartPrivate initialises a data directory under the test's temporary
@@ -32,33 +33,64 @@ type Private struct {
 // cleanup. It needs the mariadb-server package (installed by `make test`).
 func StartPrivate(t testing.TB, args ...string) *Private {
 	t.Helper()
+	p, err := NewPrivate(t.TempDir(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.t = t
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// NewPrivate is StartPrivate for programs: it initialises a data directory
+// under dir (which must exist) and starts mariadbd, returning errors
+// instead of failing a test. The caller must Stop it, and restarts it with
+// Restart (Start is for tests).
+func NewPrivate(dir string, args ...string) (*Private, error) {
 	bin, err := exec.LookPath("mariadbd")
 	if err != nil {
 		bin = "/usr/sbin/mariadbd"
 	}
 	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("dbtest: no mariadbd to start a private server (install mariadb-server): %v", err)
+		return nil, fmt.Errorf("dbtest: no mariadbd to start a private server (install mariadb-server): %w", err)
 	}
-	dir := t.TempDir()
 	install := exec.Command("mariadb-install-db", "--no-defaults", "--datadir="+filepath.Join(dir, "data"),
 		"--auth-root-authentication-method=normal", "--skip-test-db")
 	if os.Geteuid() == 0 {
 		install.Args = append(install.Args, "--user=root")
 	}
 	if out, err := install.CombinedOutput(); err != nil {
-		t.Fatalf("dbtest: mariadb-install-db: %v\n%s", err, out)
+		return nil, fmt.Errorf("dbtest: mariadb-install-db: %w\n%s", err, out)
 	}
-	p := &Private{dir: dir, args: args, t: t}
-	p.Addr = "127.0.0.1:" + strconv.Itoa(freePort(t))
-	p.Start()
-	t.Cleanup(p.Stop)
-	return p
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &Private{dir: dir, args: args, Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	if err := p.Restart(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // Start starts the server (again, after Stop or Kill) and waits until it
-// answers.
+// answers; it fails the test if it does not.
 func (p *Private) Start() {
+	if p.t == nil {
+		if err := p.Restart(); err != nil {
+			panic(err)
+		}
+		return
+	}
 	p.t.Helper()
+	if err := p.Restart(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// Restart is Start returning its error: it starts the server (again, after
+// Stop or Kill) and waits up to 30 s until it answers.
+func (p *Private) Restart() error {
 	_, port, _ := net.SplitHostPort(p.Addr)
 	args := []string{"--no-defaults", "--datadir=" + filepath.Join(p.dir, "data"), "--port=" + port,
 		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(p.dir, "mysqld.sock"),
@@ -74,17 +106,21 @@ func (p *Private) Start() {
 	}
 	p.cmd = exec.Command(bin, append(args, p.args...)...)
 	if err := p.cmd.Start(); err != nil {
-		p.t.Fatalf("dbtest: start mariadbd: %v", err)
+		p.cmd = nil
+		return fmt.Errorf("dbtest: start mariadbd: %w", err)
 	}
-	db := p.Open("")
+	db, err := p.open("")
+	if err != nil {
+		return err
+	}
 	defer db.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if err := db.Ping(); err == nil {
-			return
+			return nil
 		} else if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(p.dir, "error.log"))
-			p.t.Fatalf("dbtest: private MariaDB at %s did not answer: %v\n%s", p.Addr, err, log)
+			return fmt.Errorf("dbtest: private MariaDB at %s did not answer: %w\n%s", p.Addr, err, log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -119,23 +155,33 @@ func (p *Private) Stop() {
 // Open returns a pool to database db ("" for none) on the private server
 // as root; the caller closes it.
 func (p *Private) Open(db string) *sql.DB {
+	d, err := p.open(db)
+	if err != nil {
+		if p.t == nil {
+			panic(err)
+		}
+		p.t.Fatal(err)
+	}
+	return d
+}
+
+func (p *Private) open(db string) (*sql.DB, error) {
 	c := mysql.NewConfig()
 	c.Net, c.Addr, c.User, c.DBName = "tcp", p.Addr, "root", db
 	c.MultiStatements = true
 	c.Timeout = 2 * time.Second
 	d, err := sql.Open("mysql", c.FormatDSN())
 	if err != nil {
-		p.t.Fatalf("dbtest: %v", err)
+		return nil, fmt.Errorf("dbtest: %w", err)
 	}
-	return d
+	return d, nil
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
+func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(fmt.Errorf("dbtest: %w", err))
+		return 0, fmt.Errorf("dbtest: %w", err)
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,0 +1,184 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scenario names one fault, run alone on a fresh database.
+type Scenario string
+
+// The scenarios, in the order `make chaos` runs them.
+const (
+	// KillBackend kills one of holdfast's backend connections (KILL
+	// CONNECTION of a thread of the backend account, from the process
+	// list) every Options.BackendKillEvery.
+	KillBackend Scenario = "backend"
+	// KillMariaDB kills MariaDB with SIGKILL every Options.MariaDBKillEvery
+	// and restarts it after each of Options.MariaDBDown in turn.
+	KillMariaDB Scenario = "mariadb"
+	// KillHoldfast kills holdfast with SIGKILL every
+	// Options.HoldfastKillEvery and restarts it after Options.HoldfastDown.
+	KillHoldfast Scenario = "holdfast"
+	// Instances runs Options.Instances holdfast instances on one database,
+	// client i connected to instance i mod Instances; no other fault.
+	Instances Scenario = "instances"
+)
+
+// Scenarios lists every scenario in order.
+var Scenarios = []Scenario{KillBackend, KillMariaDB, KillHoldfast, Instances}
+
+// ParseScenarios reads a comma-separated list of scenario names ("all"
+// for every one).
+func ParseScenarios(s string) ([]Scenario, error) {
+	if s == "" || s == "all" {
+		return slices.Clone(Scenarios), nil
+	}
+	var out []Scenario
+	for _, name := range strings.Split(s, ",") {
+		sc := Scenario(strings.TrimSpace(name))
+		if !slices.Contains(Scenarios, sc) {
+			return nil, fmt.Errorf("chaos: unknown scenario %q (want %s or all)", sc, scenarioList())
+		}
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
+func scenarioList() string {
+	names := make([]string, len(Scenarios))
+	for i, s := range Scenarios {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Options configures Run. DefaultOptions gives `make chaos`; ShortOptions
+// the few-second version run by `make test`. The zero value is not usable.
+type Options struct {
+	Repo string // repository root, where ./cmd/holdfast is built
+	Go   string // the go command
+	// Race builds holdfast with -race; a data race it reports is a
+	// violation.
+	Race bool
+	// Dir is the work directory (binary, configurations, logs, the private
+	// server's data). Empty: a temporary directory, removed at the end
+	// unless Keep is set or a violation was found.
+	Dir  string
+	Keep bool
+	Out  io.Writer // progress and the report; nil: os.Stdout
+
+	Scenarios []Scenario
+	Clients   int           // concurrent clients, each one connection to holdfast
+	Traffic   time.Duration // how long each scenario's traffic runs
+	// TTL is every reserve's ttl_seconds (whole seconds, at least 3 s);
+	// the configuration's payment_timeout, callback_retry_window and
+	// clock_skew are set just below it, as the TTL rule demands.
+	TTL time.Duration
+	// PoolCap is reservation.pool_cap (and the refiller's).
+	PoolCap int
+
+	BackendKillEvery  time.Duration
+	MariaDBKillEvery  time.Duration
+	MariaDBDown       []time.Duration // downtime of successive kills, in turn
+	HoldfastKillEvery time.Duration
+	HoldfastDown      time.Duration
+	Instances         int
+
+	// RetryBudget bounds how long a client repeats one call that got a
+	// retryable answer (unknown outcome, 9107, 2003, 1040, 1053, no
+	// connection) before it gives the order up.
+	RetryBudget time.Duration
+	// AnswerTimeout is the client's read timeout: a call unanswered this
+	// long is a violation (holdfast bounds every call by call_timeout).
+	AnswerTimeout time.Duration
+	// Settle bounds the wait, after the traffic, for clients to finish
+	// their retries and for the sweeper to expire what was left behind.
+	Settle time.Duration
+
+	Items        int   // inventory items 1..Items, each at locations 1 and 2
+	ScarceItems  int   // items 1..ScarceItems (hot ones) have ScarceOnHand
+	OnHand       int64 // per item/location
+	ScarceOnHand int64
+	Seed         uint64 // of the clients' random choices; 0: from the clock
+}
+
+// DefaultOptions returns the settings of `make chaos`: 256 clients, four
+// scenarios of 100 s of traffic each, about 10 minutes in all.
+func DefaultOptions() Options {
+	return Options{
+		Repo: ".", Go: "go",
+		Scenarios:         slices.Clone(Scenarios),
+		Clients:           256,
+		Traffic:           100 * time.Second,
+		TTL:               8 * time.Second,
+		PoolCap:           1000,
+		BackendKillEvery:  100 * time.Millisecond,
+		MariaDBKillEvery:  20 * time.Second,
+		MariaDBDown:       []time.Duration{2 * time.Second, 8 * time.Second},
+		HoldfastKillEvery: 12 * time.Second,
+		HoldfastDown:      time.Second,
+		Instances:         3,
+		RetryBudget:       30 * time.Second,
+		AnswerTimeout:     30 * time.Second,
+		Settle:            90 * time.Second,
+		Items:             24,
+		ScarceItems:       2,
+		OnHand:            20000,
+		ScarceOnHand:      300,
+	}
+}
+
+// ShortOptions returns a few-second run of one scenario with few
+// clients, for `make test`.
+func ShortOptions(sc Scenario) Options {
+	o := DefaultOptions()
+	o.Scenarios = []Scenario{sc}
+	o.Clients = 8
+	o.Traffic = 4 * time.Second
+	o.TTL = 3 * time.Second
+	o.PoolCap = 200
+	o.MariaDBKillEvery = 2 * time.Second
+	o.MariaDBDown = []time.Duration{time.Second}
+	o.HoldfastKillEvery = 2 * time.Second
+	o.HoldfastDown = 300 * time.Millisecond
+	o.Settle = 60 * time.Second
+	o.Items = 6
+	o.ScarceItems = 1
+	o.OnHand = 600
+	o.ScarceOnHand = 40
+	return o
+}
+
+func (o *Options) validate() error {
+	switch {
+	case len(o.Scenarios) == 0:
+		return fmt.Errorf("chaos: no scenario")
+	case o.Clients < 1:
+		return fmt.Errorf("chaos: clients must be positive, got %d", o.Clients)
+	case o.TTL < 3*time.Second || o.TTL%time.Second != 0:
+		return fmt.Errorf("chaos: ttl must be whole seconds, at least 3s, got %v", o.TTL)
+	case o.Items < 2 || o.ScarceItems >= o.Items || o.ScarceItems < 0:
+		return fmt.Errorf("chaos: need at least 2 items and fewer scarce ones, got %d and %d", o.Items, o.ScarceItems)
+	case o.PoolCap < 1:
+		return fmt.Errorf("chaos: pool cap must be positive")
+	case o.Instances < 1:
+		return fmt.Errorf("chaos: instances must be positive")
+	case len(o.MariaDBDown) == 0:
+		return fmt.Errorf("chaos: no MariaDB downtime given")
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.Go == "" {
+		o.Go = "go"
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	return nil
+}
