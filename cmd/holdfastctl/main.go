@@ -43,6 +43,14 @@ Commands:
   limit TAG N            cap TAG at N backend connections; borrowers over it queue
                          (N = off or 0 lifts the cap)
       -reason TEXT       recorded with the limit and shown with it
+  authority              show the Redis-migration kill switch in force (docs/migration.md)
+  authority redis|holdfast
+                         switch who decides reserves, for every holdfast on the database
+                         (each reads the switch within its poll interval)
+      -shops IDS         with redis: these shops (comma-separated) are on holdfast
+      -percent N         with redis: shops whose CRC32(shop_id) % 100 < N are on holdfast
+      -reason TEXT       recorded with the switch, e.g. incident-123
+      -force             switch to redis although its counters are stale
   help                   this text
 
 Global flags (before or after the command):
@@ -98,6 +106,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var once bool
 	var grace time.Duration
 	var reason string
+	var shops string
+	var percent int
+	var force bool
 	var want []string // the positional arguments
 	switch cmd {
 	case "help":
@@ -119,12 +130,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "limit":
 		fs.StringVar(&reason, "reason", "", "")
 		want = []string{"TAG", "N"}
+	case "authority":
+		fs.StringVar(&reason, "reason", "", "")
+		fs.StringVar(&shops, "shops", "", "")
+		fs.IntVar(&percent, "percent", 0, "")
+		fs.BoolVar(&force, "force", false, "")
+		want = []string{"[redis|holdfast]"}
 	default:
 		return done(&ctl.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, stdout, stderr)
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return done(flagErr(err), stdout, stderr)
+	}
+	if cmd == "authority" && len(pos) <= 1 {
+		want = pos // none: show; one: redis or holdfast
 	}
 	if len(pos) != len(want) {
 		return done(&ctl.UsageError{Msg: strings.TrimSpace("usage: holdfastctl " + cmd + " " + strings.Join(want, " "))}, stdout, stderr)
@@ -153,6 +173,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = c.Undrain(ctx, pos[0])
 	case "limit":
 		err = c.Limit(ctx, pos[0], pos[1], reason)
+	case "authority":
+		if len(pos) == 0 {
+			err = c.ShowAuthority(ctx)
+			break
+		}
+		var ch ctl.AuthorityChange
+		if ch, err = ctl.ParseAuthority(pos[0], shops, percent); err == nil {
+			ch.Reason, ch.Force = reason, force
+			err = c.SetAuthority(ctx, ch)
+		}
 	}
 	return done(err, stdout, stderr)
 }
