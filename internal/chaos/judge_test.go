@@ -180,9 +180,10 @@ func TestJudgeTrueInsufficient(t *testing.T) {
 	w := newWorld()
 	w.f.initial[PoolKey{1, 1}] = 2
 	w.f.final[PoolKey{1, 1}] = 2
-	w.call(reserved("a", 1, false)).row(1, "a", 0, "", -1). // holds both units, abandoned
-								call(failed(procReserve, "b", 0, codeInsufficient)) // wants 2 at location 1 or 2 (no ledger row)
-	w.f.initial[PoolKey{1, 1}] = 2
+	// Key a holds both units (and is abandoned); key b wants 2 at location
+	// 1 or 2 (which has no ledger row).
+	w.call(reserved("a", 1, false)).row(1, "a", 0, "", -1)
+	w.call(failed(procReserve, "b", 0, codeInsufficient))
 	if v := judge(w.calls, w.f, false, time.Minute); len(v.Violations) != 0 {
 		t.Fatalf("violations: %v", v.Violations)
 	}
