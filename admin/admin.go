@@ -55,6 +55,9 @@ type Options struct {
 	// keeps (0: 72, six minutes at 5 s).
 	SampleEvery time.Duration
 	History     int
+	// Authority, when not nil, is the Redis-migration kill switch served at
+	// /api/authority (authority.go); nil serves no such route.
+	Authority Authority
 	// Log receives refused requests and the on-call changes made through
 	// this listener; nil discards them.
 	Log *slog.Logger
@@ -131,6 +134,10 @@ func (a *Admin) routes() http.Handler {
 	api.HandleFunc("DELETE /api/tags/{tag}/limit", a.apiUnlimit)
 	api.HandleFunc("PUT /api/tags/{tag}/max_transaction_time", a.apiMaxTxn)
 	api.HandleFunc("DELETE /api/tags/{tag}/max_transaction_time", a.apiUnMaxTxn)
+	if a.o.Authority != nil {
+		api.HandleFunc("GET /api/authority", a.apiAuthority)
+		api.HandleFunc("PUT /api/authority", a.apiSetAuthority)
+	}
 	api.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such request: %s %s (README.md, \"Admin API\", lists them)", r.Method, r.URL.Path)
 	})

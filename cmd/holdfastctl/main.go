@@ -45,6 +45,14 @@ Commands:
       -reason TEXT       recorded with the limit and shown with it
   maxtxn TAG D           TAG's transactions holding a backend connection longer than D
                          are rolled back, their clients disconnected (D = off lifts it)
+  authority              show the Redis-migration kill switch in force (docs/migration.md)
+  authority redis|holdfast
+                         switch who decides reserves, for every holdfast on the database
+                         (each reads the switch within its poll interval)
+      -shops IDS         with redis: these shops (comma-separated) are on holdfast
+      -percent N         with redis: shops whose CRC32(shop_id) % 100 < N are on holdfast
+      -reason TEXT       recorded with the switch, e.g. incident-123
+      -force             switch to redis although its counters are stale
   help                   this text
 
 Global flags (before or after the command):
@@ -100,6 +108,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var once bool
 	var grace time.Duration
 	var reason string
+	var shops string
+	var percent int
+	var force bool
 	var want []string // the positional arguments
 	switch cmd {
 	case "help":
@@ -123,12 +134,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		want = []string{"TAG", "N"}
 	case "maxtxn":
 		want = []string{"TAG", "D"}
+	case "authority":
+		fs.StringVar(&reason, "reason", "", "")
+		fs.StringVar(&shops, "shops", "", "")
+		fs.IntVar(&percent, "percent", 0, "")
+		fs.BoolVar(&force, "force", false, "")
+		want = []string{"[redis|holdfast]"}
 	default:
 		return done(&ctl.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, stdout, stderr)
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return done(flagErr(err), stdout, stderr)
+	}
+	if cmd == "authority" && len(pos) <= 1 {
+		want = pos // none: show; one: redis or holdfast
 	}
 	if len(pos) != len(want) {
 		return done(&ctl.UsageError{Msg: strings.TrimSpace("usage: holdfastctl " + cmd + " " + strings.Join(want, " "))}, stdout, stderr)
@@ -159,6 +179,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = c.Limit(ctx, pos[0], pos[1], reason)
 	case "maxtxn":
 		err = c.MaxTxn(ctx, pos[0], pos[1])
+	case "authority":
+		if len(pos) == 0 {
+			err = c.ShowAuthority(ctx)
+			break
+		}
+		var ch ctl.AuthorityChange
+		if ch, err = ctl.ParseAuthority(pos[0], shops, percent); err == nil {
+			ch.Reason, ch.Force = reason, force
+			err = c.SetAuthority(ctx, ch)
+		}
 	}
 	return done(err, stdout, stderr)
 }

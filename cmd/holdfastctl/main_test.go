@@ -43,6 +43,8 @@ func newAdmin(t *testing.T) *admin {
 	reply("DELETE /api/tags/{tag}/limit", `{"tag":"{tag}","limit":0}`)
 	reply("PUT /api/tags/{tag}/max_transaction_time", `{"tag":"{tag}","max_transaction_seconds":2}`)
 	reply("DELETE /api/tags/{tag}/max_transaction_time", `{"tag":"{tag}","max_transaction_seconds":0}`)
+	reply("GET /api/authority", `{"version":4,"authority":"redis","shops":[],"percent":0,"changed_by":"config","reason":"","poll_interval_seconds":1,"redis_stale":false}`)
+	reply("PUT /api/authority", `{"version":5,"authority":"redis","shops":[3],"percent":50,"changed_by":"admin API","reason":"x","poll_interval_seconds":1,"redis_stale":false}`)
 	a.srv = httptest.NewServer(mux)
 	t.Cleanup(a.srv.Close)
 	return a

@@ -88,8 +88,9 @@ const (
 // judge compares every call in the journal with the database. holdfastDied
 // says holdfast processes were killed in the scenario, so client
 // connections may die under calls; otherwise a dead client connection is
-// a violation (holdfast itself must answer every call).
-func judge(calls []Call, f facts, holdfastDied bool) *verdict {
+// a violation (holdfast itself must answer every call). ttl is the
+// reserves' ttl_seconds.
+func judge(calls []Call, f facts, holdfastDied bool, ttl time.Duration) *verdict {
 	v := &verdict{Resolved: map[string]map[string]*resolution{}, ClaimedUnits: map[PoolKey]int64{},
 		ForcedPools: map[PoolKey]time.Time{}}
 	byKey := map[string][]*Call{}
@@ -138,6 +139,7 @@ func judge(calls []Call, f facts, holdfastDied bool) *verdict {
 		}
 		_ = tok
 	}
+	v.judgeInsufficient(calls, f, ttl)
 	// Conservation: every unit that left on_hand left by a claim.
 	for _, row := range f.byID {
 		if row.State != 1 {

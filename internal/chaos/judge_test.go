@@ -82,13 +82,13 @@ func TestJudgeTrueAnswers(t *testing.T) {
 		// Busy, then done by the repeat with the same key.
 		call(failed(procReserve, "c", 0, codeBusy)).call(reserved("c", 3, false)).
 		call(Call{Proc: procRelease, Token: token(3), Kind: Answered, Outcome: "released", Qty: 2}).row(3, "c", 2, "", 2).
-		// Insufficient stock: nothing.
-		call(failed(procReserve, "d", 0, codeInsufficient)).
+		// Unreachable: nothing.
+		call(failed(procReserve, "d", 0, codeUnavailable)).
 		// Lost and never made.
-		call(lost(procReserve, "e", 0)).call(failed(procReserve, "e", 0, codeInsufficient)).
+		call(lost(procReserve, "e", 0)).call(failed(procReserve, "e", 0, codeBusy)).
 		// Abandoned.
 		call(reserved("f", 4, false)).row(4, "f", 0, "", -1)
-	v := judge(w.calls, w.f, true)
+	v := judge(w.calls, w.f, true, time.Minute)
 	if len(v.Violations) != 0 {
 		t.Fatalf("violations in a true journal: %v", v.Violations)
 	}
@@ -148,12 +148,22 @@ func TestJudgeFindsUntrueAnswers(t *testing.T) {
 			false, checkAnswers, "no client asked for it"},
 		{"units lost", func() *world { w := newWorld(); w.f.final[PoolKey{1, 1}] = 99; return w }(),
 			false, checkConserved, "initial on_hand 100 != final on_hand 99"},
+		{"insufficient stock with plenty", newWorld().call(failed(procReserve, "a", 0, codeInsufficient)),
+			false, checkInsufficient, "at least 100 available at location 1"},
+		{"insufficient stock while held elsewhere, then claimed", func() *world {
+			w := newWorld()
+			w.f.initial[PoolKey{1, 1}], w.f.final[PoolKey{1, 1}] = 3, 3
+			w.f.initial[PoolKey{1, 2}], w.f.final[PoolKey{1, 2}] = 2, 2
+			// 2 of the 3 units at location 1 held; location 2 has 2: a line
+			// of 2 fits there. 9101 is false.
+			return w.call(reserved("a", 1, false)).call(failed(procReserve, "b", 0, codeInsufficient)).row(1, "a", 0, "", -1)
+		}(), false, checkInsufficient, "at least 2 available at location 2"},
 		{"answer lines", newWorld().call(Call{Proc: procReserve, Key: "a", Kind: Answered, Token: token(1), Lines: []Line{{1, 2, 2}},
 			Request: []Line{{Item: 1, Qty: 2}}, Locations: [][]int64{{1, 2}}}).row(1, "a", 0, "", -1),
 			false, checkAnswers, "the database holds"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			v := judge(c.w.calls, c.w.f, c.died)
+			v := judge(c.w.calls, c.w.f, c.died, time.Minute)
 			for _, x := range v.Violations {
 				if x.Check == c.check && strings.Contains(x.Detail, c.about) {
 					return
@@ -164,10 +174,32 @@ func TestJudgeFindsUntrueAnswers(t *testing.T) {
 	}
 }
 
+// TestJudgeTrueInsufficient: 9101 is not held against holdfast while the
+// units may have been held by another reservation, or claimed.
+func TestJudgeTrueInsufficient(t *testing.T) {
+	w := newWorld()
+	w.f.initial[PoolKey{1, 1}] = 2
+	w.f.final[PoolKey{1, 1}] = 2
+	// Key a holds both units (and is abandoned); key b wants 2 at location
+	// 1 or 2 (which has no ledger row).
+	w.call(reserved("a", 1, false)).row(1, "a", 0, "", -1)
+	w.call(failed(procReserve, "b", 0, codeInsufficient))
+	if v := judge(w.calls, w.f, false, time.Minute); len(v.Violations) != 0 {
+		t.Fatalf("violations: %v", v.Violations)
+	}
+	// Expired long before: the units were available, the 9101 false.
+	w.t = w.t.Add(2 * time.Minute)
+	w.call(failed(procReserve, "c", 0, codeInsufficient))
+	v := judge(w.calls, w.f, false, time.Minute)
+	if len(v.Violations) != 1 || v.Violations[0].Check != checkInsufficient || !strings.Contains(v.Violations[0].Detail, "key c") {
+		t.Fatalf("violations: %v; want the 9101 of key c", v.Violations)
+	}
+}
+
 func TestJudgeLostConnectionsWhenHoldfastDied(t *testing.T) {
 	w := newWorld().call(lost(procReserve, "a", 0)).call(Call{Proc: procReserve, Key: "a", Kind: NotSent, Msg: "connection refused"}).
 		call(reserved("a", 1, true)).row(1, "a", 0, "", -1)
-	if v := judge(w.calls, w.f, true); len(v.Violations) != 0 {
+	if v := judge(w.calls, w.f, true, time.Minute); len(v.Violations) != 0 {
 		t.Fatalf("violations: %v", v.Violations)
 	}
 }

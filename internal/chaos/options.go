@@ -100,10 +100,15 @@ type Options struct {
 	// their retries and for the sweeper to expire what was left behind.
 	Settle time.Duration
 
-	Items        int   // inventory items 1..Items, each at locations 1 and 2
-	ScarceItems  int   // items 1..ScarceItems (hot ones) have ScarceOnHand
-	OnHand       int64 // per item/location
+	// Items are inventory items 1..Items, each at locations 1 and 2, with
+	// OnHand units per location; items 1..ScarceItems have ScarceOnHand
+	// (they sell out), the next one, which two lines in ten ask for, has
+	// HotOnHand.
+	Items        int
+	ScarceItems  int
+	OnHand       int64
 	ScarceOnHand int64
+	HotOnHand    int64
 	Seed         uint64 // of the clients' random choices; 0: from the clock
 }
 
@@ -128,8 +133,9 @@ func DefaultOptions() Options {
 		Settle:            90 * time.Second,
 		Items:             24,
 		ScarceItems:       2,
-		OnHand:            20000,
+		OnHand:            4000,
 		ScarceOnHand:      300,
+		HotOnHand:         20000,
 	}
 }
 
@@ -151,6 +157,7 @@ func ShortOptions(sc Scenario) Options {
 	o.ScarceItems = 1
 	o.OnHand = 600
 	o.ScarceOnHand = 40
+	o.HotOnHand = 1000
 	return o
 }
 

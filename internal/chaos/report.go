@@ -19,6 +19,7 @@ type Result struct {
 	Traffic  time.Duration
 	Settle   time.Duration // from the end of the traffic until every client finished its last order
 	Check    time.Duration // waiting for expiry, and reserving everything again
+	Expire   time.Duration // of Check, waiting for expiry
 
 	Calls   map[string]int            // by procedure
 	Answers map[string]map[string]int // by procedure, then answer label
@@ -66,8 +67,9 @@ func (r *Result) print(out io.Writer) {
 	for _, n := range r.Calls {
 		total += n
 	}
-	fmt.Fprintf(&w, "   %d clients, %s of traffic (%s more to finish the last orders, %s to expire and reserve everything again); faults: %s\n",
-		r.Clients, r.Traffic.Round(time.Second), r.Settle.Round(time.Second), r.Check.Round(time.Second), r.faultLine())
+	fmt.Fprintf(&w, "   %d clients, %s of traffic, %s more to finish the last orders, %s until all expired, %s to reserve everything again\n",
+		r.Clients, r.Traffic.Round(time.Second), r.Settle.Round(time.Second), r.Expire.Round(time.Second), (r.Check - r.Expire).Round(time.Second))
+	fmt.Fprintf(&w, "   faults: %s\n", r.faultLine())
 	fmt.Fprintf(&w, "   calls %d:", total)
 	for _, p := range procOrder {
 		fmt.Fprintf(&w, " %s %d", p, r.Calls[p])

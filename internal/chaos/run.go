@@ -236,7 +236,7 @@ func runScenario(ctx context.Context, o *Options, n int, sc Scenario, bin, dir s
 	if err != nil {
 		return nil, err
 	}
-	v := judge(calls, f, sc == KillHoldfast)
+	v := judge(calls, f, sc == KillHoldfast, o.TTL)
 	res.Violations = append(res.Violations, v.Violations...)
 	res.Resolved = v.Resolved
 	for _, u := range v.ClaimedUnits {
@@ -260,6 +260,7 @@ func runScenario(ctx context.Context, o *Options, n int, sc Scenario, bin, dir s
 		}
 		res.Violations = append(res.Violations, Violation{checkExpiry, err.Error()})
 	} else {
+		res.Expire = time.Since(checkStart)
 		res.Reservable = len(f.final)
 		vs := reservable(ctx, o, dbs[0][0], ndb, fmt.Sprintf("s%d", n), f.final)
 		res.Reservable -= len(vs)
@@ -291,12 +292,16 @@ func runScenario(ctx context.Context, o *Options, n int, sc Scenario, bin, dir s
 	return res, nil
 }
 
-// stock creates every item at locations 1 and 2 through holdfast.receive.
+// stock creates every item at locations 1 and 2 through holdfast.receive
+// (see Options.Items).
 func stock(ctx context.Context, o *Options, db *sql.DB) error {
 	for item := 1; item <= o.Items; item++ {
 		qty := o.OnHand
-		if item <= o.ScarceItems {
+		switch {
+		case item <= o.ScarceItems:
 			qty = o.ScarceOnHand
+		case item == o.ScarceItems+1:
+			qty = o.HotOnHand
 		}
 		for _, g := range []int{1, 2} {
 			if _, err := db.ExecContext(ctx, "CALL holdfast.receive(?, ?, ?, ?)", shopID, item, g, qty); err != nil {

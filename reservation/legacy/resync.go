@@ -1,0 +1,162 @@
+package legacy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/holdfast-db/holdfast/reservation"
+)
+
+// Resync (holdfast resync-redis) rewrites the Redis counters from the
+// engine's view, for the moment Redis becomes a shadow again after it
+// missed writes (an outage, a restart without persistence), and before it
+// decides again.
+//
+// Pool by pool, under the pool's inventory_ledger row lock (held by a
+// transaction that changes nothing, so no claim, refill, extend or stock
+// procedure of the pool commits meanwhile), it reads on_hand and the live
+// reservations, and one Redis script (resyncScript) records every live
+// reservation Redis lacks, marks "resynced" every record Redis holds in
+// the pool that the engine does not have live, and sets
+//
+//	counter = on_hand - live reserved quantity
+//
+// Reserves and releases go on meanwhile without racing it: each dual write
+// is idempotent per token (a mirror of a reservation the resync recorded
+// changes nothing; a release of a record it marked resynced changes
+// nothing), and a record written in the last ResyncMargin, which the
+// engine's read may have missed, stays held and is counted out.
+
+// ResyncMargin is how recent a Redis record must be for resync to keep it
+// although the engine's read did not show it live: the clock skew between
+// holdfast instances plus the longest dual write.
+const ResyncMargin = 5 * time.Second
+
+// ResyncOptions configure Resync.
+type ResyncOptions struct {
+	// Shops restricts the resync to these shops; empty means every pool.
+	Shops []int64
+	// Force resyncs shops whose reserves Redis decides (the switch puts them
+	// on redis): their counters are then rewritten from the engine's view,
+	// which lacks reservations whose shadow failed. Without it those shops
+	// are refused.
+	Force bool
+	// DryRun reads and reports, writing nothing to Redis.
+	DryRun bool
+	// Progress, when not nil, is called for each pool resynced.
+	Progress func(ResyncResult)
+}
+
+// ResyncReport sums up a resync.
+type ResyncReport struct {
+	Pools, Changed, Created, Resynced int
+	// Cleared says the fleet-wide "stale" mark was cleared (no write to
+	// Redis failed since the resync started).
+	Cleared bool
+}
+
+// Resync rewrites the Redis counters of st from the engine's tables in
+// conns' database: see above. It refuses shops the switch puts on Redis
+// unless opts.Force.
+func Resync(ctx context.Context, conns reservation.Conns, st *Store, opts ResyncOptions) (ResyncReport, error) {
+	var rep ResyncReport
+	sw, _, err := ReadState(ctx, conns)
+	if err != nil {
+		return rep, err
+	}
+	if sw != nil && !opts.Force {
+		if len(opts.Shops) == 0 && !sw.AllHoldfast() {
+			return rep, fmt.Errorf("legacy: the authority switch (%s) lets Redis decide some shops' reserves: resync the shops on holdfast (-shop), switch every shop to holdfast first, or -force", sw)
+		}
+		for _, s := range opts.Shops {
+			if sw.For(s) == reservation.AuthorityRedis {
+				return rep, fmt.Errorf("legacy: Redis decides shop %d's reserves (%s): switch it to holdfast first, or -force", s, sw)
+			}
+		}
+	}
+	if err := st.Ping(ctx); err != nil {
+		return rep, err
+	}
+	start, err := dbNow(ctx, conns)
+	if err != nil {
+		return rep, err
+	}
+	cutoff := st.now().Add(-ResyncMargin)
+	var after reservation.PoolKey
+	for {
+		keys, err := reservation.ListPools(ctx, conns, opts.Shops, after, 500)
+		if err != nil {
+			return rep, err
+		}
+		for _, k := range keys {
+			after = k
+			var res ResyncResult
+			err := reservation.WithPoolLocked(ctx, conns, k, func(ctx context.Context, exists bool, onHand int64, live []reservation.LiveLine) error {
+				if !exists {
+					return nil
+				}
+				res = ResyncResult{Key: k, New: onHand}
+				for _, l := range live {
+					res.New -= l.Qty
+				}
+				res.Available = res.New
+				if opts.DryRun {
+					c, err := st.Counters(ctx, []reservation.PoolKey{k})
+					if err != nil {
+						return err
+					}
+					res.Old, res.HadOld = c[k]
+					return nil
+				}
+				r, err := st.resyncPool(ctx, k, onHand, live, cutoff)
+				r.Available = res.Available
+				res = r
+				return err
+			})
+			if err != nil {
+				return rep, fmt.Errorf("legacy: resync pool %s: %w", k, err)
+			}
+			rep.Pools++
+			if !res.HadOld || res.Old != res.New {
+				rep.Changed++
+			}
+			rep.Created += res.Created
+			rep.Resynced += res.Resynced
+			if opts.Progress != nil {
+				opts.Progress(res)
+			}
+		}
+		if len(keys) < 500 {
+			break
+		}
+	}
+	if !opts.DryRun && len(opts.Shops) == 0 {
+		if err := clearStale(ctx, conns, start); err != nil {
+			return rep, err
+		}
+		_, rs, err := ReadState(ctx, conns)
+		if err != nil {
+			return rep, err
+		}
+		rep.Cleared = !rs.Stale
+	}
+	return rep, nil
+}
+
+func dbNow(ctx context.Context, conns reservation.Conns) (string, error) {
+	c, err := conns.Borrow(ctx, TagAuthority)
+	if err != nil {
+		return "", err
+	}
+	rows, err := c.Query(ctx, "SELECT UTC_TIMESTAMP(6)")
+	c.Release(err != nil && !isDB(err))
+	if err != nil {
+		return "", err
+	}
+	if len(rows) == 0 {
+		return "", errors.New("legacy: no database time")
+	}
+	return string(rows[0][0]), nil
+}
