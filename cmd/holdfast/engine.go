@@ -9,10 +9,14 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/holdfast-db/holdfast/admin"
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/proxy"
 	"github.com/holdfast-db/holdfast/refiller"
 	"github.com/holdfast-db/holdfast/reservation"
+	"github.com/holdfast-db/holdfast/reservation/legacy"
 )
 
 // poolConns lends the proxy's pool connections to the reservation engine:
@@ -48,11 +52,15 @@ func (e engineConn) Query(ctx context.Context, query string, args ...any) ([][][
 
 func (e engineConn) Release(broken bool) { e.c.Release(broken) }
 
-// engine is the reservation engine and its refiller, wired to the pool.
+// engine is the reservation engine and its refiller, wired to the pool,
+// and, when reservation.redis.address is set, the router that keeps the
+// legacy Redis counter beside it (package reservation/legacy).
 type engine struct {
 	eng     *reservation.Engine
 	ref     *refiller.Refiller
 	replica *sql.DB
+	router  *legacy.Router // nil without Redis
+	store   *legacy.Store
 }
 
 func newEngine(cfg config.Config, srv *proxy.Server, log *slog.Logger) (*engine, error) {
@@ -77,18 +85,61 @@ func newEngine(cfg config.Config, srv *proxy.Server, log *slog.Logger) (*engine,
 	if err != nil {
 		return nil, err
 	}
-	srv.SetProcedures(e.eng)
+	if !rc.Redis.Enabled() {
+		srv.SetProcedures(e.eng)
+		return e, nil
+	}
+	redisCfg := rc.Redis.WithDefaults(e.eng.Config().Retention)
+	e.store = legacy.NewStore(redisCfg, nil)
+	sw, err := legacy.NewSwitch(conns, legacy.State{Authority: redisCfg.Authority, Shops: redisCfg.Shops, Percent: redisCfg.Percent},
+		redisCfg.SwitchPollInterval, log)
+	if err != nil {
+		return nil, err
+	}
+	if e.router, err = legacy.New(legacy.Options{Engine: e.eng, Store: e.store, Switch: sw, Config: redisCfg, Logger: log}); err != nil {
+		return nil, err
+	}
+	srv.SetProcedures(e.router)
+	log.Info("reservation: legacy Redis counter beside the engine", "redis", redisCfg.Address, "seed_authority", redisCfg.Authority,
+		"switch_poll_interval", redisCfg.SwitchPollInterval)
 	return e, nil
+}
+
+// collectors are the engine's metrics (and the router's, with Redis).
+func (e *engine) collectors() []prometheus.Collector {
+	cs := []prometheus.Collector{reservation.NewCollector(e.eng), refiller.NewCollector(e.ref)}
+	if e.router != nil {
+		cs = append(cs, legacy.NewCollector(e.router))
+	}
+	return cs
+}
+
+// authority is the kill switch for the admin API; nil without Redis.
+func (e *engine) authority() admin.Authority {
+	if e == nil || e.router == nil {
+		return nil
+	}
+	return authoritySwitch{e.router.Switch()}
 }
 
 func (e *engine) start(ctx context.Context) error {
 	if err := e.ref.Start(ctx); err != nil {
 		return err
 	}
-	return e.eng.Start(ctx)
+	if err := e.eng.Start(ctx); err != nil {
+		return err
+	}
+	if e.router != nil {
+		return e.router.Start(ctx)
+	}
+	return nil
 }
 
 func (e *engine) close() {
+	if e.router != nil {
+		_ = e.router.Close()
+		_ = e.store.Close()
+	}
 	_ = e.eng.Close()
 	_ = e.ref.Close()
 	if e.replica != nil {
@@ -140,4 +191,36 @@ func migrate(ctx context.Context, cfg config.Config) error {
 		fmt.Printf("applied reservation schema migrations %v in %s/%s\n", applied, cfg.Backend.Address, cfg.Backend.Database)
 	}
 	return nil
+}
+
+// authoritySwitch serves the admin API's /api/authority from the switch.
+type authoritySwitch struct{ sw *legacy.Switch }
+
+func (a authoritySwitch) AuthorityState(ctx context.Context) (admin.AuthorityState, error) {
+	return adminState(a.sw), nil
+}
+
+func (a authoritySwitch) SetAuthority(ctx context.Context, c admin.AuthorityChange) (admin.AuthorityState, error) {
+	next := legacy.State{Authority: c.Authority, Shops: c.Shops, Percent: c.Percent, ChangedBy: c.By, Reason: c.Reason}
+	_, err := a.sw.Set(ctx, next, c.Force)
+	switch {
+	case errors.Is(err, legacy.ErrStale):
+		return admin.AuthorityState{}, fmt.Errorf("%w: %w", admin.ErrAuthorityRefused, err)
+	case errors.Is(err, legacy.ErrInvalid):
+		return admin.AuthorityState{}, fmt.Errorf("%w: %w", admin.ErrAuthorityInvalid, err)
+	case err != nil:
+		return admin.AuthorityState{}, err
+	}
+	return adminState(a.sw), nil
+}
+
+func adminState(sw *legacy.Switch) admin.AuthorityState {
+	st, rs := sw.Current(), sw.Redis()
+	shops := st.Shops
+	if shops == nil {
+		shops = []int64{}
+	}
+	return admin.AuthorityState{Version: st.Version, Authority: st.Authority, Shops: shops, Percent: st.Percent,
+		ChangedAt: st.ChangedAt, ChangedBy: st.ChangedBy, Reason: st.Reason, PollIntervalSeconds: sw.Interval().Seconds(),
+		RedisStale: rs.Stale, RedisStaleSince: rs.StaleSince, RedisStaleReason: rs.StaleReason}
 }

@@ -5,6 +5,7 @@
 //	holdfast migrate [-config FILE]                   create or upgrade the reservation schema
 //	holdfast check-config [-config FILE] [-print-listen | -print-admin-listen]  validate a configuration
 //	holdfast check-backend [-config FILE] [-print-address]  connect to the backend once
+//	holdfast resync-redis [-config FILE] [-shops 1,2] [-dry-run] [-force]  rewrite the Redis counters from the ledger
 package main
 
 import (
@@ -24,8 +25,6 @@ import (
 	"github.com/holdfast-db/holdfast/admin"
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/proxy"
-	"github.com/holdfast-db/holdfast/refiller"
-	"github.com/holdfast-db/holdfast/reservation"
 )
 
 func main() {
@@ -45,6 +44,7 @@ func run(args []string) error {
 	printListen := fs.Bool("print-listen", false, "check-config: print only the listen address")
 	printAdmin := fs.Bool("print-admin-listen", false, "check-config: print only admin.listen (empty: none)")
 	printAddr := fs.Bool("print-address", false, "check-backend: print the configured backend address and exit")
+	resync := resyncFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,6 +69,8 @@ func run(args []string) error {
 			fmt.Println("configuration OK")
 		}
 		return nil
+	case "resync-redis":
+		return resyncRedis(context.Background(), cfg, resync, os.Stdout)
 	case "check-backend":
 		if *printAddr {
 			fmt.Println(cfg.Backend.Address)
@@ -83,7 +85,7 @@ func run(args []string) error {
 		fmt.Printf("%s (%s)\n", cfg.Backend.Address, version)
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want serve, migrate, check-config or check-backend)", cmd)
+	return fmt.Errorf("unknown command %q (want serve, migrate, check-config, check-backend or resync-redis)", cmd)
 }
 
 func newLogger(c config.Log) *slog.Logger {
@@ -108,12 +110,13 @@ func serve(path string, cfg config.Config) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()))
+	var eng *engine
 	if cfg.Reservation.Enabled {
-		eng, err := newEngine(cfg, srv, log)
+		eng, err = newEngine(cfg, srv, log)
 		if err != nil {
 			return err
 		}
-		reg.MustRegister(reservation.NewCollector(eng.eng), refiller.NewCollector(eng.ref))
+		reg.MustRegister(eng.collectors()...)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		cctx, ccancel := context.WithTimeout(ctx, cfg.Backend.DialTimeout)
@@ -134,7 +137,7 @@ func serve(path string, cfg config.Config) error {
 	var adm *admin.Admin
 	if cfg.Admin.Listen != "" {
 		adm = admin.New(srv, admin.Options{Listen: cfg.Admin.Listen, Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof,
-			Gatherer: reg, Log: log})
+			Gatherer: reg, Log: log, Authority: eng.authority()})
 		go func() {
 			if err := adm.ListenAndServe(); err != nil {
 				errc <- fmt.Errorf("admin listener: %w", err)

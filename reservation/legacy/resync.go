@@ -41,7 +41,7 @@ type ResyncOptions struct {
 	// Force resyncs shops whose reserves Redis decides (the switch puts them
 	// on redis): their counters are then rewritten from the engine's view,
 	// which lacks reservations whose shadow failed. Without it those shops
-	// are refused.
+	// are refused (a dry run reads them all).
 	Force bool
 	// DryRun reads and reports, writing nothing to Redis.
 	DryRun bool
@@ -66,7 +66,7 @@ func Resync(ctx context.Context, conns reservation.Conns, st *Store, opts Resync
 	if err != nil {
 		return rep, err
 	}
-	if sw != nil && !opts.Force {
+	if sw != nil && !opts.Force && !opts.DryRun {
 		if len(opts.Shops) == 0 && !sw.AllHoldfast() {
 			return rep, fmt.Errorf("legacy: the authority switch (%s) lets Redis decide some shops' reserves: resync the shops on holdfast (-shop), switch every shop to holdfast first, or -force", sw)
 		}

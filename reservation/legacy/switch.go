@@ -60,18 +60,22 @@ func (s State) For(shop int64) reservation.Authority {
 // AllHoldfast reports whether holdfast decides every shop.
 func (s State) AllHoldfast() bool { return s.Authority == "holdfast" || s.Percent >= 100 }
 
+// ErrInvalid is wrapped by the error of a switch state that makes no
+// sense.
+var ErrInvalid = errors.New("legacy: invalid authority switch")
+
 func (s State) validate() error {
 	switch {
 	case s.Authority != "redis" && s.Authority != "holdfast":
-		return fmt.Errorf("legacy: authority must be redis or holdfast, got %q", s.Authority)
+		return fmt.Errorf("%w: authority must be redis or holdfast, got %q", ErrInvalid, s.Authority)
 	case s.Percent < 0 || s.Percent > 100:
-		return fmt.Errorf("legacy: percent must be between 0 and 100, got %d", s.Percent)
+		return fmt.Errorf("%w: percent must be between 0 and 100, got %d", ErrInvalid, s.Percent)
 	case s.Authority == "holdfast" && (len(s.Shops) > 0 || s.Percent > 0):
-		return errors.New("legacy: with authority holdfast every shop is on holdfast: -shops and -percent go with authority redis")
+		return fmt.Errorf("%w: with authority holdfast every shop is on holdfast; shops and percent go with authority redis", ErrInvalid)
 	}
 	for _, sh := range s.Shops {
 		if sh < 1 {
-			return fmt.Errorf("legacy: shop ids must be positive, got %d", sh)
+			return fmt.Errorf("%w: shop ids must be positive, got %d", ErrInvalid, sh)
 		}
 	}
 	return nil

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/reservation/legacy/redistest"
+)
+
+// migrationProcess starts holdfast with a private Redis as the legacy
+// counter (authority redis), its admin listener on, after migrate.
+func migrationProcess(t *testing.T, redisAddr string) (p *process, adminAddr string) {
+	t.Helper()
+	c := dbtest.Config(t)
+	p = &process{addr: freeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"),
+		out: &syncBuffer{}, exited: make(chan error, 1)}
+	adminAddr = freeAddr(t)
+	cfg := fmt.Sprintf(`listen: %s
+users:
+%s
+backend:
+  address: %s
+  user: %s
+  password: %q
+  database: %s
+pool:
+  min: 0
+  max: 24
+  max_idle: 24
+admin:
+  listen: %s
+log:
+  level: info
+reservation:
+  payment_timeout: 0s
+  callback_retry_window: 0s
+  clock_skew: 0s
+  default_ttl: 1m
+  sweep_interval: 100ms
+  call_timeout: 20s
+  redis:
+    address: %s
+    authority: redis
+    timeout: 500ms
+    switch_poll_interval: 200ms
+    sweep_interval: 100ms
+    drift_interval: -1s
+`, p.addr, appUser, c.Addr, c.User, c.Passwd, p.db, adminAddr, redisAddr)
+	if err := os.WriteFile(p.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := binary(t)
+	if out, err := exec.Command(bin, "migrate", "-config", p.config).CombinedOutput(); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	return p.serve(t, bin), adminAddr
+}
+
+// scrape returns the value of one series of /metrics, matched by its name
+// and label text (e.g. `procedure="reserve",redis="ok",holdfast="ok"`), or
+// -1.
+func scrape(t *testing.T, adminAddr, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, val, ok := strings.Cut(line, " "); ok && name == series {
+			v, _ := strconv.ParseFloat(val, 64)
+			return v
+		}
+	}
+	return -1
+}
+
+// disagreeing lists the comparison series of /metrics whose two answers
+// differ.
+func disagreeing(t *testing.T, adminAddr string) []string {
+	t.Helper()
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	re := regexp.MustCompile(`^holdfast_shadow_comparisons_total\{holdfast="([a-z_]+)",procedure="([a-z]+)",redis="([a-z_]+)"\} (\d+)`)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := re.FindStringSubmatch(line); m != nil && m[1] != m[3] {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+type sqlCheckout struct {
+	token, fate string
+	qty         int64
+}
+
+// checkouts runs clients clients of n checkouts (reserve, then claim,
+// release or abandon) through holdfast; any failed call fails the test.
+func checkouts(t *testing.T, db *sql.DB, tag string, clients, n int, ttl int) []sqlCheckout {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		out  []sqlCheckout
+		errs []string
+		wg   sync.WaitGroup
+	)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 11))
+			for i := range n {
+				shop, item, qty := 1+rng.Int64N(2), 1001+rng.Int64N(2), 1+rng.Int64N(3)
+				co := sqlCheckout{qty: qty}
+				err := db.QueryRow("CALL holdfast.reserve(?, ?, ?, ?)", shop, fmt.Sprintf("%s-%d-%d", tag, c, i),
+					fmt.Sprintf(`[{"item":%d,"qty":%d,"locations":[1,2]}]`, item, qty), ttl).
+					Scan(&co.token, new(string), new(int), new(int), new(int), new(int), new(string), new(int))
+				if err == nil {
+					switch p := rng.IntN(10); {
+					case p < 4:
+						co.fate = "claimed"
+						var outcome string
+						if err = db.QueryRow("CALL holdfast.claim(?)", co.token).Scan(new(string), &outcome, new(int), new(int), new(int), new(int)); err == nil && outcome != "claimed" {
+							err = fmt.Errorf("claim answered %s", outcome)
+						}
+					case p < 7:
+						co.fate = "released"
+						var outcome string
+						if err = db.QueryRow("CALL holdfast.release(?)", co.token).Scan(new(string), &outcome, new(int)); err == nil && outcome != "released" {
+							err = fmt.Errorf("release answered %s", outcome)
+						}
+					default:
+						co.fate = "abandoned"
+					}
+				}
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err.Error())
+				} else {
+					out = append(out, co)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d calls failed, e.g. %v", len(errs), errs[:min(3, len(errs))])
+	}
+	return out
+}
+
+// TestMigrationThroughHoldfast drives the migration as an operator would,
+// through the holdfast binary with a real Redis: 64 MySQL clients check out
+// in shadow mode (authority redis) and both sides agree, as /metrics shows;
+// then holdfastctl flips the authority redis → holdfast → redis twice
+// while the clients go on, the fleet's version shows in /metrics, and at
+// the end MySQL conserved its stock and `holdfast resync-redis -dry-run`
+// finds every counter equal to the engine's availability.
+func TestMigrationThroughHoldfast(t *testing.T) {
+	rs := redistest.Start(t)
+	p, adminAddr := migrationProcess(t, rs.Addr)
+	ctlBin := filepath.Join(t.TempDir(), "holdfastctl")
+	if out, err := exec.Command("go", "build", "-o", ctlBin, "../holdfastctl").CombinedOutput(); err != nil {
+		t.Fatalf("build holdfastctl: %v\n%s", err, out)
+	}
+	ctl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(ctlBin, append([]string{"-addr", adminAddr}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("holdfastctl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	db := p.open(t, "app", "app")
+	db.SetMaxOpenConns(64)
+	const perPool = 100000
+	for shop := 1; shop <= 2; shop++ {
+		for item := 1001; item <= 1002; item++ {
+			for loc := 1; loc <= 2; loc++ {
+				if _, err := db.Exec("CALL holdfast.receive(?, ?, ?, ?)", shop, item, loc, perPool); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if out := ctl("authority"); !strings.Contains(out, "version 1: Redis decides every shop's reserves") {
+		t.Fatalf("holdfastctl authority: %s", out)
+	}
+	const ttl = 3
+	start := time.Now()
+	shadow := checkouts(t, db, "shadow", 64, 8, ttl)
+	if got := scrape(t, adminAddr, `holdfast_shadow_comparisons_total{holdfast="ok",procedure="reserve",redis="ok"}`); got != float64(len(shadow)) {
+		t.Fatalf("reserve ok/ok comparisons %v, want %d", got, len(shadow))
+	}
+	if d := disagreeing(t, adminAddr); len(d) > 0 {
+		t.Fatalf("the sides disagreed in shadow mode: %v", d)
+	}
+
+	// Flip twice each way while the clients go on.
+	var flipped []sqlCheckout
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		flipped = checkouts(t, db, "flip", 64, 30, ttl)
+	}()
+	for _, a := range []string{"holdfast", "redis", "holdfast", "redis"} {
+		time.Sleep(300 * time.Millisecond)
+		if out := ctl("authority", a, "-reason", "test"); !strings.Contains(out, "switched: authority switch version") {
+			t.Fatalf("holdfastctl authority %s: %s", a, out)
+		}
+	}
+	wg.Wait()
+	if v := scrape(t, adminAddr, "holdfast_authority_switch_version"); v != 5 {
+		t.Fatalf("holdfast_authority_switch_version %v, want 5", v)
+	}
+	if h, r := scrape(t, adminAddr, `holdfast_authority_reserves_total{authority="holdfast"}`), scrape(t, adminAddr, `holdfast_authority_reserves_total{authority="redis"}`); h <= 0 || r <= 0 {
+		t.Fatalf("reserves decided by holdfast %v, by redis %v: the flips did not take effect", h, r)
+	}
+	if d := disagreeing(t, adminAddr); len(d) > 0 {
+		t.Fatalf("the sides disagreed: %v", d)
+	}
+
+	// Everything expires; MySQL conserved its stock; the counters equal the
+	// engine's availability.
+	all := append(shadow, flipped...)
+	time.Sleep(time.Until(start.Add(time.Duration(ttl)*time.Second)) + time.Since(start)/4)
+	direct := dbtest.Open(t, p.db)
+	eventually(t, "every reservation expired and swept", func() bool {
+		var n int
+		_ = direct.QueryRow("SELECT COUNT(*) FROM reserved_quantities").Scan(&n)
+		return n == 0
+	})
+	var claimed int64
+	for _, c := range all {
+		if c.fate == "claimed" {
+			claimed += c.qty
+		}
+	}
+	var onHand int64
+	if err := direct.QueryRow("SELECT SUM(on_hand) FROM inventory_ledger").Scan(&onHand); err != nil {
+		t.Fatal(err)
+	}
+	if onHand+claimed != 8*perPool {
+		t.Fatalf("conservation: on_hand %d + claimed %d != %d", onHand, claimed, 8*perPool)
+	}
+	time.Sleep(300 * time.Millisecond) // the Redis sweeper's interval, twice
+	// Redis decides every shop now: resync-redis refuses to write its
+	// counters without -force; a dry run reads them all.
+	out, err := exec.Command(p.cmd.Path, "resync-redis", "-config", p.config).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "lets Redis decide") {
+		t.Fatalf("resync-redis under authority redis: %v\n%s", err, out)
+	}
+	out, err = exec.Command(p.cmd.Path, "resync-redis", "-dry-run", "-config", p.config).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "checked (dry run, nothing written) 8 pools") || !strings.Contains(string(out), ": 0 counters differed") {
+		t.Fatalf("resync-redis -dry-run: %v\n%s", err, out)
+	}
+	t.Logf("%d checkouts in shadow mode, %d across four flips; %s", len(shadow), len(flipped), strings.TrimSpace(string(out)))
+}
