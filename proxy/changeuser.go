@@ -75,7 +75,10 @@ func (s *session) comChangeUser(p []byte) bool {
 	if db == "" {
 		db = s.srv.config().Backend.Database
 	}
-	s.user, s.db, s.coll = u, db, coll
+	s.mu.Lock()
+	s.user = u // read by other sessions' KILLs
+	s.mu.Unlock()
+	s.db, s.coll = db, coll
 	s.writeOK(0, 0)
 	return true
 }

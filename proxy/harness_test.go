@@ -86,7 +86,7 @@ func startProxy(t *testing.T, mutate ...func(*config.Config)) *testProxy {
 // holdfast's own connection id): the process-list row whose statement
 // text carries a marker that only this text holds.
 func selfThread() string {
-	return fmt.Sprintf("(SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE '%%hfself%016x%%')", rand.Uint64())
+	return fmt.Sprintf("(SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND <> 'Sleep' AND INFO LIKE '%%hfself%016x%%' ORDER BY TIME_MS LIMIT 1)", rand.Uint64())
 }
 
 // dsn is a go-sql-driver DSN for the proxy.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -259,4 +260,116 @@ func lowerASCII(c byte) byte {
 		return c + 'a' - 'A'
 	}
 	return c
+}
+
+// setKept installs the client's kept variables and the idle limit they
+// imply.
+func (s *session) setKept(k *keptVars) {
+	s.kept = k
+	if k != nil {
+		s.waitTimeout.Store(int64(k.waitTimeout(s.interactive)))
+	}
+}
+
+// putKept gives bc the client's kept variables for a read-only statement
+// that reads them, and returns the SET that puts holdfast's values back
+// ("" when they are the same). beginInFlight is settled first.
+func (s *session) putKept(bc *backendConn) (string, error) {
+	hf := s.srv.hfKept.Load()
+	if s.kept == nil || hf == nil {
+		return "", nil
+	}
+	before := keptSQL(s.kept.vals, *hf, nil)
+	if before == "" {
+		return "", nil
+	}
+	if err := s.settleBegin(bc); err != nil {
+		return "", err
+	}
+	if _, err := bc.queryLocked(before); err != nil {
+		return "", err
+	}
+	return keptSQL(*hf, s.kept.vals, nil), nil
+}
+
+// syncKept reads the kept variables back from bc after a statement that
+// may have set them, and sets bc back to holdfast's values. The values
+// read of the variables the statement assigns (assigned, from its text)
+// are the client's now; when the text is no plain SET (assigned nil),
+// every value that differs from holdfast's is taken as the client's.
+func (s *session) syncKept(bc *backendConn, assigned []string) error {
+	hf := s.srv.hfKept.Load()
+	if s.kept == nil || hf == nil {
+		return nil
+	}
+	var q strings.Builder
+	q.WriteString("SELECT ")
+	for i, n := range keptNames {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("@@session." + n)
+	}
+	q.WriteString(" LIMIT 1")
+	res, err := bc.queryLocked(q.String())
+	if err != nil {
+		return err
+	}
+	if len(res.rows) != 1 || len(res.rows[0]) != len(keptNames) {
+		return fmt.Errorf("proxy: reading back %d session variables got %d rows", len(keptNames), len(res.rows))
+	}
+	have := map[string]string{}
+	var changes []varChange
+	for i, n := range keptNames {
+		v := string(res.rows[0][i])
+		have[n] = v
+		if assigned == nil && v != (*hf)[n] || slices.Contains(assigned, n) {
+			changes = append(changes, varChange{n, v})
+		}
+	}
+	if len(changes) > 0 {
+		s.setKept(s.kept.with(changes))
+	}
+	if sql := keptSQL(*hf, have, nil); sql != "" {
+		_, err = bc.queryLocked(sql)
+	}
+	return err
+}
+
+// keptChanged takes the kept variables out of changes (the session
+// tracker's report, read back): they become the client's values, and the
+// backend connection bc goes back to holdfast's values at once.
+func (s *session) keptChanged(bc *backendConn, changes []varChange) ([]varChange, error) {
+	var kept []varChange
+	rest := changes[:0:0]
+	for _, c := range changes {
+		if isKept(c.name) {
+			kept = append(kept, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	if len(kept) == 0 {
+		return changes, nil
+	}
+	if s.kept == nil {
+		s.setKept(s.srv.keptBase.Load())
+	}
+	if s.kept != nil {
+		s.setKept(s.kept.with(kept))
+	}
+	names := make([]string, len(kept))
+	have := map[string]string{}
+	for i, c := range kept {
+		names[i] = c.name
+		have[c.name] = c.value
+	}
+	if hf := s.srv.hfKept.Load(); hf != nil {
+		if sql := keptSQL(*hf, have, names); sql != "" {
+			if _, err := bc.queryLocked(sql); err != nil {
+				return rest, err
+			}
+		}
+	}
+	return rest, nil
 }

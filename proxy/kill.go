@@ -45,7 +45,7 @@ func (s *session) killUser(name string, queryOnly bool) bool {
 	var victims []*session
 	self := false
 	for _, x := range s.srv.sessions {
-		if x.user.Name != name {
+		if x.userName() != name {
 			continue
 		}
 		if x == s {
@@ -79,7 +79,7 @@ func (s *session) kill(id uint64, queryOnly bool) bool {
 		s.writeErr(newErr(codeNoSuchThread, "HY000", "Unknown thread id: %d", id))
 		return true
 	}
-	if t.user.Name != s.user.Name && !s.user.Admin {
+	if t.userName() != s.user.Name && !s.user.Admin {
 		s.writeErr(newErr(codeKillDenied, "HY000", "You are not owner of thread %d", id))
 		return true
 	}

@@ -232,7 +232,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 		x.mu.Lock()
 		if !x.closed && x.killing == 0 && s.fitsPipe(x.bc, cs) {
 			wait = true
-			if open && len(x.queue) < bestLen && now.Sub(x.headSince) < slowHead {
+			if open && len(x.queue) < bestLen && now.Sub(x.headSince) < time.Duration(srv.slowHead.Load()) {
 				best, bestLen = x, len(x.queue)
 			}
 		}
@@ -265,9 +265,10 @@ func (ps *pipes) wakeOne() { ps.waiters.HandOff(struct{}{}) }
 // wakeAll tells every statement waiting for a place in a pipe to try again.
 func (ps *pipes) wakeAll() { ps.waiters.HandOffAll(struct{}{}) }
 
-// slowHead: a pipe whose current statement has run this long takes no new
-// statements (they would wait behind it). A variable for tests.
-var slowHead = 20 * time.Millisecond
+// defaultSlowHead: a pipe whose current statement has run this long takes
+// no new statements (they would wait behind it). Server.slowHead holds the
+// value in force (tests change it).
+const defaultSlowHead = 20 * time.Millisecond
 
 // fitsPipe reports whether bc's session state is the session's, and (for a
 // prepared statement) whether bc has it prepared: a pipe cannot restore or

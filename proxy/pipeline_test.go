@@ -88,9 +88,7 @@ func TestPipelineClientGone(t *testing.T) {
 	// Warm the one backend connection (state learned, not in a pipe), and
 	// let statements queue behind a long-running one for this test.
 	queryString(t, p.open(t), "SELECT 1")
-	old := slowHead
-	slowHead = time.Hour
-	t.Cleanup(func() { slowHead = old })
+	p.srv.slowHead.Store(int64(time.Hour))
 	before := p.srv.Stats().Pipelined
 
 	quitter, err := rawDial(p.addr, rawOpts{user: "app", pass: "app", db: p.db})
@@ -158,14 +156,12 @@ func TestPipelineDoesNotStarveTransactions(t *testing.T) {
 	// each take 10 ms: a woken waiter joins long before the pipe's head is
 	// done, so the pipe would never drain. No head counts as slow here, so
 	// only the rule under test can make it drain.
-	old := slowHead
-	slowHead = time.Hour
-	t.Cleanup(func() { slowHead = old })
 	p := startProxy(t, func(c *config.Config) {
 		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
 		c.Pool.PipelineDepth = 2
 		c.Pool.AcquireTimeout = 3 * time.Second
 	})
+	p.srv.slowHead.Store(int64(time.Hour))
 	mustExec(t, p.direct(t), "CREATE TABLE t (id INT PRIMARY KEY, n INT)")
 	mustExec(t, p.direct(t), "INSERT INTO t VALUES (1, 0)")
 	// The connection starts idle, so the first SELECTs form a pipe (with
@@ -223,7 +219,7 @@ func TestPipelineFullDialsWhenPoolHasRoom(t *testing.T) {
 	for p.srv.Stats().Pool.InUse == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(2 * slowHead)
+	time.Sleep(2 * defaultSlowHead)
 	if got := queryString(t, p.open(t), "SELECT 'quick'"); got != "quick" {
 		t.Fatalf("got %q", got)
 	}

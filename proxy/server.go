@@ -39,6 +39,14 @@ const (
 
 // Server is the MySQL-protocol front end: it accepts client connections,
 // authenticates them, and runs one session per client over the shared pool.
+//
+// Lock order, once for the whole package (a lock may be taken while
+// holding any before it, never after): Server.mu, then session.killMu,
+// then session.mu, then pipes.mu, then pipe.mu, then the pool's and the
+// wait queues' own locks; gates.mu before its queues' locks; killer.mu is
+// taken with session.killMu held and nothing else. No lock is held across
+// I/O except killer.mu (one kill at a time, bounded) and session.killMu
+// (held while a kill is delivered).
 type Server struct {
 	log    *slog.Logger
 	pool   *pool.Pool[variant, *backendConn]
@@ -77,6 +85,7 @@ type Server struct {
 	stmtRetries  atomic.Uint64 // prepares retried after 1461
 	stmtRefs     stmtRefs
 	killer       killer
+	slowHead     atomic.Int64  // nanoseconds; see defaultSlowHead
 	killDelay    time.Duration // tests: a pause before each kill is sent, widening its window
 	base         atomic.Pointer[varState]
 	charsets     atomic.Pointer[map[uint8][2]string] // collation id -> charset, collation
@@ -164,6 +173,7 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	s.nextConnID.Store(firstConnID - 1)
+	s.slowHead.Store(int64(defaultSlowHead))
 	s.applyConfigGates(cfg.Tags)
 	return s, nil
 }
@@ -394,58 +404,6 @@ func (s *Server) warm() {
 		return
 	}
 	s.pool.Release(bc, true)
-}
-
-// janitor is the one timer loop behind every session timeout. Each tick it
-// starts watching the client socket of statements that have run longer
-// than watchDelay (see clientWatch), and closes clients idle longer than
-// their own wait_timeout (interactive_timeout for interactive clients),
-// as MariaDB does: without a message, rolling back an open transaction.
-func (s *Server) janitor() {
-	defer s.wg.Done()
-	t := time.NewTicker(watchDelay / 2)
-	defer t.Stop()
-	var sess []*session
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case now := <-t.C:
-			s.clock.Store(now.UnixNano())
-			sess = sess[:0]
-			s.mu.Lock()
-			for _, x := range s.sessions {
-				sess = append(sess, x)
-			}
-			s.mu.Unlock()
-			limit := now.Add(-watchDelay).UnixNano()
-			for _, x := range sess {
-				if since := x.watch.since.Load(); since != 0 && since < limit {
-					x.watch.start()
-				}
-				if wt, idle := x.waitTimeout.Load(), x.idleSince.Load(); wt > 0 && idle != 0 && now.UnixNano()-idle > wt {
-					s.log.Info("closing a client idle longer than its wait_timeout", "client", x.id, "user", x.user.Name,
-						"wait_timeout", time.Duration(wt))
-					x.idleSince.Store(0)
-					if s.attr {
-						x.connTag.TimedOut(attribution.TimeoutWait)
-					}
-					_ = x.nc.Close()
-					continue
-				}
-				s.checkBounds(x, now.UnixNano())
-			}
-		}
-	}
-}
-
-// now is a clock that the janitor advances every tick: cheap enough to
-// read once per statement.
-func (s *Server) now() int64 {
-	if t := s.clock.Load(); t != 0 {
-		return t
-	}
-	return time.Now().UnixNano()
 }
 
 // Addr returns the listening address (after Serve started), or nil.

@@ -210,7 +210,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 	unbound()
 	s.setExec(nil, nil)
 	if err != nil {
-		return s.relayFailed(err, &relayResult{}, s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext)
+		return s.relayFailed(err, &relayResult{}, s.keepsBackend())
 	}
 	if errPkt != nil {
 		s.writePacket(errPkt)
@@ -342,7 +342,7 @@ func (s *session) stmtExecute(p []byte) bool {
 		s.writeErr(serr)
 		return true
 	}
-	held := s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext
+	held := s.keepsBackend()
 	start := s.stmtStart(tag, cs.sql)
 	s.setExec(bc, nil)
 	s.watch.arm()

@@ -176,3 +176,55 @@ func (s *session) expired() {
 		s.writeNow(e)
 	}
 }
+
+// janitor is the one timer loop behind every session timeout. Each tick it
+// starts watching the client socket of statements that have run longer
+// than watchDelay (see clientWatch), and closes clients idle longer than
+// their own wait_timeout (interactive_timeout for interactive clients),
+// as MariaDB does: without a message, rolling back an open transaction.
+func (s *Server) janitor() {
+	defer s.wg.Done()
+	t := time.NewTicker(watchDelay / 2)
+	defer t.Stop()
+	var sess []*session
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case now := <-t.C:
+			s.clock.Store(now.UnixNano())
+			sess = sess[:0]
+			s.mu.Lock()
+			for _, x := range s.sessions {
+				sess = append(sess, x)
+			}
+			s.mu.Unlock()
+			limit := now.Add(-watchDelay).UnixNano()
+			for _, x := range sess {
+				if since := x.watch.since.Load(); since != 0 && since < limit {
+					x.watch.start()
+				}
+				if wt, idle := x.waitTimeout.Load(), x.idleSince.Load(); wt > 0 && idle != 0 && now.UnixNano()-idle > wt {
+					s.log.Info("closing a client idle longer than its wait_timeout", "client", x.id, "user", x.userName(),
+						"wait_timeout", time.Duration(wt))
+					x.idleSince.Store(0)
+					if s.attr {
+						x.connTag.TimedOut(attribution.TimeoutWait)
+					}
+					_ = x.nc.Close()
+					continue
+				}
+				s.checkBounds(x, now.UnixNano())
+			}
+		}
+	}
+}
+
+// now is a clock that the janitor advances every tick: cheap enough to
+// read once per statement.
+func (s *Server) now() int64 {
+	if t := s.clock.Load(); t != 0 {
+		return t
+	}
+	return time.Now().UnixNano()
+}

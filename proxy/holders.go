@@ -2,66 +2,19 @@ package proxy
 
 import (
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
-	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
-// connTag is a new session's fallback tag: the conn_tag connection
-// attribute, else the user's default tag, else untagged.
-func (s *Server) connTag(u User, attrs map[string]string) *attribution.Tag {
-	var buf [attribution.MaxTagLen]byte
-	if v := attrs["conn_tag"]; v != "" {
-		if b, ok := attribution.AppendSanitized(buf[:0], []byte(v)); ok {
-			return s.rec.Tag(b)
-		}
-	}
-	if u.DefaultTag != "" {
-		if b, ok := attribution.AppendSanitized(buf[:0], []byte(u.DefaultTag)); ok {
-			return s.rec.Tag(b)
-		}
-	}
-	return s.rec.TagString(attribution.Untagged)
-}
+// What the server shows of itself for the admin API, holdfastctl and the
+// status page: who holds a backend connection now, who waits, per-tag
+// totals.
 
 // Recorder returns the per-tag accounting (the reservation engine's
 // borrows record into it too).
 func (s *Server) Recorder() *attribution.Recorder { return s.rec }
-
-func (s *Server) slowTxn() time.Duration { return s.config().Attribution.SlowTransaction }
-
-// slowLog rate-limits the slow-transaction log line: one per tag per
-// slowLogEvery.
-type slowLog struct {
-	mu   sync.Mutex // guards last
-	last map[string]time.Time
-}
-
-const slowLogEvery = 10 * time.Second
-
-func (s *Server) logSlowTransaction(tag string, client uint32, held, exec, idle time.Duration, stmt []byte) {
-	now := time.Now()
-	s.slow.mu.Lock()
-	if s.slow.last == nil {
-		s.slow.last = map[string]time.Time{}
-	}
-	if now.Sub(s.slow.last[tag]) < slowLogEvery {
-		s.slow.mu.Unlock()
-		return
-	}
-	if len(s.slow.last) > 10000 {
-		clear(s.slow.last)
-	}
-	s.slow.last[tag] = now
-	s.slow.mu.Unlock()
-	s.log.Warn("transaction held its connection far longer than it executed",
-		"tag", tag, "client", client, "held", held.Round(time.Millisecond), "executing", exec.Round(time.Millisecond),
-		"idle_in_transaction", idle.Round(time.Millisecond),
-		"idle_after", string(sqlscan.AppendDigest(nil, stmt, 200)))
-}
 
 // HolderInfo is one backend connection held right now.
 type HolderInfo struct {
@@ -106,62 +59,6 @@ func (s *Server) heldBy(tag string) int {
 		}
 	}
 	return n
-}
-
-// DrainTag refuses new borrows for tag. With grace > 0, sessions still holding
-// a connection for the tag when it ends are killed (their transactions
-// roll back).
-func (s *Server) DrainTag(tag, reason string, grace time.Duration) {
-	s.gates.drain(tag, reason, grace, func() { s.killHolders(tag) })
-	s.log.Warn("tag drained", "tag", tag, "reason", reason, "grace", grace)
-}
-
-// UndrainTag lifts a drain.
-func (s *Server) UndrainTag(tag string) {
-	s.gates.undrain(tag)
-	s.log.Warn("tag undrained", "tag", tag)
-}
-
-// LimitTag caps tag at n backend connections; n == 0 lifts the cap.
-func (s *Server) LimitTag(tag string, n int) {
-	s.gates.setLimit(tag, n, s.heldBy(tag))
-	if n == 0 {
-		s.log.Warn("tag connection limit lifted", "tag", tag)
-	} else {
-		s.log.Warn("tag connection limit set", "tag", tag, "max", n)
-	}
-}
-
-// SetMaxTransactionTime bounds how long a transaction of tag may hold its
-// backend connection (0 lifts the tag's own bound; sessions.
-// max_transaction_time, when set, applies to every tag without one).
-// Transactions past it have their statement interrupted and are rolled
-// back, and their clients get error 9005 and are disconnected.
-func (s *Server) SetMaxTransactionTime(tag string, d time.Duration) {
-	s.gates.setMaxTxn(tag, d)
-	if d == 0 {
-		s.log.Warn("tag max_transaction_time lifted", "tag", tag)
-	} else {
-		s.log.Warn("tag max_transaction_time set", "tag", tag, "max", d)
-	}
-}
-
-// Gates lists the on-call controls in force, by tag. InUse is the number of
-// backend connections the tag holds now (as in Holders), whether or not it
-// is capped.
-func (s *Server) Gates() []GateState {
-	gs := s.gates.snapshot()
-	if len(gs) == 0 {
-		return gs
-	}
-	held := map[string]int{}
-	for _, h := range s.Holders() {
-		held[h.Tag]++
-	}
-	for i := range gs {
-		gs[i].InUse = held[gs[i].Tag]
-	}
-	return gs
 }
 
 // Waiting counts the borrowers queued right now, by what they wait for. A
@@ -239,34 +136,3 @@ func (s *Server) Tags() []TagInfo {
 // TagsFolded counts tag lookups folded into "other" once
 // attribution.max_tags were kept.
 func (s *Server) TagsFolded() uint64 { return s.rec.Folded() }
-
-func (s *Server) killHolders(tag string) {
-	s.mu.Lock()
-	var victims []*session
-	for _, x := range s.sessions {
-		x.mu.Lock()
-		if !x.holdSince.IsZero() && x.holdTag == tag {
-			victims = append(victims, x)
-		}
-		x.mu.Unlock()
-	}
-	s.mu.Unlock()
-	for _, x := range victims {
-		s.log.Warn("drain grace over: closing a client still holding a connection for the tag", "tag", tag, "client", x.id)
-		x.terminate()
-	}
-}
-
-// applyConfigGates puts the controls named in the configuration in force
-// (on start and on reload; controls set through the admin API stay).
-func (s *Server) applyConfigGates(t config.Tags) {
-	for _, tag := range t.Drained {
-		s.gates.drain(tag, "configured", 0, nil)
-	}
-	for tag, n := range t.Limits {
-		s.gates.setLimit(tag, n, s.heldBy(tag))
-	}
-	if len(t.Drained)+len(t.Limits) > 0 {
-		s.log.Info("configured tag controls applied", "drained", len(t.Drained), "limits", len(t.Limits))
-	}
-}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
@@ -141,6 +142,13 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	return bc, nil
 }
 
+// keepsBackend reports whether the session keeps its backend connection
+// between statements: inside a transaction, pinned by session state, or
+// through the next statement after SET TRANSACTION.
+func (s *session) keepsBackend() bool {
+	return s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext
+}
+
 // release gives the held backend connection back to the pool and records
 // the hold.
 func (s *session) release(reusable bool) {
@@ -234,175 +242,51 @@ func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
 	}
 }
 
-// Deferred BEGIN: a plain BEGIN outside a transaction (typed, or a prepared
-// statement) is answered at once and sent to the backend when the
-// transaction's first real statement borrows a connection: in the same
-// write when that statement is a SELECT, else just before it. InnoDB takes
-// its snapshot at the first read anyway, so nothing observable changes,
-// while the transaction's first statement (usually tagged, unlike the BEGIN
-// a driver sends) decides its tag before a connection is borrowed, and hold
-// time starts when work does.
-
-func isPlainBegin(digest []byte) bool {
-	switch string(trimSemicolon(digest)) {
-	case "BEGIN", "BEGIN WORK", "START TRANSACTION":
-		return true
-	}
-	return false
-}
-
-func isPlainEnd(digest []byte) bool {
-	switch string(trimSemicolon(digest)) {
-	case "COMMIT", "COMMIT WORK", "ROLLBACK", "ROLLBACK WORK":
-		return true
-	}
-	return false
-}
-
-func trimSemicolon(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == ';' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-// deferTransaction answers a BEGIN / COMMIT / ROLLBACK (typed, or a
-// prepared statement's text) locally when no backend work is involved; it
-// reports whether it did. A deferred BEGIN is kept as the COM_QUERY to send.
-func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribution.Tag, tagged bool) bool {
-	if info.Statements != 1 || s.bc != nil {
-		return false
-	}
-	switch {
-	case info.Kind == sqlscan.KindBegin && s.status&statusInTrans == 0:
-		s.digest = sqlscan.AppendDigest(s.digest[:0], sql, 64)
-		if !isPlainBegin(s.digest) {
-			return false
+// connTag is a new session's fallback tag: the conn_tag connection
+// attribute, else the user's default tag, else untagged.
+func (s *Server) connTag(u User, attrs map[string]string) *attribution.Tag {
+	var buf [attribution.MaxTagLen]byte
+	if v := attrs["conn_tag"]; v != "" {
+		if b, ok := attribution.AppendSanitized(buf[:0], []byte(v)); ok {
+			return s.rec.Tag(b)
 		}
-		s.pendingBegin = append(append(s.pendingBegin[:0], comQuery), sql...)
-		s.status |= statusInTrans
-		if tagged {
-			s.txnTag = tag
+	}
+	if u.DefaultTag != "" {
+		if b, ok := attribution.AppendSanitized(buf[:0], []byte(u.DefaultTag)); ok {
+			return s.rec.Tag(b)
 		}
-		s.writeOK(0, 0)
-		return true
-	case (info.Kind == sqlscan.KindCommit || info.Kind == sqlscan.KindRollback) && s.pendingBegin != nil:
-		s.digest = sqlscan.AppendDigest(s.digest[:0], sql, 64)
-		if !isPlainEnd(s.digest) {
-			return false
-		}
-		s.pendingBegin = nil
-		s.status &^= statusInTrans
-		s.txnTag = nil
-		s.writeOK(0, 0)
-		return true
 	}
-	return false
+	return s.rec.TagString(attribution.Untagged)
 }
 
-// startDeferredBegin sends the deferred BEGIN on a freshly borrowed
-// connection. With ahead, it only buffers it: the statement written next
-// goes out in the same write (one round trip for both), and readBeginAhead
-// reads BEGIN's OK before that statement's response. Only a single SELECT
-// may ride along so (see plainSelect): should BEGIN fail (a plain
-// BEGIN practically never does), the SELECT has run on its own, which for
-// a read changes nothing (a locking read's locks end with it), and the
-// transaction is lost (see beginLost).
-func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
-	begin := s.pendingBegin
-	s.pendingBegin = nil
-	if ahead {
-		bc.w.seq = 0
-		if err := bc.w.writePacket(begin); err != nil {
-			return err
-		}
-		s.beginInFlight = true
-		s.srv.beginsAhead.Add(1)
-		return nil
-	}
-	if err := bc.writeCommand(begin); err != nil {
-		return err
-	}
-	ok, err := bc.readOK()
-	if err != nil {
-		return err
-	}
-	s.status = ok.status & sessionStatus
-	return nil
+func (s *Server) slowTxn() time.Duration { return s.config().Attribution.SlowTransaction }
+
+// slowLog rate-limits the slow-transaction log line: one per tag per
+// slowLogEvery.
+type slowLog struct {
+	mu   sync.Mutex // guards last
+	last map[string]time.Time
 }
 
-// beginLost ends a transaction whose deferred BEGIN the backend did not
-// run. The client was told BEGIN succeeded, so its next statements would
-// each commit on their own, outside the transaction it believes it has: it
-// gets an error instead and the connection closes after it, as when a
-// backend connection is lost inside a transaction.
-func (s *session) beginLost(err error) *sqlError {
-	s.status &^= statusInTrans
-	s.pendingBegin, s.txnTag, s.closeAfter = nil, nil, true
-	var se *sqlError
-	if errors.As(err, &se) {
-		return newErr(se.Code, se.State, "holdfast: the transaction could not start on the backend (BEGIN failed: %s); nothing in it took effect. The connection is closed; reconnect and retry.", se.Msg)
+const slowLogEvery = 10 * time.Second
+
+func (s *Server) logSlowTransaction(tag string, client uint32, held, exec, idle time.Duration, stmt []byte) {
+	now := time.Now()
+	s.slow.mu.Lock()
+	if s.slow.last == nil {
+		s.slow.last = map[string]time.Time{}
 	}
-	return newErr(codeServerLost, "HY000", "holdfast: lost the backend connection while starting the transaction; nothing in it took effect. The connection is closed; reconnect and retry.")
-}
-
-// plainSelect reports whether info describes a single SELECT that touches
-// no variables and nothing else of the session: one that may be pipelined,
-// and that a deferred BEGIN may ride along with.
-func plainSelect(info *sqlscan.Info) bool {
-	return info.Kind == sqlscan.KindSelect && info.Statements == 1 && info.Features == 0 && info.LastInsertIDColumn == ""
-}
-
-// readBeginAhead reads the OK of a BEGIN sent ahead of the statement just
-// written; the statement's response follows it. A failed BEGIN comes back
-// as *beginError.
-func (s *session) readBeginAhead(bc *backendConn) error {
-	s.beginInFlight = false
-	// BEGIN's OK is packet 1 of its exchange; the statement's response
-	// numbers on from the statement's last packet (more than one when it
-	// is 16 MiB or longer).
-	seq := bc.r.seq
-	bc.r.seq = 1
-	ok, err := bc.readOK()
-	if err != nil {
-		var se *sqlError
-		if errors.As(err, &se) {
-			return &beginError{se}
-		}
-		return err
+	if now.Sub(s.slow.last[tag]) < slowLogEvery {
+		s.slow.mu.Unlock()
+		return
 	}
-	bc.r.seq = seq
-	s.status = ok.status & sessionStatus
-	return nil
-}
-
-// settleBegin reads the OK of a BEGIN buffered ahead before some other
-// exchange (preparing a statement) uses the connection.
-func (s *session) settleBegin(bc *backendConn) error {
-	if !s.beginInFlight {
-		return nil
+	if len(s.slow.last) > 10000 {
+		clear(s.slow.last)
 	}
-	if err := bc.w.flush(); err != nil {
-		return err
-	}
-	return s.readBeginAhead(bc)
-}
-
-// beginError is a deferred BEGIN that the backend refused.
-type beginError struct{ *sqlError }
-
-func (e *beginError) Unwrap() error { return e.sqlError }
-
-// beginFailed handles err when it is a refused BEGIN sent ahead of a
-// statement: the statement's response is still unread, so the backend
-// connection is closed, and the transaction is lost (see beginLost; the
-// SELECT, having run outside it, changed nothing).
-func (s *session) beginFailed(err error) bool {
-	var be *beginError
-	if !errors.As(err, &be) {
-		return false
-	}
-	s.release(false)
-	s.writeErr(s.beginLost(be.sqlError))
-	return true
+	s.slow.last[tag] = now
+	s.slow.mu.Unlock()
+	s.log.Warn("transaction held its connection far longer than it executed",
+		"tag", tag, "client", client, "held", held.Round(time.Millisecond), "executing", exec.Round(time.Millisecond),
+		"idle_in_transaction", idle.Round(time.Millisecond),
+		"idle_after", string(sqlscan.AppendDigest(nil, stmt, 200)))
 }

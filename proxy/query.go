@@ -1,0 +1,278 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/pool"
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+)
+
+// Statement routing: what a COM_QUERY is (a deferred BEGIN, a KILL, a CALL
+// holdfast.*, a value holdfast knows, a pipelinable SELECT, or a statement
+// for a borrowed backend connection), running it, and what its answer did
+// to the session (pins, transaction state, session variables).
+
+// initDBInfo classifies COM_INIT_DB like a USE statement.
+var initDBInfo = sqlscan.Info{Kind: sqlscan.KindUse, Statements: 1}
+
+func (s *session) comQuery(p []byte) bool {
+	sql := p[1:]
+	info := s.scanMode().Scan(sql)
+	tag, tagged := s.statementTag(sql)
+	s.noteTag(tag, tagged)
+	switch {
+	case s.deferTransaction(sql, &info, tag, tagged):
+		return true
+	case info.Features&sqlscan.FeatKill != 0:
+		return s.killStatement(&info)
+	case info.Features&sqlscan.FeatLocalInfile != 0:
+		s.writeErr(newErr(codeNotAllowed, "42000", "holdfast does not relay LOAD DATA LOCAL INFILE; load from a file on the database server or use INSERT"))
+		return true
+	case info.LastInsertIDColumn != "" && s.bc == nil:
+		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.lastInsertID, false)
+		return true
+	case info.ConnectionIDColumn != "":
+		// The id clients KILL by is holdfast's, not a backend thread's.
+		s.writeSingleValue(connectionIDCol(info.ConnectionIDColumn), uint64(s.id), false)
+		return true
+	case info.Kind == sqlscan.KindCall && s.srv.procs != nil && s.maybeProcedure(sql):
+		return true
+	case info.Features&sqlscan.FeatConnectionID != 0:
+		if q, ok := s.scanMode().AppendConnectionID(append(s.rewrite[:0], comQuery), sql, uint64(s.id)); ok {
+			s.rewrite = q
+			p, sql = q, q[1:]
+		}
+	}
+	if s.pipelinable(&info, len(p)) && !readsKept(sql) {
+		if handled, keep := s.runPipelined(func(*backendConn) []byte { return p }, tag, nil, sql); handled {
+			return keep
+		}
+	}
+	return s.run(p, comQuery, &info, tag)
+}
+
+// scanMode is how the server lexes this session's statements: its
+// sql_mode's ANSI_QUOTES and NO_BACKSLASH_ESCAPES (the latter also shown in
+// the status flags).
+func (s *session) scanMode() sqlscan.Mode {
+	var m sqlscan.Mode
+	if s.status&statusNoBackslash != 0 {
+		m |= sqlscan.NoBackslashEscapes
+	}
+	if s.vars != nil {
+		if mode := s.vars.vals["sql_mode"]; strings.Contains(mode, "ANSI_QUOTES") {
+			m |= sqlscan.ANSIQuotes
+		}
+	}
+	return m
+}
+
+// run sends one command to a backend and relays the response.
+func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.Tag) bool {
+	bc, serr := s.borrow(tag, cmd == comQuery && plainSelect(info))
+	if serr != nil {
+		s.writeErr(serr)
+		return true
+	}
+	held := s.keepsBackend()
+	var after string // holdfast's kept values to put back after the statement
+	if cmd == comQuery && (plainSelect(info) || info.Kind == sqlscan.KindShow) && readsKept(p[1:]) {
+		var err error
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		after, err = s.putKept(bc)
+		unbound()
+		if err != nil {
+			return s.relayFailed(err, &relayResult{}, held)
+		}
+	}
+	start := s.stmtStart(tag, p[1:])
+	s.setExec(bc, nil)
+	s.watch.arm()
+	var rr relayResult
+	err := bc.writeCommand(p)
+	if err == nil {
+		rr, err = s.relay(bc, cmd)
+	}
+	if err == nil && after != "" {
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		_, err = bc.queryLocked(after)
+		unbound()
+	}
+	if err == nil && cmd == comQuery && info.Features&sqlscan.FeatSetSession != 0 && readsKept(p[1:]) {
+		// The session tracker does not report every kept variable (not
+		// session_track_system_variables itself): read them back.
+		rr.sc.vars = dropKept(rr.sc.vars)
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		err = s.syncKept(bc, s.scanMode().SetVariables(p[1:]))
+		unbound()
+	}
+	s.watch.disarm()
+	s.setExec(nil, nil)
+	s.stmtEnd(tag, start, err != nil || rr.failed)
+	if err != nil {
+		if s.beginFailed(err) {
+			return true
+		}
+		return s.relayFailed(err, &rr, held)
+	}
+	s.afterStatement(bc, &rr, info, tag)
+	return true
+}
+
+func poolErr(err error) *sqlError {
+	switch {
+	case errors.Is(err, pool.ErrBackendDown):
+		return newErr(codeConnectFailed, "HY000", "holdfast: %v", err)
+	case errors.Is(err, pool.ErrTimeout), errors.Is(err, pool.ErrWaiterCap):
+		return newErr(codeConCount, "08004", "holdfast: %v", err)
+	case errors.Is(err, pool.ErrClosed), errors.Is(err, context.Canceled):
+		return newErr(codeShutdown, "08S01", "holdfast: server shutdown in progress")
+	}
+	return newErr(codeConnectFailed, "HY000", "holdfast: %v", err)
+}
+
+// afterStatement records what the statement did to the session and returns
+// the backend connection unless the session must keep it.
+func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan.Info, tag *attribution.Tag) {
+	prev := s.status
+	s.status = rr.status & sessionStatus
+	if rr.insertID != 0 {
+		s.lastInsertID = rr.insertID
+	}
+	sc := &rr.sc
+	if len(sc.vars) > 0 {
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		err := readBackVars(bc, sc)
+		unbound()
+		if err != nil {
+			s.srv.log.Warn("could not read session variables back after a change", "client", s.id, "err", err)
+			if isIOError(err) {
+				s.release(false)
+				return
+			}
+			sc.pinVar = "unreadable"
+		}
+	}
+	if len(sc.vars) > 0 {
+		var err error
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		sc.vars, err = s.keptChanged(bc, sc.vars)
+		unbound()
+		if err != nil {
+			s.srv.log.Warn("could not set holdfast's session settings back after a client changed them", "client", s.id, "err", err)
+			s.release(false)
+			return
+		}
+	}
+	if len(sc.vars) > 0 {
+		s.noteResultsCollation(sc, info)
+		s.vars = s.vars.with(sc.vars)
+		bc.vars = s.vars
+	}
+	if sc.schemaS {
+		s.db, bc.db, bc.dbKnown = sc.schema, sc.schema, true
+	}
+	if s.pinReason == "" {
+		if reason := pinReason(info, rr); reason != "" {
+			s.pinReason = reason
+			s.pinned.Store(true)
+			s.srv.countPin(reason)
+			tag.Pinned(reason)
+		}
+	}
+	s.holdNext = info != nil && info.Kind == sqlscan.KindSetTransaction && !rr.failed
+	if rr.failed && s.status&(statusInTrans|statusAutocommit) == 0 && s.pinReason == "" && !s.holdNext {
+		// With autocommit off, a failed statement may still have opened a
+		// transaction, and its ERR packet does not say. Ask.
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		st, err := bc.pingStatus()
+		unbound()
+		if err != nil {
+			s.release(false)
+			return
+		}
+		s.status = st & sessionStatus
+	}
+	s.afterTxnState(prev, tag)
+}
+
+func (s *session) maybeRelease() {
+	if s.bc == nil || s.keepsBackend() {
+		return
+	}
+	s.release(true)
+}
+
+// pinReason names why a statement ties the session to its backend
+// connection for good, or returns "".
+func pinReason(info *sqlscan.Info, rr *relayResult) string {
+	if rr.cursor {
+		return "cursor"
+	}
+	switch rr.sc.pinVar {
+	case "":
+	case "unreadable":
+		return "session_state"
+	default:
+		return "session_track"
+	}
+	if info != nil {
+		f := info.Features
+		switch {
+		case f&sqlscan.FeatTempTable != 0:
+			return "temporary_table"
+		case f&sqlscan.FeatUserVarAssign != 0:
+			return "user_variable"
+		case f&sqlscan.FeatGetLock != 0:
+			return "get_lock"
+		case f&sqlscan.FeatLockTables != 0:
+			return "lock_tables"
+		case f&sqlscan.FeatSQLPrepare != 0:
+			return "sql_prepare"
+		case f&sqlscan.FeatCalcFoundRows != 0:
+			return "found_rows"
+		case f&sqlscan.FeatHandler != 0:
+			return "handler"
+		case f&sqlscan.FeatXA != 0:
+			return "xa"
+		}
+	}
+	if rr.sc.changed {
+		// State changed: fine only when the tracker told us everything
+		// (system variables, schema) and the statement is a SET or USE.
+		explained := info != nil && (info.Kind == sqlscan.KindSet || info.Kind == sqlscan.KindUse) &&
+			(len(rr.sc.vars) > 0 || rr.sc.schemaS)
+		if !explained {
+			return "session_state"
+		}
+	}
+	return ""
+}
+
+// relayFailed handles an I/O error on either side during a statement.
+// held says whether the session held the backend before the statement (a
+// transaction or pinned state that is now lost).
+func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
+	if errors.Is(err, errClientGone) {
+		// The response was read to its end: cleanup returns (or resets) the
+		// backend connection as the session closes.
+		return false
+	}
+	s.srv.log.Warn("backend connection lost during a statement", "client", s.id, "err", err)
+	s.release(false)
+	s.holdNext = false
+	if rr.started || held || s.pinReason != "" {
+		what := "the transaction was rolled back"
+		if s.pinReason != "" {
+			what = "session state (" + s.pinReason + ") was lost"
+		}
+		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; %s. Reconnect and retry.", what))
+		return false
+	}
+	s.status &^= statusInTrans
+	s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; it may or may not have taken effect (holdfast never retries a statement)"))
+	return true
+}
