@@ -25,6 +25,7 @@ import (
 //     expireNow call interrupt (killMu, then mu) and may close nc;
 //   - Holders, Stats and KILL's permission check read the fields under mu
 //     and the atomics.
+//
 // The session's goroutine takes mu for the fields under it, and killMu
 // only as a barrier (waitKills).
 type session struct {
