@@ -168,3 +168,36 @@ func TestPreparedStatementRetryAfter1461(t *testing.T) {
 		t.Errorf("%d prepares retried after 1461, want 1", n)
 	}
 }
+
+// A driver that prepares, executes and closes the same statement for
+// every query (go-sql-driver does, for parameterised queries) costs one
+// backend round trip per query: the execute. The backend prepares the
+// statement once, and the client's close does not reach it.
+func TestPreparedStatementCycleOneRoundTrip(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1 })
+	db := p.open(t)
+	status := func(name string) int {
+		var n string
+		var v int
+		if err := db.QueryRow("SHOW SESSION STATUS LIKE '"+name+"'").Scan(&n, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	prepares, executes, closes := status("Com_stmt_prepare"), status("Com_stmt_execute"), status("Com_stmt_close")
+	for i := 0; i < 50; i++ {
+		var v int
+		if err := db.QueryRow("SELECT ? + 1", i).Scan(&v); err != nil || v != i+1 {
+			t.Fatalf("query %d: %d, %v", i, v, err)
+		}
+	}
+	if d := status("Com_stmt_prepare") - prepares; d != 1 {
+		t.Errorf("the backend prepared the statement %d times for 50 prepares, want 1", d)
+	}
+	if d := status("Com_stmt_execute") - executes; d != 50 {
+		t.Errorf("%d executes on the backend, want 50", d)
+	}
+	if d := status("Com_stmt_close") - closes; d != 0 {
+		t.Errorf("%d closes reached the backend, want 0", d)
+	}
+}
