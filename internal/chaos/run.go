@@ -218,6 +218,10 @@ func runScenario(ctx context.Context, o *Options, n int, sc Scenario, bin, dir s
 		calls = append(calls, c.journal...)
 	}
 	res.tally(calls)
+	res.Journal = filepath.Join(dir, fmt.Sprintf("s%d-journal.jsonl", n))
+	if err := writeJournal(res.Journal, calls); err != nil {
+		return nil, err
+	}
 	for _, h := range hs {
 		for p, v := range h.recoveries() {
 			if res.Recoveries == nil {
