@@ -1,8 +1,9 @@
 // Command holdfast-bench-reserve is the harness of `make bench-reserve`: one
 // hot item at one location, reserved through a freshly built holdfast whose
 // backend is reached through a latency-injecting relay, against a
-// transactional counter and an autocommit UPDATE of a counter row. See
-// internal/bench (reserve.go).
+// transactional counter and an autocommit UPDATE of a counter row, and the
+// same CALL in shadow mode behind a Redis counter. See internal/bench
+// (reserve.go, reserve_shadow.go).
 //
 //	holdfast-bench-reserve [-mariadb HOST:PORT] [-clients 8,64,256] [-time D] [-rounds N] ...
 package main
@@ -23,7 +24,7 @@ import (
 func main() {
 	o := bench.DefaultReserveOptions()
 	clients := flag.String("clients", joinInts(o.Clients), "concurrent clients of each run, comma-separated")
-	workloads := flag.String("workloads", strings.Join(o.Workloads, ","), "workloads, comma-separated: a (txn counter), b (autocommit UPDATE), c (CALL holdfast.reserve)")
+	workloads := flag.String("workloads", strings.Join(o.Workloads, ","), "workloads, comma-separated: a (txn counter), b (autocommit UPDATE), c (CALL holdfast.reserve), d (the same with a Redis counter deciding, engine in shadow)")
 	flag.StringVar(&o.Repo, "repo", o.Repo, "holdfast repository root (./cmd/holdfast is built from it)")
 	flag.StringVar(&o.Go, "go", o.Go, "go command used to build holdfast")
 	flag.StringVar(&o.MariaDB, "mariadb", o.MariaDB, "MariaDB host:port")
@@ -39,6 +40,7 @@ func main() {
 	flag.Int64Var(&o.OnHand, "on-hand", o.OnHand, "units at the start of every run (counter and ledger); large enough never to sell out")
 	flag.IntVar(&o.TTL, "ttl", o.TTL, "ttl_seconds of each reserve (must exceed holdfast's payment-side minimum, 960 s by default)")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the scratch directory (binary, config, holdfast's log)")
+	flag.StringVar(&o.RedisServer, "redis-server", o.RedisServer, "redis-server binary workload d starts (a private one, on a free port)")
 	flag.Parse()
 	var err error
 	if o.Clients, err = bench.ParseClients(*clients); err != nil {

@@ -8,7 +8,9 @@
 // (cmd/holdfast-bench-reserve, RunReserve in reserve.go) measures CALL
 // holdfast.reserve on one hot item against a transactional counter and an
 // autocommit UPDATE, through holdfast and a relay that delays each
-// direction, and checks every run for oversell.
+// direction, and the same CALL in shadow mode through a second holdfast
+// with a Redis counter deciding (reserve_shadow.go), and checks every run
+// for oversell.
 //
 // It owns:
 //   - Relay, a TCP relay that copies bytes both ways, optionally delaying

@@ -62,6 +62,10 @@ type ReserveOptions struct {
 	Location int64 // its inventory_group_id
 
 	Keep bool // keep the scratch directory (binary, config, holdfast's log)
+
+	// RedisServer is the redis-server binary workload (d) starts, on a free
+	// port without persistence, as the legacy counter of a second holdfast.
+	RedisServer string
 }
 
 // DefaultReserveOptions returns the defaults of `make bench-reserve`.
@@ -74,6 +78,7 @@ func DefaultReserveOptions() ReserveOptions {
 		Workloads:  slices.Clone(ReserveWorkloads),
 		RelayDelay: 500 * time.Microsecond, Pause: 2 * time.Second,
 		OnHand: 10_000_000, TTL: 3600, Item: 1001, Location: 1,
+		RedisServer: "redis-server",
 	}
 }
 
@@ -104,7 +109,7 @@ func (o ReserveOptions) validate() error {
 	}
 	for _, w := range o.Workloads {
 		if !slices.Contains(ReserveWorkloads, w) {
-			return fmt.Errorf("bench: unknown workload %q (want a, b or c)", w)
+			return fmt.Errorf("bench: unknown workload %q (want a, b, c or d)", w)
 		}
 	}
 	return nil
@@ -141,7 +146,22 @@ type reserveRunner struct {
 	ep      Endpoint // holdfast, for the clients
 	metrics string   // holdfast's /metrics URL
 	dbPid   int      // MariaDB's process, 0 when not local
-	shop    int64    // the last shop used by WorkloadCall
+	shop    int64    // the last shop used by WorkloadCall or WorkloadShadow
+
+	// Workload (d): a second holdfast with a Redis beside its engine.
+	redis         *exec.Cmd
+	shadow        *Holdfast
+	shadowEp      Endpoint
+	shadowMetrics string
+}
+
+// target is the holdfast a workload runs through: its endpoint, its
+// /metrics and its process.
+func (b *reserveRunner) target(wl string) (Endpoint, string, *Holdfast) {
+	if wl == WorkloadShadow {
+		return b.shadowEp, b.shadowMetrics, b.shadow
+	}
+	return b.ep, b.metrics, b.hf
 }
 
 func (b *reserveRunner) printf(format string, a ...any) { fmt.Fprintf(b.w, format, a...) }
@@ -175,8 +195,8 @@ func RunReserve(ctx context.Context, o ReserveOptions, w io.Writer) (err error) 
 				s := b.runOne(ctx, round, wl, n)
 				samples = append(samples, s)
 				b.printSample(s)
-				if b.hf.Exited() {
-					return fmt.Errorf("bench: holdfast exited; see %s", b.hf.LogPath)
+				if _, _, hf := b.target(wl); hf.Exited() {
+					return fmt.Errorf("bench: holdfast exited; see %s", hf.LogPath)
 				}
 				if o.Pause > 0 {
 					select {
@@ -211,6 +231,7 @@ func RunReserve(ctx context.Context, o ReserveOptions, w io.Writer) (err error) 
 	for _, v := range ReserveVerdicts(sums) {
 		b.printf("%s\n", v)
 	}
+	PrintShadowCost(w, sums, o.Clients)
 	if verified == len(samples) {
 		b.printf("PASS  zero oversell in every run\n")
 	} else {
@@ -328,6 +349,11 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	b.metrics = "http://" + adminAddr + "/metrics"
 	b.printf("holdfast: %s (pid %d; pool min = max = %d; backend = the relay; reservation settings: holdfast's defaults; log %s)\n",
 		b.hf.Cmdline, b.hf.Pid(), o.PoolMax, b.hf.LogPath)
+	if slices.Contains(o.Workloads, WorkloadShadow) {
+		if err := b.setupShadow(ctx, hc); err != nil {
+			return err
+		}
+	}
 
 	k := PoolKey{Shop: 1, Item: o.Item, Location: o.Location}
 	b.printf("load generator: bench.Client connections (raw text protocol, in this process) as %s to holdfast %s, database %s;\n"+
@@ -338,6 +364,10 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	b.printf("  (b) %s   (autocommit; no reservation record)\n", sqlTakeCounter)
 	b.printf("  (c) %s\n      (a fresh shop_id per run, stocked with CALL holdfast.receive(<shop>, %d, %d, %d))\n",
 		ReserveCall(k.Shop, o.Item, o.Location, "<run>-<client>-<seq>", o.TTL), o.Item, o.Location, o.OnHand)
+	if b.shadow != nil {
+		b.printf("  (d) the same CALL through the second holdfast (authority redis: a Lua script on Redis decides, the engine\n" +
+			"      runs the same reserve in shadow; a fresh shop per run, stocked through that holdfast)\n")
+	}
 	b.printf("rounds: %d × clients %v × workloads %v (rotated each round), %v each, %v pause: about %v\n",
 		o.Rounds, o.Clients, o.Workloads, o.Time, o.Pause,
 		(time.Duration(o.Rounds*len(o.Clients)*len(o.Workloads)) * (o.Time + o.Pause + 2*time.Second)).Round(time.Second))
@@ -406,27 +436,29 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 		if wl == WorkloadTxn {
 			op = TxnOp(runTag, o.Item, o.TTL)
 		}
-	case WorkloadCall:
+	case WorkloadCall, WorkloadShadow:
 		b.shop++
 		k = PoolKey{Shop: b.shop, Item: o.Item, Location: o.Location}
-		if s.Err = b.receive(rctx, k, o.OnHand); s.Err != nil {
+		ep, _, _ := b.target(wl)
+		if s.Err = b.receive(rctx, ep, k, o.OnHand); s.Err != nil {
 			return s
 		}
 		op = CallOp(runTag, k, o.TTL)
 	}
+	ep, metricsURL, hf := b.target(wl)
 
-	m0, merr := b.scrape(ctx)
+	m0, merr := b.scrape(ctx, metricsURL)
 	inno0, ierr := b.innodbStatus(rctx)
 	var hf0, hf1, db0, db1, self0, self1 time.Duration
 	var st0, st1 RelayStats
-	res, err := RunLoad(ctx, LoadSpec{Endpoint: b.ep, Database: o.Database, Clients: n, Duration: o.Time, Op: op,
+	res, err := RunLoad(ctx, LoadSpec{Endpoint: ep, Database: o.Database, Clients: n, Duration: o.Time, Op: op,
 		Started: func() {
 			st0, db0, self0 = b.relay.Stats(), b.dbCPU(), SelfCPU()
-			hf0, _ = ProcCPU(b.hf.Pid())
+			hf0, _ = ProcCPU(hf.Pid())
 		},
 		Finished: func() {
 			st1, db1, self1 = b.relay.Stats(), b.dbCPU(), SelfCPU()
-			hf1, _ = ProcCPU(b.hf.Pid())
+			hf1, _ = ProcCPU(hf.Pid())
 		},
 	})
 	s.Load, s.LoadAvg = res, loadAvg()
@@ -437,8 +469,11 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	if merr == nil {
-		if m1, err := b.scrape(cctx); err == nil {
-			s.Metrics = metricsDigest(m0, m1, wl == WorkloadCall)
+		if m1, err := b.scrape(cctx, metricsURL); err == nil {
+			s.Metrics = metricsDigest(m0, m1, wl == WorkloadCall || wl == WorkloadShadow)
+			if wl == WorkloadShadow {
+				s.Metrics += shadowDigest(m0, m1)
+			}
 		}
 	}
 	if ierr == nil {
@@ -470,7 +505,7 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 		if wl == WorkloadTxn {
 			s.CheckNote += fmt.Sprintf(", %d reservations_baseline rows", c.BaselineRows)
 		}
-	case WorkloadCall:
+	case WorkloadCall, WorkloadShadow:
 		c, err := CheckPool(cctx, b.db, k, res.IDs)
 		if err != nil {
 			s.Err = errors.Join(s.Err, err)
@@ -499,11 +534,11 @@ func execTimeout(ctx context.Context, db *sql.DB, d time.Duration, q string) err
 	return nil
 }
 
-// receive stocks pool k with qty units through holdfast.
-func (b *reserveRunner) receive(ctx context.Context, k PoolKey, qty int64) error {
+// receive stocks pool k with qty units through the holdfast at ep.
+func (b *reserveRunner) receive(ctx context.Context, ep Endpoint, k PoolKey, qty int64) error {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := Dial(dctx, b.ep.Addr, b.ep.User, b.ep.Password, b.o.Database)
+	c, err := Dial(dctx, ep.Addr, ep.User, ep.Password, b.o.Database)
 	if err != nil {
 		return err
 	}
@@ -552,10 +587,10 @@ func (b *reserveRunner) innodbStatus(ctx context.Context) ([2]int64, error) {
 }
 
 // scrape reads holdfast's /metrics.
-func (b *reserveRunner) scrape(ctx context.Context) (map[string]float64, error) {
+func (b *reserveRunner) scrape(ctx context.Context, url string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.metrics, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -606,6 +641,18 @@ func (b *reserveRunner) cleanup(failed bool) {
 		if log := strings.TrimSpace(readFile(b.hf.LogPath)); log != "" {
 			b.printf("holdfast's log (%s), last lines:\n%s\n", b.hf.LogPath, tail(log, 20))
 		}
+	}
+	if b.shadow != nil {
+		if err := b.shadow.Stop(); err != nil {
+			b.printf("holdfast with Redis (pid %d) stopped uncleanly: %v\n", b.shadow.Pid(), err)
+		}
+		if log := strings.TrimSpace(readFile(b.shadow.LogPath)); log != "" {
+			b.printf("its log (%s), last lines:\n%s\n", b.shadow.LogPath, tail(log, 20))
+		}
+	}
+	if b.redis != nil {
+		_ = b.redis.Process.Kill()
+		_ = b.redis.Wait()
 	}
 	if b.relay != nil {
 		b.relay.Close()

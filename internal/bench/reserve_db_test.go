@@ -251,7 +251,8 @@ func TestRunReserveEndToEnd(t *testing.T) {
 	s := out.String()
 	for _, want := range []string{
 		"migrate: ", "relay calibration", "(c) holdfast.reserve", "check OK: ", "reserved_quantities rows", "reserves{outcome=\"reserved\"}",
-		"consistency: 3 of 3 runs verified", "PASS  zero oversell in every run", "n/a   (c)/(a)",
+		"consistency: 4 of 4 runs verified", "PASS  zero oversell in every run", "n/a   (c)/(a)",
+		"(d) reserve, redis shadow", "holdfast with Redis (workload d)", "shadow: reserves compared", "differing 0", "shadow cost at 2 clients: (d) ",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)

@@ -24,11 +24,16 @@ const (
 	// WorkloadCall (c): CALL holdfast.reserve, one unit, a unique
 	// idempotency key per call.
 	WorkloadCall = "c"
+	// WorkloadShadow (d): the same CALL through a second holdfast whose
+	// reservation.redis puts a legacy Redis counter beside the engine with
+	// authority redis (shadow mode): Redis decides each reserve, the engine
+	// runs it too. Against (c), the cost of the dual write.
+	WorkloadShadow = "d"
 )
 
 // ReserveWorkloads is the order of the workloads in the first round; later
 // rounds rotate it (reserveOrder).
-var ReserveWorkloads = []string{WorkloadTxn, WorkloadUpdate, WorkloadCall}
+var ReserveWorkloads = []string{WorkloadTxn, WorkloadUpdate, WorkloadCall, WorkloadShadow}
 
 // workloadName is a workload's label in the report.
 func workloadName(w string) string {
@@ -39,6 +44,8 @@ func workloadName(w string) string {
 		return "(b) autocommit UPDATE"
 	case WorkloadCall:
 		return "(c) holdfast.reserve"
+	case WorkloadShadow:
+		return "(d) reserve, redis shadow"
 	}
 	return w
 }

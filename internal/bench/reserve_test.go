@@ -271,7 +271,7 @@ func TestReserveOptions(t *testing.T) {
 		"rounds":   func(o *ReserveOptions) { o.Rounds = 0 },
 		"time":     func(o *ReserveOptions) { o.Time = time.Millisecond },
 		"clients":  func(o *ReserveOptions) { o.Clients = []int{8, 0} },
-		"workload": func(o *ReserveOptions) { o.Workloads = []string{"d"} },
+		"workload": func(o *ReserveOptions) { o.Workloads = []string{"e"} },
 		"database": func(o *ReserveOptions) { o.Database = "x`; DROP" },
 		"on hand":  func(o *ReserveOptions) { o.OnHand = 0 },
 	} {

@@ -1,9 +1,13 @@
 package chaos
 
 import (
+	"bufio"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -36,6 +40,33 @@ const (
 
 func (k Kind) String() string {
 	return [...]string{"answered", "failed", "unknown", "not sent"}[k]
+}
+
+// MarshalText writes the kind's name in the journal file.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// writeJournal writes calls, in the order they began, to path as JSON
+// lines: the journal the judge read, kept with the work directory.
+func writeJournal(path string, calls []Call) error {
+	sorted := slices.Clone(calls)
+	slices.SortStableFunc(sorted, func(a, b Call) int { return a.Start.Compare(b.Start) })
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for i := range sorted {
+		if err := enc.Encode(&sorted[i]); err != nil {
+			f.Close()
+			return fmt.Errorf("chaos: write journal: %w", err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("chaos: write journal: %w", err)
+	}
+	return f.Close()
 }
 
 // Line is one line of a reservation: an item and quantity, and the

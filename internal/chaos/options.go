@@ -133,9 +133,9 @@ func DefaultOptions() Options {
 		Settle:            90 * time.Second,
 		Items:             24,
 		ScarceItems:       2,
-		OnHand:            4000,
+		OnHand:            6000,
 		ScarceOnHand:      300,
-		HotOnHand:         20000,
+		HotOnHand:         30000,
 	}
 }
 

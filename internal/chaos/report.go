@@ -43,6 +43,7 @@ type Result struct {
 	Reservable     int // pools found wholly reservable after expiry
 
 	Violations []Violation
+	Journal    string // path of the journal file (JSON lines), in the work directory
 }
 
 // tally counts calls and answers.
@@ -102,6 +103,9 @@ func (r *Result) print(out io.Writer) {
 	}
 	fmt.Fprintf(&w, ", and at the end; reservable after expiry: %d pools\n", r.Reservable)
 	fmt.Fprintf(&w, "   violations: %d\n", len(r.Violations))
+	if len(r.Violations) > 0 {
+		fmt.Fprintf(&w, "     (every call and its answer: %s)\n", r.Journal)
+	}
 	byCheck := map[string][]Violation{}
 	for _, v := range r.Violations {
 		byCheck[v.Check] = append(byCheck[v.Check], v)
