@@ -3,6 +3,7 @@ package reservation
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -52,15 +53,56 @@ type LiveLine struct {
 	ExpiresAt     time.Time
 }
 
+// PoolView is one pool as WithPoolLocked read it, under its ledger row
+// lock.
+type PoolView struct {
+	Exists bool  // the ledger row exists
+	OnHand int64 // inventory_ledger.on_hand
+	// Live are the pool's reserved lines not expired, as the transaction's
+	// read saw them.
+	Live []LiveLine
+
+	c Conn // the locking transaction's connection
+}
+
+// Ended reports, of ids, those the engine has finished by now, each with
+// how: "claimed", "released" or "expired", reading afresh in the locking
+// transaction. An id the engine has no reservation for, or a live one, is
+// not in the map.
+func (v *PoolView) Ended(ctx context.Context, ids []uint64) (map[uint64]string, error) {
+	out := map[uint64]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	list := make([]string, len(ids))
+	for i, id := range ids {
+		list[i] = strconv.FormatUint(id, 10)
+	}
+	rows, err := v.c.Query(ctx, "SELECT reservation_id, state FROM reservations WHERE reservation_id IN ("+strings.Join(list, ",")+
+		") AND (state <> 0 OR expires_at <= UTC_TIMESTAMP(6))")
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		id, err := colUint(r[0])
+		if err != nil {
+			return nil, err
+		}
+		out[id] = map[string]string{"1": "claimed", "2": "released"}[string(r[1])]
+		if out[id] == "" {
+			out[id] = "expired"
+		}
+	}
+	return out, nil
+}
+
 // WithPoolLocked runs fn while key's inventory_ledger row is locked FOR
 // UPDATE, in a READ COMMITTED transaction of its own, with on_hand and the
 // pool's live (unexpired) reserved lines as that transaction reads them.
 // While fn runs no claim, refill, extend or stock procedure of the pool can
 // commit (they lock the row first); reserves, releases and the sweeper can.
-// exists is false when the pool has no ledger row. The transaction changes
-// nothing; fn's error is returned.
-func WithPoolLocked(ctx context.Context, conns Conns, key PoolKey,
-	fn func(ctx context.Context, exists bool, onHand int64, live []LiveLine) error) error {
+// The transaction changes nothing; fn's error is returned.
+func WithPoolLocked(ctx context.Context, conns Conns, key PoolKey, fn func(ctx context.Context, v *PoolView) error) error {
 	tx := TxRunner{Conns: markConns{conns}, MaxRetries: 3}
 	return tx.Run(ctx, TagRead, func(ctx context.Context, c Conn) error {
 		rows, err := c.Query(ctx, "SELECT 'L', on_hand FROM inventory_ledger WHERE "+key.WhereSQL()+" FOR UPDATE"+
@@ -69,13 +111,13 @@ func WithPoolLocked(ctx context.Context, conns Conns, key PoolKey,
 			return err
 		}
 		t := byTag(rows)
-		var onHand int64
-		if l := t["L"]; len(l) > 0 {
-			if onHand, err = colInt(l[0][0]); err != nil {
+		v := &PoolView{Exists: len(t["L"]) > 0, c: c}
+		if v.Exists {
+			if v.OnHand, err = colInt(t["L"][0][0]); err != nil {
 				return err
 			}
 		}
-		live := make([]LiveLine, 0, len(t["Q"]))
+		v.Live = make([]LiveLine, 0, len(t["Q"]))
 		for _, r := range t["Q"] {
 			id, err := colUint(r[0])
 			if err != nil {
@@ -89,8 +131,8 @@ func WithPoolLocked(ctx context.Context, conns Conns, key PoolKey,
 			if err != nil {
 				return err
 			}
-			live = append(live, LiveLine{ReservationID: id, Qty: q, ExpiresAt: exp})
+			v.Live = append(v.Live, LiveLine{ReservationID: id, Qty: q, ExpiresAt: exp})
 		}
-		return fn(ctx, len(t["L"]) > 0, onHand, live)
+		return fn(ctx, v)
 	})
 }

@@ -29,7 +29,8 @@ type env struct {
 	redis *redistest.Server
 	cfg   reservation.RedisConfig
 	logs  *logBuffer
-	r     *legacy.Router // the first instance
+	r     *legacy.Router      // the first instance
+	eng   *reservation.Engine // its engine, for calls that bypass the router
 }
 
 type envOpts struct {
@@ -80,6 +81,9 @@ func (v *env) addInstance() *legacy.Router {
 	r, err := legacy.New(legacy.Options{Engine: eng, Store: st, Switch: sw, Config: v.cfg, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if v.eng == nil {
+		v.eng = eng
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	for _, s := range []func(context.Context) error{ref.Start, eng.Start, r.Start} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/holdfast-db/holdfast/reservation"
 )
@@ -25,14 +24,13 @@ import (
 //
 // Reserves and releases go on meanwhile without racing it: each dual write
 // is idempotent per token (a mirror of a reservation the resync recorded
-// changes nothing; a release of a record it marked resynced changes
-// nothing), and a record written in the last ResyncMargin, which the
-// engine's read may have missed, stays held and is counted out.
-
-// ResyncMargin is how recent a Redis record must be for resync to keep it
-// although the engine's read did not show it live: the clock skew between
-// holdfast instances plus the longest dual write.
-const ResyncMargin = 5 * time.Second
+// changes nothing); a record Redis holds that the engine did not read as
+// live is looked up again, and given the engine's end (claimed, released,
+// expired: so a claim or release of it arriving late changes the counter
+// exactly as it would have) only if the engine has finished it (a reserve
+// that committed after the read stays held, and so does one only Redis
+// has); and a reservation the engine read as live that Redis has seen end
+// meanwhile is not held.
 
 // ResyncOptions configure Resync.
 type ResyncOptions struct {
@@ -83,7 +81,6 @@ func Resync(ctx context.Context, conns reservation.Conns, st *Store, opts Resync
 	if err != nil {
 		return rep, err
 	}
-	cutoff := st.now().Add(-ResyncMargin)
 	var after reservation.PoolKey
 	for {
 		keys, err := reservation.ListPools(ctx, conns, opts.Shops, after, 500)
@@ -93,12 +90,12 @@ func Resync(ctx context.Context, conns reservation.Conns, st *Store, opts Resync
 		for _, k := range keys {
 			after = k
 			var res ResyncResult
-			err := reservation.WithPoolLocked(ctx, conns, k, func(ctx context.Context, exists bool, onHand int64, live []reservation.LiveLine) error {
-				if !exists {
+			err := reservation.WithPoolLocked(ctx, conns, k, func(ctx context.Context, v *reservation.PoolView) error {
+				if !v.Exists {
 					return nil
 				}
-				res = ResyncResult{Key: k, New: onHand}
-				for _, l := range live {
+				res = ResyncResult{Key: k, New: v.OnHand}
+				for _, l := range v.Live {
 					res.New -= l.Qty
 				}
 				res.Available = res.New
@@ -110,7 +107,31 @@ func Resync(ctx context.Context, conns reservation.Conns, st *Store, opts Resync
 					res.Old, res.HadOld = c[k]
 					return nil
 				}
-				r, err := st.resyncPool(ctx, k, onHand, live, cutoff)
+				// The records Redis holds here that the engine did not
+				// read as live: those it has finished since are dropped.
+				members, err := st.heldMembers(ctx, k)
+				if err != nil {
+					return err
+				}
+				live := make(map[string]bool, len(v.Live))
+				for _, l := range v.Live {
+					live[reservation.FormatToken(l.ReservationID)] = true
+				}
+				var ids []uint64
+				for _, m := range members {
+					if id, ok := reservation.ParseToken(m); ok && !live[m] {
+						ids = append(ids, id)
+					}
+				}
+				done, err := v.Ended(ctx, ids)
+				if err != nil {
+					return err
+				}
+				ended := make(map[string]string, len(done))
+				for id, how := range done {
+					ended[reservation.FormatToken(id)] = how
+				}
+				r, err := st.resyncPool(ctx, k, v.OnHand, v.Live, ended)
 				r.Available = res.Available
 				res = r
 				return err

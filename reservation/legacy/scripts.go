@@ -32,6 +32,7 @@ local function lines(s)
   end
   return out
 end
+local function num(x) return tonumber(x or '0') or 0 end
 local function state_of(st, lns)
   if st then return st end
   if lns then return 'active' end
@@ -64,7 +65,7 @@ if mode == 'reserve' then
     if h[2] then
       if h[1] and h[1] ~= hash then return {'conflict', old} end
       local st = state_of(h[4], h[2])
-      if st == 'active' and tonumber(h[3]) <= now then st = 'expired' end
+      if st == 'active' and num(h[3]) <= now then st = 'expired' end
       return {'replay', old, h[2], h[3], st}
     end
   end
@@ -156,7 +157,7 @@ for _, l in ipairs(lines(ls)) do
     redis.call('DECRBY', ckey(shop, l[1], l[2]), l[3])
   end
 end
-if st == 'active' and tonumber(h[4]) <= now then prior = 'expired' end
+if st == 'active' and num(h[4]) <= now then prior = 'expired' end
 redis.call('ZREM', expkey, tok)
 redis.call('HSET', KEYS[1], 'state', 'claimed', 'shop_id', shop, 'lines', ls)
 redis.call('PEXPIRE', KEYS[1], keep)
@@ -183,7 +184,7 @@ if st == 'active' then
     redis.call('SREM', hkey(h[3], l[1], l[2]), tok)
     qty = qty + l[3]
   end
-  if tonumber(h[4]) <= now then out, qty = 'expired', 0 end
+  if num(h[4]) <= now then out, qty = 'expired', 0 end
 else
   out = 'expired'
 end
@@ -206,7 +207,7 @@ local h = redis.call('HMGET', KEYS[1], 'state', 'lines', 'expires_at')
 local st = state_of(h[1], h[2])
 if not st then return {'absent'} end
 if st ~= 'active' then return {st} end
-if mode == 'ttl' and tonumber(h[3]) <= now then return {'expired'} end
+if mode == 'ttl' and num(h[3]) <= now then return {'expired'} end
 local exp = v
 if mode == 'ttl' then exp = now + v end
 redis.call('HSET', KEYS[1], 'expires_at', exp)
@@ -225,7 +226,7 @@ for _, tok in ipairs(toks) do
   local rk = rkey(tok)
   local h = redis.call('HMGET', rk, 'state', 'lines', 'shop_id', 'expires_at')
   local st = state_of(h[1], h[2])
-  if st == 'active' and tonumber(h[4]) > now then
+  if st == 'active' and num(h[4]) > now then
     redis.call('ZADD', expkey, h[4], tok)
   else
     if st == 'active' then
@@ -243,28 +244,40 @@ return {n, #toks}
 `)
 
 // resyncScript rewrites one pool's counter from the engine's view, read
-// under the pool's ledger row lock (holdfast resync-redis): every
-// reservation live in the engine is recorded, held and indexed; every
-// record held in the pool that the engine does not have live, and that is
-// older than the cutoff, is marked resynced (its units are no longer held,
-// and no later claim, release or expiry touches the counters for it); a
-// younger one (a dual write racing the resync) stays held. Then
+// under the pool's ledger row lock (holdfast resync-redis):
 //
-//	counter = on_hand - live quantity - quantity of the younger records
+//   - every reservation the engine read as live is recorded, held and
+//     indexed, unless Redis has it released, claimed or expired meanwhile
+//     (it ended after the engine's read: its units are not held);
+//   - every record held in the pool that the engine did not read as live
+//     and has finished (ARGV's ended list) takes the engine's end: claimed,
+//     released or expired, so that its units are no longer held and a
+//     claim or release of it arriving late changes the counter exactly as
+//     it would have (a late claim of a claimed record nothing; a forced
+//     claim of a released one takes the units again);
+//   - any other record held in the pool (a reserve that committed after
+//     the engine's read, or one only Redis has) stays held;
+//
+// and then counter = on_hand - what stays held.
 //
 // KEYS: 1 counter, 2 held set. ARGV: 6 shop, 7 item, 8 location, 9 on_hand,
-// 10 cutoff ms, 11 retention ms, 12 live count, then per live line: token,
-// qty, expires_at ms.
+// 10 retention ms, 11 live count, then per live line: token, qty,
+// expires_at ms; then the ended count and, per ended reservation, its
+// token and how it ended.
 // Returns {1 when the counter existed else 0, old counter, new counter,
 // records created, records resynced}.
 var resyncScript = redis.NewScript(luaHead + `
 local shop, item, loc = ARGV[6], ARGV[7], ARGV[8]
-local onhand, cutoff, keep, n = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local live, sum, i = {}, 0, 13
+local onhand, keep, n = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local live, held, i = {}, 0, 12
 for _ = 1, n do
   live[ARGV[i]] = {tonumber(ARGV[i+1]), tonumber(ARGV[i+2])}
-  sum = sum + tonumber(ARGV[i+1])
   i = i + 3
+end
+local ended = {}
+for _ = 1, tonumber(ARGV[i]) do
+  ended[ARGV[i+1]] = ARGV[i+2]
+  i = i + 2
 end
 local function qty_here(ls)
   for _, l in ipairs(lines(ls)) do
@@ -272,19 +285,19 @@ local function qty_here(ls)
   end
   return nil
 end
-local kept, created, dropped = 0, 0, 0
+local created, dropped = 0, 0
 for _, tok in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   if not live[tok] then
     local rk = rkey(tok)
-    local h = redis.call('HMGET', rk, 'state', 'lines', 'created_at')
+    local h = redis.call('HMGET', rk, 'state', 'lines')
     local st = state_of(h[1], h[2])
     local q = qty_here(h[2])
-    if st == 'active' and q and tonumber(h[3] or '0') >= cutoff then
-      kept = kept + q
+    if st == 'active' and q and not ended[tok] then
+      held = held + q
     else
       redis.call('SREM', KEYS[2], tok)
       if st == 'active' then
-        redis.call('HSET', rk, 'state', 'resynced')
+        redis.call('HSET', rk, 'state', ended[tok] or 'resynced')
         redis.call('ZREM', expkey, tok)
         dropped = dropped + 1
       end
@@ -295,24 +308,29 @@ for tok, l in pairs(live) do
   local rk = rkey(tok)
   local h = redis.call('HMGET', rk, 'state', 'lines')
   local st = state_of(h[1], h[2])
-  local ls = h[2]
-  if not qty_here(ls) then
-    local mine = item .. ':' .. loc .. ':' .. l[1]
-    if ls and ls ~= '' then ls = ls .. ',' .. mine else ls = mine end
-  end
-  if not st then
-    redis.call('HSET', rk, 'shop_id', shop, 'lines', ls, 'expires_at', l[2], 'state', 'active',
-      'authority', 'holdfast', 'created_at', now)
-    created = created + 1
+  if st == 'released' or st == 'claimed' or st == 'expired' then
+    redis.call('SREM', KEYS[2], tok)
   else
-    redis.call('HSET', rk, 'lines', ls, 'expires_at', l[2], 'state', 'active')
+    local ls = h[2]
+    if not qty_here(ls) then
+      local mine = item .. ':' .. loc .. ':' .. l[1]
+      if ls and ls ~= '' then ls = ls .. ',' .. mine else ls = mine end
+    end
+    if not st then
+      redis.call('HSET', rk, 'shop_id', shop, 'lines', ls, 'expires_at', l[2], 'state', 'active',
+        'authority', 'holdfast', 'created_at', now)
+      created = created + 1
+    else
+      redis.call('HSET', rk, 'lines', ls, 'expires_at', l[2], 'state', 'active')
+    end
+    redis.call('PEXPIRE', rk, math.max(l[2] - now, 0) + keep)
+    redis.call('ZADD', expkey, l[2], tok)
+    redis.call('SADD', KEYS[2], tok)
+    held = held + l[1]
   end
-  redis.call('PEXPIRE', rk, math.max(l[2] - now, 0) + keep)
-  redis.call('ZADD', expkey, l[2], tok)
-  redis.call('SADD', KEYS[2], tok)
 end
 local raw = redis.call('GET', KEYS[1])
-local new = onhand - sum - kept
+local new = onhand - held
 redis.call('SET', KEYS[1], new)
 if raw then return {1, tonumber(raw), new, created, dropped} end
 return {0, 0, new, created, dropped}

@@ -380,11 +380,24 @@ type ResyncResult struct {
 	Available int64
 }
 
+// heldMembers lists the tokens Redis holds in k's pool.
+func (s *Store) heldMembers(ctx context.Context, k reservation.PoolKey) ([]string, error) {
+	m, err := s.c.SMembers(ctx, s.heldKey(k)).Result()
+	if err != nil {
+		return nil, s.fail("resync", err)
+	}
+	return m, nil
+}
+
 // resyncPool rewrites k's counter: see resyncScript.
-func (s *Store) resyncPool(ctx context.Context, k reservation.PoolKey, onHand int64, live []reservation.LiveLine, cutoff time.Time) (ResyncResult, error) {
-	args := append(s.head(), k.ShopID, k.ItemID, k.GroupID, onHand, ms(cutoff), s.retentionMS(), len(live))
+func (s *Store) resyncPool(ctx context.Context, k reservation.PoolKey, onHand int64, live []reservation.LiveLine, ended map[string]string) (ResyncResult, error) {
+	args := append(s.head(), k.ShopID, k.ItemID, k.GroupID, onHand, s.retentionMS(), len(live))
 	for _, l := range live {
 		args = append(args, reservation.FormatToken(l.ReservationID), l.Qty, ms(l.ExpiresAt))
+	}
+	args = append(args, len(ended))
+	for t, how := range ended {
+		args = append(args, t, how)
 	}
 	v, err := resyncScript.Run(ctx, s.c, []string{s.CounterKey(k), s.heldKey(k)}, args...).Int64Slice()
 	if err != nil {
