@@ -156,7 +156,18 @@ func (s *session) release(reusable bool) {
 		return
 	}
 	if s.srv.attr {
-		held := time.Since(s.h.start)
+		now := time.Now()
+		held := now.Sub(s.h.start)
+		if s.h.endInTxn && !s.h.lastEnd.IsZero() {
+			// The hold ends inside a transaction (the client left, or was
+			// killed): the time since its last statement was idle too.
+			gap := now.Sub(s.h.lastEnd)
+			s.h.idleInTxn += gap
+			if gap > s.h.longest {
+				s.h.longest = gap
+				s.h.longStmt = append(s.h.longStmt[:0], s.lastSQL...)
+			}
+		}
 		tag := s.h.tag
 		if s.txnTag != nil {
 			tag = s.txnTag

@@ -228,3 +228,32 @@ func TestPoolClosesAllCounted(t *testing.T) {
 			st.Dials, st.DialErrors, st.ClosedTotal(), got, want, st.Closed)
 	}
 }
+
+// A transaction that ends with its client (killed by a drain's grace,
+// say) while idle counts its last idle stretch as idle in transaction.
+func TestIdleCountedWhenHoldEndsInTransaction(t *testing.T) {
+	p := startProxy(t)
+	c := p.raw(t, rawOpts{})
+	c.mustQuery("/* conn_tag:lingerer */ BEGIN")
+	c.mustQuery("/* conn_tag:lingerer */ SELECT 1")
+	time.Sleep(300 * time.Millisecond)
+	p.srv.DrainTag("lingerer", "test", 50*time.Millisecond)
+	if _, err := c.waitClosed(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, ts := range p.srv.Recorder().Snapshot() {
+			if ts.Tag == "lingerer" && ts.Borrows > 0 && ts.HoldSeconds > 0 {
+				if ts.IdleInTxnSeconds < 0.3 {
+					t.Fatalf("idle in transaction %.3fs of a %.3fs hold, want the 0.3 s the client sat idle", ts.IdleInTxnSeconds, ts.HoldSeconds)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hold was never recorded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
