@@ -450,6 +450,7 @@ func (r *Router) release(ctx context.Context, args []any) ([]string, [][]any, er
 	if err != nil {
 		return r.eng.Call(ctx, "release", args)
 	}
+	told := false // Redis has been told already
 	if auth, _ := reservation.TokenAuthority(tok); auth == reservation.AuthorityRedis {
 		t0 := time.Now()
 		out, qty, rerr := r.st.Release(ctx, tok)
@@ -457,7 +458,9 @@ func (r *Router) release(ctx context.Context, args []any) ([]string, [][]any, er
 		switch {
 		case rerr != nil:
 			r.redisFailed("release", rerr, false, "token", tok)
-		case out != "absent" && out != "resynced":
+		case out == "absent" || out == "resynced":
+			told = true // it has nothing of this reservation to give back
+		default:
 			t1 := time.Now()
 			_, erows, eerr := r.eng.Call(ctx, "release", args)
 			r.m.observe("release", "holdfast", time.Since(t1))
@@ -468,7 +471,7 @@ func (r *Router) release(ctx context.Context, args []any) ([]string, [][]any, er
 	t1 := time.Now()
 	cols, rows, err := r.eng.Call(ctx, "release", args)
 	r.m.observe("release", "holdfast", time.Since(t1))
-	if err == nil {
+	if err == nil && !told {
 		if o := releaseClass(rows, nil); o == "released" || o == "expired" {
 			wctx, cancel := r.write(ctx)
 			t2 := time.Now()

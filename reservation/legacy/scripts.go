@@ -169,12 +169,20 @@ return {prior}
 // KEYS: 1 record key. ARGV: 6 token, 7 retention ms.
 // Returns {'released', qty} | {'expired', 0} (it had expired; its units
 // are back, or are given back now) | {'duplicate', 0} | {'claimed', 0} |
-// {'resynced', 0} | {'absent', 0}.
+// {'resynced', 0} | {'absent', 0} (Redis had no record: it keeps one saying
+// released, so that a write about the reservation arriving later sees it
+// ended).
 var releaseScript = redis.NewScript(luaHead + `
 local tok, keep = ARGV[6], tonumber(ARGV[7])
 local h = redis.call('HMGET', KEYS[1], 'state', 'lines', 'shop_id', 'expires_at')
 local st = state_of(h[1], h[2])
-if not st then return {'absent', 0} end
+if not st then
+  -- A tombstone: a write about this reservation that arrives later (a
+  -- late dual write of its reserve, resync-redis) sees it ended.
+  redis.call('HSET', KEYS[1], 'state', 'released')
+  redis.call('PEXPIRE', KEYS[1], keep)
+  return {'absent', 0}
+end
 if st == 'released' then return {'duplicate', 0} end
 if st ~= 'active' and st ~= 'expired' then return {st, 0} end
 local qty, out = 0, 'released'
