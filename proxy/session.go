@@ -110,6 +110,11 @@ type session struct {
 	stmtText  []byte
 }
 
+// clientReadBuffer is the size of a session's read buffer, held for the
+// life of the connection (idle ones too). Most commands fit; longer ones
+// are read through it in more than one read.
+const clientReadBuffer = 1 << 10
+
 var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
 
 func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *session {
@@ -123,7 +128,7 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 		srv:        srv,
 		id:         id,
 		nc:         nc,
-		r:          packetReader{br: bufio.NewReaderSize(nc, 4<<10)},
+		r:          packetReader{br: bufio.NewReaderSize(nc, clientReadBuffer)},
 		remote:     nc.RemoteAddr().String(),
 		user:       u,
 		caps:       caps,
