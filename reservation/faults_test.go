@@ -179,14 +179,15 @@ func (c *faultConn) Release(broken bool) { c.c.Release(broken || c.broken) }
 // checks that its rule fired, so a change to the engine's SQL cannot make
 // a test pass by missing its target.
 const (
-	stmtReserveLock   = "FOR UPDATE SKIP LOCKED"         // reserve: take the units
-	stmtReserveCommit = "INSERT INTO reservations"       // reserve: lines, reservation, COMMIT
-	stmtHeaderRead    = "WHERE reservation_id = "        // claim/extend: the unlocked read of the reservation
-	stmtClaimLock     = "SELECT 'L', shop_id"            // claim/extend: lock ledger, lines, reservation
-	stmtClaimCommit   = "SET state = 1"                  // claim: deduct, delete lines, record, COMMIT
-	stmtReleaseLock   = "SELECT 'Q', shop_id"            // release: lock lines and reservation
-	stmtReleaseCommit = "SET state = 2"                  // release: delete lines, returns, record, COMMIT
-	stmtExtendCommit  = "UPDATE reserved_quantities SET" // extend: new expiry, COMMIT
+	stmtReserveLock   = "FOR UPDATE SKIP LOCKED"           // reserve: take the units
+	stmtReserveCommit = "INSERT INTO reservations"         // reserve: lines, reservation, COMMIT
+	stmtHeaderRead    = "WHERE reservation_id = "          // claim/extend: the unlocked read of the reservation
+	stmtClaimLock     = "SELECT 'L', shop_id"              // claim/extend: lock ledger, lines, reservation
+	stmtClaimCommit   = "SET state = 1"                    // claim: deduct, delete lines, record, COMMIT
+	stmtReleaseLock   = "SELECT 'Q', shop_id"              // release: lock lines and reservation
+	stmtReleaseCommit = "SET state = 2"                    // release: delete lines, returns, record, COMMIT
+	stmtExtendCommit  = "UPDATE reserved_quantities SET"   // extend: new expiry, COMMIT
+	stmtKeyLookup     = "FROM reservations WHERE (shop_id" // reserve: is the key used? (before a business failure)
 )
 
 // faultEnv is an env whose engine borrows through a faultConns.
@@ -316,6 +317,36 @@ func TestAnswerLostAfterCommit(t *testing.T) {
 				t.Fatalf("after the release the database has %+v", got)
 			}
 			v.checkInvariant(31, 1)
+		})
+	}
+}
+
+// TestLostLookupBeforeInsufficientStock: a reserve that found every
+// location of a line short checks that its key was not used meanwhile
+// before it answers insufficient stock; when that lookup loses its
+// connection, the reserve looks again and still answers insufficient stock
+// (it used to run the whole reserve again from past the line's last
+// location, and panic).
+func TestLostLookupBeforeInsufficientStock(t *testing.T) {
+	for _, naive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("coalescing=%v", !naive), func(t *testing.T) {
+			v, f := faultEnv(t, envOpts{cfg: func(c *reservation.Config) { c.DisableCoalescing = naive }})
+			v.receive(32, 1, 2)
+			v.receive(32, 2, 1)
+			r := f.inject(stmtKeyLookup, false)
+			_, err := reserve(context.Background(), v.eng, "short-1", 600, 32, 5, 1, 2)
+			if n := f.firedCount(r); n != 1 {
+				t.Fatalf("fault fired %d times, want 1 (did the statement change?)", n)
+			}
+			var re *reservation.Error
+			if !errors.As(err, &re) || re.Code != reservation.CodeInsufficientStock {
+				t.Fatalf("reserve answered %v; want insufficient stock (%d)", err, reservation.CodeInsufficientStock)
+			}
+			if !strings.Contains(err.Error(), "2 at location 1, 1 at location 2") {
+				t.Fatalf("answer %q does not say what each location had", err)
+			}
+			v.checkInvariant(32, 1)
+			v.checkInvariant(32, 2)
 		})
 	}
 }

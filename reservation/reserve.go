@@ -255,21 +255,7 @@ func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, er
 				"holdfast.reserve: could not take the units within call_timeout (%v) because of pool contention; nothing was reserved, retry", e.cfg.CallTimeout)
 		}
 		if final != nil {
-			// A business failure is never the answer to a key that was
-			// used meanwhile (a replay racing this call).
-			r, err := e.replayOrConflict(ctx, req)
-			switch {
-			case r != nil || (err != nil && !connLost(err) && !isBorrowError(err)):
-				return r, err
-			case err != nil && errors.Is(final, ErrBusy):
-				return nil, final // out of time: nothing was reserved
-			case err != nil:
-				if call.again(ctx, err, false) {
-					continue
-				}
-				return nil, call.answer(ctx, err)
-			}
-			return nil, final
+			return e.finalAnswer(ctx, call, req, final)
 		}
 		if len(refill) > 0 {
 			slices.SortFunc(refill, func(a, b PoolKey) int { return cmpBool(groupLess(a, b), groupLess(b, a)) })
@@ -518,6 +504,29 @@ func (e *Engine) lookupKeys(ctx context.Context, read readFunc, keys []idemKey) 
 		out[idemKey{h.shop, h.key}] = h
 	}
 	return out, nil
+}
+
+// finalAnswer gives a reserve's business failure (final) as its answer,
+// unless the key was used meanwhile (a replay racing this call), which is
+// answered as the replay or conflict. A lookup that loses its connection
+// is made again; the failure itself was decided on a live connection and
+// stands.
+func (e *Engine) finalAnswer(ctx context.Context, call *callRun, req *reserveReq, final error) (*reservation, error) {
+	for {
+		r, err := e.replayOrConflict(ctx, req)
+		switch {
+		case r != nil || (err != nil && !connLost(err) && !isBorrowError(err)):
+			return r, err
+		case err != nil && errors.Is(final, ErrBusy):
+			return nil, final // out of time: nothing was reserved
+		case err != nil:
+			if call.again(ctx, err, false) {
+				continue
+			}
+			return nil, call.answer(ctx, err)
+		}
+		return nil, final
+	}
 }
 
 // replayOrConflict answers req from an existing reservation with its key:
