@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -82,109 +80,12 @@ func TestBackendKilledMidTransaction(t *testing.T) {
 	}
 }
 
-// cutRelay sits between holdfast and MariaDB so a test can take the
-// "backend" down (every connection dropped, new ones refused) and back up,
-// as a restart does.
-type cutRelay struct {
-	ln      net.Listener
-	target  string
-	mu      sync.Mutex // guards the fields below
-	down    bool
-	stalled bool
-	conns   []net.Conn
-}
-
-func newCutRelay(t *testing.T, target string) *cutRelay {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &cutRelay{ln: ln, target: target}
-	go r.serve()
-	t.Cleanup(func() { ln.Close(); r.cut() })
-	return r
-}
-
-func (r *cutRelay) serve() {
-	for {
-		c, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		r.mu.Lock()
-		down := r.down
-		r.mu.Unlock()
-		if down {
-			c.Close()
-			continue
-		}
-		b, err := net.Dial("tcp", r.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		r.mu.Lock()
-		r.conns = append(r.conns, c, b)
-		r.mu.Unlock()
-		go func() { r.copy(b, c); b.Close() }()
-		go func() { r.copy(c, b); c.Close() }()
-	}
-}
-
-// copy forwards src to dst, holding bytes back while the relay is stalled.
-func (r *cutRelay) copy(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		for r.isStalled() {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (r *cutRelay) isStalled() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stalled && !r.down
-}
-
-// stall stops forwarding bytes without closing anything: the backend
-// seems to hang.
-func (r *cutRelay) stall(on bool) {
-	r.mu.Lock()
-	r.stalled = on
-	r.mu.Unlock()
-}
-
-func (r *cutRelay) cut() {
-	r.mu.Lock()
-	r.down = true
-	cs := r.conns
-	r.conns = nil
-	r.mu.Unlock()
-	for _, c := range cs {
-		c.Close()
-	}
-}
-
-func (r *cutRelay) up() {
-	r.mu.Lock()
-	r.down = false
-	r.mu.Unlock()
-}
-
 func TestBackendRestart(t *testing.T) {
-	relay := newCutRelay(t, dbtest.Config(t).Addr)
+	// The relay stands for the backend: Cut takes it down (every
+	// connection dropped, new ones refused), Up back up, as a restart does.
+	relay := dbtest.StartRelay(t, dbtest.Config(t).Addr, 0)
 	p := startProxy(t, func(c *config.Config) {
-		c.Backend.Address = relay.ln.Addr().String()
+		c.Backend.Address = relay.Addr().String()
 		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 2, 4, 4
 		c.Pool.AcquireTimeout = time.Second
 	})
@@ -202,7 +103,7 @@ func TestBackendRestart(t *testing.T) {
 		queryString(t, c, "SELECT 1")
 	}
 
-	relay.cut()
+	relay.Cut()
 	// While the backend is down a statement fails, after the acquire
 	// timeout, with an error that says so.
 	_, err := sessions[0].ExecContext(context.Background(), "INSERT INTO t VALUES (100)")
@@ -210,7 +111,7 @@ func TestBackendRestart(t *testing.T) {
 	if !errors.As(err, &me) || me.Number != 2003 || !strings.Contains(me.Message, "unreachable") {
 		t.Fatalf("statement while the backend is down: %v, want error 2003 naming the unreachable backend", err)
 	}
-	relay.up()
+	relay.Up()
 	// Clients that were idle between transactions carry on as if nothing
 	// happened: their first statement after the restart just works.
 	for i, s := range sessions {

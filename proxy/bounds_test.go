@@ -175,16 +175,16 @@ func TestClientWriteTimeout(t *testing.T) {
 // backend.exchange_timeout: a backend that stops answering gives the
 // client an error, not a hang.
 func TestExchangeTimeout(t *testing.T) {
-	relay := newCutRelay(t, dbtest.Config(t).Addr)
+	relay := dbtest.StartRelay(t, dbtest.Config(t).Addr, 0)
 	p := startProxy(t, func(c *config.Config) {
-		c.Backend.Address = relay.ln.Addr().String()
+		c.Backend.Address = relay.Addr().String()
 		c.Backend.ExchangeTimeout = 300 * time.Millisecond
 		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
 	})
 	a, b := p.raw(t, rawOpts{}), p.raw(t, rawOpts{})
 	a.mustQuery("SET time_zone = '+01:00'")
-	relay.stall(true)
-	defer relay.stall(false)
+	relay.Stall() // the backend seems to hang: nothing forwarded, nothing closed
+	defer relay.Resume()
 	// b's first statement needs time_zone restored on the one connection.
 	_, err := b.query("SELECT @@time_zone")
 	if errCode(err) != 2013 {

@@ -201,96 +201,11 @@ func scrambleNative(scramble []byte, password string) []byte {
 	return out
 }
 
-// Query runs one statement and reads its whole reply, returning the number
-// of rows received over all result sets. An ERR reply is a *ServerError and
-// leaves the connection usable; any other error leaves it broken.
-func (c *Client) Query(q string) (rows int, err error) {
-	c.seq = 0
-	b := append(c.startPacket(), 0x03) // COM_QUERY
-	b = append(b, q...)
-	if err := c.writePacket(b); err != nil {
-		return 0, err
-	}
-	for {
-		p, err := c.readPacket()
-		if err != nil {
-			return rows, err
-		}
-		switch p[0] {
-		case 0x00: // OK
-			if !moreResults(p[1:]) {
-				return rows, nil
-			}
-			continue
-		case 0xff:
-			return rows, parseErr(p)
-		case 0xfb:
-			return rows, fmt.Errorf("bench: LOCAL INFILE request refused")
-		}
-		ncols, _, ok := lenenc(p)
-		if !ok {
-			return rows, fmt.Errorf("%w: column count", ErrProtocol)
-		}
-		for range ncols {
-			if _, err := c.readPacket(); err != nil {
-				return rows, err
-			}
-		}
-		if c.caps&capDeprecateEOF == 0 {
-			if p, err = c.readPacket(); err != nil {
-				return rows, err
-			}
-			if !isEOF(p) {
-				return rows, fmt.Errorf("%w: no EOF after column definitions", ErrProtocol)
-			}
-		}
-		more := false
-	readRows:
-		for {
-			p, err := c.readPacket()
-			if err != nil {
-				return rows, err
-			}
-			switch {
-			case p[0] == 0xff:
-				return rows, parseErr(p)
-			case c.caps&capDeprecateEOF == 0 && isEOF(p):
-				more = len(p) >= 5 && binary.LittleEndian.Uint16(p[3:])&statusMoreResults != 0
-				break readRows
-			case c.caps&capDeprecateEOF != 0 && p[0] == 0xfe && len(p) < maxPayload:
-				more = moreResults(p[1:])
-				break readRows
-			}
-			rows++
-		}
-		if !more {
-			return rows, nil
-		}
-	}
-}
-
 // Close sends COM_QUIT and closes the connection.
 func (c *Client) Close() error {
 	c.seq = 0
 	_ = c.writePacket(append(c.startPacket(), 0x01))
 	return c.conn.Close()
-}
-
-func isEOF(p []byte) bool { return p[0] == 0xfe && len(p) < 9 }
-
-// moreResults reads the status flags of an OK packet body (after its
-// header byte) and reports SERVER_MORE_RESULTS_EXISTS. A malformed body
-// reports false.
-func moreResults(body []byte) bool {
-	_, n1, ok1 := lenenc(body) // affected rows
-	if !ok1 {
-		return false
-	}
-	_, n2, ok2 := lenenc(body[n1:]) // last insert id
-	if !ok2 || len(body) < n1+n2+2 {
-		return false
-	}
-	return binary.LittleEndian.Uint16(body[n1+n2:])&statusMoreResults != 0
 }
 
 // lenenc decodes a length-encoded integer, returning it and its size.

@@ -22,7 +22,7 @@ func testServer(t *testing.T) (addr, db, user string) {
 func TestClientQueries(t *testing.T) {
 	addr, db, user := testServer(t)
 	// Directly, and through a delaying relay (which must not change a byte).
-	r := startRelay(t, addr, time.Millisecond)
+	r := dbtest.StartRelay(t, addr, time.Millisecond)
 	for _, target := range []string{addr, r.Addr().String()} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -81,7 +81,7 @@ func TestClientLoginFailures(t *testing.T) {
 	}
 	// A server that accepts and says nothing: the context bounds the login.
 	// (The relay sleeps out its delay before Close returns: keep it short.)
-	r := startRelay(t, addr, 2*time.Second)
+	r := dbtest.StartRelay(t, addr, 2*time.Second)
 	short, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel2()
 	start := time.Now()

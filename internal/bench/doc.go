@@ -13,9 +13,6 @@
 // for oversell.
 //
 // It owns:
-//   - Relay, a TCP relay that copies bytes both ways, optionally delaying
-//     every chunk in each direction (a userspace stand-in for netem, which
-//     these machines lack); the floor of any proxy hop when the delay is zero;
 //   - building and running a holdfast binary as a child process with a
 //     generated configuration, and reading its memory and CPU from /proc;
 //   - driving sysbench and parsing its report;
@@ -23,8 +20,11 @@
 //     thousands of connections from one process;
 //   - the orchestration (Run) and the printed report, both modes.
 //
-// It must not touch holdfast's own packages: holdfast is measured as a user
-// runs it, from a freshly built binary and a configuration file. Everything
-// the harness starts it stops; the sysbench tables stay in their database
-// (Options.Database) for the next run.
+// The TCP relay, plain (the floor of any proxy hop) or delaying each
+// direction (a userspace stand-in for netem, which these machines lack), is
+// internal/netrelay's. The harness must not touch holdfast's own packages:
+// holdfast is measured as a user runs it, from a freshly built binary and
+// a configuration file. Everything the harness starts it stops; the
+// sysbench tables stay in their database (Options.Database) for the next
+// run.
 package bench

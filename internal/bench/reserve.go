@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/internal/netrelay"
 )
 
 // `make bench-reserve` (RunReserve) measures holdfast's reservation engine on
@@ -141,7 +143,7 @@ type reserveRunner struct {
 	bin     string
 	admin   *sql.DB // no default database
 	db      *sql.DB // the bench database, directly (not through the relay)
-	relay   *Relay
+	relay   *netrelay.Relay
 	hf      *Holdfast
 	ep      Endpoint // holdfast, for the clients
 	metrics string   // holdfast's /metrics URL
@@ -306,10 +308,10 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 		return err
 	}
 
-	if b.relay, err = StartRelay("127.0.0.1:0", o.MariaDB, o.RelayDelay); err != nil {
+	if b.relay, err = netrelay.Start("127.0.0.1:0", o.MariaDB, o.RelayDelay); err != nil {
 		return err
 	}
-	b.printf("relay: %s → %s, %v added each way (bench.Relay, in this process)\n", b.relay.Addr(), o.MariaDB, o.RelayDelay)
+	b.printf("relay: %s → %s, %v added each way (netrelay.Relay, in this process)\n", b.relay.Addr(), o.MariaDB, o.RelayDelay)
 	if err := b.calibrate(ctx); err != nil {
 		return err
 	}
@@ -450,7 +452,7 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 	m0, merr := b.scrape(ctx, metricsURL)
 	inno0, ierr := b.innodbStatus(rctx)
 	var hf0, hf1, db0, db1, self0, self1 time.Duration
-	var st0, st1 RelayStats
+	var st0, st1 netrelay.Stats
 	res, err := RunLoad(ctx, LoadSpec{Endpoint: ep, Database: o.Database, Clients: n, Duration: o.Time, Op: op,
 		Started: func() {
 			st0, db0, self0 = b.relay.Stats(), b.dbCPU(), SelfCPU()

@@ -23,7 +23,7 @@ type ReserveSample struct {
 	// this process (the load generator and the relay).
 	HoldfastCPU, MariaDBCPU, SelfCPU time.Duration
 	// RelayChunks and RelayLate are the relay's delayed chunks over the run
-	// and how late they went out in total (RelayStats).
+	// and how late they went out in total (netrelay.Stats).
 	RelayChunks int64
 	RelayLate   time.Duration
 	LoadAvg     string // at the end of the run

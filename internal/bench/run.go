@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/internal/netrelay"
 )
 
 // Options configures Run. DefaultOptions gives the values `make bench-proxy`
@@ -244,7 +246,7 @@ type runner struct {
 	dir     string // scratch: holdfast binary, configs, logs
 	bin     string
 	admin   *sql.DB
-	relay   *Relay
+	relay   *netrelay.Relay
 	hf      *Holdfast
 	direct  Endpoint
 	viaHF   Endpoint
@@ -432,7 +434,7 @@ func (b *runner) endpoint(target string) Endpoint {
 func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
 	o := b.o
 	var err error
-	b.relay, err = StartRelay("127.0.0.1:0", o.MariaDB, 0)
+	b.relay, err = netrelay.Start("127.0.0.1:0", o.MariaDB, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/internal/netrelay"
 )
 
 // DSN returns the test server's DSN.
@@ -150,4 +152,17 @@ func Connections(t testing.TB, user string) int {
 		t.Fatalf("dbtest: count connections: %v", err)
 	}
 	return n
+}
+
+// StartRelay starts a netrelay.Relay on 127.0.0.1 to target (usually
+// Config(t).Addr), adding delay each way, and closes it at cleanup. Tests
+// cut, stall or slow the server with it.
+func StartRelay(t testing.TB, target string, delay time.Duration) *netrelay.Relay {
+	t.Helper()
+	r, err := netrelay.Start("127.0.0.1:0", target, delay)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }

@@ -1,5 +1,5 @@
 //go:build !linux
 
-package bench
+package netrelay
 
 func newPlatformTimer() platformTimer { return nil }

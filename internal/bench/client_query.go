@@ -6,6 +6,15 @@ import (
 	"time"
 )
 
+// Query runs one statement and reads its whole reply, returning the number
+// of rows received over all result sets: Exec without the rows' values. An
+// ERR reply is a *ServerError and leaves the connection usable; any other
+// error leaves it broken.
+func (c *Client) Query(q string) (rows int, err error) {
+	r, err := c.Exec(q, nil)
+	return r.Rows, err
+}
+
 // Reply is what one statement sent with Client.Exec returned.
 type Reply struct {
 	// Affected is the affected-rows count of the final OK packet (for a
@@ -15,8 +24,9 @@ type Reply struct {
 	Rows int
 }
 
-// Exec runs one statement like Query, and also reports the affected rows
-// of the OK packet that ends the reply. When row is not nil it is called
+// Exec runs one statement and reads its whole reply (every result set,
+// as CALL sends them), reporting the rows received and the affected rows
+// of the OK packet that ends it. When row is not nil it is called
 // with the column values of every row received (nil for SQL NULL), valid
 // only during the call; an error it returns is returned by Exec after the
 // reply has been read to its end, so the connection stays usable. An ERR
@@ -104,6 +114,8 @@ func (c *Client) Exec(q string, row func(cols [][]byte) error) (Reply, error) {
 		}
 	}
 }
+
+func isEOF(p []byte) bool { return p[0] == 0xfe && len(p) < 9 }
 
 // SetDeadline sets the read and write deadline of the connection; a zero
 // t clears it. Past the deadline every call fails and the connection is

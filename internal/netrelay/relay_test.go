@@ -1,11 +1,13 @@
-package bench
+package netrelay
 
 import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -17,10 +19,7 @@ import (
 // client goes away.
 func echoServer(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listen(t)
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Add(1)
@@ -45,7 +44,7 @@ func echoServer(t *testing.T) string {
 
 func startRelay(t *testing.T, backend string, delay time.Duration) *Relay {
 	t.Helper()
-	r, err := StartRelay("127.0.0.1:0", backend, delay)
+	r, err := Start("127.0.0.1:0", backend, delay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,11 +163,7 @@ func TestRelayBytesIntact(t *testing.T) {
 func TestRelayClosePropagates(t *testing.T) {
 	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
+			ln := listen(t)
 			r := startRelay(t, ln.Addr().String(), delay)
 
 			// Client closes: the backend reads the last bytes, then EOF.
@@ -214,11 +209,7 @@ func TestRelayClosePropagates(t *testing.T) {
 // TestRelayGoroutines checks a delayed relay costs at most two goroutines
 // per connection, plus its waker.
 func TestRelayGoroutines(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listen(t)
 	r := startRelay(t, ln.Addr().String(), time.Millisecond)
 	before := runtime.NumGoroutine()
 	const n = 50
@@ -246,10 +237,7 @@ func TestRelayGoroutines(t *testing.T) {
 }
 
 func TestRelayDialFailure(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listen(t)
 	dead := ln.Addr().String()
 	ln.Close()
 	r := startRelay(t, dead, 0)
@@ -291,4 +279,155 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestRelayDirections checks each direction gets its own delay: a byte
+// from the client reaches the target ToTarget later, and the answer comes
+// back ToClient later.
+func TestRelayDirections(t *testing.T) {
+	for _, tc := range []struct{ to, back time.Duration }{
+		{30 * time.Millisecond, 0},
+		{0, 30 * time.Millisecond},
+		{10 * time.Millisecond, 30 * time.Millisecond},
+	} {
+		t.Run(fmt.Sprintf("%v,%v", tc.to, tc.back), func(t *testing.T) {
+			ln := listen(t)
+			r := &Relay{Target: ln.Addr().String(), ToTarget: tc.to, ToClient: tc.back}
+			if err := r.Start("127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close() })
+			c := dial(t, r.Addr().String())
+			b := accept(t, ln)
+			for _, leg := range []struct {
+				from, to net.Conn
+				want     time.Duration
+			}{{c, b, tc.to}, {b, c, tc.back}} {
+				start := time.Now()
+				if _, err := leg.from.Write([]byte{'x'}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(leg.to, make([]byte, 1)); err != nil {
+					t.Fatal(err)
+				}
+				if got := time.Since(start); got < leg.want || got > leg.want+500*time.Millisecond {
+					t.Fatalf("one way took %v, want %v", got, leg.want)
+				}
+			}
+		})
+	}
+}
+
+// TestRelayCutUp: Cut drops every connection and refuses new ones, Up
+// relays again.
+func TestRelayCutUp(t *testing.T) {
+	echo := echoServer(t)
+	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			r := startRelay(t, echo, delay)
+			c := dial(t, r.Addr().String())
+			roundTrip(t, c)
+			r.Cut()
+			readAll(t, c) // fails unless the relay closed it
+			refused := dial(t, r.Addr().String())
+			readAll(t, refused)
+			waitFor(t, func() bool { st := r.Stats(); return st.Refused == 1 && st.Active == 0 })
+			r.Up()
+			roundTrip(t, dial(t, r.Addr().String()))
+			if st := r.Stats(); st.Accepted != 3 || st.Refused != 1 || st.Active != 1 {
+				t.Fatalf("stats %+v, want 3 accepted, 1 refused, 1 active", st)
+			}
+		})
+	}
+}
+
+// TestRelayStall: while stalled nothing is forwarded, on old connections
+// or new ones, and nothing is closed; after Resume the held bytes arrive.
+// A stalled relay still closes.
+func TestRelayStall(t *testing.T) {
+	echo := echoServer(t)
+	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			r := startRelay(t, echo, delay)
+			old := dial(t, r.Addr().String())
+			roundTrip(t, old)
+			r.Stall()
+			r.Stall() // idempotent
+			young := dial(t, r.Addr().String())
+			for _, c := range []net.Conn{old, young} {
+				if _, err := c.Write([]byte("held")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, c := range []net.Conn{old, young} {
+				_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+				if n, err := c.Read(make([]byte, 4)); !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("read %d bytes, %v through a stalled relay; want nothing", n, err)
+				}
+				_ = c.SetReadDeadline(time.Time{})
+			}
+			r.Resume()
+			r.Resume() // idempotent
+			for _, c := range []net.Conn{old, young} {
+				buf := make([]byte, 4)
+				if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
+					t.Fatalf("after Resume: %q, %v; want \"held\"", buf, err)
+				}
+				roundTrip(t, c)
+			}
+			r.Stall()
+			done := make(chan struct{})
+			go func() { r.Close(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close of a stalled relay did not return")
+			}
+		})
+	}
+}
+
+// TestRelayCutWhen: the chunk CutWhen chooses is forwarded, then the relay
+// is cut.
+func TestRelayCutWhen(t *testing.T) {
+	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			ln := listen(t)
+			r := &Relay{Target: ln.Addr().String(), ToTarget: delay, ToClient: delay,
+				CutWhen: func(p []byte) bool { return bytes.Contains(p, []byte("BOOM")) }}
+			if err := r.Start("127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close() })
+			c := dial(t, r.Addr().String())
+			b := accept(t, ln)
+			if _, err := c.Write([]byte("hello")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(b, make([]byte, 5)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Write([]byte("a BOOM")); err != nil {
+				t.Fatal(err)
+			}
+			if got := readAll(t, b); got != "a BOOM" {
+				t.Fatalf("target read %q, want the triggering chunk, then the end", got)
+			}
+			readAll(t, c)
+			readAll(t, dial(t, r.Addr().String())) // refused until Up
+			if st := r.Stats(); st.Refused != 1 {
+				t.Fatalf("stats %+v, want 1 refused", st)
+			}
+		})
+	}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
