@@ -139,7 +139,7 @@ func (c *callRun) answer(ctx context.Context, err error) error {
 func (c *callRun) outcomeUnknown(cause error) *Error {
 	msg := "holdfast." + c.name() + ": outcome unknown: the connection to the database was lost while the call committed"
 	if c.idempotent {
-		msg += ", and the database could not be reached again within call_timeout (" + c.e.cfg.CallTimeout.String() +
+		msg += ", and no connection to the database could be had again within call_timeout (" + c.e.cfg.CallTimeout.String() +
 			"); the call may or may not have taken effect. Repeating the same CALL is safe: it answers what was done, or does it"
 	} else {
 		msg += "; the change may or may not have been made. holdfast." + c.name() +
