@@ -51,7 +51,7 @@ func startHoldfast(t *testing.T, mutate ...func(*config.Config)) *holdfast {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := proxy.New(cfg, slog.New(slog.DiscardHandler), nil)
+	srv, err := proxy.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

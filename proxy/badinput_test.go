@@ -74,7 +74,7 @@ func newTestProxy(tb testing.TB, log *slog.Logger, mutate ...func(*config.Config
 	if err := cfg.Validate(); err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := New(cfg, log, nil)
+	srv, err := New(cfg, log)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -166,7 +166,7 @@ func FuzzHandshake(f *testing.F) {
 		{Name: "empty"},
 		{Name: "sha", Password: "sha-secret", AuthPlugin: "caching_sha2_password"},
 	}
-	srv, err := New(cfg, slog.New(slog.DiscardHandler), nil)
+	srv, err := New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func startProxy(t *testing.T, mutate ...func(*config.Config)) *testProxy {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, testLogger(t), nil)
+	srv, err := New(cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

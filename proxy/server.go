@@ -134,7 +134,7 @@ type ServerStats struct {
 }
 
 // New builds a server from cfg. It opens nothing; Serve starts it.
-func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error) {
+func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	tc, err := tlsFiles(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 	if err != nil {
 		return nil, err
@@ -142,7 +142,6 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		log:        log,
-		procs:      procs,
 		ctx:        ctx,
 		cancel:     cancel,
 		handshakes: make(chan struct{}, maxHandshakes),

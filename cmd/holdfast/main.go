@@ -104,13 +104,13 @@ func serve(path string, cfg config.Config) error {
 		runtime.GOMAXPROCS(cfg.MaxProcs)
 	}
 	log.Info("starting", "max_procs", runtime.GOMAXPROCS(0))
-	srv, err := proxy.New(cfg, log, nil)
+	srv, err := proxy.New(cfg, log)
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()))
-	var eng *engine
+	var eng, started *engine // started: the engine's background work runs
 	if cfg.Reservation.Enabled {
 		eng, err = newEngine(cfg, srv, log)
 		if err != nil {
@@ -126,7 +126,7 @@ func serve(path string, cfg config.Config) error {
 			if err := eng.start(ctx); err != nil {
 				return err
 			}
-			defer eng.close()
+			started = eng
 		} else {
 			log.Warn("the reservation schema is not installed: run `holdfast migrate`; CALL holdfast.* fails and the refiller, sweeper and reconciler stay off until holdfast restarts after it",
 				"database", cfg.Backend.Database)
@@ -145,10 +145,17 @@ func serve(path string, cfg config.Config) error {
 		}()
 		log.Info("admin API, status page and metrics listening", "addr", cfg.Admin.Listen, "pprof", cfg.Admin.Pprof)
 	}
-	stopAdmin := func() {
+	// stop closes the admin listener, then the engine (its refiller and
+	// sweeper finish on connections of the pool), then the server and its
+	// pool.
+	stop := func() {
 		if adm != nil {
 			_ = adm.Close()
 		}
+		if started != nil {
+			started.close()
+		}
+		srv.Close()
 	}
 
 	sigs := make(chan os.Signal, 1)
@@ -156,8 +163,7 @@ func serve(path string, cfg config.Config) error {
 	for {
 		select {
 		case err := <-errc:
-			stopAdmin()
-			srv.Close()
+			stop()
 			return err
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
@@ -176,8 +182,7 @@ func serve(path string, cfg config.Config) error {
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 			err := srv.Drain(ctx)
 			cancel()
-			stopAdmin()
-			srv.Close()
+			stop()
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				return err
 			}
