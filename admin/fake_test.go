@@ -27,40 +27,33 @@ type fakeServer struct {
 	calls   []string
 }
 
-func (f *fakeServer) Stats() proxy.ServerStats {
+// locked returns what get reads of f, under f.mu.
+func locked[T any](f *fakeServer, get func() T) T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.stats
+	return get()
+}
+
+func (f *fakeServer) Stats() proxy.ServerStats {
+	return locked(f, func() proxy.ServerStats { return f.stats })
 }
 
 func (f *fakeServer) Waiting() proxy.Waiting {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.waiting
+	return locked(f, func() proxy.Waiting { return f.waiting })
 }
+
+func (f *fakeServer) TagsFolded() uint64 { return locked(f, func() uint64 { return f.folded }) }
 
 func (f *fakeServer) Tags() []proxy.TagInfo {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]proxy.TagInfo(nil), f.tags...)
-}
-
-func (f *fakeServer) TagsFolded() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.folded
+	return locked(f, func() []proxy.TagInfo { return append([]proxy.TagInfo(nil), f.tags...) })
 }
 
 func (f *fakeServer) Holders() []proxy.HolderInfo {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]proxy.HolderInfo(nil), f.holders...)
+	return locked(f, func() []proxy.HolderInfo { return append([]proxy.HolderInfo(nil), f.holders...) })
 }
 
 func (f *fakeServer) Gates() []proxy.GateState {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]proxy.GateState(nil), f.gates...)
+	return locked(f, func() []proxy.GateState { return append([]proxy.GateState(nil), f.gates...) })
 }
 
 func (f *fakeServer) DrainTag(tag, reason string, grace time.Duration) {
@@ -84,9 +77,7 @@ func (f *fakeServer) record(c string) {
 }
 
 func (f *fakeServer) recorded() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.calls...)
+	return locked(f, func() []string { return append([]string(nil), f.calls...) })
 }
 
 func (f *fakeServer) set(fn func(f *fakeServer)) {

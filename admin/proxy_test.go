@@ -122,6 +122,45 @@ func (h *holdfast) call(t *testing.T, method, path string) {
 	}
 }
 
+// holdTag begins a transaction on db and runs a statement of tag in it, so
+// that tag holds a backend connection until the caller ends the
+// transaction (it is rolled back at cleanup otherwise).
+func holdTag(t *testing.T, db *sql.DB, tag string) *sql.Tx {
+	t.Helper()
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	if _, err := tx.Exec("/* conn_tag:" + tag + " */ SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// execAsync runs query on db in the background; the channel gets its
+// error.
+func execAsync(db *sql.DB, query string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.Exec(query)
+		done <- err
+	}()
+	return done
+}
+
+// waiting waits until /api/pool counts a client as waiting, and returns
+// what it showed then.
+func (h *holdfast) waiting(t *testing.T) pool {
+	t.Helper()
+	var p pool
+	eventually(t, "a client is counted as waiting", func() bool {
+		h.get(t, "/api/pool", &p)
+		return p.Waiting > 0
+	})
+	return p
+}
+
 // eventually polls cond until it holds, failing after a generous bound
 // (the bound is a hang guard, not a timing assertion).
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -159,25 +198,9 @@ type gates struct {
 func TestWaitingUnderTagLimit(t *testing.T) {
 	h := startHoldfast(t, func(c *config.Config) { c.Tags.Limits = map[string]int{"capped": 1} })
 	db := h.open(t)
-	ctx := context.Background()
-	holder, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback()
-	if _, err := holder.Exec("/* conn_tag:capped */ SELECT 1"); err != nil {
-		t.Fatal(err)
-	}
-	queued := make(chan error, 1)
-	go func() {
-		_, err := db.Exec("/* conn_tag:capped */ SELECT 2")
-		queued <- err
-	}()
-	var p pool
-	eventually(t, "the second client is counted as waiting", func() bool {
-		h.get(t, "/api/pool", &p)
-		return p.Waiting > 0
-	})
+	holder := holdTag(t, db, "capped")
+	queued := execAsync(db, "/* conn_tag:capped */ SELECT 2")
+	p := h.waiting(t)
 	if p.Waiting != 1 || p.WaitingTagLimit != 1 || p.WaitingPool != 0 || p.WaitingPipeline != 0 {
 		t.Errorf("/api/pool while one client queues under the limit: %+v", p)
 	}
@@ -204,15 +227,7 @@ func TestWaitingUnderTagLimit(t *testing.T) {
 func TestDrainedTagInUse(t *testing.T) {
 	h := startHoldfast(t)
 	db := h.open(t)
-	ctx := context.Background()
-	holder, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback()
-	if _, err := holder.Exec("/* conn_tag:reports */ SELECT 1"); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdTag(t, db, "reports")
 	h.call(t, "POST", "/api/tags/reports/drain?reason=INC-7")
 	var g gates
 	h.get(t, "/api/gates", &g)
@@ -236,7 +251,7 @@ func TestDrainedTagInUse(t *testing.T) {
 		t.Errorf("held_for_seconds not rounded to the millisecond:\n%s", body)
 	}
 
-	_, err = db.Exec("/* conn_tag:reports */ SELECT 2")
+	_, err := db.Exec("/* conn_tag:reports */ SELECT 2")
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != 9001 {
 		t.Fatalf("statement of a drained tag: %v, want error 9001", err)
@@ -258,15 +273,8 @@ func TestLimitMessage(t *testing.T) {
 		c.Pool.AcquireTimeout = 200 * time.Millisecond
 	})
 	db := h.open(t)
-	holder, err := db.BeginTx(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback()
-	if _, err := holder.Exec("/* conn_tag:capped */ SELECT 1"); err != nil {
-		t.Fatal(err)
-	}
-	_, err = db.Exec("/* conn_tag:capped */ SELECT 2")
+	holdTag(t, db, "capped")
+	_, err := db.Exec("/* conn_tag:capped */ SELECT 2")
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != 9002 {
 		t.Fatalf("statement over the limit: %v, want 9002", err)
@@ -289,11 +297,7 @@ func TestWaitingForPipeline(t *testing.T) {
 	if _, err := db.Exec("SELECT 1"); err != nil { // an idle connection, for the pipe
 		t.Fatal(err)
 	}
-	slow := make(chan error, 1)
-	go func() {
-		_, err := db.Exec("SELECT SLEEP(2)")
-		slow <- err
-	}()
+	slow := execAsync(db, "SELECT SLEEP(2)")
 	// Once it has run 20 ms, its pipe takes no newcomers (slowHead).
 	eventually(t, "the slow SELECT has held the connection for 50 ms", func() bool {
 		var hs struct {
@@ -304,20 +308,12 @@ func TestWaitingForPipeline(t *testing.T) {
 		h.get(t, "/api/holders", &hs)
 		return len(hs.Holders) == 1 && hs.Holders[0].HeldFor >= 0.05
 	})
-	queued := make(chan error, 1)
-	go func() {
-		_, err := db.Exec("SELECT 2")
-		queued <- err
-	}()
-	var p pool
-	eventually(t, "the second SELECT is counted as waiting", func() bool {
-		h.get(t, "/api/pool", &p)
-		return p.Waiting > 0
-	})
+	queued := execAsync(db, "SELECT 2")
+	p := h.waiting(t)
 	if p.WaitingPipeline != 1 || p.Waiting != p.WaitingPool+p.WaitingTagLimit+p.WaitingPipeline {
 		t.Errorf("/api/pool while a SELECT waits for a pipeline place: %+v", p)
 	}
-	for _, c := range []chan error{slow, queued} {
+	for _, c := range []<-chan error{slow, queued} {
 		if err := <-c; err != nil {
 			t.Fatal(err)
 		}

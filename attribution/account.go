@@ -50,51 +50,15 @@ var (
 	timeoutReasons = [...]string{TimeoutIdleInTransaction, TimeoutTransaction, TimeoutClientWrite, TimeoutWait, TimeoutOther}
 )
 
-func timeoutIndex(reason string) int {
-	for i, r := range timeoutReasons {
+// reasonIndex is reason's index in reasons, one of the arrays above; any
+// reason not listed counts as the catch-all, the last.
+func reasonIndex(reasons []string, reason string) int {
+	for i, r := range reasons[:len(reasons)-1] {
 		if r == reason {
 			return i
 		}
 	}
-	return len(timeoutReasons) - 1
-}
-
-func pinIndex(reason string) int {
-	switch reason {
-	case PinTemporaryTable:
-		return 0
-	case PinUserVariable:
-		return 1
-	case PinGetLock:
-		return 2
-	case PinLockTables:
-		return 3
-	case PinSQLPrepare:
-		return 4
-	case PinFoundRows:
-		return 5
-	case PinHandler:
-		return 6
-	case PinXA:
-		return 7
-	case PinCursor:
-		return 8
-	case PinSessionState:
-		return 9
-	case PinSessionTrack:
-		return 10
-	}
-	return len(pinReasons) - 1
-}
-
-func rejectIndex(reason string) int {
-	switch reason {
-	case RejectDrained:
-		return 0
-	case RejectLimit:
-		return 1
-	}
-	return len(rejectReasons) - 1
+	return len(reasons) - 1
 }
 
 // Tag accumulates the accounting of one tag. Get one from Recorder.Tag. A
@@ -211,15 +175,19 @@ func (t *Tag) Transaction() { t.current().transactions.Add(1) }
 // Pinned counts one pin (pins_total{reason}): a client session tied to its
 // backend connection past the end of a transaction because of session state.
 // reason is one of the Pin* constants; any other string counts as PinOther.
-func (t *Tag) Pinned(reason string) { t.current().pins[pinIndex(reason)].Add(1) }
+func (t *Tag) Pinned(reason string) { t.current().pins[reasonIndex(pinReasons[:], reason)].Add(1) }
 
 // Rejected counts one borrow refused (rejected_total{reason}): RejectDrained
 // or RejectLimit; any other string counts as RejectOther.
-func (t *Tag) Rejected(reason string) { t.current().rejected[rejectIndex(reason)].Add(1) }
+func (t *Tag) Rejected(reason string) {
+	t.current().rejected[reasonIndex(rejectReasons[:], reason)].Add(1)
+}
 
 // TimedOut counts one client session ended by a bound
 // (timeouts_total{reason}): one of the Timeout* constants.
-func (t *Tag) TimedOut(reason string) { t.current().timeouts[timeoutIndex(reason)].Add(1) }
+func (t *Tag) TimedOut(reason string) {
+	t.current().timeouts[reasonIndex(timeoutReasons[:], reason)].Add(1)
+}
 
 // SlowTransaction counts one transaction that held its connection far longer
 // than it executed (slow_transactions_total). The caller decides what "far"

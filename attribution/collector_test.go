@@ -2,6 +2,7 @@ package attribution
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
@@ -76,6 +77,31 @@ func collectorFixture() (*Recorder, *fakeLive, prometheus.Collector) {
 	return r, live, NewCollector(r, live)
 }
 
+// histogramText is the text exposition of the series of histogram name
+// for tag after observations obs (in seconds), with the buckets Buckets
+// documents: each bucket counts the observations at most its bound.
+func histogramText(name, tag string, obs ...float64) string {
+	var b strings.Builder
+	sum := 0.0
+	for _, o := range obs {
+		sum += o
+	}
+	for _, le := range []string{"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
+		"0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "+Inf"} {
+		bound, _ := strconv.ParseFloat(le, 64)
+		n := 0
+		for _, o := range obs {
+			if o <= bound {
+				n++
+			}
+		}
+		fmt.Fprintf(&b, "%s_bucket{tag=%q,le=%q} %d\n", name, tag, le, n)
+	}
+	fmt.Fprintf(&b, "%s_sum{tag=%q} %s\n", name, tag, strconv.FormatFloat(sum, 'g', -1, 64))
+	fmt.Fprintf(&b, "%s_count{tag=%q} %d\n", name, tag, len(obs))
+	return b.String()
+}
+
 func TestCollectorValues(t *testing.T) {
 	_, _, c := collectorFixture()
 	want := `
@@ -133,49 +159,8 @@ holdfast_tag_connection_limit{tag="checkout"} 2
 holdfast_tags_folded_total 2
 # HELP holdfast_tag_hold_seconds Time a backend connection was held per borrow, from being lent to the tag to its return to the pool.
 # TYPE holdfast_tag_hold_seconds histogram
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.0001"} 0
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.00025"} 0
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.0005"} 0
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.001"} 0
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.0025"} 0
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.005"} 0
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.01"} 0
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.025"} 0
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.05"} 0
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.1"} 0
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.25"} 1
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="0.5"} 2
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="1"} 2
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="2.5"} 2
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="5"} 2
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="10"} 2
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="30"} 2
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="60"} 2
-holdfast_tag_hold_seconds_bucket{tag="checkout",le="+Inf"} 2
-holdfast_tag_hold_seconds_sum{tag="checkout"} 0.75
-holdfast_tag_hold_seconds_count{tag="checkout"} 2
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.0001"} 0
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.00025"} 0
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.0005"} 0
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.001"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.0025"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.005"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.01"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.025"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.05"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.1"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.25"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="0.5"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="1"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="2.5"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="5"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="10"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="30"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="60"} 1
-holdfast_tag_hold_seconds_bucket{tag="holdfast:reserve",le="+Inf"} 1
-holdfast_tag_hold_seconds_sum{tag="holdfast:reserve"} 0.001
-holdfast_tag_hold_seconds_count{tag="holdfast:reserve"} 1
-`
+` + histogramText("holdfast_tag_hold_seconds", "checkout", 0.25, 0.5) +
+		histogramText("holdfast_tag_hold_seconds", "holdfast:reserve", 0.001)
 	names := []string{
 		"holdfast_tag_borrows_total", "holdfast_tag_statements_total", "holdfast_tag_errors_total",
 		"holdfast_tag_exec_seconds_total", "holdfast_tag_idle_in_transaction_seconds_total",
@@ -229,49 +214,8 @@ func TestCollectorRegistry(t *testing.T) {
 	want := `
 # HELP holdfast_tag_wait_seconds Time a borrower of the tag waited for a backend connection before it was lent one.
 # TYPE holdfast_tag_wait_seconds histogram
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.0001"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.00025"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.0005"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.001"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.0025"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.005"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.01"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.025"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.05"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.1"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.25"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="0.5"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="1"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="2.5"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="5"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="10"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="30"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="60"} 1
-holdfast_tag_wait_seconds_bucket{tag="holdfast:reserve",le="+Inf"} 1
-holdfast_tag_wait_seconds_sum{tag="holdfast:reserve"} 0.0001
-holdfast_tag_wait_seconds_count{tag="holdfast:reserve"} 1
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.0001"} 1
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.00025"} 1
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.0005"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.001"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.0025"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.005"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.01"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.025"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.05"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.1"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.25"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="0.5"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="1"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="2.5"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="5"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="10"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="30"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="60"} 2
-holdfast_tag_wait_seconds_bucket{tag="checkout",le="+Inf"} 2
-holdfast_tag_wait_seconds_sum{tag="checkout"} 0.0003
-holdfast_tag_wait_seconds_count{tag="checkout"} 2
-`
+` + histogramText("holdfast_tag_wait_seconds", "holdfast:reserve", 0.0001) +
+		histogramText("holdfast_tag_wait_seconds", "checkout", 0, 0.0003)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "holdfast_tag_wait_seconds"); err != nil {
 		t.Error(err)
 	}

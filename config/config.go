@@ -1,6 +1,7 @@
 // Package config owns holdfast's typed configuration: the YAML schema, its
 // defaults, environment overrides and validation. It does no I/O beyond
-// reading the file it is given and starts nothing.
+// reading the file it is given and the secret files that file names (see
+// secrets.go), and starts nothing.
 package config
 
 import (
@@ -39,6 +40,7 @@ type Config struct {
 
 	TLS         TLS         `yaml:"tls"`
 	Users       []User      `yaml:"users"`
+	Auth        Auth        `yaml:"auth"`
 	Backend     Backend     `yaml:"backend"`
 	Pool        Pool        `yaml:"pool"`
 	Log         Log         `yaml:"log"`
@@ -103,10 +105,14 @@ type TLS struct {
 	RSAKeyFile string `yaml:"rsa_key_file"`
 }
 
-// User is an account clients authenticate as. Every user reaches the backend
-// through the single pool and its one backend account.
+// User is an account clients authenticate as. A user reaches the backend
+// as backend.user unless it names a backend account of its own; every
+// account's connections come from the one pool, under pool.max.
 type User struct {
-	Name     string `yaml:"name"`
+	Name string `yaml:"name"`
+	// Password, like every password and token here, may be given instead
+	// as password_file (a file holding it) or password_env (an environment
+	// variable holding it); see secrets.go.
 	Password string `yaml:"password"`
 	// AuthPlugin is mysql_native_password (default) or caching_sha2_password.
 	AuthPlugin string `yaml:"auth_plugin"`
@@ -115,6 +121,57 @@ type User struct {
 	// DefaultTag attributes this user's untagged statements (when the
 	// connection has no conn_tag attribute).
 	DefaultTag string `yaml:"default_tag"`
+	// BackendUser is the backend account this user's statements run as,
+	// with its own grants; empty: backend.user. Users naming the same
+	// account share its connections.
+	BackendUser     string `yaml:"backend_user"`
+	BackendPassword string `yaml:"backend_password"`
+	// BackendPool bounds the backend account's connections within
+	// pool.max (needs backend_user).
+	BackendPool AccountPool `yaml:"backend_pool"`
+}
+
+// AccountPool bounds one backend account's share of the pool. The pool
+// keeps connections apart by account and by the client capabilities that
+// change the wire format (CLIENT_FOUND_ROWS, CLIENT_LOCAL_FILES, MariaDB's
+// extended type info); the bounds apply to each such set in use, which is
+// one set when the account's clients use one driver configuration.
+type AccountPool struct {
+	// Min connections are kept open (0: none).
+	Min int `yaml:"min"`
+	// Max caps the account's connections (0: only pool.max).
+	Max int `yaml:"max"`
+}
+
+// Auth configures how clients not listed in users log in, and how failed
+// logins are slowed.
+type Auth struct {
+	FromBackend FromBackend `yaml:"from_backend"`
+	// FailureDelay: after a failed login, the next attempt for the same
+	// user from the same address waits this long before its password is
+	// checked, doubled after each further failure up to MaxFailureDelay; a
+	// success clears it (0: no delay). A waiting login holds no handshake
+	// slot, so guesses at one user do not slow other users' logins.
+	FailureDelay    time.Duration `yaml:"failure_delay"`
+	MaxFailureDelay time.Duration `yaml:"max_failure_delay"`
+}
+
+// FromBackend lets users that config.yaml does not list log in with their
+// backend account's own password, checked against the backend's account
+// table (mysql_native_password accounts only), and reach the backend as
+// that account.
+type FromBackend struct {
+	Enabled bool `yaml:"enabled"`
+	// LookupUser reads the account table (MariaDB: SELECT on
+	// mysql.global_priv); nothing else needs granting to it.
+	LookupUser     string `yaml:"lookup_user"`
+	LookupPassword string `yaml:"lookup_password"`
+	// CacheTTL is how long an account read from the backend is trusted; a
+	// password changed in the backend takes effect within it.
+	CacheTTL time.Duration `yaml:"cache_ttl"`
+	// BackendPoolMax caps each such account's connections within pool.max
+	// (0: only pool.max).
+	BackendPoolMax int `yaml:"backend_pool_max"`
 }
 
 // Backend is the one MySQL or MariaDB server holdfast pools connections to.
@@ -137,7 +194,33 @@ type Backend struct {
 	// database server; they split its prepared statements between them
 	// (see sessions.prepared_statement_share).
 	Instances int `yaml:"instances"`
+	// TLS to the backend, for every backend connection holdfast opens.
+	TLS BackendTLS `yaml:"tls"`
 }
+
+// BackendTLS configures TLS on backend connections. Modes are named as
+// MySQL clients name them: disabled (the default), preferred (TLS when the
+// server offers it, else plain TCP), required (TLS, the server's
+// certificate not checked), verify_ca (its certificate must chain to
+// ca_file, or the system's roots when ca_file is empty), verify_identity
+// (verify_ca, and the certificate must name server_name, by default the
+// host of backend.address).
+type BackendTLS struct {
+	Mode       string `yaml:"mode"`
+	CAFile     string `yaml:"ca_file"`
+	CertFile   string `yaml:"cert_file"` // a client certificate, for servers that ask for one
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"`
+}
+
+// Backend TLS modes.
+const (
+	TLSDisabled       = "disabled"
+	TLSPreferred      = "preferred"
+	TLSRequired       = "required"
+	TLSVerifyCA       = "verify_ca"
+	TLSVerifyIdentity = "verify_identity"
+)
 
 // Pool sizes and paces the backend connection pool.
 type Pool struct {
@@ -177,7 +260,7 @@ type Admin struct {
 	// Listen is the admin address; empty disables it.
 	Listen string `yaml:"listen"`
 	// Token is required as "Authorization: Bearer <token>" when Listen is
-	// not a loopback address.
+	// not a loopback address (or token_file, token_env: see secrets.go).
 	Token string `yaml:"token"`
 	// Pprof serves Go's profiles at /debug/pprof/ (behind Token, when set);
 	// false (the default) serves none.
@@ -229,6 +312,12 @@ func Default() Config {
 			DialTimeout:     5 * time.Second,
 			ExchangeTimeout: 10 * time.Second,
 			Instances:       1,
+			TLS:             BackendTLS{Mode: TLSDisabled},
+		},
+		Auth: Auth{
+			FailureDelay:    500 * time.Millisecond,
+			MaxFailureDelay: 8 * time.Second,
+			FromBackend:     FromBackend{CacheTTL: 30 * time.Second},
 		},
 		Pool: Pool{
 			Min:            2,
@@ -270,8 +359,9 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-// Parse decodes YAML over the defaults and validates; it reads no
-// environment. Unknown fields are errors.
+// Parse decodes YAML over the defaults and validates; it applies no
+// HOLDFAST_* environment overrides (secrets the text itself names with
+// _file or _env are read). Unknown fields are errors.
 func Parse(b []byte) (Config, error) {
 	c := Default()
 	if err := c.parse(b); err != nil {
@@ -291,9 +381,10 @@ func (c *Config) parse(b []byte) error {
 	if root.Kind == 0 {
 		return nil // an empty file: the defaults
 	}
-	// The tree is checked for unknown keys and has its bare 0 durations
-	// made "0s" (see checkTree), then decoded; nodes keep their line
-	// numbers, so errors point into the file as written.
+	// The tree is checked for unknown keys, has its bare 0 durations made
+	// "0s" and its secrets read from the files and variables it names
+	// (see checkTree), then decoded; nodes keep their line numbers, so
+	// errors point into the file as written.
 	if err := checkTree(&root, reflect.TypeOf(c)); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -381,6 +472,12 @@ func (c *Config) Validate() error {
 		default:
 			return bad(f+".auth_plugin", "must be mysql_native_password or caching_sha2_password, got %q", u.AuthPlugin)
 		}
+		if err := c.validateAccount(f, i); err != nil {
+			return err
+		}
+	}
+	if err := c.validateAuth(); err != nil {
+		return err
 	}
 	if err := checkAddr(c.Backend.Address); err != nil {
 		return bad("backend.address", "%v", err)
@@ -393,6 +490,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Backend.DialTimeout <= 0 {
 		return bad("backend.dial_timeout", "must be positive")
+	}
+	if err := c.Backend.TLS.validate(); err != nil {
+		return err
 	}
 	p := c.Pool
 	switch {
@@ -477,6 +577,70 @@ func (c *Config) Validate() error {
 		if n < 1 {
 			return bad("tags.limits."+t, "must be at least 1, got %d", n)
 		}
+	}
+	return nil
+}
+
+// validateAccount checks users[i]'s backend account (f names it).
+func (c *Config) validateAccount(f string, i int) error {
+	u := c.Users[i]
+	if u.BackendUser == "" {
+		if u.BackendPassword != "" || u.BackendPool != (AccountPool{}) {
+			return fmt.Errorf("config: %s.backend_user: must be set with backend_password or backend_pool", f)
+		}
+		return nil
+	}
+	if p := u.BackendPool; p.Min < 0 || p.Max < 0 || p.Max > c.Pool.Max || (p.Max > 0 && p.Min > p.Max) || p.Min > c.Pool.Max {
+		return fmt.Errorf("config: %s.backend_pool: min %d and max %d must be between 0 and pool.max (%d), min at most max", f, p.Min, p.Max, c.Pool.Max)
+	}
+	for j, v := range c.Users[:i] {
+		if v.BackendUser == u.BackendUser && (v.BackendPassword != u.BackendPassword || v.BackendPool != u.BackendPool) {
+			return fmt.Errorf("config: %s: backend_user %q is also users[%d]'s, with another backend_password or backend_pool", f, u.BackendUser, j)
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateAuth() error {
+	a := c.Auth
+	if a.FailureDelay < 0 {
+		return fmt.Errorf("config: auth.failure_delay: must not be negative (0: no delay)")
+	}
+	if a.MaxFailureDelay < a.FailureDelay || a.MaxFailureDelay > 30*time.Second {
+		return fmt.Errorf("config: auth.max_failure_delay: must be between auth.failure_delay (%v) and 30s, got %v", a.FailureDelay, a.MaxFailureDelay)
+	}
+	fb := a.FromBackend
+	if !fb.Enabled {
+		return nil
+	}
+	switch {
+	case fb.LookupUser == "":
+		return fmt.Errorf("config: auth.from_backend.lookup_user: required when from_backend is enabled")
+	case fb.CacheTTL <= 0:
+		return fmt.Errorf("config: auth.from_backend.cache_ttl: must be positive")
+	case fb.BackendPoolMax < 0 || fb.BackendPoolMax > c.Pool.Max:
+		return fmt.Errorf("config: auth.from_backend.backend_pool_max: must be between 0 and pool.max (%d), got %d", c.Pool.Max, fb.BackendPoolMax)
+	}
+	return nil
+}
+
+func (t BackendTLS) validate() error {
+	switch t.Mode {
+	case TLSDisabled, TLSPreferred, TLSRequired, TLSVerifyCA, TLSVerifyIdentity:
+	default:
+		return fmt.Errorf("config: backend.tls.mode: must be disabled, preferred, required, verify_ca or verify_identity, got %q", t.Mode)
+	}
+	switch {
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		return fmt.Errorf("config: backend.tls: cert_file and key_file must be set together")
+	case t.Mode == TLSDisabled && (t.CAFile != "" || t.CertFile != "" || t.ServerName != ""):
+		return fmt.Errorf("config: backend.tls.mode: is disabled, yet ca_file, cert_file or server_name is set")
+	case t.CAFile != "" && t.Mode != TLSVerifyCA && t.Mode != TLSVerifyIdentity:
+		// MySQL clients differ on what a CA means in these modes; holdfast
+		// refuses rather than seem to verify what it does not.
+		return fmt.Errorf("config: backend.tls.ca_file: mode %s does not check the server's certificate; use verify_ca or verify_identity", t.Mode)
+	case t.ServerName != "" && t.Mode != TLSVerifyIdentity:
+		return fmt.Errorf("config: backend.tls.server_name: only verify_identity checks the name")
 	}
 	return nil
 }

@@ -27,6 +27,15 @@ func TestParse(t *testing.T) {
 		}},
 		{"inline engine settings", "reservation:\n  pool_cap: 500\n  refiller:\n    pool_cap: 500\n", func(c Config) bool { return c.Reservation.PoolCap == 500 }},
 		{"the shipped config.yaml", mustRead(t, "../config.yaml"), func(c Config) bool { return c.Backend.Database == "test" }},
+		{"backend tls", "backend:\n  tls:\n    mode: verify_identity\n    ca_file: ca.pem\n    server_name: db.internal\n", func(c Config) bool {
+			return c.Backend.TLS == BackendTLS{Mode: TLSVerifyIdentity, CAFile: "ca.pem", ServerName: "db.internal"}
+		}},
+		{"a backend account per user", "users:\n  - name: r\n    password: r\n    backend_user: ro\n    backend_password: x\n    backend_pool: {min: 1, max: 2}\n  - name: s\n    backend_user: ro\n    backend_password: x\n    backend_pool: {min: 1, max: 2}\n", func(c Config) bool {
+			return c.Users[1].BackendUser == "ro" && c.Users[0].BackendPool == AccountPool{Min: 1, Max: 2}
+		}},
+		{"users from the backend", "auth:\n  from_backend:\n    enabled: true\n    lookup_user: look\n    cache_ttl: 5s\n  failure_delay: 0\n", func(c Config) bool {
+			return c.Auth.FromBackend.Enabled && c.Auth.FromBackend.CacheTTL == 5*time.Second && c.Auth.FailureDelay == 0
+		}},
 	}
 	for _, tc := range good {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,6 +71,18 @@ func TestParse(t *testing.T) {
 		{"statement cache", "sessions:\n  statement_cache: 0\n", "config: sessions.statement_cache"},
 		{"negative max_procs", "max_procs: -1\n", "config: max_procs"},
 		{"negative retire_idle", "attribution:\n  retire_idle: -1s\n", "config: attribution.retire_idle"},
+		{"backend tls mode", "backend:\n  tls:\n    mode: on\n", "config: backend.tls.mode: must be disabled, preferred"},
+		{"a CA that would not be checked", "backend:\n  tls:\n    mode: required\n    ca_file: ca.pem\n", "config: backend.tls.ca_file: mode required does not check"},
+		{"backend client cert half set", "backend:\n  tls:\n    mode: required\n    cert_file: c.pem\n", "config: backend.tls: cert_file and key_file"},
+		{"server name without verify_identity", "backend:\n  tls:\n    mode: verify_ca\n    server_name: x\n", "config: backend.tls.server_name"},
+		{"backend password without user", "users:\n  - name: a\n    backend_password: x\n", "config: users[0].backend_user: must be set"},
+		{"account pool over pool.max", "users:\n  - name: a\n    backend_user: b\n    backend_pool: {max: 99}\n", "config: users[0].backend_pool"},
+		{"one account two passwords", "users:\n  - name: a\n    backend_user: b\n    backend_password: x\n  - name: c\n    backend_user: b\n    backend_password: y\n", "config: users[1]: backend_user \"b\" is also users[0]'s"},
+		{"from_backend without lookup user", "auth:\n  from_backend:\n    enabled: true\n", "config: auth.from_backend.lookup_user"},
+		{"failure delays", "auth:\n  failure_delay: 2s\n  max_failure_delay: 1s\n", "config: auth.max_failure_delay"},
+		{"a secret given twice", "backend:\n  password: x\n  password_env: HOME\n", "password_env: password is set too"},
+		{"a secret from a missing file", "admin:\n  token_file: /nonexistent/holdfast-token\n", "token_file: open /nonexistent/holdfast-token"},
+		{"_file on a field that is no secret", "backend:\n  user_file: /etc/hostname\n", "field user_file not found"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,6 +110,54 @@ func TestLoadEnvironment(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
 		t.Fatal("a missing file loaded")
+	}
+}
+
+// Every password and token may come from a file or the environment, the
+// engine's Redis password included; errors name the file or variable,
+// never the secret.
+func TestSecrets(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv("HF_TEST_LOOKUP", "look-secret")
+	t.Setenv("HF_TEST_EMPTY", "")
+	yaml := "users:\n  - name: a\n    password_file: " + write("a", "pw-a\n") +
+		"\n    backend_user: b\n    backend_password_file: " + write("b", "pw-b\r\n") +
+		"\nbackend:\n  password_env: HF_TEST_LOOKUP\n" +
+		"auth:\n  from_backend:\n    enabled: true\n    lookup_user: l\n    lookup_password_env: HF_TEST_LOOKUP\n" +
+		"admin:\n  token_file: " + write("token", "tok\n") +
+		"\nreservation:\n  redis:\n    address: 127.0.0.1:6379\n    password_file: " + write("redis", "pw-redis") + "\n"
+	c, err := Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{c.Users[0].Password, c.Users[0].BackendPassword, c.Backend.Password, c.Auth.FromBackend.LookupPassword, c.Admin.Token, c.Reservation.Redis.Password}
+	want := []string{"pw-a", "pw-b", "look-secret", "look-secret", "tok", "pw-redis"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("secret %d: %q, want %q", i, got[i], want[i])
+		}
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"backend:\n  password_file: " + write("empty", "\n") + "\n", "is empty"},
+		{"backend:\n  password_env: HF_TEST_EMPTY\n", "environment variable HF_TEST_EMPTY is not set or empty"},
+		{"backend:\n  password_env: HF_TEST_UNSET_VARIABLE\n", "HF_TEST_UNSET_VARIABLE is not set"},
+	} {
+		_, err := Parse([]byte(bad.yaml))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: %v, want an error containing %q", bad.yaml, err, bad.want)
+		}
+	}
+	// A bad secret file is named, its content never shown.
+	_, err = Parse([]byte("users:\n  - name: a\n    password_file: " + write("dir-not-file", "x") + "/sub\n"))
+	if err == nil || strings.Contains(err.Error(), "pw-") {
+		t.Errorf("error %v", err)
 	}
 }
 

@@ -55,6 +55,9 @@ func checkTree(n *yaml.Node, t reflect.Type) error {
 				return nil
 			}
 			fields := yamlFields(t)
+			if err := readSecrets(n, fields); err != nil {
+				return err
+			}
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k := n.Content[i]
 				ft, ok := fields[k.Value]

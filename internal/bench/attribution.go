@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
+	"io"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -148,14 +148,7 @@ func (b *runner) runAttribution(ctx context.Context) error {
 	printResults()
 	b.printf("\nconcurrent pairs (the verdict): each on target and the off process served the same workload at the same moment\n")
 	printPairs()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if len(failed) > 0 {
-		b.printf("\n%d run(s) failed:\n  %s\n", len(failed), strings.Join(failed, "\n  "))
-		return fmt.Errorf("bench: %d run(s) failed", len(failed))
-	}
-	return nil
+	return b.outcome(ctx, failed)
 }
 
 // pairSep joins the two targets of a concurrent pair in a sample's name.
@@ -236,18 +229,14 @@ func (b *runner) startAttributionHoldfasts(ctx context.Context) error {
 		if off {
 			name = "off"
 		}
-		addr, err := FreeAddr()
-		if err != nil {
+		hc := o.holdfastConfig("", o.PoolMax, o.PoolMax)
+		if err := hc.freeListen(); err != nil {
 			return err
 		}
-		admin, err := FreeAddr()
-		if err != nil {
-			return err
-		}
-		hc := o.holdfastConfig(addr, o.PoolMax, o.PoolMax)
+		addr, admin := hc.Listen, hc.AdminListen
 		hc.Users = append(hc.Users, taggedUser)
 		hc.DefaultTags = map[string]string{taggedUser: benchTag}
-		hc.AttributionDisabled, hc.AdminListen = off, admin
+		hc.AttributionDisabled = off
 		h, err := StartHoldfast(ctx, b.bin, b.dir, "holdfast-attribution-"+name, hc)
 		if err != nil {
 			return err
@@ -349,27 +338,13 @@ type tagStatements struct {
 
 // fetchTagStatements reads GET /api/tags from the admin listener at addr.
 func fetchTagStatements(ctx context.Context, addr string) ([]tagStatements, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/tags", nil)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("bench: GET /api/tags: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bench: GET /api/tags: %s", resp.Status)
-	}
 	var body struct {
 		Tags []tagStatements `json:"tags"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, fmt.Errorf("bench: GET /api/tags: %w", err)
-	}
-	return body.Tags, nil
+	err := httpGet(ctx, "http://"+addr+"/api/tags", 10*time.Second, func(r io.Reader) error {
+		return json.NewDecoder(r).Decode(&body)
+	})
+	return body.Tags, err
 }
 
 // maybeProfileAttribution samples the attribution-on process with perf

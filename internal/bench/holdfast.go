@@ -29,6 +29,20 @@ func BuildHoldfast(ctx context.Context, goCmd, repo, out string) (string, error)
 	return line, nil
 }
 
+// buildInScratch makes a scratch directory (named as os.MkdirTemp names
+// it after prefix) and builds holdfast into it, printing the command it
+// ran. dir is returned even when the build fails, for the caller to
+// remove.
+func buildInScratch(ctx context.Context, goCmd, repo, prefix string, printf func(string, ...any)) (dir, bin string, err error) {
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", fmt.Errorf("bench: %w", err)
+	}
+	bin = filepath.Join(dir, "holdfast")
+	line, err := BuildHoldfast(ctx, goCmd, repo, bin)
+	printf("build: %s\n", line)
+	return dir, bin, err
+}
+
 // HoldfastConfig is what the harness varies in holdfast's configuration;
 // everything else is holdfast's default.
 type HoldfastConfig struct {
@@ -244,6 +258,17 @@ func FreeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// freeListen sets hc.Listen and hc.AdminListen to free addresses
+// (FreeAddr).
+func (hc *HoldfastConfig) freeListen() error {
+	var err error
+	if hc.Listen, err = FreeAddr(); err != nil {
+		return err
+	}
+	hc.AdminListen, err = FreeAddr()
+	return err
 }
 
 // ProcMem is a process's resident memory from /proc/<pid>/status.

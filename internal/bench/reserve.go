@@ -298,13 +298,7 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 		}
 	}
 
-	if b.dir, err = os.MkdirTemp("", "holdfast-bench-reserve-"); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	b.bin = filepath.Join(b.dir, "holdfast")
-	line, err := BuildHoldfast(ctx, o.Go, o.Repo, b.bin)
-	b.printf("build: %s\n", line)
-	if err != nil {
+	if b.dir, b.bin, err = buildInScratch(ctx, o.Go, o.Repo, "holdfast-bench-reserve-", b.printf); err != nil {
 		return err
 	}
 
@@ -316,23 +310,17 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 		return err
 	}
 
-	addr, err := FreeAddr()
-	if err != nil {
-		return err
-	}
-	adminAddr, err := FreeAddr()
-	if err != nil {
-		return err
-	}
 	hc := HoldfastConfig{
-		Listen:      addr,
-		Users:       []string{reserveUser},
-		Backend:     Endpoint{Addr: b.relay.Addr().String(), User: o.PoolUser, Password: o.PoolUser},
-		Database:    o.Database,
-		PoolMin:     o.PoolMax,
-		PoolMax:     o.PoolMax,
-		AdminListen: adminAddr,
+		Users:    []string{reserveUser},
+		Backend:  Endpoint{Addr: b.relay.Addr().String(), User: o.PoolUser, Password: o.PoolUser},
+		Database: o.Database,
+		PoolMin:  o.PoolMax,
+		PoolMax:  o.PoolMax,
 	}
+	if err := hc.freeListen(); err != nil {
+		return err
+	}
+	addr, adminAddr := hc.Listen, hc.AdminListen
 	migrateCfg := filepath.Join(b.dir, "holdfast-migrate.yaml")
 	if err := os.WriteFile(migrateCfg, hc.YAML(), 0o600); err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -538,9 +526,7 @@ func execTimeout(ctx context.Context, db *sql.DB, d time.Duration, q string) err
 
 // receive stocks pool k with qty units through the holdfast at ep.
 func (b *reserveRunner) receive(ctx context.Context, ep Endpoint, k PoolKey, qty int64) error {
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	c, err := Dial(dctx, ep.Addr, ep.User, ep.Password, b.o.Database)
+	c, err := ep.Dial(ctx, b.o.Database)
 	if err != nil {
 		return err
 	}
@@ -589,22 +575,35 @@ func (b *reserveRunner) innodbStatus(ctx context.Context) ([2]int64, error) {
 }
 
 // scrape reads holdfast's /metrics.
-func (b *reserveRunner) scrape(ctx context.Context, url string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+func (b *reserveRunner) scrape(ctx context.Context, url string) (m map[string]float64, err error) {
+	err = httpGet(ctx, url, 5*time.Second, func(r io.Reader) (err error) {
+		m, err = parseMetrics(r)
+		return err
+	})
+	return m, err
+}
+
+// httpGet GETs url, bounded by timeout (and ctx), and hands the body of a
+// 200 answer to read.
+func httpGet(ctx context.Context, url string, timeout time.Duration, read func(io.Reader) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return fmt.Errorf("bench: %w", err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("bench: metrics: %w", err)
+		return fmt.Errorf("bench: GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bench: metrics: %s", resp.Status)
+		return fmt.Errorf("bench: GET %s: %s", url, resp.Status)
 	}
-	return parseMetrics(resp.Body)
+	if err := read(resp.Body); err != nil {
+		return fmt.Errorf("bench: GET %s: %w", url, err)
+	}
+	return nil
 }
 
 func (b *reserveRunner) dbCPU() time.Duration {

@@ -163,9 +163,7 @@ func RunLoad(ctx context.Context, s LoadSpec) (LoadResult, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			c, err := Dial(dctx, s.Endpoint.Addr, s.Endpoint.User, s.Endpoint.Password, s.Database)
+			c, err := s.Endpoint.Dial(ctx, s.Database)
 			if err != nil {
 				errs[i] = err
 				return

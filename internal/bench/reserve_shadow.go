@@ -52,10 +52,7 @@ func (b *reserveRunner) setupShadow(ctx context.Context, hc HoldfastConfig) erro
 			return fmt.Errorf("bench: redis-server on %s did not listen", redisAddr)
 		}
 	}
-	if hc.Listen, err = FreeAddr(); err != nil {
-		return err
-	}
-	if hc.AdminListen, err = FreeAddr(); err != nil {
+	if err := hc.freeListen(); err != nil {
 		return err
 	}
 	hc.Redis = redisAddr

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -196,6 +195,12 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 			o.ScaleConns, o.ScalePoolMax, o.ScaleInterval, o.ScaleTime)
 		scale.Print(w)
 	}
+	return b.outcome(ctx, failed)
+}
+
+// outcome ends a Run: ctx's error if it was cancelled, else an error
+// counting the failed runs (listed first), else nil.
+func (b *runner) outcome(ctx context.Context, failed []string) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -315,14 +320,7 @@ func (b *runner) setup(ctx context.Context) error {
 		}
 	}
 
-	b.dir, err = os.MkdirTemp("", "holdfast-bench-")
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	b.bin = filepath.Join(b.dir, "holdfast")
-	line, err := BuildHoldfast(ctx, o.Go, o.Repo, b.bin)
-	b.printf("build: %s\n", line)
-	if err != nil {
+	if b.dir, b.bin, err = buildInScratch(ctx, o.Go, o.Repo, "holdfast-bench-", b.printf); err != nil {
 		return err
 	}
 

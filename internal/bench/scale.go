@@ -87,9 +87,7 @@ func RunScale(ctx context.Context, o ScaleOptions) (ScaleResult, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			c, err := Dial(dctx, o.Endpoint.Addr, o.Endpoint.User, o.Endpoint.Password, o.Database)
+			c, err := o.Endpoint.Dial(ctx, o.Database)
 			if err != nil {
 				failed.Add(1)
 				noteErr(err)

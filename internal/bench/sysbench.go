@@ -19,6 +19,14 @@ type Endpoint struct {
 	Password string
 }
 
+// Dial logs in to ep as its account, selecting db, bounded by 30 s (and
+// ctx).
+func (ep Endpoint) Dial(ctx context.Context, db string) (*Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return Dial(ctx, ep.Addr, ep.User, ep.Password, db)
+}
+
 // Workload is one sysbench test at one thread count, with the issue's
 // target for holdfast's throughput relative to the TCP relay.
 type Workload struct {

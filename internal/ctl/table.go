@@ -136,42 +136,35 @@ func orDash(s string) string {
 }
 
 // fmtSeconds formats a total of seconds with the precision its size needs.
-func fmtSeconds(v float64) string {
-	switch {
-	case v == 0:
-		return "0"
-	case math.Abs(v) < 0.01:
-		return fmt.Sprintf("%.3f", v)
-	case math.Abs(v) < 10:
-		return fmt.Sprintf("%.2f", v)
-	case math.Abs(v) < 100000:
-		return fmt.Sprintf("%.1f", v)
-	}
-	return fmt.Sprintf("%.0f", v)
-}
+func fmtSeconds(v float64) string { return fmtSteps(v, step{0.01, 3}, step{10, 2}, step{100000, 1}) }
 
 // fmtRate formats a per-second rate or an average count.
-func fmtRate(v float64) string {
-	switch {
-	case v == 0:
-		return "0"
-	case math.Abs(v) < 100:
-		return fmt.Sprintf("%.2f", v)
-	case math.Abs(v) < 1000:
-		return fmt.Sprintf("%.1f", v)
-	}
-	return fmt.Sprintf("%.0f", v)
-}
+func fmtRate(v float64) string { return fmtSteps(v, step{100, 2}, step{1000, 1}) }
 
 // fmtPerSec formats a rate of events per second.
-func fmtPerSec(v float64) string {
-	switch {
-	case v == 0:
+func fmtPerSec(v float64) string { return fmtSteps(v, step{10, 1}) }
+
+// A step of fmtSteps: a value whose magnitude is below below gets decimals
+// digits after the point.
+type step struct {
+	below    float64
+	decimals int
+}
+
+// fmtSteps formats v with the decimals of the first of steps (in rising
+// order of below) its magnitude is below, none past the last; zero is "0".
+func fmtSteps(v float64, steps ...step) string {
+	if v == 0 {
 		return "0"
-	case math.Abs(v) < 10:
-		return fmt.Sprintf("%.1f", v)
 	}
-	return fmt.Sprintf("%.0f", v)
+	decimals := 0
+	for _, s := range steps {
+		if math.Abs(v) < s.below {
+			decimals = s.decimals
+			break
+		}
+	}
+	return strconv.FormatFloat(v, 'f', decimals, 64)
 }
 
 // fmtPct is part as a whole-number percentage of whole, "-" when whole is 0.

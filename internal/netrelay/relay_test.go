@@ -166,34 +166,29 @@ func TestRelayClosePropagates(t *testing.T) {
 			ln := listen(t)
 			r := startRelay(t, ln.Addr().String(), delay)
 
-			// Client closes: the backend reads the last bytes, then EOF.
-			c := dial(t, r.Addr().String())
-			b := accept(t, ln)
-			if _, err := c.Write([]byte("bye")); err != nil {
-				t.Fatal(err)
+			// One end writes its last bytes and closes: the other reads
+			// them, then EOF.
+			for _, closer := range []string{"client", "backend"} {
+				c := dial(t, r.Addr().String())
+				b := accept(t, ln)
+				var from, to net.Conn = c, b
+				if closer == "backend" {
+					from, to = b, c
+				}
+				if _, err := from.Write([]byte("bye")); err != nil {
+					t.Fatal(err)
+				}
+				from.Close()
+				if got := readAll(t, to); got != "bye" {
+					t.Fatalf("%s closed: the other end read %q, want \"bye\" then EOF", closer, got)
+				}
+				to.Close()
 			}
-			c.Close()
-			if got := readAll(t, b); got != "bye" {
-				t.Fatalf("backend read %q, want \"bye\" then EOF", got)
-			}
-			b.Close()
-
-			// Backend closes: the client reads the last bytes, then EOF.
-			c = dial(t, r.Addr().String())
-			b = accept(t, ln)
-			if _, err := b.Write([]byte("gone")); err != nil {
-				t.Fatal(err)
-			}
-			b.Close()
-			if got := readAll(t, c); got != "gone" {
-				t.Fatalf("client read %q, want \"gone\" then EOF", got)
-			}
-			c.Close()
 			waitFor(t, func() bool { return r.Stats().Active == 0 })
 
 			// Relay closes: both ends see the connection end.
-			c = dial(t, r.Addr().String())
-			b = accept(t, ln)
+			c := dial(t, r.Addr().String())
+			b := accept(t, ln)
 			waitFor(t, func() bool { return r.Stats().Active == 1 })
 			r.Close()
 			readAll(t, c)
@@ -321,70 +316,62 @@ func TestRelayDirections(t *testing.T) {
 // TestRelayCutUp: Cut drops every connection and refuses new ones, Up
 // relays again.
 func TestRelayCutUp(t *testing.T) {
-	echo := echoServer(t)
-	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
-		t.Run(delay.String(), func(t *testing.T) {
-			r := startRelay(t, echo, delay)
-			c := dial(t, r.Addr().String())
-			roundTrip(t, c)
-			r.Cut()
-			readAll(t, c) // fails unless the relay closed it
-			refused := dial(t, r.Addr().String())
-			readAll(t, refused)
-			waitFor(t, func() bool { st := r.Stats(); return st.Refused == 1 && st.Active == 0 })
-			r.Up()
-			roundTrip(t, dial(t, r.Addr().String()))
-			if st := r.Stats(); st.Accepted != 3 || st.Refused != 1 || st.Active != 1 {
-				t.Fatalf("stats %+v, want 3 accepted, 1 refused, 1 active", st)
-			}
-		})
-	}
+	eachDelay(t, func(t *testing.T, r *Relay) {
+		c := dial(t, r.Addr().String())
+		roundTrip(t, c)
+		r.Cut()
+		readAll(t, c) // fails unless the relay closed it
+		refused := dial(t, r.Addr().String())
+		readAll(t, refused)
+		waitFor(t, func() bool { st := r.Stats(); return st.Refused == 1 && st.Active == 0 })
+		r.Up()
+		roundTrip(t, dial(t, r.Addr().String()))
+		if st := r.Stats(); st.Accepted != 3 || st.Refused != 1 || st.Active != 1 {
+			t.Fatalf("stats %+v, want 3 accepted, 1 refused, 1 active", st)
+		}
+	})
 }
 
 // TestRelayStall: while stalled nothing is forwarded, on old connections
 // or new ones, and nothing is closed; after Resume the held bytes arrive.
 // A stalled relay still closes.
 func TestRelayStall(t *testing.T) {
-	echo := echoServer(t)
-	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
-		t.Run(delay.String(), func(t *testing.T) {
-			r := startRelay(t, echo, delay)
-			old := dial(t, r.Addr().String())
-			roundTrip(t, old)
-			r.Stall()
-			r.Stall() // idempotent
-			young := dial(t, r.Addr().String())
-			for _, c := range []net.Conn{old, young} {
-				if _, err := c.Write([]byte("held")); err != nil {
-					t.Fatal(err)
-				}
+	eachDelay(t, func(t *testing.T, r *Relay) {
+		old := dial(t, r.Addr().String())
+		roundTrip(t, old)
+		r.Stall()
+		r.Stall() // idempotent
+		young := dial(t, r.Addr().String())
+		for _, c := range []net.Conn{old, young} {
+			if _, err := c.Write([]byte("held")); err != nil {
+				t.Fatal(err)
 			}
-			for _, c := range []net.Conn{old, young} {
-				_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-				if n, err := c.Read(make([]byte, 4)); !errors.Is(err, os.ErrDeadlineExceeded) {
-					t.Fatalf("read %d bytes, %v through a stalled relay; want nothing", n, err)
-				}
-				_ = c.SetReadDeadline(time.Time{})
+		}
+		for _, c := range []net.Conn{old, young} {
+			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			if n, err := c.Read(make([]byte, 4)); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read %d bytes, %v through a stalled relay; want nothing", n, err)
 			}
-			r.Resume()
-			r.Resume() // idempotent
-			for _, c := range []net.Conn{old, young} {
-				buf := make([]byte, 4)
-				if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
-					t.Fatalf("after Resume: %q, %v; want \"held\"", buf, err)
-				}
-				roundTrip(t, c)
+			_ = c.SetReadDeadline(time.Time{})
+		}
+		r.Resume()
+		r.Resume() // idempotent
+		for _, c := range []net.Conn{old, young} {
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
+				t.Fatalf("after Resume: %q, %v; want \"held\"", buf, err)
 			}
-			r.Stall()
-			done := make(chan struct{})
-			go func() { r.Close(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				t.Fatal("Close of a stalled relay did not return")
-			}
-		})
-	}
+			roundTrip(t, c)
+		}
+		r.Stall()
+		done := make(chan struct{})
+		go func() { r.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close of a stalled relay did not return")
+		}
+	})
 }
 
 // TestRelayCutWhen: the chunk CutWhen chooses is forwarded, then the relay
@@ -419,6 +406,15 @@ func TestRelayCutWhen(t *testing.T) {
 				t.Fatalf("stats %+v, want 1 refused", st)
 			}
 		})
+	}
+}
+
+// eachDelay runs f in a subtest for each of no delay and 2 ms each way,
+// with a relay to an echo server.
+func eachDelay(t *testing.T, f func(t *testing.T, r *Relay)) {
+	echo := echoServer(t)
+	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) { f(t, startRelay(t, echo, delay)) })
 	}
 }
 
