@@ -54,8 +54,9 @@ const backendInitSQL = "SET SESSION session_track_system_variables = '*', sessio
 type variant uint8
 
 const (
-	varFoundRows variant = 1 << iota // CLIENT_FOUND_ROWS: affected rows count matched rows
-	varTypeInfo                      // MariaDB extended type info in column definitions
+	varFoundRows  variant = 1 << iota // CLIENT_FOUND_ROWS: affected rows count matched rows
+	varTypeInfo                       // MariaDB extended type info in column definitions
+	varLocalFiles                     // CLIENT_LOCAL_FILES: LOAD DATA LOCAL may ask for a file
 )
 
 // clientVariant is the variant a client with these capabilities needs.
@@ -66,6 +67,9 @@ func clientVariant(caps, ext uint32) variant {
 	}
 	if ext&extTypeInfo != 0 {
 		v |= varTypeInfo
+	}
+	if caps&mysql.CLIENT_LOCAL_FILES != 0 {
+		v |= varLocalFiles
 	}
 	return v
 }
@@ -142,12 +146,15 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 					return err
 				}
 			}
-			if v&varFoundRows != 0 {
-				if err := c.SetCapability(mysql.CLIENT_FOUND_ROWS); err != nil {
+			for _, vc := range []struct {
+				v    variant
+				flag uint32
+			}{{varFoundRows, mysql.CLIENT_FOUND_ROWS}, {varLocalFiles, mysql.CLIENT_LOCAL_FILES}} {
+				if v&vc.v == 0 {
+					c.UnsetCapability(vc.flag)
+				} else if err := c.SetCapability(vc.flag); err != nil {
 					return err
 				}
-			} else {
-				c.UnsetCapability(mysql.CLIENT_FOUND_ROWS)
 			}
 			c.SetAttributes(map[string]string{"program_name": "holdfast"})
 			return nil

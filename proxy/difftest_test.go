@@ -636,6 +636,7 @@ func diffCorpus(r *diffRun) {
 	r.q(a, "SELECT 1; SELECT 2")
 	r.cmd(a, "COM_SET_OPTION on", respOne, []byte{rcSetOption, 0, 0})
 	r.q(a, "SELECT 1; SELECT 2")
+	diffLocalInfile(r, a)
 	r.q(a, "SET @v = 1")
 	r.cmd(a, "COM_RESET_CONNECTION", respOne, []byte{rcResetConn})
 	r.q(a, "SELECT @v, DATABASE()")

@@ -14,7 +14,6 @@ const (
 	codeKillDenied       = 1095
 	codeUnknownError     = 1105
 	codeQueryInterrupted = 1317 // the server's KILL QUERY answer
-	codeNotAllowed       = 1148
 	codePacketTooLarge   = 1153
 	codeOutOfOrder       = 1156
 	codeWrongArguments   = 1210

@@ -31,16 +31,19 @@ const (
 )
 
 // offeredCaps are the capabilities holdfast offers every client. Not
-// offered: COMPRESS, LOCAL_FILES, DEPRECATE_EOF and QUERY_ATTRIBUTES
-// (results are relayed as the backend, which negotiates neither, sends
-// them). IGNORE_SPACE is honoured in the session's sql_mode; ODBC,
+// offered: COMPRESS, DEPRECATE_EOF and QUERY_ATTRIBUTES (results are
+// relayed as the backend, which negotiates neither, sends them).
+// LOCAL_FILES is negotiated on backend connections as a pool variant, so
+// that LOAD DATA LOCAL reaches the backend for clients that allow it and
+// gets the backend's own refusal for those that do not (see
+// localinfile.go). IGNORE_SPACE is honoured in the session's sql_mode; ODBC,
 // IGNORE_SIGPIPE, RESERVED and CAN_HANDLE_EXPIRED_PASSWORDS change nothing
 // on the wire and are offered as MariaDB offers them. SSL is added when
 // TLS is configured; LONG_PASSWORD, which MariaDB reads as "a MySQL
 // server", when MariaDB's extended capabilities are not offered.
 const offeredCaps = mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LONG_FLAG | mysql.CLIENT_CONNECT_WITH_DB |
 	mysql.CLIENT_ODBC | mysql.CLIENT_IGNORE_SPACE | mysql.CLIENT_PROTOCOL_41 | mysql.CLIENT_INTERACTIVE |
-	mysql.CLIENT_IGNORE_SIGPIPE | mysql.CLIENT_TRANSACTIONS | mysql.CLIENT_RESERVED |
+	mysql.CLIENT_IGNORE_SIGPIPE | mysql.CLIENT_TRANSACTIONS | mysql.CLIENT_RESERVED | mysql.CLIENT_LOCAL_FILES |
 	mysql.CLIENT_SECURE_CONNECTION | mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_MULTI_RESULTS |
 	mysql.CLIENT_PS_MULTI_RESULTS | mysql.CLIENT_PLUGIN_AUTH | mysql.CLIENT_CONNECT_ATTRS |
 	mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA | mysql.CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS |

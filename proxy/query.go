@@ -28,9 +28,6 @@ func (s *session) comQuery(p []byte) bool {
 		return true
 	case info.Features&sqlscan.FeatKill != 0:
 		return s.killStatement(&info)
-	case info.Features&sqlscan.FeatLocalInfile != 0:
-		s.writeErr(newErr(codeNotAllowed, "42000", "holdfast does not relay LOAD DATA LOCAL INFILE; load from a file on the database server or use INSERT"))
-		return true
 	case info.LastInsertIDColumn != "" && s.bc == nil:
 		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.lastInsertID, false)
 		return true
@@ -259,6 +256,13 @@ func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
 	if errors.Is(err, errClientGone) {
 		// The response was read to its end: cleanup returns (or resets) the
 		// backend connection as the session closes.
+		return false
+	}
+	if errors.Is(err, errLocalInfileAborted) {
+		// The backend holds part of a file: closing its connection aborts
+		// the statement (see localinfile.go).
+		s.srv.log.Info("client failed while sending a LOAD DATA LOCAL file; its backend connection is closed", "client", s.id, "err", err)
+		s.release(false)
 		return false
 	}
 	s.srv.log.Warn("backend connection lost during a statement", "client", s.id, "err", err)

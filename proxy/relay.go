@@ -32,9 +32,10 @@ type relayResult struct {
 //
 // When the client's socket fails, the rest of the response is read and
 // dropped, so the backend connection stays in step, and errClientGone is
-// returned. Any other error is a backend I/O or protocol error, which
-// leaves the backend connection unusable. A deferred BEGIN sent ahead of
-// the command answers first (see readBeginAhead).
+// returned; errLocalInfileAborted when it failed while sending a LOAD DATA
+// LOCAL file (see localinfile.go). Any other error is a backend I/O or
+// protocol error, which leaves the backend connection unusable. A deferred
+// BEGIN sent ahead of the command answers first (see readBeginAhead).
 func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 	if s.beginInFlight {
 		if err := s.readBeginAhead(bc); err != nil {
@@ -77,18 +78,10 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 				return rr, err
 			}
 		case first[0] == hdrLocalInf && cmd == comQuery:
-			// Not negotiated, so not expected; refuse it politely.
-			if err := bc.r.discard(n); err != nil {
+			// LOAD DATA LOCAL: the backend asks for the client's file.
+			if err := s.relayLocalInfile(bc, n, &rr); err != nil {
 				return rr, err
 			}
-			bc.w.seq = bc.r.seq
-			if err := bc.w.writeHeader(0); err != nil {
-				return rr, err
-			}
-			if err := bc.w.flush(); err != nil {
-				return rr, err
-			}
-			bc.r.seq = bc.w.seq
 		case cmd == comFieldList:
 			more, err := s.relayRows(bc, n, &rr)
 			if err != nil || !more {

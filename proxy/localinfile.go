@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// LOAD DATA LOCAL INFILE. The backend answers such a statement with a file
+// request (a 0xFB packet naming the file) wherever it comes in a response,
+// a multi-statement text included; holdfast passes the request to the
+// client and the client's file to the backend, physical packet by physical
+// packet through the connections' fixed buffers (constant memory, however
+// large the file), up to the empty packet that ends it, and the backend's
+// answer then follows as any other. holdfast never opens a file itself.
+//
+// A client that did not negotiate CLIENT_LOCAL_FILES is served by backend
+// connections that did not either (a pool variant), so the backend refuses
+// the statement with its own error. A client that has no such file, or
+// refuses, sends the empty packet at once, as a direct client does, and
+// the backend answers for an empty file: the connection stays in step for
+// its next borrower. A client that fails while sending (disconnects, stops
+// sending for sessions.client_write_timeout, sends a packet over
+// max_allowed_packet or out of order) leaves the backend with part of a
+// file: that connection is closed, so the server aborts the statement as
+// it would for a direct client, and nothing of the file is committed.
+
+// errLocalInfileAborted is a client that failed while sending its file;
+// the backend connection holds part of it and must be closed.
+var errLocalInfileAborted = errors.New("proxy: the client failed while sending a LOAD DATA LOCAL file")
+
+// relayLocalInfile handles the backend's file request, a packet of length
+// n whose header was read.
+func (s *session) relayLocalInfile(bc *backendConn, n int, rr *relayResult) error {
+	if s.caps&mysql.CLIENT_LOCAL_FILES == 0 || s.gone {
+		// Not negotiated (so not expected), or nobody to ask: an empty file.
+		if err := bc.r.discard(n); err != nil {
+			return err
+		}
+		bc.w.seq = bc.r.seq
+		return bc.endLocalFile()
+	}
+	rr.started = true
+	if err := s.stream(bc, n); err != nil {
+		return err
+	}
+	s.clientWrote(s.w.bw.Flush())
+	bc.w.seq = bc.r.seq
+	if s.gone {
+		return bc.endLocalFile()
+	}
+	// The session reads the client itself now, not the client watch.
+	s.watch.disarm()
+	defer s.watch.arm()
+	s.r.seq = s.w.seq
+	bound := s.clientWriteTimeout()
+	defer func() {
+		_ = s.nc.SetReadDeadline(time.Time{})
+		_ = bc.nc.SetWriteDeadline(time.Time{})
+	}()
+	limit, logical := s.srv.maxPacket(), 0
+	for {
+		if bound > 0 {
+			dl := time.Now().Add(bound)
+			_ = s.nc.SetReadDeadline(dl)
+			_ = bc.nc.SetWriteDeadline(dl)
+		}
+		m, err := s.r.header()
+		if err != nil {
+			return s.localInfileFailed(err)
+		}
+		if logical == 0 && m == 0 {
+			break // the end of the file
+		}
+		if logical += m; logical > limit {
+			return s.localInfileFailed(errPacketTooLarge)
+		}
+		if err := bc.w.writeHeader(m); err != nil {
+			return err
+		}
+		if cerr, berr := s.copyToBackend(bc, m); berr != nil {
+			return berr
+		} else if cerr != nil {
+			return s.localInfileFailed(cerr)
+		}
+		if m < maxPayload {
+			logical = 0
+		}
+	}
+	s.w.seq = s.r.seq // the answer follows the client's last packet
+	return bc.endLocalFile()
+}
+
+// endLocalFile sends the empty packet that ends a file, and expects the
+// backend's answer next.
+func (bc *backendConn) endLocalFile() error {
+	if err := bc.w.writeHeader(0); err != nil {
+		return err
+	}
+	if err := bc.w.flush(); err != nil {
+		return err
+	}
+	bc.r.seq = bc.w.seq
+	return nil
+}
+
+// copyToBackend copies m payload bytes of the client's current packet to
+// the backend, reading straight into the backend writer's buffer.
+// clientErr is a failed read from the client, backendErr a failed write to
+// the backend.
+func (s *session) copyToBackend(bc *backendConn, m int) (clientErr, backendErr error) {
+	bw := bc.w.bw
+	for m > 0 {
+		if bw.Available() == 0 {
+			if err := bw.Flush(); err != nil {
+				return nil, err
+			}
+		}
+		buf := bw.AvailableBuffer()[:min(m, bw.Available())]
+		k, err := s.r.br.Read(buf)
+		if k > 0 {
+			_, _ = bw.Write(buf[:k]) // fits: no flush, no error
+			m -= k
+		}
+		if err != nil {
+			return err, nil
+		}
+	}
+	return nil, nil
+}
+
+// localInfileFailed answers a client that failed while sending its file,
+// when it can still be told (a packet too large or out of order), and
+// returns errLocalInfileAborted.
+func (s *session) localInfileFailed(err error) error {
+	switch {
+	case errors.Is(err, errPacketTooLarge):
+		s.w.seq = s.r.seq
+		s.writeErr(errTooLarge(s.srv.maxPacket()))
+	case errors.Is(err, errOutOfOrder):
+		s.w.seq = s.r.seq
+		s.writeErr(newErr(codeOutOfOrder, "08S01", "Got packets out of order"))
+	}
+	return fmt.Errorf("%w: %w", errLocalInfileAborted, err)
+}
