@@ -60,3 +60,44 @@ func TestConfigYAMLListsEverySetting(t *testing.T) {
 		t.Errorf("config.yaml does not list %s", m)
 	}
 }
+
+// TestConfigYAMLIsTheDefaults: config.yaml, as shipped, is what holdfast
+// runs with when a setting is left out, but for its example user.
+func TestConfigYAMLIsTheDefaults(t *testing.T) {
+	b, err := os.ReadFile("../config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := Default()
+	if len(shipped.Users) != 1 || shipped.Users[0].Name != "app" {
+		t.Fatalf("config.yaml's users: %+v; want the one example user app", shipped.Users)
+	}
+	shipped.Users = def.Users
+	// Zero settings of these mean their defaults; empty lists are nil.
+	for _, c := range []*Config{&shipped, &def} {
+		r := &c.Reservation
+		r.Redis = r.Redis.WithDefaults(r.Retention)
+		r.Refiller = r.Refiller.WithDefaults()
+		if len(r.Redis.Shops) == 0 {
+			r.Redis.Shops = nil
+		}
+		if len(c.Tags.Drained) == 0 {
+			c.Tags.Drained = nil
+		}
+		if len(c.Tags.Limits) == 0 {
+			c.Tags.Limits = nil
+		}
+	}
+	if !reflect.DeepEqual(shipped, def) {
+		sv, dv := reflect.ValueOf(shipped), reflect.ValueOf(def)
+		for i := range sv.NumField() {
+			if !reflect.DeepEqual(sv.Field(i).Interface(), dv.Field(i).Interface()) {
+				t.Errorf("%s: config.yaml has %+v, the default is %+v", sv.Type().Field(i).Name, sv.Field(i).Interface(), dv.Field(i).Interface())
+			}
+		}
+	}
+}

@@ -69,6 +69,13 @@ type Config struct {
 	HotPools int `yaml:"hot_pools"`
 }
 
+// WithDefaults returns c with its zero settings replaced by their
+// defaults, as New uses it.
+func (c Config) WithDefaults() Config {
+	c.fillDefaults()
+	return c
+}
+
 func (c *Config) fillDefaults() {
 	if c.PoolCap == 0 {
 		c.PoolCap = 1000
