@@ -229,6 +229,7 @@ type Pool struct {
 	// Max is the hard cap on open backend connections.
 	Max int `yaml:"max"`
 	// MaxIdle caps idle connections; extra ones are closed on return.
+	// 0 means Max (see IdleCap).
 	MaxIdle int `yaml:"max_idle"`
 	// IdleTimeout closes connections idle longer than this (down to Min).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
@@ -297,6 +298,14 @@ type Sessions struct {
 	PreparedStatementShare float64 `yaml:"prepared_statement_share"`
 }
 
+// IdleCap is the most idle connections kept: MaxIdle, or Max when it is 0.
+func (p Pool) IdleCap() int {
+	if p.MaxIdle == 0 {
+		return p.Max
+	}
+	return p.MaxIdle
+}
+
 // Default returns the documented defaults (see config.yaml).
 func Default() Config {
 	return Config{
@@ -322,7 +331,6 @@ func Default() Config {
 		Pool: Pool{
 			Min:            2,
 			Max:            16,
-			MaxIdle:        16,
 			IdleTimeout:    5 * time.Minute,
 			MaxLifetime:    time.Hour,
 			LifetimeJitter: 0.1,
@@ -500,8 +508,8 @@ func (c *Config) Validate() error {
 		return bad("pool.max", "must be at least 1, got %d", p.Max)
 	case p.Min < 0 || p.Min > p.Max:
 		return bad("pool.min", "must be between 0 and pool.max (%d), got %d", p.Max, p.Min)
-	case p.MaxIdle < p.Min || p.MaxIdle > p.Max:
-		return bad("pool.max_idle", "must be between pool.min (%d) and pool.max (%d), got %d", p.Min, p.Max, p.MaxIdle)
+	case p.MaxIdle != 0 && (p.MaxIdle < p.Min || p.MaxIdle > p.Max):
+		return bad("pool.max_idle", "must be 0 (pool.max) or between pool.min (%d) and pool.max (%d), got %d", p.Min, p.Max, p.MaxIdle)
 	case p.IdleTimeout <= 0:
 		return bad("pool.idle_timeout", "must be positive")
 	case p.MaxLifetime <= 0:

@@ -17,6 +17,7 @@ func TestParse(t *testing.T) {
 		{"durations and sizes", "pool:\n  acquire_timeout: 250ms\nmax_allowed_packet: 32MiB\n", func(c Config) bool {
 			return c.Pool.AcquireTimeout == 250*time.Millisecond && c.MaxAllowedPacket == 32<<20
 		}},
+		{"a smaller pool.max alone", "pool:\n  max: 8\n", func(c Config) bool { return c.Pool.Max == 8 && c.Pool.IdleCap() == 8 }},
 		{"plain byte count", "max_allowed_packet: 1048576\n", func(c Config) bool { return c.MaxAllowedPacket == 1<<20 }},
 		{"users replace the default", "users:\n  - name: a\n    password: x\n    auth_plugin: caching_sha2_password\n", func(c Config) bool {
 			return len(c.Users) == 1 && c.Users[0].AuthPlugin == "caching_sha2_password"

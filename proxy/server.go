@@ -199,7 +199,7 @@ func usersFrom(cfg config.Config) []User {
 }
 
 func limitsFrom(p config.Pool) pool.Limits[variant] {
-	return pool.Limits[variant]{Min: p.Min, Max: p.Max, MaxIdle: p.MaxIdle, IdleTimeout: p.IdleTimeout,
+	return pool.Limits[variant]{Min: p.Min, Max: p.Max, MaxIdle: p.IdleCap(), IdleTimeout: p.IdleTimeout,
 		MaxLifetime: p.MaxLifetime, LifetimeJitter: p.LifetimeJitter, AcquireTimeout: p.AcquireTimeout,
 		MaxWaiters: p.MaxWaiters, PingAfterIdle: p.PingAfterIdle}
 }

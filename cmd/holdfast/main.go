@@ -98,12 +98,26 @@ func newLogger(c config.Log) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }
 
+// chooseProcs picks GOMAXPROCS: max_procs when set; else the GOMAXPROCS
+// environment variable when set (Go has applied it: available is its
+// value); else half the CPUs available to the process (Go's default,
+// which follows a container's CPU quota), at least 1 and at most 4. See
+// max_procs in config.yaml for why.
+func chooseProcs(maxProcs, available int, fromEnv bool) (int, string) {
+	switch {
+	case maxProcs > 0:
+		return maxProcs, "max_procs"
+	case fromEnv:
+		return available, "GOMAXPROCS environment variable"
+	}
+	return max(1, min(4, available/2)), fmt.Sprintf("max_procs 0: half of %d CPUs available, 1 to 4", available)
+}
+
 func serve(path string, cfg config.Config) error {
 	log := newLogger(cfg.Log)
-	if cfg.MaxProcs > 0 {
-		runtime.GOMAXPROCS(cfg.MaxProcs)
-	}
-	log.Info("starting", "max_procs", runtime.GOMAXPROCS(0))
+	procs, why := chooseProcs(cfg.MaxProcs, runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS") != "")
+	runtime.GOMAXPROCS(procs)
+	log.Info("starting", "max_procs", procs, "chosen_by", why)
 	srv, err := proxy.New(cfg, log)
 	if err != nil {
 		return err

@@ -259,3 +259,24 @@ func TestCheckConfig(t *testing.T) {
 		t.Fatalf("check-config on a bad file: %v\n%s", err, out)
 	}
 }
+
+func TestChooseProcs(t *testing.T) {
+	for _, tc := range []struct {
+		maxProcs, available int
+		fromEnv             bool
+		want                int
+	}{
+		{0, 1, false, 1},
+		{0, 2, false, 1},
+		{0, 4, false, 2},
+		{0, 8, false, 4},
+		{0, 64, false, 4},
+		{0, 6, true, 6}, // GOMAXPROCS=6 in the environment
+		{3, 64, true, 3},
+		{16, 2, false, 16},
+	} {
+		if got, why := chooseProcs(tc.maxProcs, tc.available, tc.fromEnv); got != tc.want || why == "" {
+			t.Errorf("chooseProcs(%d, %d, %v) = %d, %q; want %d", tc.maxProcs, tc.available, tc.fromEnv, got, why, tc.want)
+		}
+	}
+}
