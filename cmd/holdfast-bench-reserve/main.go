@@ -32,7 +32,6 @@ func main() {
 	flag.StringVar(&o.AdminPassword, "mariadb-password", o.AdminPassword, "password of -mariadb-user")
 	flag.StringVar(&o.Database, "database", o.Database, "database the bench owns: DROPPED and created afresh at start")
 	flag.StringVar(&o.PoolUser, "pool-user", o.PoolUser, "MariaDB account holdfast's pool logs in as (created; password = name)")
-	flag.IntVar(&o.PoolMax, "pool-max", o.PoolMax, "holdfast pool.min and pool.max")
 	flag.DurationVar(&o.Time, "time", o.Time, "duration of each run")
 	flag.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds; each runs every workload at every client count")
 	flag.DurationVar(&o.RelayDelay, "relay-delay", o.RelayDelay, "latency the relay adds in each direction between holdfast and MariaDB")

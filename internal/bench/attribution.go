@@ -229,7 +229,7 @@ func (b *runner) startAttributionHoldfasts(ctx context.Context) error {
 		if off {
 			name = "off"
 		}
-		hc := o.holdfastConfig("", o.PoolMax, o.PoolMax)
+		hc := o.holdfastConfig("", o.poolUser())
 		if err := hc.freeListen(); err != nil {
 			return err
 		}
@@ -242,8 +242,8 @@ func (b *runner) startAttributionHoldfasts(ctx context.Context) error {
 			return err
 		}
 		b.attrProcs = append(b.attrProcs, attrProc{name: name, h: h, admin: admin})
-		b.printf("holdfast %s: %s (pid %d; attribution.disabled: %v; pool min %d max %d; max_procs %d; admin %s; log %s)\n",
-			name, h.Cmdline, h.Pid(), off, o.PoolMax, o.PoolMax, o.MaxProcs, admin, h.LogPath)
+		b.printf("holdfast %s: %s (pid %d; %s; %s; admin %s; log %s)\n",
+			name, h.Cmdline, h.Pid(), hc.Describe(), h.Chosen(), admin, h.LogPath)
 		if off {
 			b.hfs[TargetAttrOff] = h
 			b.eps[TargetAttrOff] = Endpoint{Name: TargetAttrOff, Addr: addr, User: holdfastUser, Password: holdfastUser}

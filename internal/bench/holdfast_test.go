@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -9,27 +10,19 @@ import (
 	"github.com/holdfast-db/holdfast/config"
 )
 
-// TestHoldfastConfigParses checks the generated file against holdfast's own
-// parser, so a config change in holdfast breaks this test, not the bench run.
-func TestHoldfastConfigParses(t *testing.T) {
+// TestHoldfastConfigIsTheDefaults: the bench runs holdfast on its
+// defaults (config.yaml as shipped), changing only addresses and accounts;
+// the generated file is checked with holdfast's own parser.
+func TestHoldfastConfigIsTheDefaults(t *testing.T) {
 	hc := HoldfastConfig{
 		Listen:   "127.0.0.1:16033",
 		Users:    []string{"sbtest", "other"},
-		Backend:  Endpoint{Addr: "127.0.0.1:3306", User: "holdfast_bench_pool", Password: "p#w: x"},
+		Backend:  Endpoint{Addr: "127.0.0.1:3307", User: "holdfast_bench_pool", Password: "p#w: x"},
 		Database: "holdfast_bench",
-		PoolMin:  2,
-		PoolMax:  32,
 	}
-	c, err := config.Parse(hc.YAML())
+	c, err := hc.Effective()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, hc.YAML())
-	}
-	if c.Listen != hc.Listen || c.Backend.Address != "127.0.0.1:3306" || c.Backend.User != "holdfast_bench_pool" ||
-		c.Backend.Password != "p#w: x" || c.Backend.Database != "holdfast_bench" {
-		t.Fatalf("parsed %+v", c)
-	}
-	if c.Pool.Min != 2 || c.Pool.Max != 32 || c.Pool.MaxIdle != 32 || c.Pool.AcquireTimeout != 30*time.Second {
-		t.Fatalf("pool %+v", c.Pool)
 	}
 	if len(c.Users) != 2 || c.Users[1].Name != "other" || c.Users[1].Password != "other" {
 		t.Fatalf("users %+v", c.Users)
@@ -37,28 +30,40 @@ func TestHoldfastConfigParses(t *testing.T) {
 	if c.Admin.Listen != "" {
 		t.Fatalf("admin listener %q: the harness must not take a fixed port", c.Admin.Listen)
 	}
+	want := config.Default()
+	want.Listen, want.Users, want.Admin.Listen = hc.Listen, c.Users, ""
+	want.Backend.Address, want.Backend.User, want.Backend.Password, want.Backend.Database =
+		"127.0.0.1:3307", "holdfast_bench_pool", "p#w: x", "holdfast_bench"
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("the bench's holdfast differs from the defaults beyond addresses and accounts:\n%+v\nwant\n%+v\n%s", c, want, hc.YAML())
+	}
+	if d := hc.Describe(); !strings.Contains(d, "pool min 2 max 16") || !strings.Contains(d, "config.yaml as shipped") {
+		t.Fatalf("Describe() = %q", d)
+	}
 }
 
-func TestHoldfastConfigPipelineAndProcs(t *testing.T) {
-	base := HoldfastConfig{Listen: "127.0.0.1:16033", Users: []string{"u"}, Backend: Endpoint{Addr: "127.0.0.1:3306", User: "p"}, PoolMax: 8}
-	for _, tc := range []struct {
-		pipeline, procs   int
-		wantDepth, wantMP int
-	}{
-		{0, 0, config.Default().Pool.PipelineDepth, 0},
-		{32, 1, 32, 1},
-		{-1, 2, 0, 2},
-	} {
-		hc := base
-		hc.Pipeline, hc.MaxProcs = tc.pipeline, tc.procs
-		c, err := config.Parse(hc.YAML())
-		if err != nil {
-			t.Fatalf("%v\n%s", err, hc.YAML())
+func TestHoldfastConfigSettings(t *testing.T) {
+	hc := HoldfastConfig{Listen: "127.0.0.1:16033", Users: []string{"u"}, Backend: Endpoint{Addr: "127.0.0.1:3306", User: "p"},
+		Settings: []string{"pool.max=8", "max_procs=2", "pool.pipeline_depth=0", "sessions.client_write_timeout=5s", "log.level=warn"}}
+	c, err := hc.Effective()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, hc.YAML())
+	}
+	if c.Pool.Max != 8 || c.MaxProcs != 2 || c.Pool.PipelineDepth != 0 || c.Sessions.ClientWriteTimeout != 5*time.Second ||
+		c.Log.Level != "warn" || c.Pool.Min != config.Default().Pool.Min {
+		t.Fatalf("parsed %+v %+v", c.Pool, c.Sessions)
+	}
+	if d := hc.Describe(); !strings.Contains(d, "bench settings pool.max=8 max_procs=2") {
+		t.Fatalf("Describe() = %q", d)
+	}
+	for _, bad := range []string{"pool.max", "=3", "pool.max=[", ""} {
+		if _, _, err := ParseSetting(bad); err == nil {
+			t.Errorf("ParseSetting(%q) accepted", bad)
 		}
-		if c.Pool.PipelineDepth != tc.wantDepth || c.MaxProcs != tc.wantMP {
-			t.Errorf("Pipeline %d, MaxProcs %d: parsed pipeline_depth %d, max_procs %d; want %d, %d",
-				tc.pipeline, tc.procs, c.Pool.PipelineDepth, c.MaxProcs, tc.wantDepth, tc.wantMP)
-		}
+	}
+	hc.Settings = []string{"pool.maxx=8"}
+	if _, err := hc.Effective(); err == nil || !strings.Contains(err.Error(), "maxx") {
+		t.Fatalf("an unknown setting: %v", err)
 	}
 }
 

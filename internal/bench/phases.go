@@ -18,7 +18,7 @@ import (
 func (b *runner) scalePhase(ctx context.Context) (*ScaleReport, error) {
 	o := b.o
 	b.printf("\n== connection scale: %d clients, one statement each per %v for %v ==\n", o.ScaleConns, o.ScaleInterval, o.ScaleTime)
-	h, err := b.startHoldfast(ctx, "holdfast-scale", 2, o.ScalePoolMax)
+	h, err := b.startHoldfast(ctx, "holdfast-scale")
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +32,12 @@ func (b *runner) scalePhase(ctx context.Context) (*ScaleReport, error) {
 		"  each sending e.g. %q once per %v, slots spread evenly over the interval\n",
 		o.ScaleConns, b.viaHF.User, b.viaHF.Addr, o.Database, query(0, 0), o.ScaleInterval)
 
-	rep := &ScaleReport{Conns: o.ScaleConns, PoolMax: o.ScalePoolMax, RSSTarget: o.RSSTarget, BackendConns: -1}
+	eff, err := o.holdfastConfig(h.Addr, o.poolUser()).Effective()
+	if err != nil {
+		return nil, err
+	}
+	rep := &ScaleReport{Conns: o.ScaleConns, PoolMax: eff.Pool.Max, BackendMax: o.ScaleBackendMax,
+		RSSTarget: o.RSSTarget, P99Target: o.ScaleP99, BackendConns: -1}
 	var maxRSS atomic.Int64
 	sctx, stopRSS := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -50,13 +55,19 @@ func (b *runner) scalePhase(ctx context.Context) (*ScaleReport, error) {
 			}
 		}
 	}()
-	stopConns := b.sampleBackendConns(ctx)
+	if m, err := ReadProcMem(pid); err == nil {
+		rep.BaseRSS = m.RSS
+	}
+	stopConns := b.sampleBackendConns(ctx, o.poolUser())
 	var cpu0, cpu1 time.Duration
 	res, err := RunScale(ctx, ScaleOptions{
 		Endpoint: b.viaHF, Database: o.Database, Conns: o.ScaleConns,
 		Interval: o.ScaleInterval, Duration: o.ScaleTime, Query: query,
 		Started: func(opened int, took time.Duration) {
 			cpu0, _ = ProcCPU(pid)
+			if m, err := ReadProcMem(pid); err == nil {
+				rep.IdleRSS = m.RSS
+			}
 			b.printf("opened %d connections in %v; statement phase starts\n", opened, took.Round(time.Millisecond))
 		},
 		Finished: func() {
@@ -125,7 +136,7 @@ func (b *runner) maybeProfile(ctx context.Context, verdicts []Verdict) {
 
 func (b *runner) profileBuiltin(ctx context.Context, w Workload, path string) {
 	b.stopHoldfast()
-	if _, err := b.startHoldfast(ctx, "holdfast-profile", b.o.PoolMax, b.o.PoolMax, "-cpuprofile", path); err != nil {
+	if _, err := b.startHoldfast(ctx, "holdfast-profile", "-cpuprofile", path); err != nil {
 		b.printf("profile: %v\n", err)
 		return
 	}

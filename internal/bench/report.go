@@ -10,11 +10,12 @@ import (
 )
 
 // The three targets every workload runs against, in the order each round
-// runs them.
+// runs them, and the extra one of Options.Settings.
 const (
 	TargetDirect   = "direct"
 	TargetRelay    = "relay"
 	TargetHoldfast = "holdfast"
+	TargetSet      = "holdfast+set"
 )
 
 // Targets is the order of targets within a round.
@@ -132,12 +133,6 @@ func Verdicts(sums []Summary, workloads []Workload) []Verdict {
 		}
 		return 0
 	}
-	ratio := func(a, b float64) float64 {
-		if a == 0 || b == 0 {
-			return 0
-		}
-		return a / b
-	}
 	var out []Verdict
 	for _, w := range workloads {
 		d, r, h := tps(w, TargetDirect), tps(w, TargetRelay), tps(w, TargetHoldfast)
@@ -161,6 +156,14 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("%s %-16s holdfast/relay %s (target ≥ %.2f%s)   holdfast/direct %s   relay/direct %s",
 		word, v.Workload, fmtRatio(v.HoldfastRelay), v.Workload.Target, by,
 		fmtRatio(v.HoldfastDirect), fmtRatio(v.RelayDirect))
+}
+
+// ratio is a/b, or 0 when either is missing.
+func ratio(a, b float64) float64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	return a / b
 }
 
 func fmtRatio(r float64) string {
@@ -203,13 +206,26 @@ func PrintSummaries(w io.Writer, sums []Summary) {
 type ScaleReport struct {
 	Result       ScaleResult
 	Conns        int
-	PoolMax      int
+	PoolMax      int // holdfast's pool.max in effect
+	BackendMax   int // the target: at most this many backend connections
 	PeakRSS      int64 // VmHWM at the end of the run
 	EndRSS       int64 // VmRSS with every connection still open
 	MaxSampled   int64 // largest VmRSS seen by the sampler
 	BackendConns int   // most backend connections seen; -1 unknown
 	HoldfastCPU  time.Duration
 	RSSTarget    int64
+	P99Target    time.Duration
+	// BaseRSS is VmRSS before any client connected, IdleRSS once every
+	// connection had logged in (idle, before the statement phase).
+	BaseRSS, IdleRSS int64
+}
+
+// PerIdleConn is the resident memory each idle client connection costs.
+func (r ScaleReport) PerIdleConn() int64 {
+	if r.Result.Opened == 0 || r.IdleRSS == 0 || r.BaseRSS == 0 {
+		return 0
+	}
+	return (r.IdleRSS - r.BaseRSS) / int64(r.Result.Opened)
 }
 
 // Print writes the scale section.
@@ -226,12 +242,17 @@ func (r ScaleReport) Print(w io.Writer) {
 		res.Opened, r.Conns, res.ConnectTime.Round(time.Millisecond), res.ConnectErrs)
 	fmt.Fprintf(w, "  statements:  %d ok, %d errors, %d sent late (>10%% of the interval) over %v\n",
 		res.Statements, res.Errors, res.Late, res.Wall.Round(time.Millisecond))
-	fmt.Fprintf(w, "  latency:     p50 %v  p99 %v  max %v\n", roundDur(res.P50), roundDur(res.P99), roundDur(res.Max))
+	fmt.Fprintf(w, "  %s latency:   p50 %v  p99 %v (target ≤ %v)  max %v\n", verdict(res.Statements > 0 && res.P99 <= r.P99Target),
+		roundDur(res.P50), roundDur(res.P99), r.P99Target, roundDur(res.Max))
 	fmt.Fprintf(w, "  %s holdfast peak RSS (VmHWM) %s vs target ≤ %s; VmRSS with all connections open %s\n",
 		verdict(r.PeakRSS > 0 && r.PeakRSS <= r.RSSTarget), mib(r.PeakRSS), mib(r.RSSTarget), mib(r.EndRSS))
+	if per := r.PerIdleConn(); per > 0 {
+		fmt.Fprintf(w, "  memory per idle client connection: %.1f KiB (VmRSS %s before the first login, %s with %d idle)\n",
+			float64(per)/1024, mib(r.BaseRSS), mib(r.IdleRSS), res.Opened)
+	}
 	if r.BackendConns >= 0 {
-		fmt.Fprintf(w, "  %s backend connections: at most %d seen in MariaDB's process list (pool max %d)\n",
-			verdict(r.BackendConns <= r.PoolMax), r.BackendConns, r.PoolMax)
+		fmt.Fprintf(w, "  %s backend connections: at most %d seen in MariaDB's process list (target ≤ %d; pool.max %d)\n",
+			verdict(r.BackendConns <= r.BackendMax && r.BackendConns <= r.PoolMax), r.BackendConns, r.BackendMax, r.PoolMax)
 	}
 	secs := res.Wall.Seconds()
 	if secs > 0 {

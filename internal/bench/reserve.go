@@ -48,7 +48,6 @@ type ReserveOptions struct {
 	// password = name).
 	PoolUser string
 
-	PoolMax    int           // holdfast pool.min and pool.max
 	Clients    []int         // concurrent clients, each a connection to holdfast
 	Time       time.Duration // of each run
 	Rounds     int
@@ -76,7 +75,7 @@ func DefaultReserveOptions() ReserveOptions {
 		Repo: ".", Go: "go",
 		MariaDB: "127.0.0.1:3306", AdminUser: "root",
 		Database: "holdfast_bench_reserve", PoolUser: "holdfast_rsv_pool",
-		PoolMax: 32, Clients: []int{8, 64, 256}, Time: 10 * time.Second, Rounds: 3,
+		Clients: []int{8, 64, 256}, Time: 10 * time.Second, Rounds: 3,
 		Workloads:  slices.Clone(ReserveWorkloads),
 		RelayDelay: 500 * time.Microsecond, Pause: 2 * time.Second,
 		OnHand: 10_000_000, TTL: 3600, Item: 1001, Location: 1,
@@ -90,8 +89,6 @@ func (o ReserveOptions) validate() error {
 		return errors.New("bench: rounds must be at least 1")
 	case o.Time < time.Second:
 		return errors.New("bench: time must be at least 1s")
-	case o.PoolMax < 1:
-		return errors.New("bench: pool-max must be positive")
 	case len(o.Clients) == 0:
 		return errors.New("bench: no client counts")
 	case o.RelayDelay < 0 || o.Pause < 0:
@@ -225,8 +222,8 @@ func RunReserve(ctx context.Context, o ReserveOptions, w io.Writer) (err error) 
 		}
 	}
 	sums := SummarizeReserve(samples, o.Workloads, o.Clients)
-	b.printf("\n== summary: medians of %d rounds of %v, pool max %d, relay %v each way (load average %s → %s) ==\n",
-		o.Rounds, o.Time, o.PoolMax, o.RelayDelay, load0, loadAvg())
+	b.printf("\n== summary: medians of %d rounds of %v, holdfast on its defaults, relay %v each way (load average %s → %s) ==\n",
+		o.Rounds, o.Time, o.RelayDelay, load0, loadAvg())
 	PrintReserveSummaries(w, sums)
 	b.printRelay(samples)
 	b.printf("consistency: %d of %d runs verified (zero oversell, every reservation accounted for)\n", verified, len(samples))
@@ -314,8 +311,6 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 		Users:    []string{reserveUser},
 		Backend:  Endpoint{Addr: b.relay.Addr().String(), User: o.PoolUser, Password: o.PoolUser},
 		Database: o.Database,
-		PoolMin:  o.PoolMax,
-		PoolMax:  o.PoolMax,
 	}
 	if err := hc.freeListen(); err != nil {
 		return err
@@ -337,8 +332,8 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	}
 	b.ep = Endpoint{Name: TargetHoldfast, Addr: addr, User: reserveUser, Password: reserveUser}
 	b.metrics = "http://" + adminAddr + "/metrics"
-	b.printf("holdfast: %s (pid %d; pool min = max = %d; backend = the relay; reservation settings: holdfast's defaults; log %s)\n",
-		b.hf.Cmdline, b.hf.Pid(), o.PoolMax, b.hf.LogPath)
+	b.printf("holdfast: %s (pid %d; backend = the relay; %s; %s; log %s)\n",
+		b.hf.Cmdline, b.hf.Pid(), hc.Describe(), b.hf.Chosen(), b.hf.LogPath)
 	if slices.Contains(o.Workloads, WorkloadShadow) {
 		if err := b.setupShadow(ctx, hc); err != nil {
 			return err

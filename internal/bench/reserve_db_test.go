@@ -238,7 +238,7 @@ func TestRunReserveEndToEnd(t *testing.T) {
 	}
 	o.Repo, o.MariaDB, o.AdminUser, o.AdminPassword = repo, cfg.Addr, cfg.User, cfg.Passwd
 	o.Database, o.PoolUser = name, user
-	o.Clients, o.Rounds, o.Time, o.Pause, o.PoolMax = []int{2}, 1, time.Second, 0, 4
+	o.Clients, o.Rounds, o.Time, o.Pause = []int{2}, 1, time.Second, 0
 	if gocmd := os.Getenv("GO"); gocmd != "" {
 		o.Go = gocmd
 	}

@@ -61,8 +61,8 @@ func (b *reserveRunner) setupShadow(ctx context.Context, hc HoldfastConfig) erro
 	}
 	b.shadowEp = Endpoint{Name: TargetHoldfast, Addr: hc.Listen, User: reserveUser, Password: reserveUser}
 	b.shadowMetrics = "http://" + hc.AdminListen + "/metrics"
-	b.printf("holdfast with Redis (workload d): %s (pid %d; the same settings, plus reservation.redis %s with authority redis; log %s)\n",
-		b.shadow.Cmdline, b.shadow.Pid(), redisAddr, b.shadow.LogPath)
+	b.printf("holdfast with Redis (workload d): %s (pid %d; %s; log %s)\n",
+		b.shadow.Cmdline, b.shadow.Pid(), hc.Describe(), b.shadow.LogPath)
 	return nil
 }
 

@@ -43,21 +43,22 @@ type Options struct {
 	Time      time.Duration // per sysbench run
 	Tables    int
 	TableSize int
-	PoolMax   int // holdfast's pool.max (and pool.min) for the sysbench runs
-	// MaxProcs is holdfast's max_procs (GOMAXPROCS) in every run; 0 leaves
-	// Go's default.
-	MaxProcs int
-	// PipelineDepth is holdfast's pool.pipeline_depth in every run; 0
-	// leaves holdfast's default, -1 turns pipelining off.
-	PipelineDepth int
+	// Settings, when any, run one more holdfast with them ("pool.max=8",
+	// see HoldfastConfig.Settings) as the extra target holdfast+set, shown
+	// beside the others and never judged: the targets are judged on the
+	// shipped defaults.
+	Settings []string
 
 	// The connection-scale run and SkipSysbench, SkipScale: ModeProxy only.
 
 	ScaleConns    int
-	ScalePoolMax  int
+	// ScaleBackendMax is the most backend connections the scale run may
+	// use (the target; holdfast's pool.max must not exceed it).
+	ScaleBackendMax int
 	ScaleTime     time.Duration
 	ScaleInterval time.Duration
-	RSSTarget     int64 // bytes
+	RSSTarget     int64         // bytes
+	ScaleP99      time.Duration // target p99 statement latency
 
 	// Workloads are the sysbench workloads of ModeProxy; DefaultOptions
 	// gives every one in the package's Workloads (the issue's targets).
@@ -84,9 +85,9 @@ func DefaultOptions() Options {
 		Repo: ".", Go: "go", Sysbench: "sysbench",
 		MariaDB: "127.0.0.1:3306", AdminUser: "root",
 		Database: "holdfast_bench", BenchUser: "holdfast_bench",
-		Rounds: 5, Time: 10 * time.Second, Tables: 4, TableSize: 10000, PoolMax: 8, MaxProcs: 1, PipelineDepth: 32,
-		ScaleConns: 5000, ScalePoolMax: 32, ScaleTime: 30 * time.Second, ScaleInterval: time.Second,
-		RSSTarget: 200 << 20,
+		Rounds: 5, Time: 10 * time.Second, Tables: 4, TableSize: 10000,
+		ScaleConns: 5000, ScaleBackendMax: 32, ScaleTime: 30 * time.Second, ScaleInterval: time.Second,
+		RSSTarget: 80 << 20, ScaleP99: 2 * time.Millisecond,
 		Profile:   "on-miss",
 		Workloads: slices.Clone(Workloads),
 	}
@@ -127,9 +128,9 @@ const (
 // Workloads are the issue's sysbench workloads and their targets
 // (holdfast tps relative to the TCP relay).
 var Workloads = []Workload{
-	{Test: "oltp_point_select", Threads: 16, Target: 1.1},
-	{Test: "oltp_point_select", Threads: 256, Target: 1.3},
-	{Test: "oltp_read_write", Threads: 16, Target: 1.1},
+	{Test: "oltp_point_select", Threads: 16, Target: 1.2},
+	{Test: "oltp_point_select", Threads: 256, Target: 1.5},
+	{Test: "oltp_read_write", Threads: 16, Target: 1.15},
 }
 
 // holdfastUser is the account sysbench logs in to holdfast as (password
@@ -160,7 +161,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		sums = Summarize(samples, o.Workloads, Targets)
+		sums = Summarize(samples, o.Workloads, o.targets())
 		verdicts = Verdicts(sums, o.Workloads)
 		for _, s := range samples {
 			if s.Err != nil {
@@ -172,6 +173,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		for _, v := range verdicts {
 			b.printf("%s\n", v)
 		}
+		b.printSetRatios(sums)
 		b.maybeProfile(ctx, verdicts)
 		b.stopHoldfast()
 	}
@@ -189,13 +191,35 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		for _, v := range verdicts {
 			b.printf("%s\n", v)
 		}
+		b.printSetRatios(sums)
 	}
 	if scale != nil {
-		b.printf("connection scale: %d clients through holdfast (pool max %d), one statement each per %v for %v:\n",
-			o.ScaleConns, o.ScalePoolMax, o.ScaleInterval, o.ScaleTime)
+		b.printf("connection scale: %d clients through holdfast (pool.max %d), one statement each per %v for %v:\n",
+			o.ScaleConns, scale.PoolMax, o.ScaleInterval, o.ScaleTime)
 		scale.Print(w)
 	}
 	return b.outcome(ctx, failed)
+}
+
+// printSetRatios prints the holdfast+set target against the relay and the
+// shipped defaults, when it ran; it is never a verdict.
+func (b *runner) printSetRatios(sums []Summary) {
+	if len(b.o.Settings) == 0 {
+		return
+	}
+	tps := func(w Workload, t string) float64 {
+		for _, s := range sums {
+			if s.Workload == w && s.Target == t {
+				return s.TPS
+			}
+		}
+		return 0
+	}
+	for _, w := range b.o.Workloads {
+		set := tps(w, TargetSet)
+		b.printf("extra %-16s holdfast+set/relay %s   holdfast+set/holdfast %s   (%s; not judged)\n", w,
+			fmtRatio(ratio(set, tps(w, TargetRelay))), fmtRatio(ratio(set, tps(w, TargetHoldfast))), strings.Join(b.o.Settings, " "))
+	}
 }
 
 // outcome ends a Run: ctx's error if it was cancelled, else an error
@@ -224,14 +248,24 @@ func (o Options) validate() error {
 		return errors.New("bench: time must be at least 1s")
 	case o.Tables < 1 || o.TableSize < 1:
 		return errors.New("bench: tables and table-size must be positive")
-	case o.MaxProcs < 0:
-		return fmt.Errorf("bench: -max-procs must not be negative")
 	case o.Mode == ModeProxy && !o.SkipSysbench && len(o.Workloads) == 0:
 		return errors.New("bench: no workloads")
-	case o.PoolMax < 1 || o.ScalePoolMax < 1:
-		return errors.New("bench: pool sizes must be positive")
+	case o.ScaleBackendMax < 1:
+		return errors.New("bench: scale-backend-max must be positive")
 	case o.ScaleConns < 1 || o.ScaleTime <= 0 || o.ScaleInterval <= 0:
 		return errors.New("bench: scale-conns, scale-time and scale-interval must be positive")
+	}
+	for _, st := range o.Settings {
+		if _, _, err := ParseSetting(st); err != nil {
+			return err
+		}
+	}
+	if len(o.Settings) > 0 {
+		hc := o.holdfastConfig("127.0.0.1:1", o.poolUser())
+		hc.Settings = o.Settings
+		if _, err := hc.Effective(); err != nil {
+			return fmt.Errorf("bench: -set: %w", err)
+		}
 	}
 	switch o.Profile {
 	case "on-miss", "always", "never":
@@ -241,8 +275,19 @@ func (o Options) validate() error {
 	return nil
 }
 
-// poolUser is the MariaDB account holdfast's pool logs in as.
+// poolUser is the MariaDB account holdfast's pool logs in as; setUser
+// that of the holdfast+set target, so each one's connections are counted
+// apart.
 func (o Options) poolUser() string { return o.BenchUser + "_pool" }
+func (o Options) setUser() string  { return o.BenchUser + "_poolset" }
+
+// targets are the targets of each round, in order.
+func (o Options) targets() []string {
+	if len(o.Settings) > 0 {
+		return append(slices.Clone(Targets), TargetSet)
+	}
+	return Targets
+}
 
 // runner holds what one Run has started, so cleanup can stop it.
 type runner struct {
@@ -300,7 +345,7 @@ func (b *runner) setup(ctx context.Context) error {
 	}
 	b.printf("MariaDB: %s at %s, max_connections %d\n", version, o.MariaDB, maxConns)
 	stmts := []string{fmt.Sprintf("CREATE DATABASE IF NOT EXISTS `%s`", o.Database)}
-	for _, u := range []string{o.BenchUser, o.poolUser()} {
+	for _, u := range []string{o.BenchUser, o.poolUser(), o.setUser()} {
 		stmts = append(stmts,
 			fmt.Sprintf("CREATE USER IF NOT EXISTS '%s'@'%%' IDENTIFIED BY '%[1]s'", u),
 			fmt.Sprintf("ALTER USER '%s'@'%%' IDENTIFIED BY '%[1]s'", u),
@@ -355,36 +400,54 @@ func (b *runner) prepareTables(ctx context.Context) error {
 	return nil
 }
 
-// holdfastConfig is the configuration every holdfast the bench starts
-// shares: sysbench's user, the pool's backend account and database, the
-// pool size and the -max-procs / -pipeline-depth settings.
-func (o Options) holdfastConfig(listen string, poolMin, poolMax int) HoldfastConfig {
+// holdfastConfig is the configuration of the holdfasts the bench starts:
+// sysbench's user, the pool's backend account and database; everything
+// else holdfast's defaults.
+func (o Options) holdfastConfig(listen, poolUser string) HoldfastConfig {
 	return HoldfastConfig{
 		Listen:   listen,
 		Users:    []string{holdfastUser},
-		Backend:  Endpoint{Addr: o.MariaDB, User: o.poolUser(), Password: o.poolUser()},
+		Backend:  Endpoint{Addr: o.MariaDB, User: poolUser, Password: poolUser},
 		Database: o.Database,
-		PoolMin:  poolMin,
-		PoolMax:  poolMax,
-		MaxProcs: o.MaxProcs,
-		Pipeline: o.PipelineDepth,
 	}
 }
 
-func (b *runner) startHoldfast(ctx context.Context, name string, poolMin, poolMax int, extra ...string) (*Holdfast, error) {
+// startHoldfast starts the holdfast of TargetHoldfast on the defaults.
+func (b *runner) startHoldfast(ctx context.Context, name string, extra ...string) (*Holdfast, error) {
 	addr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	hc := b.o.holdfastConfig(addr, poolMin, poolMax)
+	hc := b.o.holdfastConfig(addr, b.o.poolUser())
 	h, err := StartHoldfast(ctx, b.bin, b.dir, name, hc, extra...)
 	if err != nil {
 		return nil, err
 	}
 	b.hf = h
 	b.viaHF = Endpoint{Name: TargetHoldfast, Addr: addr, User: holdfastUser, Password: holdfastUser}
-	b.printf("holdfast: %s (pid %d; pool min %d max %d; pipeline_depth %d; max_procs %d; log %s)\n", h.Cmdline, h.Pid(), poolMin, poolMax, b.o.PipelineDepth, b.o.MaxProcs, h.LogPath)
+	b.printf("holdfast: %s (pid %d; %s; %s; log %s)\n", h.Cmdline, h.Pid(), hc.Describe(), h.Chosen(), h.LogPath)
 	return h, nil
+}
+
+// startSetHoldfast starts the holdfast of TargetSet: the defaults changed
+// by Options.Settings.
+func (b *runner) startSetHoldfast(ctx context.Context) error {
+	addr, err := FreeAddr()
+	if err != nil {
+		return err
+	}
+	hc := b.o.holdfastConfig(addr, b.o.setUser())
+	hc.Settings = b.o.Settings
+	h, err := StartHoldfast(ctx, b.bin, b.dir, "holdfast-set", hc)
+	if err != nil {
+		return err
+	}
+	b.hfs = map[string]*Holdfast{TargetSet: h}
+	b.eps = map[string]Endpoint{TargetSet: {Name: TargetSet, Addr: addr, User: holdfastUser, Password: holdfastUser}}
+	b.attrProcs = append(b.attrProcs, attrProc{name: TargetSet, h: h}) // stopped with them
+	b.printf("holdfast+set: %s (pid %d; %s; %s; log %s) — an extra column, not judged\n",
+		h.Cmdline, h.Pid(), hc.Describe(), h.Chosen(), h.LogPath)
+	return nil
 }
 
 func (b *runner) stopHoldfast() {
@@ -437,22 +500,27 @@ func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
 		return nil, err
 	}
 	b.printf("relay: %s → %s (io.Copy both ways, in this process)\n", b.relay.Addr(), o.MariaDB)
-	if _, err := b.startHoldfast(ctx, "holdfast-sysbench", o.PoolMax, o.PoolMax); err != nil {
+	if _, err := b.startHoldfast(ctx, "holdfast-sysbench"); err != nil {
 		return nil, err
 	}
-	b.printf("commands (each round runs every workload against direct, relay, holdfast in turn):\n")
+	if len(o.Settings) > 0 {
+		if err := b.startSetHoldfast(ctx); err != nil {
+			return nil, err
+		}
+	}
+	b.printf("commands (each round runs every workload against %s in turn):\n", strings.Join(o.targets(), ", "))
 	for _, w := range o.Workloads {
-		for _, t := range Targets {
+		for _, t := range o.targets() {
 			b.printf("  %s\n", b.sysb.CommandLine(b.sysb.RunArgs(w, b.endpoint(t), o.Time)))
 		}
 	}
-	total := time.Duration(o.Rounds*len(o.Workloads)*len(Targets)) * (o.Time + 2*time.Second)
-	b.printf("%d rounds × %d runs of %v: about %v\n\n", o.Rounds, len(o.Workloads)*len(Targets), o.Time, total.Round(time.Minute))
+	total := time.Duration(o.Rounds*len(o.Workloads)*len(o.targets())) * (o.Time + 2*time.Second)
+	b.printf("%d rounds × %d runs of %v: about %v\n\n", o.Rounds, len(o.Workloads)*len(o.targets()), o.Time, total.Round(time.Minute))
 
 	var samples []Sample
 	for round := 1; round <= o.Rounds; round++ {
 		for _, w := range o.Workloads {
-			for _, t := range Targets {
+			for _, t := range o.targets() {
 				if ctx.Err() != nil {
 					return samples, ctx.Err()
 				}
@@ -497,8 +565,11 @@ func (b *runner) runOne(ctx context.Context, round int, w Workload, target strin
 		return 0
 	}
 	var stopSampler func() int
-	if target == TargetHoldfast {
-		stopSampler = b.sampleBackendConns(ctx)
+	switch target {
+	case TargetHoldfast:
+		stopSampler = b.sampleBackendConns(ctx, b.o.poolUser())
+	case TargetSet:
+		stopSampler = b.sampleBackendConns(ctx, b.o.setUser())
 	}
 	args := b.sysb.RunArgs(w, b.endpoint(target), b.o.Time)
 	rctx, cancel := context.WithTimeout(ctx, b.o.Time+2*time.Minute)
@@ -546,10 +617,11 @@ func (b *runner) printSample(s Sample) {
 	b.printf("%s\n", line)
 }
 
-// sampleBackendConns counts holdfast's pool account's connections in MariaDB's
-// process list every 500 ms until the returned function is called, which
-// returns the most seen (-1 if no sample succeeded).
-func (b *runner) sampleBackendConns(ctx context.Context) func() int {
+// sampleBackendConns counts the connections of user (a holdfast's pool
+// account) in MariaDB's process list every 500 ms until the returned
+// function is called, which returns the most seen (-1 if no sample
+// succeeded).
+func (b *runner) sampleBackendConns(ctx context.Context, user string) func() int {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	most := -1
@@ -561,7 +633,7 @@ func (b *runner) sampleBackendConns(ctx context.Context) func() int {
 		for {
 			var n int
 			err := b.admin.QueryRowContext(ctx,
-				"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = ?", b.o.poolUser()).Scan(&n)
+				"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = ?", user).Scan(&n)
 			if err == nil {
 				most = max(most, n)
 			}
