@@ -1,7 +1,10 @@
 // Command holdfast-bench is the harness of `make bench-proxy` and `make
 // bench-attribution`. With -mode proxy (the default): sysbench against
 // MariaDB directly, through a plain TCP relay and through a freshly built
-// holdfast, then a connection-scale run. With -mode attribution: sysbench
+// holdfast, point_select@1 latency and system calls per query on each,
+// then a connection-scale run. The relay is this same executable run as
+// `holdfast-bench relay -target HOST:PORT`, a process of its own as
+// holdfast is. With -mode attribution: sysbench
 // point_select through two holdfast processes from one fresh build, per-tag
 // accounting on and off. See internal/bench.
 //
@@ -20,6 +23,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == bench.RelayCommand {
+		if err := bench.RelayMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "holdfast-bench relay:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o := bench.DefaultOptions()
 	flag.StringVar(&o.Mode, "mode", o.Mode, "comparison to run: proxy (direct / relay / holdfast, connection scale) or attribution (holdfast with attribution on / off)")
 	flag.StringVar(&o.Repo, "repo", o.Repo, "holdfast repository root (./cmd/holdfast is built from it)")
@@ -40,9 +50,12 @@ func main() {
 	flag.IntVar(&o.ScaleBackendMax, "scale-backend-max", o.ScaleBackendMax, "target: the most backend connections the connection-scale run may use")
 	flag.DurationVar(&o.ScaleTime, "scale-time", o.ScaleTime, "duration of the connection-scale statement phase")
 	flag.DurationVar(&o.ScaleInterval, "scale-interval", o.ScaleInterval, "each scale connection runs one statement per interval")
+	flag.IntVar(&o.LatencyRounds, "latency-rounds", o.LatencyRounds, "point_select@1: paired rounds")
+	flag.IntVar(&o.LatencyPerRound, "latency-per-round", o.LatencyPerRound, "point_select@1: statements per target in a round")
 	workloads := flag.String("workloads", "", "proxy mode: comma-separated subset of the sysbench workloads (point_select@16, point_select@256, read_write@16); empty: all")
 	flag.BoolVar(&o.SkipSysbench, "skip-sysbench", false, "skip the sysbench comparison (proxy mode)")
 	flag.BoolVar(&o.SkipScale, "skip-scale", false, "skip the connection-scale run (proxy mode)")
+	flag.BoolVar(&o.SkipSyscalls, "skip-syscalls", false, "skip the system-call count runs under perf stat (proxy mode)")
 	flag.StringVar(&o.Profile, "profile", o.Profile, "profile holdfast in an extra run (proxy: the first missed workload, or the first; attribution: the attribution-on process, the first missed workload): on-miss, always or never")
 	flag.StringVar(&o.CPUProfile, "holdfast-cpuprofile", "", "where to write that profile (holdfast's -cpuprofile when it has one, else perf)")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the scratch directory (binary, configs, holdfast logs)")

@@ -206,8 +206,8 @@ func PrintSummaries(w io.Writer, sums []Summary) {
 type ScaleReport struct {
 	Result       ScaleResult
 	Conns        int
-	PoolMax      int // holdfast's pool.max in effect
-	BackendMax   int // the target: at most this many backend connections
+	PoolMax      int   // holdfast's pool.max in effect
+	BackendMax   int   // the target: at most this many backend connections
 	PeakRSS      int64 // VmHWM at the end of the run
 	EndRSS       int64 // VmRSS with every connection still open
 	MaxSampled   int64 // largest VmRSS seen by the sampler

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-
-	"github.com/holdfast-db/holdfast/internal/netrelay"
 )
 
 // Options configures Run. DefaultOptions gives the values `make bench-proxy`
@@ -51,21 +49,27 @@ type Options struct {
 
 	// The connection-scale run and SkipSysbench, SkipScale: ModeProxy only.
 
-	ScaleConns    int
+	ScaleConns int
 	// ScaleBackendMax is the most backend connections the scale run may
 	// use (the target; holdfast's pool.max must not exceed it).
 	ScaleBackendMax int
-	ScaleTime     time.Duration
-	ScaleInterval time.Duration
-	RSSTarget     int64         // bytes
-	ScaleP99      time.Duration // target p99 statement latency
+	ScaleTime       time.Duration
+	ScaleInterval   time.Duration
+	RSSTarget       int64         // bytes
+	ScaleP99        time.Duration // target p99 statement latency
 
 	// Workloads are the sysbench workloads of ModeProxy; DefaultOptions
 	// gives every one in the package's Workloads (the issue's targets).
 	Workloads []Workload
 
+	// LatencyRounds of LatencyPerRound statements per target: the
+	// point_select@1 comparison (RunLatency), after the sysbench runs.
+	LatencyRounds   int
+	LatencyPerRound int
+
 	SkipSysbench bool
 	SkipScale    bool
+	SkipSyscalls bool // the perf stat runs (system calls per query)
 	// Profile is when to profile holdfast in one extra, uncounted run of
 	// the first missed workload (the first workload when none missed):
 	// "on-miss" (a throughput target missed), "always" or "never".
@@ -88,6 +92,7 @@ func DefaultOptions() Options {
 		Rounds: 5, Time: 10 * time.Second, Tables: 4, TableSize: 10000,
 		ScaleConns: 5000, ScaleBackendMax: 32, ScaleTime: 30 * time.Second, ScaleInterval: time.Second,
 		RSSTarget: 80 << 20, ScaleP99: 2 * time.Millisecond,
+		LatencyRounds: 5, LatencyPerRound: 5000,
 		Profile:   "on-miss",
 		Workloads: slices.Clone(Workloads),
 	}
@@ -154,6 +159,8 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		return b.runAttribution(ctx)
 	}
 	var failed []string
+	var lat *LatencyReport
+	var sys []SyscallSample
 	var sums []Summary
 	var verdicts []Verdict
 	if !o.SkipSysbench {
@@ -174,6 +181,12 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 			b.printf("%s\n", v)
 		}
 		b.printSetRatios(sums)
+		if lat, err = b.latencyPhase(ctx); err != nil {
+			failed = append(failed, "point_select@1: "+err.Error())
+		}
+		if !o.SkipSyscalls {
+			sys = b.syscallPhase(ctx)
+		}
 		b.maybeProfile(ctx, verdicts)
 		b.stopHoldfast()
 	}
@@ -193,12 +206,36 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		}
 		b.printSetRatios(sums)
 	}
+	if lat != nil {
+		lat.Print(w)
+	}
+	if sys != nil {
+		printSyscalls(w, sys)
+	}
 	if scale != nil {
 		b.printf("connection scale: %d clients through holdfast (pool.max %d), one statement each per %v for %v:\n",
 			o.ScaleConns, scale.PoolMax, o.ScaleInterval, o.ScaleTime)
 		scale.Print(w)
 	}
 	return b.outcome(ctx, failed)
+}
+
+// latencyPhase runs point_select@1 on every target, a Go client taking
+// turns between them (RunLatency).
+func (b *runner) latencyPhase(ctx context.Context) (*LatencyReport, error) {
+	o := b.o
+	var eps []Endpoint
+	for _, t := range o.targets() {
+		eps = append(eps, b.endpoint(t))
+	}
+	b.printf("\n== point_select@1: one Go client, %d rounds of %d statements per target, taking turns (%s) ==\n",
+		o.LatencyRounds, o.LatencyPerRound, strings.Join(o.targets(), ", "))
+	rep, err := RunLatency(ctx, LatencyOptions{Endpoints: eps, Database: o.Database, Rounds: o.LatencyRounds,
+		PerRound: o.LatencyPerRound, Warmup: 500, Query: PointSelect(o.TableSize)})
+	if rep != nil && len(rep.Rounds) > 0 {
+		rep.Print(b.w)
+	}
+	return rep, err
 }
 
 // printSetRatios prints the holdfast+set target against the relay and the
@@ -250,6 +287,8 @@ func (o Options) validate() error {
 		return errors.New("bench: tables and table-size must be positive")
 	case o.Mode == ModeProxy && !o.SkipSysbench && len(o.Workloads) == 0:
 		return errors.New("bench: no workloads")
+	case o.LatencyRounds < 1 || o.LatencyPerRound < 1:
+		return errors.New("bench: latency-rounds and latency-per-round must be positive")
 	case o.ScaleBackendMax < 1:
 		return errors.New("bench: scale-backend-max must be positive")
 	case o.ScaleConns < 1 || o.ScaleTime <= 0 || o.ScaleInterval <= 0:
@@ -296,7 +335,7 @@ type runner struct {
 	dir     string // scratch: holdfast binary, configs, logs
 	bin     string
 	admin   *sql.DB
-	relay   *netrelay.Relay
+	relay   *RelayProc
 	hf      *Holdfast
 	direct  Endpoint
 	viaHF   Endpoint
@@ -464,7 +503,7 @@ func (b *runner) cleanup() {
 	b.stopHoldfast()
 	b.stopAttributionHoldfasts()
 	if b.relay != nil {
-		b.relay.Close()
+		b.relay.Stop()
 	}
 	if b.admin != nil {
 		b.admin.Close()
@@ -485,7 +524,7 @@ func (b *runner) endpoint(target string) Endpoint {
 	}
 	switch target {
 	case TargetRelay:
-		return Endpoint{Name: TargetRelay, Addr: b.relay.Addr().String(), User: b.o.BenchUser, Password: b.o.BenchUser}
+		return Endpoint{Name: TargetRelay, Addr: b.relay.Addr, User: b.o.BenchUser, Password: b.o.BenchUser}
 	case TargetHoldfast:
 		return b.viaHF
 	}
@@ -495,11 +534,11 @@ func (b *runner) endpoint(target string) Endpoint {
 func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
 	o := b.o
 	var err error
-	b.relay, err = netrelay.Start("127.0.0.1:0", o.MariaDB, 0)
+	b.relay, err = StartRelayProc(ctx, o.MariaDB)
 	if err != nil {
 		return nil, err
 	}
-	b.printf("relay: %s → %s (io.Copy both ways, in this process)\n", b.relay.Addr(), o.MariaDB)
+	b.printf("relay: %s (pid %d; %s → %s, io.Copy both ways: splice)\n", b.relay.Cmdline, b.relay.Pid(), b.relay.Addr, o.MariaDB)
 	if _, err := b.startHoldfast(ctx, "holdfast-sysbench"); err != nil {
 		return nil, err
 	}
@@ -557,7 +596,8 @@ func (b *runner) runOne(ctx context.Context, round int, w Workload, target strin
 	hopCPU := func() time.Duration {
 		switch {
 		case target == TargetRelay:
-			return SelfCPU()
+			d, _ := ProcCPU(b.relay.Pid())
+			return d
 		case hf != nil:
 			d, _ := ProcCPU(hf.Pid())
 			return d
