@@ -45,4 +45,7 @@
 // unchanged; holdfast's documented environment variables (HOLDFAST_LISTEN,
 // HOLDFAST_ADMIN_LISTEN, HOLDFAST_BACKEND_*) and holdfastctl's
 // HOLDFAST_ADMIN_ADDR point it at the private listeners and database.
+//
+// Run it alone with `go test -race -count=1 ./internal/docstest` (MariaDB
+// as internal/dbtest finds it; `make test` starts one when missing).
 package docstest
