@@ -31,7 +31,7 @@ type testProxy struct {
 // startProxy starts holdfast for one test. By default the backend account
 // is a fresh user so dbtest.Connections counts only this proxy's
 // connections; mutate adjusts the configuration.
-func startProxy(t *testing.T, mutate ...func(*config.Config)) *testProxy {
+func startProxy(t testing.TB, mutate ...func(*config.Config)) *testProxy {
 	t.Helper()
 	db := dbtest.NewDatabase(t)
 	user := dbtest.NewUser(t, db)
@@ -51,7 +51,6 @@ func startProxy(t *testing.T, mutate ...func(*config.Config)) *testProxy {
 	}
 	cfg.Pool.Min = 0
 	cfg.Pool.Max = 4
-	cfg.Pool.MaxIdle = 4
 	cfg.Pool.AcquireTimeout = 10 * time.Second
 	for _, m := range mutate {
 		m(&cfg)
@@ -127,7 +126,7 @@ func (p *testProxy) direct(t testing.TB) *sql.DB {
 }
 
 // testLogger sends the server's logs to the test log until the test ends.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	w := &testWriter{t: t}
 	t.Cleanup(func() {
 		w.mu.Lock()
@@ -139,7 +138,7 @@ func testLogger(t *testing.T) *slog.Logger {
 
 type testWriter struct {
 	mu   sync.Mutex
-	t    *testing.T
+	t    testing.TB
 	done bool
 }
 
