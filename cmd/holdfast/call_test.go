@@ -6,19 +6,19 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/netrelay"
 )
 
 // startWithSchema starts holdfast after `holdfast migrate` on its database.
@@ -294,122 +294,45 @@ func TestCallRefusedWhileSessionKeepsConnection(t *testing.T) {
 	}
 }
 
-// cutRelay relays TCP to a database until it sees trigger in what the
-// client side sends: it forwards those bytes, then closes every relayed
-// connection and stops listening, so the database is unreachable (and the
-// answer to the triggering statement lost) until heal.
+// cutRelay relays TCP to a database until it sees the armed trigger in
+// what the client side sends: it forwards those bytes, then cuts (every
+// relayed connection closed, new ones refused), so the database is
+// unreachable (and the answer to the triggering statement lost) until
+// Up.
 type cutRelay struct {
-	addr, target string
-	trigger      []byte
-
-	mu    sync.Mutex // guards following
-	ln    net.Listener
-	conns []net.Conn
-	armed bool
-	cut   bool
+	*netrelay.Relay
+	addr    string
+	trigger atomic.Pointer[[]byte]
+	cut     atomic.Bool
 }
 
 func newCutRelay(t *testing.T, target string) *cutRelay {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	r := &cutRelay{Relay: &netrelay.Relay{Target: target}}
+	r.CutWhen = func(chunk []byte) bool {
+		tr := r.trigger.Load()
+		if tr == nil || !bytes.Contains(chunk, *tr) || !r.trigger.CompareAndSwap(tr, nil) {
+			return false
+		}
+		r.cut.Store(true)
+		return true
+	}
+	if err := r.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	r := &cutRelay{addr: ln.Addr().String(), target: target}
-	r.serve(ln)
-	t.Cleanup(r.cutNow)
+	t.Cleanup(func() { r.Close() })
+	r.addr = r.Addr().String()
 	return r
-}
-
-func (r *cutRelay) serve(ln net.Listener) {
-	r.mu.Lock()
-	r.ln = ln
-	r.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", r.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, c, b)
-			r.mu.Unlock()
-			go r.pipe(c, b, true)
-			go r.pipe(b, c, false)
-		}
-	}()
 }
 
 // arm makes the next chunk holding trigger cut the relay.
 func (r *cutRelay) arm(trigger string) {
-	r.mu.Lock()
-	r.trigger, r.armed, r.cut = []byte(trigger), true, false
-	r.mu.Unlock()
+	b := []byte(trigger)
+	r.cut.Store(false)
+	r.trigger.Store(&b)
 }
 
-func (r *cutRelay) wasCut() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.cut
-}
-
-func (r *cutRelay) pipe(src, dst net.Conn, fromClient bool) {
-	defer dst.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			r.mu.Lock()
-			fire := fromClient && r.armed && bytes.Contains(buf[:n], r.trigger)
-			if fire {
-				r.armed, r.cut = false, true
-			}
-			r.mu.Unlock()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-			if fire {
-				r.cutNow()
-				return
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				src.Close()
-			}
-			return
-		}
-	}
-}
-
-// cutNow stops listening and closes every relayed connection.
-func (r *cutRelay) cutNow() {
-	r.mu.Lock()
-	ln, conns := r.ln, r.conns
-	r.ln, r.conns = nil, nil
-	r.mu.Unlock()
-	if ln != nil {
-		ln.Close()
-	}
-	for _, c := range conns {
-		c.Close()
-	}
-}
-
-// heal listens again on the same address.
-func (r *cutRelay) heal(t *testing.T) {
-	t.Helper()
-	ln, err := net.Listen("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.serve(ln)
-}
+func (r *cutRelay) wasCut() bool { return r.cut.Load() }
 
 // startVia starts holdfast with its backend at backend (a relay) and
 // call_timeout set, after `holdfast migrate`.
@@ -522,7 +445,7 @@ func TestCallOutcomeUnknownThroughProxy(t *testing.T) {
 		t.Fatalf("a call while the database is unreachable: %v; want 2003, nothing was done", err)
 	}
 
-	relay.heal(t)
+	relay.Up()
 	var outcome string
 	for give := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var a, c, d, e, f sql.NullString
