@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/refiller"
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/restest"
@@ -52,7 +53,7 @@ func BenchmarkReserveHotItem(b *testing.B) {
 	dur := time.Duration(seconds * float64(time.Second))
 
 	_, name := restest.NewDB(b, 4)
-	relay := restest.NewRelay(b, restest.Target(b), delay)
+	relay := dbtest.StartRelay(b, restest.Target(b), delay).Addr().String()
 	direct := restest.OpenVia(b, name, restest.Target(b), 8)
 	for _, q := range []string{
 		"CREATE TABLE bench_counter (item BIGINT PRIMARY KEY, available BIGINT NOT NULL)",
@@ -70,7 +71,7 @@ func BenchmarkReserveHotItem(b *testing.B) {
 			clients, _ := strconv.Atoi(cs)
 			res := map[string]benchResult{}
 			for _, mode := range modes {
-				r := runMode(b, mode, name, relay.Addr, clients, dur)
+				r := runMode(b, mode, name, relay, clients, dur)
 				res[mode] = r
 				fmt.Printf("clients=%-3d %-9s %8.0f res/s  p50 %6.2fms  p99 %6.2fms  (%d ok, %d errors)\n",
 					clients, mode, r.rate, ms(r.p50), ms(r.p99), r.ok, r.errs)
