@@ -54,9 +54,13 @@ const backendInitSQL = "SET SESSION session_track_system_variables = '*', sessio
 type variant uint8
 
 const (
-	varFoundRows  variant = 1 << iota // CLIENT_FOUND_ROWS: affected rows count matched rows
-	varTypeInfo                       // MariaDB extended type info in column definitions
-	varLocalFiles                     // CLIENT_LOCAL_FILES: LOAD DATA LOCAL may ask for a file
+	varFoundRows variant = 1 << iota // CLIENT_FOUND_ROWS: affected rows count matched rows
+	varTypeInfo                      // MariaDB extended type info in column definitions
+	// varNoLocalFiles: no CLIENT_LOCAL_FILES, so the backend refuses LOAD
+	// DATA LOCAL itself. Off is the common case (go-sql-driver, the
+	// mariadb client and node's mysql2 allow LOCAL files), so that their
+	// connections are the ones holdfast's own work and pool.min use.
+	varNoLocalFiles
 )
 
 // clientVariant is the variant a client with these capabilities needs.
@@ -68,8 +72,8 @@ func clientVariant(caps, ext uint32) variant {
 	if ext&extTypeInfo != 0 {
 		v |= varTypeInfo
 	}
-	if caps&mysql.CLIENT_LOCAL_FILES != 0 {
-		v |= varLocalFiles
+	if caps&mysql.CLIENT_LOCAL_FILES == 0 {
+		v |= varNoLocalFiles
 	}
 	return v
 }
@@ -147,10 +151,10 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 				}
 			}
 			for _, vc := range []struct {
-				v    variant
+				on   bool
 				flag uint32
-			}{{varFoundRows, mysql.CLIENT_FOUND_ROWS}, {varLocalFiles, mysql.CLIENT_LOCAL_FILES}} {
-				if v&vc.v == 0 {
+			}{{v&varFoundRows != 0, mysql.CLIENT_FOUND_ROWS}, {v&varNoLocalFiles == 0, mysql.CLIENT_LOCAL_FILES}} {
+				if !vc.on {
 					c.UnsetCapability(vc.flag)
 				} else if err := c.SetCapability(vc.flag); err != nil {
 					return err
