@@ -433,15 +433,7 @@ func checkScramble(plugin, password string, salt, resp []byte) bool {
 // SHA1(password) XOR SHA1(salt + SHA1(SHA1(password))).
 func nativeScramble(salt, password []byte) []byte {
 	h1 := sha1.Sum(password)
-	h2 := sha1.Sum(h1[:])
-	h := sha1.New()
-	h.Write(salt)
-	h.Write(h2[:])
-	out := h.Sum(nil)
-	for i := range out {
-		out[i] ^= h1[i]
-	}
-	return out
+	return nativeScrambleHash(salt, h1[:])
 }
 
 // sha2Scramble is caching_sha2_password's fast-path scramble:

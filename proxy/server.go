@@ -92,6 +92,8 @@ type Server struct {
 	defaultColl  atomic.Pointer[map[string]string]   // charset -> its default collation
 	initVars     sync.Map                            // collation id -> *varState
 
+	backendTLS backendTLS // backend.tls, loaded
+
 	handshakes chan struct{}
 	draining   atomic.Bool
 	wg         sync.WaitGroup
@@ -139,6 +141,10 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 	if err != nil {
 		return nil, err
 	}
+	btls, err := loadBackendTLS(cfg.Backend.TLS, cfg.Backend.Address)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		log:        log,
@@ -148,6 +154,7 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 		handshakes: make(chan struct{}, maxHandshakes),
 		sessions:   map[uint32]*session{},
 		pipes:      newPipes(),
+		backendTLS: btls,
 	}
 	s.st.Pins = map[string]uint64{}
 	s.rec = attribution.NewRecorder(attribution.Options{MaxTags: cfg.Attribution.MaxTags, RetireIdle: cfg.Attribution.RetireIdle})
@@ -183,6 +190,10 @@ func New(cfg config.Config, log *slog.Logger, procs Procedures) (*Server, error)
 func CheckBackend(ctx context.Context, cfg config.Config) (string, error) {
 	s := &Server{}
 	s.cfg.Store(&cfg)
+	var err error
+	if s.backendTLS, err = loadBackendTLS(cfg.Backend.TLS, cfg.Backend.Address); err != nil {
+		return "", err
+	}
 	bc, err := dialBackend(ctx, s.backendSettings(), 0)
 	if err != nil {
 		return "", err
@@ -210,7 +221,7 @@ func (s *Server) config() *config.Config { return s.cfg.Load() }
 func (s *Server) backendSettings() BackendSettings {
 	b := s.config().Backend
 	return BackendSettings{Address: b.Address, User: b.User, Password: b.Password, Database: b.Database,
-		Collation: b.Collation, DialTimeout: b.DialTimeout}
+		Collation: b.Collation, DialTimeout: b.DialTimeout, TLS: s.backendTLS}
 }
 
 func (s *Server) maxPacket() int { return int(s.config().MaxAllowedPacket) }
@@ -369,7 +380,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.pool.Start()
 	s.wg.Add(1)
 	go s.janitor()
-	s.warm()
+	if err := s.warm(); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	s.log.Info("holdfast listening", "addr", ln.Addr().String())
 	var backoff time.Duration
 	for {
@@ -394,16 +408,22 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // warm opens a first backend connection so that the greeting carries the
 // backend's version from the first client on. A backend that is down now is
-// not fatal: clients get a clear error until it is back.
-func (s *Server) warm() {
+// not fatal: clients get a clear error until it is back. A setting that
+// cannot work (a TLS certificate that does not verify) is: holdfast does
+// not start.
+func (s *Server) warm() error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.config().Backend.DialTimeout)
 	defer cancel()
 	bc, err := s.pool.Acquire(ctx, 0)
+	if errors.Is(err, errBackendSetting) {
+		return fmt.Errorf("proxy: cannot connect to the backend %s: %w", s.config().Backend.Address, err)
+	}
 	if err != nil {
 		s.log.Warn("backend not reachable at start; will keep trying", "addr", s.config().Backend.Address, "err", err)
-		return
+		return nil
 	}
 	s.pool.Release(bc, true)
+	return nil
 }
 
 // Addr returns the listening address (after Serve started), or nil.
