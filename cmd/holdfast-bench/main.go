@@ -37,6 +37,8 @@ func main() {
 	flag.IntVar(&o.PoolMax, "pool-max", o.PoolMax, "holdfast pool.min and pool.max for the sysbench runs")
 	flag.IntVar(&o.MaxProcs, "max-procs", o.MaxProcs, "holdfast max_procs (GOMAXPROCS) in every run; 0: Go's default (every CPU)")
 	flag.IntVar(&o.PipelineDepth, "pipeline-depth", o.PipelineDepth, "holdfast pool.pipeline_depth in every run; 0: holdfast's default; -1: off")
+	flag.StringVar(&o.BackendTLS, "backend-tls", o.BackendTLS, "proxy mode: also run every workload through a holdfast with this backend.tls.mode (the \"TLS to backend\" target holdfast+tls); MariaDB must offer TLS")
+	flag.StringVar(&o.BackendTLSCA, "backend-tls-ca", o.BackendTLSCA, "backend.tls.ca_file of the holdfast+tls target (verify_ca, verify_identity)")
 	flag.IntVar(&o.ScaleConns, "scale-conns", o.ScaleConns, "client connections in the connection-scale run")
 	flag.IntVar(&o.ScalePoolMax, "scale-pool-max", o.ScalePoolMax, "holdfast pool.max for the connection-scale run")
 	flag.DurationVar(&o.ScaleTime, "scale-time", o.ScaleTime, "duration of the connection-scale statement phase")

@@ -66,6 +66,9 @@ type HoldfastConfig struct {
 	// AdminListen is admin.listen (HTTP admin API and /metrics); empty
 	// disables the admin listener.
 	AdminListen string
+	// BackendTLSMode, when not empty, is backend.tls.mode, with
+	// BackendTLSCA as backend.tls.ca_file.
+	BackendTLSMode, BackendTLSCA string
 	// Redis, when not empty, is reservation.redis.address, with authority
 	// redis (shadow mode: the legacy counter decides, the engine runs each
 	// reserve too).
@@ -90,6 +93,13 @@ backend:
   user: {{.Backend.User}}
   password: "{{.Backend.Password}}"
   database: {{.Database}}
+{{- if .BackendTLSMode}}
+  tls:
+    mode: {{.BackendTLSMode}}
+{{- if .BackendTLSCA}}
+    ca_file: {{printf "%q" .BackendTLSCA}}
+{{- end}}
+{{- end}}
 pool:
   min: {{.PoolMin}}
   max: {{.PoolMax}}

@@ -100,3 +100,41 @@ func TestRaiseNoFile(t *testing.T) {
 		t.Fatalf("RaiseNoFile(%d) = %d, %v", before, after, err)
 	}
 }
+
+// The holdfast+tls target's configuration: backend.tls as asked.
+func TestHoldfastConfigBackendTLS(t *testing.T) {
+	hc := HoldfastConfig{Listen: "127.0.0.1:16033", Users: []string{"u"}, Backend: Endpoint{Addr: "127.0.0.1:3306", User: "p"}, PoolMax: 8,
+		BackendTLSMode: config.TLSVerifyCA, BackendTLSCA: "/etc/ssl/db ca.pem"}
+	c, err := config.Parse(hc.YAML())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, hc.YAML())
+	}
+	if c.Backend.TLS != (config.BackendTLS{Mode: config.TLSVerifyCA, CAFile: "/etc/ssl/db ca.pem"}) {
+		t.Fatalf("backend.tls %+v", c.Backend.TLS)
+	}
+	hc.BackendTLSMode, hc.BackendTLSCA = "", ""
+	if c, err := config.Parse(hc.YAML()); err != nil || c.Backend.TLS.Mode != config.TLSDisabled {
+		t.Fatalf("without the option: %+v, %v", c.Backend.TLS, err)
+	}
+	o := DefaultOptions()
+	if got := o.targets(); len(got) != 3 {
+		t.Fatalf("targets %v", got)
+	}
+	o.BackendTLS = config.TLSRequired
+	if got := o.targets(); len(got) != 4 || got[3] != TargetHoldfastTLS || len(Targets) != 3 {
+		t.Fatalf("targets %v (Targets %v)", got, Targets)
+	}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []Options{{BackendTLS: "on"}, {BackendTLS: config.TLSRequired, Mode: ModeAttribution}} {
+		x := DefaultOptions()
+		x.BackendTLS = bad.BackendTLS
+		if bad.Mode != "" {
+			x.Mode = bad.Mode
+		}
+		if err := x.validate(); err == nil {
+			t.Errorf("validate accepted -backend-tls %q in mode %s", x.BackendTLS, x.Mode)
+		}
+	}
+}

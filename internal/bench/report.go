@@ -15,6 +15,9 @@ const (
 	TargetDirect   = "direct"
 	TargetRelay    = "relay"
 	TargetHoldfast = "holdfast"
+	// TargetHoldfastTLS is holdfast with TLS to the backend (run with
+	// Options.BackendTLS only).
+	TargetHoldfastTLS = "holdfast+tls"
 )
 
 // Targets is the order of targets within a round.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/netrelay"
 )
 
@@ -50,6 +51,12 @@ type Options struct {
 	// PipelineDepth is holdfast's pool.pipeline_depth in every run; 0
 	// leaves holdfast's default, -1 turns pipelining off.
 	PipelineDepth int
+	// BackendTLS, when set, is a backend.tls.mode (ModeProxy): each
+	// round runs every workload against one more target, TargetHoldfastTLS,
+	// a holdfast whose backend connections use TLS (with BackendTLSCA as
+	// backend.tls.ca_file). MariaDB must offer TLS.
+	BackendTLS   string
+	BackendTLSCA string
 
 	// The connection-scale run and SkipSysbench, SkipScale: ModeProxy only.
 
@@ -160,7 +167,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		sums = Summarize(samples, o.Workloads, Targets)
+		sums = Summarize(samples, o.Workloads, o.targets())
 		verdicts = Verdicts(sums, o.Workloads)
 		for _, s := range samples {
 			if s.Err != nil {
@@ -233,12 +240,30 @@ func (o Options) validate() error {
 	case o.ScaleConns < 1 || o.ScaleTime <= 0 || o.ScaleInterval <= 0:
 		return errors.New("bench: scale-conns, scale-time and scale-interval must be positive")
 	}
+	switch o.BackendTLS {
+	case "":
+	case config.TLSPreferred, config.TLSRequired, config.TLSVerifyCA, config.TLSVerifyIdentity:
+		if o.Mode != ModeProxy {
+			return errors.New("bench: -backend-tls is for mode proxy")
+		}
+	default:
+		return fmt.Errorf("bench: -backend-tls must be preferred, required, verify_ca or verify_identity, got %q", o.BackendTLS)
+	}
 	switch o.Profile {
 	case "on-miss", "always", "never":
 	default:
 		return fmt.Errorf("bench: profile must be on-miss, always or never, got %q", o.Profile)
 	}
 	return nil
+}
+
+// targets are the sysbench phase's targets: Targets, and
+// TargetHoldfastTLS with BackendTLS.
+func (o Options) targets() []string {
+	if o.BackendTLS == "" {
+		return Targets
+	}
+	return append(slices.Clone(Targets), TargetHoldfastTLS)
 }
 
 // poolUser is the MariaDB account holdfast's pool logs in as.
@@ -387,6 +412,30 @@ func (b *runner) startHoldfast(ctx context.Context, name string, poolMin, poolMa
 	return h, nil
 }
 
+// startHoldfastTLS starts the holdfast of TargetHoldfastTLS: the same
+// configuration, its backend connections over TLS. It is stopped with the
+// attribution processes.
+func (b *runner) startHoldfastTLS(ctx context.Context) error {
+	addr, err := FreeAddr()
+	if err != nil {
+		return err
+	}
+	hc := b.o.holdfastConfig(addr, b.o.PoolMax, b.o.PoolMax)
+	hc.BackendTLSMode, hc.BackendTLSCA = b.o.BackendTLS, b.o.BackendTLSCA
+	h, err := StartHoldfast(ctx, b.bin, b.dir, "holdfast-sysbench-tls", hc)
+	if err != nil {
+		return err
+	}
+	b.attrProcs = append(b.attrProcs, attrProc{name: "tls", h: h})
+	if b.hfs == nil {
+		b.hfs, b.eps = map[string]*Holdfast{}, map[string]Endpoint{}
+	}
+	b.hfs[TargetHoldfastTLS] = h
+	b.eps[TargetHoldfastTLS] = Endpoint{Name: TargetHoldfastTLS, Addr: addr, User: holdfastUser, Password: holdfastUser}
+	b.printf("holdfast, TLS to the backend: %s (pid %d; backend.tls.mode %s; log %s)\n", h.Cmdline, h.Pid(), b.o.BackendTLS, h.LogPath)
+	return nil
+}
+
 func (b *runner) stopHoldfast() {
 	if b.hf == nil {
 		return
@@ -440,19 +489,25 @@ func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
 	if _, err := b.startHoldfast(ctx, "holdfast-sysbench", o.PoolMax, o.PoolMax); err != nil {
 		return nil, err
 	}
-	b.printf("commands (each round runs every workload against direct, relay, holdfast in turn):\n")
+	if o.BackendTLS != "" {
+		if err := b.startHoldfastTLS(ctx); err != nil {
+			return nil, err
+		}
+	}
+	targets := o.targets()
+	b.printf("commands (each round runs every workload against %s in turn):\n", strings.Join(targets, ", "))
 	for _, w := range o.Workloads {
-		for _, t := range Targets {
+		for _, t := range targets {
 			b.printf("  %s\n", b.sysb.CommandLine(b.sysb.RunArgs(w, b.endpoint(t), o.Time)))
 		}
 	}
-	total := time.Duration(o.Rounds*len(o.Workloads)*len(Targets)) * (o.Time + 2*time.Second)
-	b.printf("%d rounds × %d runs of %v: about %v\n\n", o.Rounds, len(o.Workloads)*len(Targets), o.Time, total.Round(time.Minute))
+	total := time.Duration(o.Rounds*len(o.Workloads)*len(targets)) * (o.Time + 2*time.Second)
+	b.printf("%d rounds × %d runs of %v: about %v\n\n", o.Rounds, len(o.Workloads)*len(targets), o.Time, total.Round(time.Minute))
 
 	var samples []Sample
 	for round := 1; round <= o.Rounds; round++ {
 		for _, w := range o.Workloads {
-			for _, t := range Targets {
+			for _, t := range targets {
 				if ctx.Err() != nil {
 					return samples, ctx.Err()
 				}
