@@ -4,7 +4,7 @@ GO        ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 FUZZTIME  ?= 60s
 
-.PHONY: run test build install vet fmt fuzz bench-proxy bench-attribution bench-reserve soak chaos clean
+.PHONY: run test build install vet fmt fuzz bench-proxy bench-attribution bench-reserve soak load-data-big chaos clean
 
 ## run: build holdfast and holdfastctl into bin/ and start holdfast on the local default
 ## (starts a private MariaDB when none answers)
@@ -60,6 +60,13 @@ soak:
 	@addr=$$(scripts/mariadb-up.sh) && \
 	  HOLDFAST_SOAK=1 HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test -race -count=1 -timeout 30m -v \
 	    -run 'TestNoDeadlockAtRepeatableRead|TestMixedWorkloadConservation' ./reservation/
+
+## load-data-big: a 100 MiB LOAD DATA LOCAL INFILE through a holdfast process, which must stream it
+## in constant memory; prints holdfast's peak RSS (~1 min)
+load-data-big:
+	@addr=$$(scripts/mariadb-up.sh) && $(GO) build -o bin/holdfast ./cmd/holdfast && \
+	  HOLDFAST_BIN=$(CURDIR)/bin/holdfast HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test -count=1 -timeout 20m -v \
+	    -run '^TestLoadDataLocalBig$$' ./proxy/
 
 ## chaos: the fault harness: 256 clients of checkout traffic through CALL holdfast.* against a
 ## private MariaDB while backend connections, MariaDB and holdfast are killed, then three

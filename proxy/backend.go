@@ -2,9 +2,7 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -48,18 +46,27 @@ const backendCaps = mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_MULTI_RESULTS |
 // backendInitSQL runs on every new (or reset) backend connection.
 const backendInitSQL = "SET SESSION session_track_system_variables = '*', session_track_schema = ON, session_track_state_change = ON"
 
-// variant is a pool key: the capabilities a backend connection negotiated
-// that change what a client sees on the wire. A session only ever uses
+// variant is a pool key: the backend account a connection is logged in
+// as (the high 24 bits: an account id, see accounts.go; 0 is
+// backend.user), and the capabilities it negotiated that change what a
+// client sees on the wire (the low 8 bits). A session only ever uses
 // connections of its own variant.
-type variant uint8
+type variant uint32
 
 const (
-	varFoundRows  variant = 1 << iota // CLIENT_FOUND_ROWS: affected rows count matched rows
-	varTypeInfo                       // MariaDB extended type info in column definitions
-	varLocalFiles                     // CLIENT_LOCAL_FILES: LOAD DATA LOCAL may ask for a file
+	varFoundRows variant = 1 << iota // CLIENT_FOUND_ROWS: affected rows count matched rows
+	varTypeInfo                      // MariaDB extended type info in column definitions
+	// varNoLocalFiles: no CLIENT_LOCAL_FILES, so the backend refuses LOAD
+	// DATA LOCAL itself. Off is the common case (go-sql-driver, the
+	// mariadb client and node's mysql2 allow LOCAL files), so that their
+	// connections are the ones holdfast's own work and pool.min use.
+	varNoLocalFiles
+
+	varCaps variant = 0xff // the capability bits
 )
 
-// clientVariant is the variant a client with these capabilities needs.
+// clientVariant is the variant a client with these capabilities needs, on
+// the service account (see withAccount).
 func clientVariant(caps, ext uint32) variant {
 	var v variant
 	if caps&mysql.CLIENT_FOUND_ROWS != 0 {
@@ -68,11 +75,17 @@ func clientVariant(caps, ext uint32) variant {
 	if ext&extTypeInfo != 0 {
 		v |= varTypeInfo
 	}
-	if caps&mysql.CLIENT_LOCAL_FILES != 0 {
-		v |= varLocalFiles
+	if caps&mysql.CLIENT_LOCAL_FILES == 0 {
+		v |= varNoLocalFiles
 	}
 	return v
 }
+
+// account is the id of the backend account of v's connections.
+func (v variant) account() uint32 { return uint32(v >> 8) }
+
+// withAccount is v on the backend account with id a.
+func (v variant) withAccount(a uint32) variant { return v&varCaps | variant(a)<<8 }
 
 // backendInfo is what the first backend connection's greeting said.
 type backendInfo struct {
@@ -80,14 +93,18 @@ type backendInfo struct {
 	extCaps uint32 // MariaDB extended capabilities offered
 }
 
-// BackendSettings says how to reach the backend.
+// BackendSettings says how to reach the backend, and as whom.
 type BackendSettings struct {
-	Address     string
-	User        string
-	Password    string
-	Database    string
-	Collation   string
-	DialTimeout time.Duration
+	Address  string
+	User     string
+	Password string
+	// PasswordHash, when set, is SHA1(password), used instead of Password
+	// (an account learned at a client's login, see frombackend.go).
+	PasswordHash []byte
+	Database     string
+	Collation    string
+	DialTimeout  time.Duration
+	TLS          backendTLS
 }
 
 // backendConn is one connection to the backend. It is owned by exactly one
@@ -128,13 +145,20 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 		if err != nil {
 			return nil, err
 		}
-		sniff = &dialConn{Conn: nc}
+		// The whole connection phase, TLS included, within the dial's bound.
+		dl, _ := ctx.Deadline()
+		_ = nc.SetDeadline(dl)
+		sniff = &dialConn{Conn: nc, under: nc, ctx: ctx, tls: s.TLS, hash: s.PasswordHash}
 		if v&varTypeInfo != 0 {
 			sniff.wantExt = extTypeInfo
 		}
 		return sniff, nil
 	}
-	cc, err := client.ConnectWithDialer(ctx, "tcp", s.Address, s.User, s.Password, s.Database, dial,
+	password := s.Password
+	if s.PasswordHash != nil {
+		password = "-" // any: dialConn computes the scramble from the hash
+	}
+	cc, err := client.ConnectWithDialer(ctx, "tcp", s.Address, s.User, password, s.Database, dial,
 		func(c *client.Conn) error {
 			if err := c.SetCollation(s.Collation); err != nil {
 				return err
@@ -147,10 +171,10 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 				}
 			}
 			for _, vc := range []struct {
-				v    variant
+				on   bool
 				flag uint32
-			}{{varFoundRows, mysql.CLIENT_FOUND_ROWS}, {varLocalFiles, mysql.CLIENT_LOCAL_FILES}} {
-				if v&vc.v == 0 {
+			}{{v&varFoundRows != 0, mysql.CLIENT_FOUND_ROWS}, {v&varNoLocalFiles == 0, mysql.CLIENT_LOCAL_FILES}} {
+				if !vc.on {
 					c.UnsetCapability(vc.flag)
 				} else if err := c.SetCapability(vc.flag); err != nil {
 					return err
@@ -160,13 +184,17 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 			return nil
 		})
 	if err != nil {
-		return nil, fmt.Errorf("proxy: connect to backend %s: %w", s.Address, unwrapMyError(err))
+		if sniff != nil && sniff.failed != nil {
+			err = sniff.failed
+		}
+		return nil, fmt.Errorf("proxy: connect to backend %s as %s: %w", s.Address, s.User, unwrapMyError(err))
 	}
 	if v&varTypeInfo != 0 && sniff.gotExt&extTypeInfo == 0 {
 		cc.Close()
 		return nil, fmt.Errorf("proxy: backend %s did not accept MariaDB extended type info", s.Address)
 	}
-	nc := sniff.Conn
+	nc := sniff.under // the TLS connection, or the TCP one
+	_ = nc.SetDeadline(time.Time{})
 	bc := &backendConn{
 		threadID:   cc.GetConnectionID(),
 		version:    cc.GetServerVersion(),
@@ -179,88 +207,14 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 		dbKnown:    true,
 		multiStmts: true,
 	}
-	if sc, ok := nc.(syscall.Conn); ok {
-		bc.raw, _ = sc.SyscallConn()
+	if sc, ok := sniff.Conn.(syscall.Conn); ok {
+		bc.raw, _ = sc.SyscallConn() // the TCP socket, under TLS too
 	}
 	if _, err := bc.query(ctx, backendInitSQL); err != nil {
 		bc.close()
 		return nil, fmt.Errorf("proxy: initialise backend connection: %w", err)
 	}
 	return bc, nil
-}
-
-// dialConn carries a new backend connection through go-mysql's client
-// handshake. It reads the server's greeting as it passes, for the MariaDB
-// extended capabilities, and puts the ones holdfast wants (wantExt, when
-// the server offers them) into the handshake response, which go-mysql's
-// client writes in one Write and knows no extended capabilities for.
-// After the handshake the connection is used without it.
-type dialConn struct {
-	net.Conn
-	wantExt uint32
-
-	greeting []byte // bytes of the greeting read so far
-	greeted  bool
-	srvCaps  uint32
-	srvExt   uint32
-	gotExt   uint32 // extended capabilities sent in the handshake response
-	wrote    bool
-}
-
-func (c *dialConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if !c.greeted && n > 0 {
-		c.greeting = append(c.greeting, p[:n]...)
-		if len(c.greeting) >= 4 {
-			if size := int(c.greeting[0]) | int(c.greeting[1])<<8 | int(c.greeting[2])<<16; len(c.greeting) >= 4+size {
-				c.greeted = true
-				c.srvCaps, c.srvExt = greetingCaps(c.greeting[4 : 4+size])
-				c.greeting = nil
-			}
-		}
-	}
-	return n, err
-}
-
-func (c *dialConn) Write(p []byte) (int, error) {
-	if c.greeted && !c.wrote {
-		c.wrote = true
-		// The handshake response (or SSLRequest): caps at 4, extended caps
-		// at 4+28, after max packet size, collation and 19 filler bytes.
-		if ext := c.wantExt & c.srvExt; ext != 0 && c.srvCaps&mysql.CLIENT_LONG_PASSWORD == 0 && len(p) >= 36 {
-			q := append([]byte(nil), p...)
-			caps := binary.LittleEndian.Uint32(q[4:]) &^ mysql.CLIENT_LONG_PASSWORD
-			binary.LittleEndian.PutUint32(q[4:], caps)
-			binary.LittleEndian.PutUint32(q[32:], ext)
-			c.gotExt = ext
-			if _, err := c.Conn.Write(q); err != nil {
-				return 0, err
-			}
-			return len(p), nil
-		}
-	}
-	return c.Conn.Write(p)
-}
-
-// greetingCaps reads the capabilities and MariaDB extended capabilities of
-// a protocol-10 greeting payload (zero when it is none).
-func greetingCaps(g []byte) (caps, ext uint32) {
-	if len(g) < 1 || g[0] != 10 {
-		return 0, 0
-	}
-	nul := bytes.IndexByte(g[1:], 0)
-	if nul < 0 {
-		return 0, 0
-	}
-	pos := 1 + nul + 1 + 4 + 8 + 1 // version, connection id, salt part 1, filler
-	if len(g) < pos+18 {
-		return 0, 0
-	}
-	caps = uint32(binary.LittleEndian.Uint16(g[pos:])) | uint32(binary.LittleEndian.Uint16(g[pos+5:]))<<16
-	if caps&mysql.CLIENT_LONG_PASSWORD == 0 {
-		ext = binary.LittleEndian.Uint32(g[pos+14:])
-	}
-	return caps, ext
 }
 
 // unwrapMyError digs the MySQL error out of go-mysql's traced wrappers so
@@ -295,7 +249,16 @@ func (bc *backendConn) Ping(ctx context.Context) error {
 }
 
 // alive is a cheap check that an idle connection has not been closed by
-// the server: a non-blocking read must find nothing to read.
+// the server: a non-blocking peek at the TCP socket must find nothing to
+// read. It peeks (MSG_PEEK) rather than reads, so that with TLS it looks
+// under the TLS connection without consuming a record: nothing there
+// (EAGAIN) is alive; the end of the stream (the server closed) or any
+// bytes (an ERR sent before closing, a TLS alert: a server sends nothing
+// unsolicited to an idle connection otherwise) are not. TLS 1.3 session
+// tickets, the one record a server sends on its own, arrive with the
+// handshake and are consumed by the connection's first exchanges, before
+// it is ever idle. A connection idle past pool.ping_after_idle is pinged
+// as well.
 func (bc *backendConn) alive() bool {
 	if bc.r.br.Buffered() > 0 {
 		return false
@@ -306,7 +269,7 @@ func (bc *backendConn) alive() bool {
 	alive := true
 	err := bc.raw.Read(func(fd uintptr) bool {
 		var b [1]byte
-		n, err := syscall.Read(int(fd), b[:])
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch {
 		case n == 0 && err == nil: // EOF
 			alive = false

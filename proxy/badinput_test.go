@@ -592,8 +592,8 @@ func TestBadLoadDataLocal(t *testing.T) {
 	p := startWatchedProxy(t)
 	by := startBystander(t, p)
 	mustExec(t, p.direct(t), "CREATE TABLE ld (a TEXT)")
-	c := p.raw(t, rawOpts{caps: capMultiStatements})
-	allows := p.raw(t, rawOpts{caps: capMultiStatements | capLocalFiles})
+	c := p.raw(t, rawOpts{caps: capMultiStatements, drop: capLocalFiles})
+	allows := p.raw(t, rawOpts{caps: capMultiStatements})
 	for _, q := range []string{
 		"LOAD DATA LOCAL INFILE '/etc/passwd' INTO TABLE ld",
 		"load data low_priority local infile '/etc/hosts' into table ld",

@@ -8,10 +8,12 @@ import (
 )
 
 // comChangeUser implements COM_CHANGE_USER: re-authenticate as another
-// configured user and start a fresh session (as COM_RESET_CONNECTION does)
-// on the given database and character set. holdfast always answers with an
-// authentication switch carrying a fresh scramble, so it never needs the
-// scramble of the original handshake.
+// user, through the same steps as a login (see login.go: the delay after
+// failures, a configured user or one from the backend), and start a fresh
+// session (as COM_RESET_CONNECTION does) on the given database and
+// character set, on the new user's backend account. holdfast always
+// answers with an authentication switch carrying a fresh scramble, so it
+// never needs the scramble of the original handshake.
 func (s *session) comChangeUser(p []byte) bool {
 	rest := p[1:]
 	i := bytes.IndexByte(rest, 0)
@@ -42,10 +44,19 @@ func (s *session) comChangeUser(p []byte) bool {
 		}
 	}
 
-	u, ok := s.srv.users.get(name)
-	if !ok {
-		// As at login: the same answer as a wrong password.
-		u = User{Name: name, Password: unknownUserPassword, AuthPlugin: pluginNative}
+	// Whatever the outcome, the session's transaction and state end here:
+	// give the backend connection back before waiting or asking the
+	// backend who the user is.
+	s.returnBackend()
+	remote := s.nc.RemoteAddr()
+	if err := s.srv.loginWait(loginKey(name, remote), nil); err != nil {
+		s.writeErr(s.srv.loginRefused(name, remote, true))
+		return false
+	}
+	u, known, why, err := s.srv.resolveUser(name, remote)
+	if err != nil {
+		s.writeErr(newErr(codeConnectFailed, "HY000", "holdfast: could not check user '%s' against the backend: %v", name, err))
+		return false
 	}
 	salt := newSalt()
 	sw := append(s.out[:0], hdrEOF)
@@ -64,8 +75,10 @@ func (s *session) comChangeUser(p []byte) bool {
 		return false
 	}
 	s.w.seq = s.r.seq
-	if !ok || !checkScramble(u.AuthPlugin, u.Password, salt, reply) {
-		s.writeErr(accessDenied(name, s.nc.RemoteAddr(), len(reply) > 0))
+	hash1, ok := u.verify(salt, reply)
+	u, se := s.srv.loginDone(u, known, why, hash1, ok, remote, len(reply) > 0)
+	if se != nil {
+		s.writeErr(se)
 		return false
 	}
 	if u.AuthPlugin == pluginSHA2 && !emptyAuth(reply) {
@@ -78,6 +91,8 @@ func (s *session) comChangeUser(p []byte) bool {
 	s.mu.Lock()
 	s.user = u // read by other sessions' KILLs
 	s.mu.Unlock()
+	s.variant = clientVariant(s.caps, s.extCaps).withAccount(u.account)
+	s.srv.useKey(s.variant)
 	s.db, s.coll = db, coll
 	s.writeOK(0, 0)
 	return true

@@ -166,6 +166,7 @@ func FuzzHandshake(f *testing.F) {
 		{Name: "empty"},
 		{Name: "sha", Password: "sha-secret", AuthPlugin: "caching_sha2_password"},
 	}
+	cfg.Auth.FailureDelay = 0 // every input checked at once
 	srv, err := New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		f.Fatal(err)
@@ -215,7 +216,7 @@ func FuzzHandshake(f *testing.F) {
 		}()
 		_ = server.SetDeadline(time.Now().Add(2 * time.Second))
 		hang := time.AfterFunc(5*time.Second, func() { panic("connect hangs") })
-		h, _, err := srv.connect(server, 1)
+		h, _, _, err := srv.connect(server, 1, nil)
 		hang.Stop()
 		server.Close()
 		if err == nil {
@@ -241,7 +242,8 @@ func startFuzzProxy(f *testing.F) *fuzzProxy {
 	w := &logWatch{}
 	f.Cleanup(func() { w.check(f) }) // after the server closed
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p := newTestProxy(f, log)
+	// Inputs that fail a COM_CHANGE_USER are checked at once, not slowed.
+	p := newTestProxy(f, log, func(c *config.Config) { c.Auth.FailureDelay = 0 })
 	mustExec(f, p.direct(f), "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
 	mustExec(f, p.direct(f), "INSERT INTO t VALUES (1, 'one'), (2, NULL)")
 	return &fuzzProxy{p: p, watch: w}

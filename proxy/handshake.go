@@ -22,7 +22,9 @@ import (
 // authentication method switch, and OK or ERR. holdfast knows every
 // configured user's password, so it checks mysql_native_password and
 // caching_sha2_password scrambles itself, always on caching_sha2's fast path
-// (no RSA or clear-text exchange is ever needed).
+// (no RSA or clear-text exchange is ever needed); a user from the backend
+// (auth.from_backend) is checked against the hash the backend stores (see
+// login.go and frombackend.go).
 
 // Authentication plugin names.
 const (
@@ -71,6 +73,9 @@ type User struct {
 	AuthPlugin string // mysql_native_password or caching_sha2_password
 	Admin      bool
 	DefaultTag string
+
+	account uint32 // backend account (see accounts.go); 0: backend.user
+	hash2   []byte // a user from the backend: SHA1(SHA1(password)) as it stores it, Password unused
 }
 
 // users is the configured accounts; the map is swapped whole on reload.
@@ -214,9 +219,10 @@ func (h *handshakeIO) fail(e *sqlError) error {
 const maxHello = 64 << 10
 
 // connect runs the connection phase on nc. It returns the authenticated
-// hello and the connection to use from now on (TLS when the client asked
-// for it), or an error after telling the client (when it can be told).
-func (s *Server) connect(nc net.Conn, id uint32) (*clientHello, net.Conn, error) {
+// hello and user and the connection to use from now on (TLS when the
+// client asked for it), or an error after telling the client (when it can
+// be told). release gives up the caller's handshake slot (see loginWait).
+func (s *Server) connect(nc net.Conn, id uint32, release func()) (*clientHello, User, net.Conn, error) {
 	salt := newSalt
 	if s.salt != nil {
 		salt = s.salt
@@ -225,47 +231,53 @@ func (s *Server) connect(nc net.Conn, id uint32) (*clientHello, net.Conn, error)
 	g.caps, g.extCaps = s.greetingCaps()
 	h := &handshakeIO{nc: nc, r: packetReader{br: newSmallReader(nc)}, w: packetWriter{bw: newSmallWriter(nc)}}
 	if err := h.write(s.appendGreeting(nil, g)); err != nil {
-		return nil, nil, err
+		return nil, User{}, nil, err
 	}
 	p, err := h.read(maxHello)
 	if err != nil {
-		return nil, nil, err
+		return nil, User{}, nil, err
 	}
 	if isSSLRequest(p) {
 		tc := s.tlsConf.Load()
 		if tc == nil || g.caps&mysql.CLIENT_SSL == 0 {
-			return nil, nil, h.fail(newErr(codeHandshake, "08S01", "Bad handshake: TLS was requested but holdfast offers none (tls.cert_file is not set)"))
+			return nil, User{}, nil, h.fail(newErr(codeHandshake, "08S01", "Bad handshake: TLS was requested but holdfast offers none (tls.cert_file is not set)"))
 		}
 		// The client's TLS hello may already sit in the reader's buffer.
 		tconn := tls.Server(&prefixConn{Conn: nc, r: h.r.br}, tc)
 		if err := tconn.Handshake(); err != nil {
-			return nil, nil, fmt.Errorf("proxy: TLS handshake: %w", err)
+			return nil, User{}, nil, fmt.Errorf("proxy: TLS handshake: %w", err)
 		}
 		nc = tconn
 		seq := h.r.seq
 		h = &handshakeIO{nc: nc, r: packetReader{br: newSmallReader(nc), seq: seq}, w: packetWriter{bw: newSmallWriter(nc), seq: seq}}
 		if p, err = h.read(maxHello); err != nil {
-			return nil, nil, err
+			return nil, User{}, nil, err
 		}
 	}
 	hello, err := parseHello(p, g)
 	if err != nil {
 		var se *sqlError
 		if errors.As(err, &se) {
-			return nil, nil, h.fail(se)
+			return nil, User{}, nil, h.fail(se)
 		}
-		return nil, nil, h.fail(newErr(codeHandshake, "08S01", "Bad handshake"))
+		return nil, User{}, nil, h.fail(newErr(codeHandshake, "08S01", "Bad handshake"))
 	}
-	u, known := s.users.get(hello.user)
-	if !known {
-		u = User{Name: hello.user, Password: unknownUserPassword, AuthPlugin: pluginNative}
+	remote, withPassword := nc.RemoteAddr(), len(hello.authResp) > 0
+	if err := s.loginWait(loginKey(hello.user, remote), release); err != nil {
+		return nil, User{}, nil, h.fail(s.loginRefused(hello.user, remote, withPassword))
 	}
-	ok, err := authenticate(h, u, hello.plugin, hello.authResp, g.salt)
+	_ = nc.SetDeadline(handshakeDeadline()) // the wait is not the client's
+	u, known, why, err := s.resolveUser(hello.user, remote)
 	if err != nil {
-		return nil, nil, err
+		return nil, User{}, nil, h.fail(newErr(codeConnectFailed, "HY000", "holdfast: could not check user '%s' against the backend: %v", hello.user, err))
 	}
-	if !ok || !known {
-		return nil, nil, h.fail(accessDenied(hello.user, nc.RemoteAddr(), len(hello.authResp) > 0))
+	hash1, ok, err := authenticate(h, u, hello.plugin, hello.authResp, g.salt)
+	if err != nil {
+		return nil, User{}, nil, err
+	}
+	u, se := s.loginDone(u, known, why, hash1, ok, remote, withPassword)
+	if se != nil {
+		return nil, User{}, nil, h.fail(se)
 	}
 	welcome := okPacket{status: statusAutocommit}
 	track := hello.caps&mysql.CLIENT_SESSION_TRACK != 0
@@ -276,14 +288,14 @@ func (s *Server) connect(nc net.Conn, id uint32) (*clientHello, net.Conn, error)
 	}
 	okp := appendOK(nil, welcome, track)
 	if err := h.write(okp); err != nil {
-		return nil, nil, err
+		return nil, User{}, nil, err
 	}
 	if h.r.br.Buffered() > 0 {
 		// A client that pipelined its first command behind the handshake:
 		// keep the buffered bytes for the session's reader.
 		nc = &prefixConn{Conn: nc, r: h.r.br}
 	}
-	return hello, nc, nil
+	return hello, u, nc, nil
 }
 
 // isSSLRequest reports whether p is an SSLRequest: the first 32 bytes of a
@@ -381,29 +393,30 @@ func parseAttrs(b []byte) map[string]string {
 // authenticate checks the client's scramble for u, switching the client
 // to u's plugin first when it answered for another. An I/O error or a
 // malformed switch response is returned as err; a wrong password as
-// ok == false (the caller sends 1045).
-func authenticate(h *handshakeIO, u User, plugin string, resp, salt []byte) (ok bool, err error) {
+// ok == false (the caller sends 1045). For a user from the backend it
+// returns SHA1(password) too (see User.verify).
+func authenticate(h *handshakeIO, u User, plugin string, resp, salt []byte) (hash1 []byte, ok bool, err error) {
 	if plugin != u.AuthPlugin {
 		sw := append([]byte{hdrEOF}, u.AuthPlugin...)
 		sw = append(sw, 0)
 		sw = append(sw, salt...)
 		sw = append(sw, 0)
 		if err := h.write(sw); err != nil {
-			return false, err
+			return nil, false, err
 		}
 		if resp, err = h.read(4096); err != nil {
-			return false, err
+			return nil, false, err
 		}
 	}
-	if !checkScramble(u.AuthPlugin, u.Password, salt, resp) {
-		return false, nil
+	if hash1, ok = u.verify(salt, resp); !ok {
+		return nil, false, nil
 	}
 	if u.AuthPlugin == pluginSHA2 && !emptyAuth(resp) {
 		if err := h.write([]byte{0x01, 0x03}); err != nil { // fast authentication succeeded
-			return false, err
+			return nil, false, err
 		}
 	}
-	return true, nil
+	return hash1, true, nil
 }
 
 // emptyAuth reports an empty password's response: nothing, or one NUL
@@ -433,15 +446,7 @@ func checkScramble(plugin, password string, salt, resp []byte) bool {
 // SHA1(password) XOR SHA1(salt + SHA1(SHA1(password))).
 func nativeScramble(salt, password []byte) []byte {
 	h1 := sha1.Sum(password)
-	h2 := sha1.Sum(h1[:])
-	h := sha1.New()
-	h.Write(salt)
-	h.Write(h2[:])
-	out := h.Sum(nil)
-	for i := range out {
-		out[i] ^= h1[i]
-	}
-	return out
+	return nativeScrambleHash(salt, h1[:])
 }
 
 // sha2Scramble is caching_sha2_password's fast-path scramble:

@@ -48,7 +48,8 @@ func (r rawResult) cell(i, j int) string {
 
 // readResults reads a complete response of OKs and result sets (following
 // MORE_RESULTS) up to an ERR, which is returned as *rawErr. With cursor,
-// a result set whose column EOF says a cursor opened ends the response.
+// a result set whose column EOF says a cursor opened ends the response. A
+// LOAD DATA LOCAL file request is answered with no file.
 func (c *rawConn) readResults(binaryRows, cursor bool) ([]rawResult, error) {
 	var out []rawResult
 	for {
@@ -70,7 +71,11 @@ func (c *rawConn) readResults(binaryRows, cursor bool) ([]rawResult, error) {
 			}
 			continue
 		case 0xfb:
-			return out, errors.New("rawclient: server asked for a LOCAL INFILE")
+			// LOAD DATA LOCAL: this client has no such file.
+			if err := c.writePacket(nil); err != nil {
+				return out, err
+			}
+			continue
 		}
 		ncols, n, err := lenEnc(p)
 		if err != nil || n != len(p) || ncols == 0 {

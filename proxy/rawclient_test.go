@@ -93,8 +93,11 @@ const (
 	rawDefaultCollation      = 45                 // utf8mb4_general_ci
 )
 
+// rawDefaultCaps include CLIENT_LOCAL_FILES, as go-sql-driver's do: it
+// keeps backend connections apart (a pool variant), and tests pair raw
+// clients with go-sql-driver ones on shared connections.
 const rawDefaultCaps = capLongPassword | capLongFlag | capProtocol41 | capTransactions | capSecureConnection |
-	capMultiResults | capPSMultiResults | capPluginAuth
+	capMultiResults | capPSMultiResults | capPluginAuth | capLocalFiles
 
 // rawConn is one client connection. Not safe for concurrent use.
 type rawConn struct {

@@ -44,9 +44,11 @@ const (
 // holding any before it, never after): Server.mu, then session.killMu,
 // then session.mu, then pipes.mu, then pipe.mu, then the pool's and the
 // wait queues' own locks; gates.mu before its queues' locks; killer.mu is
-// taken with session.killMu held and nothing else. No lock is held across
-// I/O except killer.mu (one kill at a time, bounded) and session.killMu
-// (held while a kill is delivered).
+// taken with session.killMu held and nothing else; limitsMu before the
+// pool's and accounts.mu; backendUsers.lookMu before backendUsers.mu. No
+// lock is held across I/O except killer.mu (one kill at a time, bounded),
+// session.killMu (held while a kill is delivered) and backendUsers.lookMu
+// (one account lookup at a time, bounded by backend.exchange_timeout).
 type Server struct {
 	log    *slog.Logger
 	pool   *pool.Pool[variant, *backendConn]
@@ -92,6 +94,14 @@ type Server struct {
 	defaultColl  atomic.Pointer[map[string]string]   // charset -> its default collation
 	initVars     sync.Map                            // collation id -> *varState
 
+	// Backend accounts (the pool keys' high bits), and the logins that
+	// reach them.
+	accts      accounts
+	limitsMu   sync.Mutex   // serialises SetLimits calls (see applyLimits)
+	backendTLS backendTLS   // backend.tls, loaded
+	beUsers    backendUsers // auth.from_backend's lookups and cache
+	logins     loginDelays  // failed logins, per user and address
+
 	handshakes chan struct{}
 	draining   atomic.Bool
 	wg         sync.WaitGroup
@@ -131,11 +141,20 @@ type ServerStats struct {
 	BackendStatements int64
 	StatementBudget   int
 	StatementRetries  uint64
+	// LoginFailures counts wrong passwords and unknown or refused users
+	// (at the handshake and COM_CHANGE_USER); LoginsWaiting is logins
+	// waiting out the delay earlier failures imposed, now.
+	LoginFailures uint64
+	LoginsWaiting int64
 }
 
 // New builds a server from cfg. It opens nothing; Serve starts it.
 func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	tc, err := tlsFiles(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	btls, err := loadBackendTLS(cfg.Backend.TLS, cfg.Backend.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -147,13 +166,17 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		handshakes: make(chan struct{}, maxHandshakes),
 		sessions:   map[uint32]*session{},
 		pipes:      newPipes(),
+		backendTLS: btls,
 	}
 	s.st.Pins = map[string]uint64{}
 	s.rec = attribution.NewRecorder(attribution.Options{MaxTags: cfg.Attribution.MaxTags, RetireIdle: cfg.Attribution.RetireIdle})
 	s.attr = !cfg.Attribution.Disabled
 	s.cfg.Store(&cfg)
 	s.tlsConf.Store(tc)
-	s.users.set(usersFrom(cfg))
+	if err := s.setUsers(cfg); err != nil {
+		cancel()
+		return nil, err
+	}
 	v := cfg.ServerVersion
 	if v == "" {
 		v = fallbackVersion
@@ -161,7 +184,11 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	s.version.Store(&v)
 	s.pool, err = pool.New(pool.Options[variant, *backendConn]{
 		Dial: func(ctx context.Context, v variant) (*backendConn, error) {
-			return dialBackend(ctx, s.backendSettings(), v)
+			bs, err := s.dialSettings(v)
+			if err != nil {
+				return nil, err
+			}
+			return dialBackend(ctx, bs, v)
 		},
 		OnFirstDial: s.learnBackend,
 		OnFree:      s.pipes.wakeOne,
@@ -182,20 +209,16 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 func CheckBackend(ctx context.Context, cfg config.Config) (string, error) {
 	s := &Server{}
 	s.cfg.Store(&cfg)
+	var err error
+	if s.backendTLS, err = loadBackendTLS(cfg.Backend.TLS, cfg.Backend.Address); err != nil {
+		return "", err
+	}
 	bc, err := dialBackend(ctx, s.backendSettings(), 0)
 	if err != nil {
 		return "", err
 	}
 	bc.close()
 	return bc.version, nil
-}
-
-func usersFrom(cfg config.Config) []User {
-	us := make([]User, 0, len(cfg.Users))
-	for _, u := range cfg.Users {
-		us = append(us, User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin, Admin: u.Admin, DefaultTag: u.DefaultTag})
-	}
-	return us
 }
 
 func limitsFrom(p config.Pool) pool.Limits[variant] {
@@ -206,10 +229,13 @@ func limitsFrom(p config.Pool) pool.Limits[variant] {
 
 func (s *Server) config() *config.Config { return s.cfg.Load() }
 
+// backendSettings is how to reach the backend as the service account
+// (backend.user): the engine's, the pool minimum's and the kills'
+// connections; dialSettings gives other accounts'.
 func (s *Server) backendSettings() BackendSettings {
 	b := s.config().Backend
 	return BackendSettings{Address: b.Address, User: b.User, Password: b.Password, Database: b.Database,
-		Collation: b.Collation, DialTimeout: b.DialTimeout}
+		Collation: b.Collation, DialTimeout: b.DialTimeout, TLS: s.backendTLS}
 }
 
 func (s *Server) maxPacket() int { return int(s.config().MaxAllowedPacket) }
@@ -368,7 +394,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.pool.Start()
 	s.wg.Add(1)
 	go s.janitor()
-	s.warm()
+	if err := s.warm(); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	s.log.Info("holdfast listening", "addr", ln.Addr().String())
 	var backoff time.Duration
 	for {
@@ -393,16 +422,22 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // warm opens a first backend connection so that the greeting carries the
 // backend's version from the first client on. A backend that is down now is
-// not fatal: clients get a clear error until it is back.
-func (s *Server) warm() {
+// not fatal: clients get a clear error until it is back. A setting that
+// cannot work (a TLS certificate that does not verify) is: holdfast does
+// not start.
+func (s *Server) warm() error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.config().Backend.DialTimeout)
 	defer cancel()
 	bc, err := s.pool.Acquire(ctx, 0)
+	if errors.Is(err, errBackendSetting) {
+		return fmt.Errorf("proxy: cannot connect to the backend %s: %w", s.config().Backend.Address, err)
+	}
 	if err != nil {
 		s.log.Warn("backend not reachable at start; will keep trying", "addr", s.config().Backend.Address, "err", err)
-		return
+		return nil
 	}
 	s.pool.Release(bc, true)
+	return nil
 }
 
 // Addr returns the listening address (after Serve started), or nil.
@@ -457,21 +492,30 @@ func (s *Server) handle(nc net.Conn) {
 
 func (s *Server) handshake(nc net.Conn) *session {
 	t := time.NewTimer(slotWait)
+	slot := false
 	select {
 	case s.handshakes <- struct{}{}:
-		defer func() { <-s.handshakes }()
+		slot = true
 	case <-t.C:
 	case <-s.ctx.Done():
 		t.Stop()
 		return nil
 	}
 	t.Stop()
+	// A login waiting out earlier failures gives its slot up (see login).
+	release := func() {
+		if slot {
+			slot = false
+			<-s.handshakes
+		}
+	}
+	defer release()
 	_ = nc.SetDeadline(handshakeDeadline())
 	id := s.nextConnID.Add(1)
 	if id == 0 {
 		id = s.nextConnID.Add(1)
 	}
-	hello, conn, err := s.connect(nc, id)
+	hello, u, conn, err := s.connect(nc, id, release)
 	if err != nil {
 		s.mu.Lock()
 		s.st.HandshakeFailures++
@@ -480,8 +524,10 @@ func (s *Server) handshake(nc net.Conn) *session {
 		return nil
 	}
 	_ = conn.SetDeadline(time.Time{})
-	u, _ := s.users.get(hello.user)
-	return newSession(s, id, conn, u, hello)
+	sess := newSession(s, id, conn, u, hello)
+	sess.variant = sess.variant.withAccount(u.account)
+	s.useKey(sess.variant)
+	return sess
 }
 
 // firstLine trims go-mysql's traced errors (which carry stack traces in
@@ -548,6 +594,7 @@ func (s *Server) Stats() ServerStats {
 		st.StatementBudget = 0
 	}
 	st.StatementRetries = s.stmtRetries.Load()
+	st.LoginFailures, st.LoginsWaiting = s.logins.failures.Load(), s.logins.waiting.Load()
 	return st
 }
 
@@ -560,8 +607,11 @@ func (s *Server) Reload(cfg config.Config) error {
 		cfg.Listen, cfg.Backend, cfg.TLS = old.Listen, old.Backend, old.TLS
 	}
 	s.cfg.Store(&cfg)
-	s.users.set(usersFrom(cfg))
-	if err := s.pool.SetLimits(limitsFrom(cfg.Pool)); err != nil {
+	if err := s.setUsers(cfg); err != nil {
+		return err
+	}
+	s.beUsers.forget()
+	if err := s.applyLimits(); err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
 	s.applyConfigGates(cfg.Tags)
@@ -633,6 +683,7 @@ func (s *Server) Close() error {
 	}
 	s.wg.Wait()
 	s.killer.close()
+	s.beUsers.close()
 	s.pool.Close()
 	return nil
 }

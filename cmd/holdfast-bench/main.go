@@ -46,6 +46,8 @@ func main() {
 	flag.IntVar(&o.TableSize, "table-size", o.TableSize, "sysbench --table-size")
 	flag.Func("set", "proxy mode: also run holdfast with this setting changed, as the extra target holdfast+set (never judged); path=value, e.g. -set pool.max=8 -set max_procs=2; repeatable",
 		func(v string) error { o.Settings = append(o.Settings, v); return nil })
+	flag.StringVar(&o.BackendTLS, "backend-tls", o.BackendTLS, "proxy mode: also run every workload through a holdfast with this backend.tls.mode (the \"TLS to backend\" target holdfast+tls, not judged); MariaDB must offer TLS")
+	flag.StringVar(&o.BackendTLSCA, "backend-tls-ca", o.BackendTLSCA, "backend.tls.ca_file of the holdfast+tls target (verify_ca, verify_identity)")
 	flag.IntVar(&o.ScaleConns, "scale-conns", o.ScaleConns, "client connections in the connection-scale run")
 	flag.IntVar(&o.ScaleBackendMax, "scale-backend-max", o.ScaleBackendMax, "target: the most backend connections the connection-scale run may use")
 	flag.DurationVar(&o.ScaleTime, "scale-time", o.ScaleTime, "duration of the connection-scale statement phase")

@@ -153,7 +153,15 @@ func backendDB(cfg config.Config) (*sql.DB, error) {
 	c := mysql.NewConfig()
 	c.Net, c.Addr, c.User, c.Passwd, c.DBName = "tcp", cfg.Backend.Address, cfg.Backend.User, cfg.Backend.Password, cfg.Backend.Database
 	c.Timeout = cfg.Backend.DialTimeout
-	return sql.Open("mysql", c.FormatDSN())
+	var err error
+	if c.TLS, c.AllowFallbackToPlaintext, err = proxy.BackendTLSConfig(cfg.Backend); err != nil {
+		return nil, err
+	}
+	conn, err := mysql.NewConnector(c) // not a DSN: it carries the TLS configuration
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(conn), nil
 }
 
 // schemaInstalled reports whether `holdfast migrate` has run on the

@@ -105,3 +105,38 @@ func TestRaiseNoFile(t *testing.T) {
 		t.Fatalf("RaiseNoFile(%d) = %d, %v", before, after, err)
 	}
 }
+
+// The holdfast+tls target: the defaults but for backend.tls, as asked.
+func TestHoldfastConfigBackendTLS(t *testing.T) {
+	o := DefaultOptions()
+	if got := o.targets(); len(got) != 3 {
+		t.Fatalf("targets %v", got)
+	}
+	o.BackendTLS, o.BackendTLSCA = config.TLSVerifyCA, "/etc/ssl/db ca.pem"
+	if got := o.targets(); len(got) != 4 || got[3] != TargetHoldfastTLS || len(Targets) != 3 {
+		t.Fatalf("targets %v (Targets %v)", got, Targets)
+	}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	x := o.extras()[0]
+	hc := o.holdfastConfig("127.0.0.1:16033", x.poolUser)
+	hc.Settings = x.settings
+	c, err := hc.Effective()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, hc.YAML())
+	}
+	if c.Backend.TLS != (config.BackendTLS{Mode: config.TLSVerifyCA, CAFile: "/etc/ssl/db ca.pem"}) {
+		t.Fatalf("backend.tls %+v", c.Backend.TLS)
+	}
+	for _, bad := range []Options{{BackendTLS: "on"}, {BackendTLS: config.TLSRequired, Mode: ModeAttribution}} {
+		x := DefaultOptions()
+		x.BackendTLS = bad.BackendTLS
+		if bad.Mode != "" {
+			x.Mode = bad.Mode
+		}
+		if err := x.validate(); err == nil {
+			t.Errorf("validate accepted -backend-tls %q in mode %s", x.BackendTLS, x.Mode)
+		}
+	}
+}

@@ -10,12 +10,13 @@ import (
 )
 
 // The three targets every workload runs against, in the order each round
-// runs them, and the extra one of Options.Settings.
+// runs them, and the extra ones: Options.Settings and Options.BackendTLS.
 const (
-	TargetDirect   = "direct"
-	TargetRelay    = "relay"
-	TargetHoldfast = "holdfast"
-	TargetSet      = "holdfast+set"
+	TargetDirect      = "direct"
+	TargetRelay       = "relay"
+	TargetHoldfast    = "holdfast"
+	TargetSet         = "holdfast+set"
+	TargetHoldfastTLS = "holdfast+tls"
 )
 
 // Targets is the order of targets within a round.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/config"
 )
 
 // Options configures Run. DefaultOptions gives the values `make bench-proxy`
@@ -46,6 +48,13 @@ type Options struct {
 	// beside the others and never judged: the targets are judged on the
 	// shipped defaults.
 	Settings []string
+	// BackendTLS, when set, is a backend.tls.mode (ModeProxy): each round
+	// runs every workload against one more target, TargetHoldfastTLS, a
+	// holdfast on its defaults but for TLS to the backend (with
+	// BackendTLSCA as backend.tls.ca_file). MariaDB must offer TLS. Shown,
+	// not judged.
+	BackendTLS   string
+	BackendTLSCA string
 
 	// The connection-scale run and SkipSysbench, SkipScale: ModeProxy only.
 
@@ -180,7 +189,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		for _, v := range verdicts {
 			b.printf("%s\n", v)
 		}
-		b.printSetRatios(sums)
+		b.printExtraRatios(sums)
 		if lat, err = b.latencyPhase(ctx); err != nil {
 			failed = append(failed, "point_select@1: "+err.Error())
 		}
@@ -204,7 +213,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		for _, v := range verdicts {
 			b.printf("%s\n", v)
 		}
-		b.printSetRatios(sums)
+		b.printExtraRatios(sums)
 	}
 	if lat != nil {
 		lat.Print(w)
@@ -238,12 +247,9 @@ func (b *runner) latencyPhase(ctx context.Context) (*LatencyReport, error) {
 	return rep, err
 }
 
-// printSetRatios prints the holdfast+set target against the relay and the
-// shipped defaults, when it ran; it is never a verdict.
-func (b *runner) printSetRatios(sums []Summary) {
-	if len(b.o.Settings) == 0 {
-		return
-	}
+// printExtraRatios prints each extra target against the relay and the
+// holdfast on the shipped defaults; they are never verdicts.
+func (b *runner) printExtraRatios(sums []Summary) {
 	tps := func(w Workload, t string) float64 {
 		for _, s := range sums {
 			if s.Workload == w && s.Target == t {
@@ -252,10 +258,12 @@ func (b *runner) printSetRatios(sums []Summary) {
 		}
 		return 0
 	}
-	for _, w := range b.o.Workloads {
-		set := tps(w, TargetSet)
-		b.printf("extra %-16s holdfast+set/relay %s   holdfast+set/holdfast %s   (%s; not judged)\n", w,
-			fmtRatio(ratio(set, tps(w, TargetRelay))), fmtRatio(ratio(set, tps(w, TargetHoldfast))), strings.Join(b.o.Settings, " "))
+	for _, x := range b.o.extras() {
+		for _, w := range b.o.Workloads {
+			v := tps(w, x.name)
+			b.printf("extra %-16s %s/relay %s   %s/holdfast %s   (%s; not judged)\n", w,
+				x.name, fmtRatio(ratio(v, tps(w, TargetRelay))), x.name, fmtRatio(ratio(v, tps(w, TargetHoldfast))), strings.Join(x.settings, " "))
+		}
 	}
 }
 
@@ -299,11 +307,20 @@ func (o Options) validate() error {
 			return err
 		}
 	}
-	if len(o.Settings) > 0 {
-		hc := o.holdfastConfig("127.0.0.1:1", o.poolUser())
-		hc.Settings = o.Settings
+	switch o.BackendTLS {
+	case "":
+	case config.TLSPreferred, config.TLSRequired, config.TLSVerifyCA, config.TLSVerifyIdentity:
+		if o.Mode != ModeProxy {
+			return errors.New("bench: -backend-tls is for mode proxy")
+		}
+	default:
+		return fmt.Errorf("bench: -backend-tls must be preferred, required, verify_ca or verify_identity, got %q", o.BackendTLS)
+	}
+	for _, x := range o.extras() {
+		hc := o.holdfastConfig("127.0.0.1:1", x.poolUser)
+		hc.Settings = x.settings
 		if _, err := hc.Effective(); err != nil {
-			return fmt.Errorf("bench: -set: %w", err)
+			return fmt.Errorf("bench: %s: %w", x.name, err)
 		}
 	}
 	switch o.Profile {
@@ -314,18 +331,42 @@ func (o Options) validate() error {
 	return nil
 }
 
-// poolUser is the MariaDB account holdfast's pool logs in as; setUser
-// that of the holdfast+set target, so each one's connections are counted
-// apart.
+// poolUser is the MariaDB account holdfast's pool logs in as; each extra
+// target has its own (extraTarget.poolUser), so each one's connections
+// are counted apart.
 func (o Options) poolUser() string { return o.BenchUser + "_pool" }
-func (o Options) setUser() string  { return o.BenchUser + "_poolset" }
+
+// extraTarget is a holdfast run beside the one on the shipped defaults,
+// with settings changed, shown and never judged.
+type extraTarget struct {
+	name     string
+	settings []string
+	poolUser string
+}
+
+// extras are the extra targets the options ask for.
+func (o Options) extras() []extraTarget {
+	var out []extraTarget
+	if len(o.Settings) > 0 {
+		out = append(out, extraTarget{TargetSet, o.Settings, o.BenchUser + "_poolset"})
+	}
+	if o.BackendTLS != "" {
+		set := []string{"backend.tls.mode=" + o.BackendTLS}
+		if o.BackendTLSCA != "" {
+			set = append(set, fmt.Sprintf("backend.tls.ca_file=%q", o.BackendTLSCA))
+		}
+		out = append(out, extraTarget{TargetHoldfastTLS, set, o.BenchUser + "_pooltls"})
+	}
+	return out
+}
 
 // targets are the targets of each round, in order.
 func (o Options) targets() []string {
-	if len(o.Settings) > 0 {
-		return append(slices.Clone(Targets), TargetSet)
+	t := slices.Clone(Targets)
+	for _, x := range o.extras() {
+		t = append(t, x.name)
 	}
-	return Targets
+	return t
 }
 
 // runner holds what one Run has started, so cleanup can stop it.
@@ -384,7 +425,11 @@ func (b *runner) setup(ctx context.Context) error {
 	}
 	b.printf("MariaDB: %s at %s, max_connections %d\n", version, o.MariaDB, maxConns)
 	stmts := []string{fmt.Sprintf("CREATE DATABASE IF NOT EXISTS `%s`", o.Database)}
-	for _, u := range []string{o.BenchUser, o.poolUser(), o.setUser()} {
+	users := []string{o.BenchUser, o.poolUser()}
+	for _, x := range o.extras() {
+		users = append(users, x.poolUser)
+	}
+	for _, u := range users {
 		stmts = append(stmts,
 			fmt.Sprintf("CREATE USER IF NOT EXISTS '%s'@'%%' IDENTIFIED BY '%[1]s'", u),
 			fmt.Sprintf("ALTER USER '%s'@'%%' IDENTIFIED BY '%[1]s'", u),
@@ -468,24 +513,29 @@ func (b *runner) startHoldfast(ctx context.Context, name string, extra ...string
 	return h, nil
 }
 
-// startSetHoldfast starts the holdfast of TargetSet: the defaults changed
-// by Options.Settings.
-func (b *runner) startSetHoldfast(ctx context.Context) error {
-	addr, err := FreeAddr()
-	if err != nil {
-		return err
+// startExtraHoldfasts starts the holdfast of each extra target. They are
+// stopped with the attribution processes.
+func (b *runner) startExtraHoldfasts(ctx context.Context) error {
+	for _, x := range b.o.extras() {
+		addr, err := FreeAddr()
+		if err != nil {
+			return err
+		}
+		hc := b.o.holdfastConfig(addr, x.poolUser)
+		hc.Settings = x.settings
+		h, err := StartHoldfast(ctx, b.bin, b.dir, "holdfast-"+strings.ReplaceAll(x.name, "+", "-"), hc)
+		if err != nil {
+			return err
+		}
+		if b.hfs == nil {
+			b.hfs, b.eps = map[string]*Holdfast{}, map[string]Endpoint{}
+		}
+		b.hfs[x.name] = h
+		b.eps[x.name] = Endpoint{Name: x.name, Addr: addr, User: holdfastUser, Password: holdfastUser}
+		b.attrProcs = append(b.attrProcs, attrProc{name: x.name, h: h})
+		b.printf("%s: %s (pid %d; %s; %s; log %s) — an extra column, not judged\n",
+			x.name, h.Cmdline, h.Pid(), hc.Describe(), h.Chosen(), h.LogPath)
 	}
-	hc := b.o.holdfastConfig(addr, b.o.setUser())
-	hc.Settings = b.o.Settings
-	h, err := StartHoldfast(ctx, b.bin, b.dir, "holdfast-set", hc)
-	if err != nil {
-		return err
-	}
-	b.hfs = map[string]*Holdfast{TargetSet: h}
-	b.eps = map[string]Endpoint{TargetSet: {Name: TargetSet, Addr: addr, User: holdfastUser, Password: holdfastUser}}
-	b.attrProcs = append(b.attrProcs, attrProc{name: TargetSet, h: h}) // stopped with them
-	b.printf("holdfast+set: %s (pid %d; %s; %s; log %s) — an extra column, not judged\n",
-		h.Cmdline, h.Pid(), hc.Describe(), h.Chosen(), h.LogPath)
 	return nil
 }
 
@@ -542,10 +592,8 @@ func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
 	if _, err := b.startHoldfast(ctx, "holdfast-sysbench"); err != nil {
 		return nil, err
 	}
-	if len(o.Settings) > 0 {
-		if err := b.startSetHoldfast(ctx); err != nil {
-			return nil, err
-		}
+	if err := b.startExtraHoldfasts(ctx); err != nil {
+		return nil, err
 	}
 	b.printf("commands (each round runs every workload against %s in turn):\n", strings.Join(o.targets(), ", "))
 	for _, w := range o.Workloads {
@@ -605,11 +653,13 @@ func (b *runner) runOne(ctx context.Context, round int, w Workload, target strin
 		return 0
 	}
 	var stopSampler func() int
-	switch target {
-	case TargetHoldfast:
+	if target == TargetHoldfast {
 		stopSampler = b.sampleBackendConns(ctx, b.o.poolUser())
-	case TargetSet:
-		stopSampler = b.sampleBackendConns(ctx, b.o.setUser())
+	}
+	for _, x := range b.o.extras() {
+		if target == x.name {
+			stopSampler = b.sampleBackendConns(ctx, x.poolUser)
+		}
 	}
 	args := b.sysb.RunArgs(w, b.endpoint(target), b.o.Time)
 	rctx, cancel := context.WithTimeout(ctx, b.o.Time+2*time.Minute)

@@ -1,0 +1,207 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+)
+
+// newBackendUser creates a backend account with password pass and the
+// given grants (each "PRIV ON what"), dropped at cleanup.
+func newBackendUser(t *testing.T, host, pass string, grants ...string) string {
+	t.Helper()
+	var rb [3]byte
+	_, _ = rand.Read(rb[:])
+	u := "hfa_" + hex.EncodeToString(rb[:])
+	root := dbtest.Root(t)
+	mustExec(t, root, fmt.Sprintf("CREATE USER '%s'@'%s' IDENTIFIED BY '%s'", u, host, pass))
+	t.Cleanup(func() { _, _ = root.Exec(fmt.Sprintf("DROP USER IF EXISTS '%s'@'%s'", u, host)) })
+	for _, g := range grants {
+		mustExec(t, root, fmt.Sprintf("GRANT %s TO '%s'@'%s'", g, u, host))
+	}
+	return u
+}
+
+// connsOf counts MariaDB's connections for each user (its process list).
+func connsOf(t *testing.T, users ...string) []int {
+	t.Helper()
+	out := make([]int, len(users))
+	for i, u := range users {
+		out[i] = dbtest.Connections(t, u)
+	}
+	return out
+}
+
+// Per-user backend accounts: two client users mapped to two accounts with
+// different grants each see only what theirs allow (MariaDB refuses the
+// rest, through holdfast); their connections share the one pool.max, and
+// an account's own max holds; COM_CHANGE_USER moves a client to the new
+// user's account; drains, attribution and kills work across accounts.
+func TestBackendAccounts(t *testing.T) {
+	var reader, writer string
+	p := startProxy(t, func(c *config.Config) {
+		db := c.Backend.Database
+		mustExec(t, dbtest.Root(t), "CREATE TABLE `"+db+"`.pub (id INT PRIMARY KEY)")
+		mustExec(t, dbtest.Root(t), "CREATE TABLE `"+db+"`.secret (id INT PRIMARY KEY)")
+		reader = newBackendUser(t, "%", "r-secret", "SELECT ON `"+db+"`.pub")
+		writer = newBackendUser(t, "%", "w-secret", "SELECT, INSERT ON `"+db+"`.*")
+		c.Users = append(c.Users,
+			config.User{Name: "rep", Password: "rep", BackendUser: reader, BackendPassword: "r-secret", BackendPool: config.AccountPool{Max: 1}},
+			config.User{Name: "wr", Password: "wr", BackendUser: writer, BackendPassword: "w-secret"},
+			config.User{Name: "wr2", Password: "wr2", BackendUser: writer, BackendPassword: "w-secret"})
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 3, 3
+	})
+	// The kill connection is the service account's: it may kill other
+	// accounts' threads, which they themselves may not.
+	mustExec(t, dbtest.Root(t), "GRANT CONNECTION ADMIN ON *.* TO '"+p.user+"'@'%'")
+	open := func(user string) *sql.DB {
+		db, err := sql.Open("mysql", p.dsn(user, user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	rep, wr, app := open("rep"), open("wr"), open("app")
+	ctx := context.Background()
+
+	if u := queryString(t, rep, "SELECT CURRENT_USER()"); u != reader+"@%" {
+		t.Fatalf("rep runs as %s, want %s@%%", u, reader)
+	}
+	if u := queryString(t, app, "SELECT CURRENT_USER()"); u != p.user+"@%" {
+		t.Fatalf("app runs as %s, want the service account %s", u, p.user)
+	}
+	mustExec(t, wr, "INSERT INTO pub VALUES (1)")
+	if n := queryString(t, rep, "SELECT COUNT(*) FROM pub"); n != "1" {
+		t.Fatal(n)
+	}
+	for _, q := range []string{"INSERT INTO pub VALUES (2)", "SELECT * FROM secret"} {
+		if _, err := rep.ExecContext(ctx, q); mysqlErrNo(err) != 1142 {
+			t.Fatalf("rep: %s: %v, want MariaDB's 1142 (command denied)", q, err)
+		}
+	}
+	if _, err := wr.ExecContext(ctx, "DROP TABLE pub"); mysqlErrNo(err) != 1142 {
+		t.Fatalf("wr: DROP TABLE: %v, want 1142", err)
+	}
+
+	// The global cap over accounts, and rep's own cap of 1.
+	hold := func(db *sql.DB) *sql.Tx {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		queryString(t, tx, "SELECT COUNT(*) FROM pub") // holds a connection
+		return tx
+	}
+	rep1, wr1, wr2 := hold(rep), hold(wr), hold(open("wr2"))
+	if c := connsOf(t, reader, writer, p.user); c[0] != 1 || c[1] != 2 || c[0]+c[1]+c[2] > 3 {
+		t.Fatalf("connections of reader, writer, service: %v, want 1, 2 under pool.max 3", c)
+	}
+	rep2 := make(chan *sql.Tx)
+	go func() {
+		tx, err := rep.BeginTx(ctx, nil)
+		if err == nil {
+			_, err = tx.ExecContext(ctx, "SELECT COUNT(*) FROM pub")
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		rep2 <- tx
+	}()
+	waitFor(t, "rep's second transaction queued", func() bool { return p.srv.Stats().Pool.Waiting == 1 })
+	if err := wr1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// A writer connection is free, but rep may have only one: it waits on.
+	if st := p.srv.Stats().Pool; st.Waiting != 1 {
+		t.Fatalf("rep's second transaction went ahead of its account's max: %+v", st)
+	}
+	if err := rep1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	tx := <-rep2
+	if c := connsOf(t, reader, writer, p.user); c[0] != 1 || c[0]+c[1]+c[2] > 3 {
+		t.Fatalf("connections of reader, writer, service: %v", c)
+	}
+	// The service account's transaction needs a connection of its own: an
+	// idle writer connection makes room for it.
+	svc := hold(app)
+	if c := connsOf(t, reader, writer, p.user); c[0]+c[1]+c[2] > 3 || c[2] < 1 {
+		t.Fatalf("connections of reader, writer, service: %v, want at most pool.max 3", c)
+	}
+	for _, x := range []*sql.Tx{tx, wr2, svc} {
+		if err := x.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Drains and attribution apply to every account's statements.
+	p.srv.DrainTag("rep_flow", "test", 0)
+	if _, err := rep.ExecContext(ctx, "SELECT /* conn_tag:rep_flow */ 1"); mysqlErrNo(err) != codeTagDrained {
+		t.Fatalf("a drained tag on rep's account: %v, want 9001", err)
+	}
+	p.srv.UndrainTag("rep_flow")
+	queryString(t, rep, "SELECT /* conn_tag:rep_flow */ 1")
+	found := false
+	for _, ts := range p.srv.Recorder().Snapshot() {
+		found = found || ts.Tag == "rep_flow" && ts.Borrows > 0
+	}
+	if !found {
+		t.Fatal("rep's tagged statement is not attributed")
+	}
+
+	// COM_CHANGE_USER: the account follows the user.
+	c := p.raw(t, rawOpts{})
+	if _, _, err := c.changeUser("rep", "rep", p.db); err != nil {
+		t.Fatal(err)
+	}
+	if u := c.value("SELECT CURRENT_USER()"); u != reader+"@%" {
+		t.Fatalf("after COM_CHANGE_USER to rep: %s", u)
+	}
+	if _, err := c.query("INSERT INTO pub VALUES (3)"); errCode(err) != 1142 {
+		t.Fatalf("rep after COM_CHANGE_USER: %v, want 1142", err)
+	}
+	if _, _, err := c.changeUser("app", "app", p.db); err != nil {
+		t.Fatal(err)
+	}
+	if u := c.value("SELECT CURRENT_USER()"); u != p.user+"@%" {
+		t.Fatalf("after COM_CHANGE_USER back to app: %s", u)
+	}
+
+	// KILL QUERY of a restricted account's statement, sent by the service
+	// account.
+	victim, err := rep.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Close()
+	vid := queryString(t, victim, "SELECT CONNECTION_ID()")
+	errc := make(chan error, 1)
+	go func() {
+		var v int
+		err := victim.QueryRowContext(ctx, "SELECT SLEEP(30) FROM pub LIMIT 1").Scan(&v)
+		if err == nil && v != 1 {
+			err = fmt.Errorf("SLEEP returned %d, not interrupted", v)
+		}
+		errc <- err
+	}()
+	waitFor(t, "rep's SLEEP running", func() bool {
+		return queryString(t, dbtest.Root(t), "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = '"+reader+"' AND INFO LIKE 'SELECT SLEEP%'") == "1"
+	})
+	if _, err := open("rep").ExecContext(ctx, "KILL QUERY "+vid); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil && mysqlErrNo(err) != 1317 {
+		t.Fatalf("the killed statement: %v", err)
+	}
+	if !strings.HasPrefix(queryString(t, rep, "SELECT 'still here'"), "still") {
+		t.Fatal("rep's connection after the kill")
+	}
+}
