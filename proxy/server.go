@@ -456,15 +456,20 @@ func (s *Server) isClosed() bool {
 	return s.closed
 }
 
-// handle runs one client connection from handshake to close.
+// handle runs one client connection's handshake, then hands the session
+// to a goroutine of its own (serveSession). The handshake's deep stack
+// (TLS, authentication, go-mysql) is then freed with this goroutine
+// rather than kept, grown, for as long as the client stays connected: an
+// idle client costs the small stack of its session loop only.
 func (s *Server) handle(nc net.Conn) {
 	defer s.wg.Done()
+	served := false
 	defer func() {
-		if r := recover(); r != nil {
-			s.log.Error("panic in client session", "remote", nc.RemoteAddr().String(), "panic", r, "stack", string(debug.Stack()))
+		if !served {
+			nc.Close()
 		}
 	}()
-	defer nc.Close()
+	defer s.recoverSession(nc)
 	if max := s.config().Sessions.MaxClients; max > 0 && s.activeClients() >= max {
 		s.mu.Lock()
 		s.st.Rejected++
@@ -482,12 +487,30 @@ func (s *Server) handle(nc net.Conn) {
 	s.sessions[sess.id] = sess
 	s.st.ClientsTotal++
 	s.mu.Unlock()
+	s.wg.Add(1)
+	served = true
+	go s.serveSession(sess, nc)
+}
+
+// serveSession runs a logged-in client's session until it ends.
+func (s *Server) serveSession(sess *session, nc net.Conn) {
+	defer s.wg.Done()
+	defer nc.Close()
+	defer s.recoverSession(nc)
 	defer func() {
 		s.mu.Lock()
 		delete(s.sessions, sess.id)
 		s.mu.Unlock()
 	}()
 	sess.serve()
+}
+
+// recoverSession logs a panic of a client's goroutine; the deferred close
+// of its connection then ends that client only.
+func (s *Server) recoverSession(nc net.Conn) {
+	if r := recover(); r != nil {
+		s.log.Error("panic in client session", "remote", nc.RemoteAddr().String(), "panic", r, "stack", string(debug.Stack()))
+	}
 }
 
 func (s *Server) handshake(nc net.Conn) *session {
