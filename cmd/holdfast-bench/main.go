@@ -48,6 +48,7 @@ func main() {
 		func(v string) error { o.Settings = append(o.Settings, v); return nil })
 	flag.StringVar(&o.BackendTLS, "backend-tls", o.BackendTLS, "proxy mode: also run every workload through a holdfast with this backend.tls.mode (the \"TLS to backend\" target holdfast+tls, not judged); MariaDB must offer TLS")
 	flag.StringVar(&o.BackendTLSCA, "backend-tls-ca", o.BackendTLSCA, "backend.tls.ca_file of the holdfast+tls target (verify_ca, verify_identity)")
+	flag.StringVar(&o.BaselineRepo, "baseline-repo", "", "proxy mode: also build holdfast from this other checkout (an earlier commit: git worktree add DIR COMMIT) and run every workload through it on its own defaults, as the extra target holdfast@base (not judged)")
 	flag.IntVar(&o.ScaleConns, "scale-conns", o.ScaleConns, "client connections in the connection-scale run")
 	flag.IntVar(&o.ScaleBackendMax, "scale-backend-max", o.ScaleBackendMax, "target: the most backend connections the connection-scale run may use")
 	flag.DurationVar(&o.ScaleTime, "scale-time", o.ScaleTime, "duration of the connection-scale statement phase")

@@ -140,3 +140,29 @@ func TestHoldfastConfigBackendTLS(t *testing.T) {
 		}
 	}
 }
+
+// The holdfast@base target: another checkout, its own pool account, no
+// settings; refused when the directory is not a holdfast checkout.
+func TestBaselineTarget(t *testing.T) {
+	o := DefaultOptions()
+	o.BaselineRepo = "../.."
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	got := o.targets()
+	if len(got) != 4 || got[3] != TargetBaseline {
+		t.Fatalf("targets %v", got)
+	}
+	x := o.extras()[0]
+	if !x.baseline || x.settings != nil || x.poolUser == o.poolUser() {
+		t.Fatalf("baseline target %+v", x)
+	}
+	o.BaselineRepo = t.TempDir()
+	if err := o.validate(); err == nil {
+		t.Fatal("validate accepted a baseline repo without cmd/holdfast")
+	}
+	o.BaselineRepo, o.Mode = "../..", ModeAttribution
+	if err := o.validate(); err == nil {
+		t.Fatal("validate accepted -baseline-repo in mode attribution")
+	}
+}

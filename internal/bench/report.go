@@ -10,13 +10,15 @@ import (
 )
 
 // The three targets every workload runs against, in the order each round
-// runs them, and the extra ones: Options.Settings and Options.BackendTLS.
+// runs them, and the extra ones: Options.Settings, Options.BackendTLS and
+// Options.BaselineRepo.
 const (
 	TargetDirect      = "direct"
 	TargetRelay       = "relay"
 	TargetHoldfast    = "holdfast"
 	TargetSet         = "holdfast+set"
 	TargetHoldfastTLS = "holdfast+tls"
+	TargetBaseline    = "holdfast@base"
 )
 
 // Targets is the order of targets within a round.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -55,6 +56,12 @@ type Options struct {
 	// not judged.
 	BackendTLS   string
 	BackendTLSCA string
+	// BaselineRepo, when set, is another checkout of holdfast (an earlier
+	// commit, say): its holdfast is built too and runs every workload as
+	// the extra target TargetBaseline, on its own defaults, so that a
+	// change is compared with the code before it in the same run. Shown,
+	// not judged.
+	BaselineRepo string
 
 	// The connection-scale run and SkipSysbench, SkipScale: ModeProxy only.
 
@@ -316,6 +323,14 @@ func (o Options) validate() error {
 	default:
 		return fmt.Errorf("bench: -backend-tls must be preferred, required, verify_ca or verify_identity, got %q", o.BackendTLS)
 	}
+	if o.BaselineRepo != "" {
+		if o.Mode != ModeProxy {
+			return errors.New("bench: -baseline-repo is for mode proxy")
+		}
+		if _, err := os.Stat(filepath.Join(o.BaselineRepo, "cmd", "holdfast")); err != nil {
+			return fmt.Errorf("bench: -baseline-repo %s is not a holdfast checkout: %w", o.BaselineRepo, err)
+		}
+	}
 	for _, x := range o.extras() {
 		hc := o.holdfastConfig("127.0.0.1:1", x.poolUser)
 		hc.Settings = x.settings
@@ -342,20 +357,24 @@ type extraTarget struct {
 	name     string
 	settings []string
 	poolUser string
+	baseline bool // built from Options.BaselineRepo
 }
 
 // extras are the extra targets the options ask for.
 func (o Options) extras() []extraTarget {
 	var out []extraTarget
 	if len(o.Settings) > 0 {
-		out = append(out, extraTarget{TargetSet, o.Settings, o.BenchUser + "_poolset"})
+		out = append(out, extraTarget{TargetSet, o.Settings, o.BenchUser + "_poolset", false})
 	}
 	if o.BackendTLS != "" {
 		set := []string{"backend.tls.mode=" + o.BackendTLS}
 		if o.BackendTLSCA != "" {
 			set = append(set, fmt.Sprintf("backend.tls.ca_file=%q", o.BackendTLSCA))
 		}
-		out = append(out, extraTarget{TargetHoldfastTLS, set, o.BenchUser + "_pooltls"})
+		out = append(out, extraTarget{TargetHoldfastTLS, set, o.BenchUser + "_pooltls", false})
+	}
+	if o.BaselineRepo != "" {
+		out = append(out, extraTarget{TargetBaseline, nil, o.BenchUser + "_poolbase", true})
 	}
 	return out
 }
@@ -375,6 +394,7 @@ type runner struct {
 	w       io.Writer
 	dir     string // scratch: holdfast binary, configs, logs
 	bin     string
+	baseBin string // holdfast built from Options.BaselineRepo
 	admin   *sql.DB
 	relay   *RelayProc
 	hf      *Holdfast
@@ -452,6 +472,14 @@ func (b *runner) setup(ctx context.Context) error {
 	if b.dir, b.bin, err = buildInScratch(ctx, o.Go, o.Repo, "holdfast-bench-", b.printf); err != nil {
 		return err
 	}
+	if o.BaselineRepo != "" {
+		b.baseBin = filepath.Join(b.dir, "holdfast-base")
+		line, err := BuildHoldfast(ctx, o.Go, o.BaselineRepo, b.baseBin)
+		b.printf("build (%s): %s\n", TargetBaseline, line)
+		if err != nil {
+			return err
+		}
+	}
 
 	b.direct = Endpoint{Name: TargetDirect, Addr: o.MariaDB, User: o.BenchUser, Password: o.BenchUser}
 	b.sysb = Sysbench{Path: o.Sysbench, Database: o.Database, Tables: o.Tables, TableSize: o.TableSize}
@@ -523,7 +551,11 @@ func (b *runner) startExtraHoldfasts(ctx context.Context) error {
 		}
 		hc := b.o.holdfastConfig(addr, x.poolUser)
 		hc.Settings = x.settings
-		h, err := StartHoldfast(ctx, b.bin, b.dir, "holdfast-"+strings.ReplaceAll(x.name, "+", "-"), hc)
+		bin, describe := b.bin, hc.Describe()
+		if x.baseline {
+			bin, describe = b.baseBin, "built from "+b.o.BaselineRepo+", on its own defaults"
+		}
+		h, err := StartHoldfast(ctx, bin, b.dir, "holdfast-"+strings.ReplaceAll(x.name, "+", "-"), hc)
 		if err != nil {
 			return err
 		}
@@ -534,7 +566,7 @@ func (b *runner) startExtraHoldfasts(ctx context.Context) error {
 		b.eps[x.name] = Endpoint{Name: x.name, Addr: addr, User: holdfastUser, Password: holdfastUser}
 		b.attrProcs = append(b.attrProcs, attrProc{name: x.name, h: h})
 		b.printf("%s: %s (pid %d; %s; %s; log %s) — an extra column, not judged\n",
-			x.name, h.Cmdline, h.Pid(), hc.Describe(), h.Chosen(), h.LogPath)
+			x.name, h.Cmdline, h.Pid(), describe, h.Chosen(), h.LogPath)
 	}
 	return nil
 }
