@@ -266,10 +266,14 @@ func (b *runner) printExtraRatios(sums []Summary) {
 		return 0
 	}
 	for _, x := range b.o.extras() {
+		what := strings.Join(x.settings, " ")
+		if x.baseline {
+			what = "built from " + b.o.BaselineRepo
+		}
 		for _, w := range b.o.Workloads {
 			v := tps(w, x.name)
 			b.printf("extra %-16s %s/relay %s   %s/holdfast %s   (%s; not judged)\n", w,
-				x.name, fmtRatio(ratio(v, tps(w, TargetRelay))), x.name, fmtRatio(ratio(v, tps(w, TargetHoldfast))), strings.Join(x.settings, " "))
+				x.name, fmtRatio(ratio(v, tps(w, TargetRelay))), x.name, fmtRatio(ratio(v, tps(w, TargetHoldfast))), what)
 		}
 	}
 }
