@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -29,39 +28,11 @@ import (
 	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// syncBuffer collects a child process's output.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startProcess starts cmd, killed at cleanup; its output is logged if the
 // test fails.
-func startProcess(t *testing.T, name string, cmd *exec.Cmd) *syncBuffer {
+func startProcess(t *testing.T, name string, cmd *exec.Cmd) *dbtest.SyncBuffer {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &dbtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -137,7 +108,7 @@ func startHoldfast(t *testing.T) holdfast {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/holdfast: %v\n%s", err, out)
 	}
-	h := holdfast{addr: freeAddr(t), admin: freeAddr(t), db: dbtest.NewDatabase(t)}
+	h := holdfast{addr: dbtest.FreeAddr(t), admin: dbtest.FreeAddr(t), db: dbtest.NewDatabase(t)}
 	c := dbtest.Config(t)
 	cfg := fmt.Sprintf(`listen: %s
 admin:
@@ -200,7 +171,7 @@ scrape_configs:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	listen := freeAddr(t)
+	listen := dbtest.FreeAddr(t)
 	startProcess(t, "prometheus", exec.Command(bin,
 		"--config.file="+cfgPath,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),

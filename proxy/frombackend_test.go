@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
@@ -10,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -193,30 +191,12 @@ func TestHostMatching(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink tests read while the server writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // Failed logins are counted, logged without secrets, and slow further
 // attempts for that user from that address; an attempt waiting out its
 // delay holds no handshake slot, so 100 wrong guesses at one user do not
 // slow another user's login.
 func TestFailedLoginsSlowed(t *testing.T) {
-	var logs syncBuffer
+	var logs dbtest.SyncBuffer
 	p := fromBackend(t, slog.New(slog.NewTextHandler(&logs, nil)), func(c *config.Config) {
 		c.Auth.FailureDelay, c.Auth.MaxFailureDelay = 20*time.Second, 30*time.Second
 	})

@@ -1,17 +1,16 @@
 package reservation_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/refiller"
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/restest"
@@ -27,7 +26,7 @@ type env struct {
 	conns reservation.Conns
 	eng   *reservation.Engine
 	ref   *refiller.Refiller
-	logs  *logBuffer
+	logs  *dbtest.SyncBuffer
 }
 
 type envOpts struct {
@@ -52,7 +51,7 @@ func testConfig() reservation.Config {
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	db, name := restest.NewDB(t, o.maxConns)
-	v := &env{t: t, db: db, name: name, conns: reservation.SQLConns(db), logs: &logBuffer{}}
+	v := &env{t: t, db: db, name: name, conns: reservation.SQLConns(db), logs: &dbtest.SyncBuffer{}}
 	v.addEngine(o)
 	return v
 }
@@ -197,22 +196,4 @@ func (v *env) checkInvariant(item, group int64) {
 	if pooled+reserved > onHand {
 		v.t.Fatalf("invariant broken for item %d at %d: pool %d + reserved %d > on_hand %d", item, group, pooled, reserved, onHand)
 	}
-}
-
-// logBuffer collects the engine's logs for alert checks.
-type logBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

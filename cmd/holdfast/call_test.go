@@ -6,10 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -338,53 +335,12 @@ func (r *cutRelay) wasCut() bool { return r.cut.Load() }
 // call_timeout set, after `holdfast migrate`.
 func startVia(t *testing.T, backend string, callTimeout time.Duration) *process {
 	t.Helper()
-	c := dbtest.Config(t)
-	p := &process{addr: freeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"), out: &syncBuffer{}, exited: make(chan error, 1)}
-	cfg := fmt.Sprintf(`listen: %s
-users:
-%s
-backend:
-  address: %s
-  user: %s
-  password: %q
-  database: %s
-pool:
-  min: 0
-  max: 4
-  max_idle: 4
-admin:
-  listen: ""
-reservation:
-  call_timeout: %s
-`, p.addr, appUser, backend, c.User, c.Passwd, p.db, callTimeout)
-	if err := os.WriteFile(p.config, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	p := newProcess(t)
+	writeHoldfastYAML(t, p.config, p.addr, backend, p.db, appUser, "  listen: \"\"\n",
+		fmt.Sprintf("reservation:\n  call_timeout: %s\n", callTimeout))
 	bin := binary(t)
-	if out, err := exec.Command(bin, "migrate", "-config", p.config).CombinedOutput(); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
-	}
-	p.cmd = exec.Command(bin, "serve", "-config", p.config)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("holdfast output:\n%s", p.out.String())
-		}
-	})
-	for give := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", p.addr); err == nil {
-			c.Close()
-			return p
-		}
-		if time.Now().After(give) {
-			t.Fatalf("holdfast did not listen on %s:\n%s", p.addr, p.out.String())
-		}
-	}
+	p.migrate(t, bin)
+	return p.serve(t, bin)
 }
 
 // TestCallOutcomeUnknownThroughProxy: a claim whose backend connection is

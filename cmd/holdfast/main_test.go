@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,40 +29,13 @@ func binary(t *testing.T) string {
 	return bin
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 type process struct {
 	cmd    *exec.Cmd
 	addr   string
 	db     string
 	config string
-	out    *syncBuffer
+	out    *dbtest.SyncBuffer
 	exited chan error
-}
-
-// syncBuffer collects a child's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func writeConfig(t *testing.T, path, addr, db string, users string) {
@@ -73,9 +45,17 @@ func writeConfig(t *testing.T, path, addr, db string, users string) {
 // writeConfigAdmin is writeConfig with admin, the body of the admin
 // section (indented YAML).
 func writeConfigAdmin(t *testing.T, path, addr, db, users, admin string) {
+	writeHoldfastYAML(t, path, addr, dbtest.Config(t).Addr, db, users, admin, "shutdown_grace: 20s\nlog:\n  level: debug\n")
+}
+
+// writeHoldfastYAML writes the configuration the tests' holdfast runs
+// with: users (YAML list items), the backend at backend as the test's
+// account, a pool of at most 4, admin (the body of the admin section) and
+// extra top-level YAML.
+func writeHoldfastYAML(t *testing.T, path, addr, backend, db, users, admin, extra string) {
+	t.Helper()
 	c := dbtest.Config(t)
 	cfg := fmt.Sprintf(`listen: %s
-shutdown_grace: 20s
 users:
 %s
 backend:
@@ -88,19 +68,32 @@ pool:
   max: 4
   max_idle: 4
 admin:
-%slog:
-  level: debug
-`, addr, users, c.Addr, c.User, c.Passwd, db, admin)
+%s%s`, addr, users, backend, c.User, c.Passwd, db, admin, extra)
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// newProcess is a holdfast process not started yet: a free address, a
+// fresh database and a place for its configuration.
+func newProcess(t *testing.T) *process {
+	return &process{addr: dbtest.FreeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"),
+		out: &dbtest.SyncBuffer{}, exited: make(chan error, 1)}
+}
+
 func start(t *testing.T, users string) *process {
 	t.Helper()
-	p := &process{addr: freeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"), out: &syncBuffer{}, exited: make(chan error, 1)}
+	p := newProcess(t)
 	writeConfig(t, p.config, p.addr, p.db, users)
 	return p.serve(t, binary(t))
+}
+
+// migrate applies the schema with bin migrate on p's configuration.
+func (p *process) migrate(t *testing.T, bin string) {
+	t.Helper()
+	if out, err := exec.Command(bin, "migrate", "-config", p.config).CombinedOutput(); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
 }
 
 // serve starts bin serve on p's configuration and waits until it listens.

@@ -26,9 +26,8 @@ import (
 func migrationProcess(t *testing.T, redisAddr, authority string) (p *process, adminAddr string) {
 	t.Helper()
 	c := dbtest.Config(t)
-	p = &process{addr: freeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"),
-		out: &syncBuffer{}, exited: make(chan error, 1)}
-	adminAddr = freeAddr(t)
+	p = newProcess(t)
+	adminAddr = dbtest.FreeAddr(t)
 	cfg := fmt.Sprintf(`listen: %s
 users:
 %s
@@ -64,9 +63,7 @@ reservation:
 		t.Fatal(err)
 	}
 	bin := binary(t)
-	if out, err := exec.Command(bin, "migrate", "-config", p.config).CombinedOutput(); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
-	}
+	p.migrate(t, bin)
 	return p.serve(t, bin), adminAddr
 }
 

@@ -187,13 +187,10 @@ func traffic(t *testing.T, db *sql.DB, stop <-chan struct{}, drained *atomic.Boo
 func TestStatusPageInBrowser(t *testing.T) {
 	ctx := browser(t, "MAP rebind.test 127.0.0.1")
 	bin := binary(t)
-	p := &process{addr: freeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"),
-		out: &syncBuffer{}, exited: make(chan error, 1)}
-	admin := freeAddr(t)
+	p := newProcess(t)
+	admin := dbtest.FreeAddr(t)
 	writeConfigAdmin(t, p.config, p.addr, p.db, appUser, "  listen: "+admin+"\n")
-	if out, err := exec.Command(bin, "migrate", "-config", p.config).CombinedOutput(); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
-	}
+	p.migrate(t, bin)
 	p.serve(t, bin)
 	db := p.open(t, "app", "app")
 	db.SetMaxOpenConns(8)

@@ -173,9 +173,9 @@ type fixture struct {
 	dir    string   // working directory: config.yaml, bin/
 	env    []string // commands' environment
 	rw     Rewrites
-	out    *syncBuffer // holdfast's output
-	conn   *sql.Conn   // the file's SQL connection, opened on first use
-	sqlErr bool        // an SQL statement failed: the rest depend on it
+	out    *dbtest.SyncBuffer // holdfast's output
+	conn   *sql.Conn          // the file's SQL connection, opened on first use
+	sqlErr bool               // an SQL statement failed: the rest depend on it
 	tokens Tokens
 }
 
@@ -185,7 +185,7 @@ type fixture struct {
 // listeners, as `make run` does on the defaults.
 func startHoldfast(t *testing.T, bin string, blocks []*Block) *fixture {
 	t.Helper()
-	fx := &fixture{dir: t.TempDir(), out: &syncBuffer{}}
+	fx := &fixture{dir: t.TempDir(), out: &dbtest.SyncBuffer{}}
 	if err := os.Symlink(bin, filepath.Join(fx.dir, "bin")); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func startHoldfast(t *testing.T, bin string, blocks []*Block) *fixture {
 		t.Fatal(err)
 	}
 	c := dbtest.Config(t)
-	fx.rw = Rewrites{Listen: freeAddr(t), Admin: freeAddr(t), Database: dbtest.NewDatabase(t)}
+	fx.rw = Rewrites{Listen: dbtest.FreeAddr(t), Admin: dbtest.FreeAddr(t), Database: dbtest.NewDatabase(t)}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HOLDFAST_") && !strings.HasPrefix(kv, "PATH=") {
 			fx.env = append(fx.env, kv)
@@ -418,19 +418,9 @@ func query(ctx context.Context, conn *sql.Conn, q string, k *Tokens) (Table, err
 	return first, rows.Err()
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // waitListening waits until addr accepts connections, failing if holdfast
 // exits first or does not listen within a hang guard.
-func waitListening(t *testing.T, addr string, exited <-chan struct{}, out *syncBuffer) {
+func waitListening(t *testing.T, addr string, exited <-chan struct{}, out *dbtest.SyncBuffer) {
 	t.Helper()
 	deadline := time.Now().Add(commandBound)
 	for {
@@ -448,22 +438,4 @@ func waitListening(t *testing.T, addr string, exited <-chan struct{}, out *syncB
 			t.Fatalf("holdfast did not listen on %s within %v:\n%s", addr, commandBound, out.String())
 		}
 	}
-}
-
-// syncBuffer collects a child's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

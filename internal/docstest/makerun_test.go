@@ -35,7 +35,7 @@ func TestMakeRun(t *testing.T) {
 	if _, err := dbtest.Root(t).Exec("CREATE DATABASE IF NOT EXISTS test"); err != nil {
 		t.Fatal(err)
 	}
-	listen, admin := freeAddr(t), freeAddr(t)
+	listen, admin := dbtest.FreeAddr(t), dbtest.FreeAddr(t)
 	cmd := exec.Command("make", "--no-print-directory", "run")
 	cmd.Dir = repo
 	for _, kv := range os.Environ() {
@@ -51,7 +51,7 @@ func TestMakeRun(t *testing.T) {
 		"HOLDFAST_BACKEND_PASSWORD="+c.Passwd,
 		"HOLDFAST_BACKEND_DATABASE="+db,
 	)
-	out := &syncBuffer{}
+	out := &dbtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // make, the script and holdfast
 	if err := cmd.Start(); err != nil {

@@ -1,7 +1,6 @@
 package legacy_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/refiller"
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/legacy"
@@ -28,7 +28,7 @@ type env struct {
 	conns reservation.Conns
 	redis *redistest.Server
 	cfg   reservation.RedisConfig
-	logs  *logBuffer
+	logs  *dbtest.SyncBuffer
 	r     *legacy.Router      // the first instance
 	eng   *reservation.Engine // its engine, for calls that bypass the router
 }
@@ -42,7 +42,7 @@ type envOpts struct {
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	db, _ := restest.NewDB(t, 48)
-	v := &env{t: t, db: db, conns: reservation.SQLConns(db), redis: redistest.Start(t), logs: &logBuffer{}}
+	v := &env{t: t, db: db, conns: reservation.SQLConns(db), redis: redistest.Start(t), logs: &dbtest.SyncBuffer{}}
 	if o.authority == "" {
 		o.authority = "redis"
 	}
@@ -199,24 +199,6 @@ func disagreements(r *legacy.Router) map[string]uint64 {
 		}
 	}
 	return out
-}
-
-// logBuffer collects the instances' logs.
-type logBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // eventually polls cond until it holds (bounded: a hang guard, not a
