@@ -170,15 +170,15 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 					return err
 				}
 			}
-			for _, vc := range []struct {
-				on   bool
-				flag uint32
-			}{{v&varFoundRows != 0, mysql.CLIENT_FOUND_ROWS}, {v&varNoLocalFiles == 0, mysql.CLIENT_LOCAL_FILES}} {
-				if !vc.on {
-					c.UnsetCapability(vc.flag)
-				} else if err := c.SetCapability(vc.flag); err != nil {
-					return err
-				}
+			if v&varFoundRows == 0 {
+				c.UnsetCapability(mysql.CLIENT_FOUND_ROWS)
+			} else if err := c.SetCapability(mysql.CLIENT_FOUND_ROWS); err != nil {
+				return err
+			}
+			if v&varNoLocalFiles != 0 {
+				c.UnsetCapability(mysql.CLIENT_LOCAL_FILES)
+			} else if err := c.SetCapability(mysql.CLIENT_LOCAL_FILES); err != nil {
+				return err
 			}
 			c.SetAttributes(map[string]string{"program_name": "holdfast"})
 			return nil

@@ -153,17 +153,16 @@ type dialConn struct {
 	wantExt  uint32 // MariaDB extended capabilities to ask for, when offered
 	hash     []byte // SHA1(password) when the account is known by it
 
-	greeted   bool
-	done      bool   // an OK or ERR ended authentication: bytes pass through
-	seqOff    uint8  // 1 once an SSLRequest went ahead of go-mysql's packets
-	pending   []byte // a server packet not yet handed to go-mysql
-	salt      []byte // the greeting's scramble, then an auth switch's
-	switched  string // plugin of an auth switch whose response is due
-	wrote     bool   // the handshake response went out
-	srvCaps   uint32
-	srvExt    uint32
-	gotExt    uint32 // extended capabilities sent in the handshake response
-	encrypted bool
+	greeted  bool
+	done     bool   // an OK or ERR ended authentication: bytes pass through
+	seqOff   uint8  // 1 once an SSLRequest went ahead of go-mysql's packets
+	pending  []byte // a server packet not yet handed to go-mysql
+	salt     []byte // the greeting's scramble, then an auth switch's
+	switched string // plugin of an auth switch whose response is due
+	wrote    bool   // the handshake response went out
+	srvCaps  uint32
+	srvExt   uint32
+	gotExt   uint32 // extended capabilities sent in the handshake response
 	// failed is the error of a TLS start that failed: go-mysql reports
 	// it as text only, and dialBackend returns it as it is.
 	failed error
@@ -314,7 +313,7 @@ func (c *dialConn) startTLS(pkt []byte) error {
 	if err := tc.HandshakeContext(c.ctx); err != nil {
 		return c.tls.handshakeErr(err)
 	}
-	c.under, c.seqOff, c.encrypted = tc, 1, true
+	c.under, c.seqOff = tc, 1
 	return nil
 }
 

@@ -53,9 +53,9 @@ func (s *session) comChangeUser(p []byte) bool {
 		s.writeErr(s.srv.loginRefused(name, remote, true))
 		return false
 	}
-	u, known, why, err := s.srv.resolveUser(name, remote)
-	if err != nil {
-		s.writeErr(newErr(codeConnectFailed, "HY000", "holdfast: could not check user '%s' against the backend: %v", name, err))
+	u, why, se := s.srv.resolveUser(name, remote)
+	if se != nil {
+		s.writeErr(se)
 		return false
 	}
 	salt := newSalt()
@@ -76,7 +76,7 @@ func (s *session) comChangeUser(p []byte) bool {
 	}
 	s.w.seq = s.r.seq
 	hash1, ok := u.verify(salt, reply)
-	u, se := s.srv.loginDone(u, known, why, hash1, ok, remote, len(reply) > 0)
+	u, se = s.srv.loginDone(u, why, hash1, ok, remote, len(reply) > 0)
 	if se != nil {
 		s.writeErr(se)
 		return false
@@ -91,7 +91,7 @@ func (s *session) comChangeUser(p []byte) bool {
 	s.mu.Lock()
 	s.user = u // read by other sessions' KILLs
 	s.mu.Unlock()
-	s.variant = clientVariant(s.caps, s.extCaps).withAccount(u.account)
+	s.variant = s.variant.withAccount(u.account)
 	s.srv.useKey(s.variant)
 	s.db, s.coll = db, coll
 	s.writeOK(0, 0)

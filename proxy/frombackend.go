@@ -34,12 +34,24 @@ type storedAccount struct {
 
 // backendUsers reads accounts from the backend and caches them.
 type backendUsers struct {
-	lookMu sync.Mutex   // held while a lookup runs (I/O, bounded); guards the fields below
-	bc     *backendConn // the lookup account's connection, kept between lookups
-	bcAs   string       // who bc is logged in as ("user\x00password")
+	// look is one slot, taken while a lookup runs (I/O); it guards bc and
+	// bcAs. A lookup waits for it within the same bound as its query.
+	look chan struct{}
+	bc   *backendConn // the lookup account's connection, kept between lookups
+	bcAs string       // who bc is logged in as ("user\x00password")
 
-	mu    sync.Mutex // guards cache
+	mu    sync.Mutex // guards cache and look's creation
 	cache map[string]cachedAccounts
+}
+
+// slot returns the lookup slot.
+func (b *backendUsers) slot() chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.look == nil {
+		b.look = make(chan struct{}, 1)
+	}
+	return b.look
 }
 
 type cachedAccounts struct {
@@ -95,12 +107,21 @@ func (b *backendUsers) rows(s *Server, name string) ([]storedAccount, error) {
 	if rows, ok := b.cached(name, ttl); ok {
 		return rows, nil
 	}
-	b.lookMu.Lock()
-	defer b.lookMu.Unlock()
+	// One bound for the whole lookup: the wait for another to finish, the
+	// dial and the query.
+	ctx, cancel := context.WithTimeout(s.ctx, s.config().Backend.ExchangeTimeout)
+	defer cancel()
+	look := b.slot()
+	select {
+	case look <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("proxy: read the backend's accounts (auth.from_backend): waiting for another lookup: %w", context.Cause(ctx))
+	}
+	defer func() { <-look }()
 	if rows, ok := b.cached(name, ttl); ok { // read meanwhile
 		return rows, nil
 	}
-	rows, err := b.read(s, name)
+	rows, err := b.read(ctx, s, name)
 	if err != nil {
 		return nil, err
 	}
@@ -146,15 +167,13 @@ const (
 )
 
 // read asks the backend for name's accounts, on the lookup account's
-// connection (dialed, or redialed once after an I/O error). lookMu held.
-func (b *backendUsers) read(s *Server, name string) ([]storedAccount, error) {
-	cfg := s.config()
-	fb := cfg.Auth.FromBackend
+// connection (dialed, or redialed once after an I/O error), within ctx.
+// The lookup slot is held.
+func (b *backendUsers) read(ctx context.Context, s *Server, name string) ([]storedAccount, error) {
+	fb := s.config().Auth.FromBackend
 	bs := s.backendSettings()
 	bs.User, bs.Password, bs.Database = fb.LookupUser, fb.LookupPassword, "" // it may read nothing else
 	as := bs.User + "\x00" + bs.Password
-	ctx, cancel := context.WithTimeout(s.ctx, cfg.Backend.ExchangeTimeout)
-	defer cancel()
 	var res *textResult
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -202,8 +221,9 @@ func (b *backendUsers) forget() {
 
 // close closes the lookup connection (at shutdown).
 func (b *backendUsers) close() {
-	b.lookMu.Lock()
-	defer b.lookMu.Unlock()
+	look := b.slot()
+	look <- struct{}{} // a running lookup is bounded
+	defer func() { <-look }()
 	if b.bc != nil {
 		b.bc.close()
 		b.bc = nil

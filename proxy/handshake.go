@@ -267,15 +267,15 @@ func (s *Server) connect(nc net.Conn, id uint32, release func()) (*clientHello, 
 		return nil, User{}, nil, h.fail(s.loginRefused(hello.user, remote, withPassword))
 	}
 	_ = nc.SetDeadline(handshakeDeadline()) // the wait is not the client's
-	u, known, why, err := s.resolveUser(hello.user, remote)
-	if err != nil {
-		return nil, User{}, nil, h.fail(newErr(codeConnectFailed, "HY000", "holdfast: could not check user '%s' against the backend: %v", hello.user, err))
+	u, why, se := s.resolveUser(hello.user, remote)
+	if se != nil {
+		return nil, User{}, nil, h.fail(se)
 	}
 	hash1, ok, err := authenticate(h, u, hello.plugin, hello.authResp, g.salt)
 	if err != nil {
 		return nil, User{}, nil, err
 	}
-	u, se := s.loginDone(u, known, why, hash1, ok, remote, withPassword)
+	u, se = s.loginDone(u, why, hash1, ok, remote, withPassword)
 	if se != nil {
 		return nil, User{}, nil, h.fail(se)
 	}

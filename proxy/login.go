@@ -72,28 +72,31 @@ func (s *Server) loginWait(key string, release func()) error {
 
 // resolveUser finds who name is: a configured user, else (with
 // auth.from_backend) the backend account MariaDB would pick for the
-// client's address. When nobody may log in as name, known is false and
-// why says why (for the log only); u then checks against a random
-// password, so that the answer is the same as for a wrong one. err means
-// the backend could not be asked.
-func (s *Server) resolveUser(name string, remote net.Addr) (u User, known bool, why string, err error) {
+// client's address. When nobody may log in as name, why says why (for the
+// log only); u then checks against a random password, so that the answer
+// is the same as for a wrong one. se is the error to send when the
+// backend could not be asked.
+func (s *Server) resolveUser(name string, remote net.Addr) (u User, why string, se *sqlError) {
 	if u, ok := s.users.get(name); ok {
-		return u, true, "", nil
+		return u, "", nil
 	}
 	unknown := User{Name: name, Password: unknownUserPassword, AuthPlugin: pluginNative}
 	cfg := s.config()
 	fb := cfg.Auth.FromBackend
 	switch {
 	case !fb.Enabled:
-		return unknown, false, "unknown user", nil
+		return unknown, "unknown user", nil
 	case name == fb.LookupUser || name == cfg.Backend.User:
-		return unknown, false, "holdfast's own backend account (backend.user, auth.from_backend.lookup_user) is not for clients", nil
+		return unknown, "holdfast's own backend account (backend.user, auth.from_backend.lookup_user) is not for clients", nil
 	}
 	hash2, why, err := s.beUsers.lookup(s, name, remoteIP(remote))
-	if err != nil || why != "" {
-		return unknown, false, why, err
+	if err != nil {
+		return unknown, "", newErr(codeConnectFailed, "HY000", "holdfast: could not check user '%s' against the backend: %v", name, err)
 	}
-	return User{Name: name, AuthPlugin: pluginNative, hash2: hash2}, true, "", nil
+	if why != "" {
+		return unknown, why, nil
+	}
+	return User{Name: name, AuthPlugin: pluginNative, hash2: hash2}, "", nil
 }
 
 // verify checks a client's scramble resp of salt for u. For a user known
@@ -122,14 +125,15 @@ func (u User) verify(salt, resp []byte) (hash1 []byte, ok bool) {
 	return x, true
 }
 
-// loginDone records a login's outcome: a success clears the address's
+// loginDone records a login's outcome (why, from resolveUser, is empty
+// for a user who may log in): a success clears the address's
 // failures (and registers a from_backend user's backend account); a
 // failure is counted, delays the next attempt and is logged, without any
 // secret, at most once per power of two of consecutive failures. It returns
 // the user as the session has it, or the error to send.
-func (s *Server) loginDone(u User, known bool, why string, hash1 []byte, ok bool, remote net.Addr, withPassword bool) (User, *sqlError) {
+func (s *Server) loginDone(u User, why string, hash1 []byte, ok bool, remote net.Addr, withPassword bool) (User, *sqlError) {
 	key := loginKey(u.Name, remote)
-	if ok && known {
+	if ok && why == "" {
 		s.logins.succeeded(key)
 		if u.hash2 != nil {
 			id, err := s.learnAccount(u.Name, hash1)

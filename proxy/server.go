@@ -45,10 +45,11 @@ const (
 // then session.mu, then pipes.mu, then pipe.mu, then the pool's and the
 // wait queues' own locks; gates.mu before its queues' locks; killer.mu is
 // taken with session.killMu held and nothing else; limitsMu before the
-// pool's and accounts.mu; backendUsers.lookMu before backendUsers.mu. No
-// lock is held across I/O except killer.mu (one kill at a time, bounded),
-// session.killMu (held while a kill is delivered) and backendUsers.lookMu
-// (one account lookup at a time, bounded by backend.exchange_timeout).
+// pool's and accounts.mu; the backendUsers lookup slot before
+// backendUsers.mu. No lock is held across I/O except killer.mu (one kill
+// at a time, bounded), session.killMu (held while a kill is delivered) and
+// the backendUsers lookup slot (one account lookup at a time; the wait for
+// it and the lookup together are bounded by backend.exchange_timeout).
 type Server struct {
 	log    *slog.Logger
 	pool   *pool.Pool[variant, *backendConn]
