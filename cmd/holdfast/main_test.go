@@ -91,7 +91,9 @@ func start(t *testing.T, users string) *process {
 // migrate applies the schema with bin migrate on p's configuration.
 func (p *process) migrate(t *testing.T, bin string) {
 	t.Helper()
-	if out, err := exec.Command(bin, "migrate", "-config", p.config).CombinedOutput(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bin, "migrate", "-config", p.config).CombinedOutput(); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
 }

@@ -293,11 +293,13 @@ func (h *Holdfast) Stop() error {
 	return h.err
 }
 
-// childEnv is this process's environment without HOLDFAST_* overrides.
+// childEnv is this process's environment without HOLDFAST_* overrides,
+// and without GOMAXPROCS, which would override holdfast's own choice of
+// max_procs (the shipped max_procs: 0).
 func childEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HOLDFAST_") {
+		if !strings.HasPrefix(kv, "HOLDFAST_") && !strings.HasPrefix(kv, "GOMAXPROCS=") {
 			env = append(env, kv)
 		}
 	}

@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// scalePhase runs the connection-scale test against a fresh holdfast whose
-// pool is capped at ScalePoolMax, sampling its memory and MariaDB's process
-// list while the clients run.
+// scalePhase runs the connection-scale test against a fresh holdfast on
+// the shipped defaults, sampling its memory and MariaDB's process list
+// while the clients run.
 func (b *runner) scalePhase(ctx context.Context) (*ScaleReport, error) {
 	o := b.o
 	b.printf("\n== connection scale: %d clients, one statement each per %v for %v ==\n", o.ScaleConns, o.ScaleInterval, o.ScaleTime)

@@ -216,7 +216,9 @@ func startHoldfast(t *testing.T, bin string, blocks []*Block) *fixture {
 		"HOLDFAST_BACKEND_PASSWORD="+c.Passwd,
 		"HOLDFAST_BACKEND_DATABASE="+fx.rw.Database,
 	)
-	migrate := exec.Command("bin/holdfast", "migrate", "-config", "config.yaml")
+	mctx, cancel := context.WithTimeout(context.Background(), commandBound)
+	defer cancel()
+	migrate := exec.CommandContext(mctx, "bin/holdfast", "migrate", "-config", "config.yaml")
 	migrate.Dir, migrate.Env = fx.dir, fx.env
 	if out, err := migrate.CombinedOutput(); err != nil {
 		t.Fatalf("holdfast migrate: %v\n%s", err, out)

@@ -118,8 +118,10 @@ func TestMakeRun(t *testing.T) {
 	var got []byte
 	var err error
 	for end := time.Now().Add(time.Minute); ; {
-		q := exec.Command("mariadb", args...)
-		if got, err = q.CombinedOutput(); err == nil || time.Now().After(end) {
+		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+		got, err = exec.CommandContext(actx, "mariadb", args...).CombinedOutput()
+		cancel()
+		if err == nil || time.Now().After(end) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -127,12 +129,14 @@ func TestMakeRun(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(got)) != "through holdfast" {
 		t.Fatalf("%s: %v\n%s\nholdfast's output:\n%s", line, err, got, out.String())
 	}
-	ctl := exec.Command(repo+"/bin/holdfastctl", "-addr", admin, "tags")
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctl := exec.CommandContext(cctx, repo+"/bin/holdfastctl", "-addr", admin, "tags")
 	tags, err := ctl.CombinedOutput()
 	if err != nil || !strings.Contains(string(tags), "make_run") {
 		t.Errorf("holdfastctl tags after a tagged statement from the connect line: %v\n%s", err, tags)
 	}
-	resp, err := http.Get("http://" + admin + "/")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + admin + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
