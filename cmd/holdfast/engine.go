@@ -148,11 +148,15 @@ func (e *engine) close() {
 }
 
 // backendDB opens database/sql on the configured backend, for holdfast's
-// command-line tools (migrate).
-func backendDB(cfg config.Config) (*sql.DB, error) {
+// command-line tools (migrate, resync-redis); adjust, when not nil, changes
+// the driver's configuration first.
+func backendDB(cfg config.Config, adjust func(*mysql.Config)) (*sql.DB, error) {
 	c := mysql.NewConfig()
 	c.Net, c.Addr, c.User, c.Passwd, c.DBName = "tcp", cfg.Backend.Address, cfg.Backend.User, cfg.Backend.Password, cfg.Backend.Database
 	c.Timeout = cfg.Backend.DialTimeout
+	if adjust != nil {
+		adjust(c)
+	}
 	var err error
 	if c.TLS, c.AllowFallbackToPlaintext, err = proxy.BackendTLSConfig(cfg.Backend); err != nil {
 		return nil, err
@@ -168,7 +172,7 @@ func backendDB(cfg config.Config) (*sql.DB, error) {
 // backend's database. An unreachable backend counts as installed (the
 // engine's own errors will say what is wrong once it is back).
 func schemaInstalled(ctx context.Context, cfg config.Config) bool {
-	db, err := backendDB(cfg)
+	db, err := backendDB(cfg, nil)
 	if err != nil {
 		return true
 	}
@@ -184,7 +188,7 @@ func schemaInstalled(ctx context.Context, cfg config.Config) bool {
 
 // migrate creates or upgrades the reservation schema.
 func migrate(ctx context.Context, cfg config.Config) error {
-	db, err := backendDB(cfg)
+	db, err := backendDB(cfg, nil)
 	if err != nil {
 		return err
 	}

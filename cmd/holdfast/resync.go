@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/config"
-	"github.com/holdfast-db/holdfast/proxy"
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/legacy"
 )
@@ -56,18 +54,12 @@ func resyncRedis(ctx context.Context, cfg config.Config, o resyncOpts, out io.Wr
 		}
 		shops = append(shops, n)
 	}
-	c := mysql.NewConfig()
-	c.Net, c.Addr, c.User, c.Passwd, c.DBName = "tcp", cfg.Backend.Address, cfg.Backend.User, cfg.Backend.Password, cfg.Backend.Database
-	c.Timeout, c.MultiStatements = cfg.Backend.DialTimeout, true // a pool's lock and reads go in one round trip
-	var err error
-	if c.TLS, c.AllowFallbackToPlaintext, err = proxy.BackendTLSConfig(cfg.Backend); err != nil {
-		return err
-	}
-	conn, err := mysql.NewConnector(c)
+	db, err := backendDB(cfg, func(c *mysql.Config) {
+		c.MultiStatements = true // a pool's lock and reads go in one round trip
+	})
 	if err != nil {
 		return err
 	}
-	db := sql.OpenDB(conn)
 	defer db.Close()
 	retention := rc.Retention
 	if retention == 0 {

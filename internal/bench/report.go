@@ -126,16 +126,19 @@ type Verdict struct {
 	Pass           bool // HoldfastRelay ≥ Workload.Target
 }
 
+// summaryTPS is the median tps of w against target t in sums (0: none).
+func summaryTPS(sums []Summary, w Workload, t string) float64 {
+	for _, s := range sums {
+		if s.Workload == w && s.Target == t {
+			return s.TPS
+		}
+	}
+	return 0
+}
+
 // Verdicts computes a Verdict per workload from Summarize's output.
 func Verdicts(sums []Summary, workloads []Workload) []Verdict {
-	tps := func(w Workload, t string) float64 {
-		for _, s := range sums {
-			if s.Workload == w && s.Target == t {
-				return s.TPS
-			}
-		}
-		return 0
-	}
+	tps := func(w Workload, t string) float64 { return summaryTPS(sums, w, t) }
 	var out []Verdict
 	for _, w := range workloads {
 		d, r, h := tps(w, TargetDirect), tps(w, TargetRelay), tps(w, TargetHoldfast)

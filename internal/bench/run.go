@@ -257,14 +257,7 @@ func (b *runner) latencyPhase(ctx context.Context) (*LatencyReport, error) {
 // printExtraRatios prints each extra target against the relay and the
 // holdfast on the shipped defaults; they are never verdicts.
 func (b *runner) printExtraRatios(sums []Summary) {
-	tps := func(w Workload, t string) float64 {
-		for _, s := range sums {
-			if s.Workload == w && s.Target == t {
-				return s.TPS
-			}
-		}
-		return 0
-	}
+	tps := func(w Workload, t string) float64 { return summaryTPS(sums, w, t) }
 	for _, x := range b.o.extras() {
 		what := strings.Join(x.settings, " ")
 		if x.baseline {

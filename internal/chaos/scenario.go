@@ -71,11 +71,11 @@ func (s *scenario) setup(ctx context.Context) error {
 		instances = s.o.Instances
 	}
 	for i := 0; i < instances; i++ {
-		listen, err := freeAddr()
+		listen, err := dbtest.ListenAddr()
 		if err != nil {
 			return err
 		}
-		admin, err := freeAddr()
+		admin, err := dbtest.ListenAddr()
 		if err != nil {
 			return err
 		}

@@ -178,10 +178,10 @@ func (p *Private) open(db string) (*sql.DB, error) {
 }
 
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := ListenAddr()
 	if err != nil {
-		return 0, fmt.Errorf("dbtest: %w", err)
+		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	_, port, _ := net.SplitHostPort(addr)
+	return strconv.Atoi(port)
 }

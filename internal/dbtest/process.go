@@ -2,6 +2,7 @@ package dbtest
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -11,12 +12,22 @@ import (
 // server a test starts (holdfast's listeners, a private MariaDB).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := ListenAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return addr
+}
+
+// ListenAddr is FreeAddr for programs (the chaos harness) and for callers
+// that return the error.
+func ListenAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("dbtest: %w", err)
+	}
 	defer ln.Close()
-	return ln.Addr().String()
+	return ln.Addr().String(), nil
 }
 
 // SyncBuffer collects what a child process or a server's logger writes
