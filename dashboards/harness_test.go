@@ -102,12 +102,7 @@ type holdfast struct {
 // slow flow's hold time.
 func startHoldfast(t *testing.T) holdfast {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "holdfast")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/holdfast")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/holdfast: %v\n%s", err, out)
-	}
+	bin := dbtest.Command(t, "./cmd/holdfast")
 	h := holdfast{addr: dbtest.FreeAddr(t), admin: dbtest.FreeAddr(t), db: dbtest.NewDatabase(t)}
 	c := dbtest.Config(t)
 	cfg := fmt.Sprintf(`listen: %s

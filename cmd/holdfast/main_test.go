@@ -19,15 +19,7 @@ import (
 )
 
 // binary builds holdfast once per test binary run.
-func binary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "holdfast")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
+func binary(t *testing.T) string { return dbtest.Command(t, "./cmd/holdfast") }
 
 type process struct {
 	cmd    *exec.Cmd

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -178,10 +177,7 @@ func checkouts(t *testing.T, db *sql.DB, tag string, clients, n int, ttl int) []
 func TestMigrationThroughHoldfast(t *testing.T) {
 	rs := redistest.Start(t)
 	p, adminAddr := migrationProcess(t, rs.Addr, "redis")
-	ctlBin := filepath.Join(t.TempDir(), "holdfastctl")
-	if out, err := exec.Command("go", "build", "-o", ctlBin, "../holdfastctl").CombinedOutput(); err != nil {
-		t.Fatalf("build holdfastctl: %v\n%s", err, out)
-	}
+	ctlBin := dbtest.Command(t, "./cmd/holdfastctl")
 	ctl := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(ctlBin, append([]string{"-addr", adminAddr}, args...)...)

@@ -1,0 +1,89 @@
+package dbtest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+var (
+	buildMu sync.Mutex            // guards built
+	built   = map[string]string{} // package path -> binary
+)
+
+// Command returns a binary of the module's command pkg ("./cmd/holdfast"),
+// built once per test process into a directory kept between runs under
+// the user's cache directory, one per checkout. go build relinks only when
+// the sources changed, so the tests of every package share one link
+// instead of paying one per test. Builds from concurrent test processes
+// are serialised by a file lock.
+func Command(t testing.TB, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if bin, ok := built[pkg]; ok {
+		return bin
+	}
+	bin, err := buildCommand(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built[pkg] = bin
+	return bin
+}
+
+func buildCommand(pkg string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(root))
+	dir := filepath.Join(cache, "holdfast-test", hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("dbtest: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("dbtest: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("dbtest: lock %s: %w", lock.Name(), err)
+	}
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("dbtest: go build %s: %w\n%s", pkg, err, out)
+	}
+	return bin, nil
+}
+
+// moduleRoot is the directory of the go.mod above the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("dbtest: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", errors.New("dbtest: no go.mod above the working directory")
+		}
+		dir = up
+	}
+}
