@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
 // BuildHoldfast runs `go build -o out ./cmd/holdfast` in repo and returns
@@ -280,15 +280,8 @@ func (h *Holdfast) Exited() bool {
 // kills it. It returns the exit error, if the exit was not clean. Stop may be
 // called more than once.
 func (h *Holdfast) Stop() error {
-	if !h.Exited() {
-		_ = h.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-h.done:
-		case <-time.After(15 * time.Second):
-			_ = h.cmd.Process.Kill()
-			<-h.done
-			return errors.New("bench: holdfast did not stop within 15 s of SIGTERM; killed")
-		}
+	if !h.Exited() && dbtest.Terminate(h.cmd.Process, h.done, 15*time.Second) {
+		return errors.New("bench: holdfast did not stop within 15 s of SIGTERM; killed")
 	}
 	return h.err
 }
@@ -312,25 +305,14 @@ func SupportsFlag(bin, flag string) bool {
 	return bytes.Contains(out, []byte("-"+flag+" ")) || bytes.Contains(out, []byte("-"+flag+"\n"))
 }
 
-// FreeAddr returns a 127.0.0.1 address with a port free at the time of the
-// call.
-func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("bench: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
 // freeListen sets hc.Listen and hc.AdminListen to free addresses
-// (FreeAddr).
+// (dbtest.ListenAddr).
 func (hc *HoldfastConfig) freeListen() error {
 	var err error
-	if hc.Listen, err = FreeAddr(); err != nil {
+	if hc.Listen, err = dbtest.ListenAddr(); err != nil {
 		return err
 	}
-	hc.AdminListen, err = FreeAddr()
+	hc.AdminListen, err = dbtest.ListenAddr()
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/internal/netrelay"
 )
 
@@ -99,10 +100,5 @@ func (p *RelayProc) Stop() {
 	_ = p.stdin.Close()
 	done := make(chan struct{})
 	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
+	dbtest.WaitOrKill(p.cmd.Process, done, 5*time.Second)
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
 // Workload (d): CALL holdfast.reserve in shadow mode. A second holdfast,
@@ -23,7 +25,7 @@ import (
 // setupShadow starts the redis-server and the second holdfast; hc is the
 // first one's configuration.
 func (b *reserveRunner) setupShadow(ctx context.Context, hc HoldfastConfig) error {
-	redisAddr, err := FreeAddr()
+	redisAddr, err := dbtest.ListenAddr()
 	if err != nil {
 		return err
 	}

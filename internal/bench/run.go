@@ -18,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
 // Options configures Run. DefaultOptions gives the values `make bench-proxy`
@@ -523,7 +524,7 @@ func (o Options) holdfastConfig(listen, poolUser string) HoldfastConfig {
 
 // startHoldfast starts the holdfast of TargetHoldfast on the defaults.
 func (b *runner) startHoldfast(ctx context.Context, name string, extra ...string) (*Holdfast, error) {
-	addr, err := FreeAddr()
+	addr, err := dbtest.ListenAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -542,7 +543,7 @@ func (b *runner) startHoldfast(ctx context.Context, name string, extra ...string
 // stopped with the attribution processes.
 func (b *runner) startExtraHoldfasts(ctx context.Context) error {
 	for _, x := range b.o.extras() {
-		addr, err := FreeAddr()
+		addr, err := dbtest.ListenAddr()
 		if err != nil {
 			return err
 		}

@@ -13,11 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"text/template"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
 // Accounts. The clients log in to holdfast as clientUser; holdfast's pool
@@ -216,13 +217,7 @@ func (h *holdfast) stop() {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	dbtest.Terminate(cmd.Process, done, 15*time.Second)
 }
 
 // scrape reads holdfast_reservation_recoveries_total from /metrics into

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // FreeAddr returns a loopback host:port that was free a moment ago, for a
@@ -19,8 +22,8 @@ func FreeAddr(t testing.TB) string {
 	return addr
 }
 
-// ListenAddr is FreeAddr for programs (the chaos harness) and for callers
-// that return the error.
+// ListenAddr is FreeAddr for programs (the chaos and bench harnesses) and
+// for callers that return the error.
 func ListenAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,4 +51,25 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Terminate stops a child process: it sends p SIGTERM, then waits as
+// WaitOrKill does. It reports whether p had to be killed.
+func Terminate(p *os.Process, exited <-chan struct{}, grace time.Duration) (killed bool) {
+	_ = p.Signal(syscall.SIGTERM)
+	return WaitOrKill(p, exited, grace)
+}
+
+// WaitOrKill waits up to grace for exited to close (the caller's goroutine
+// that waits for p closes it), then kills p and waits for exited. It
+// reports whether p had to be killed.
+func WaitOrKill(p *os.Process, exited <-chan struct{}, grace time.Duration) (killed bool) {
+	select {
+	case <-exited:
+		return false
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-exited
+		return true
+	}
 }

@@ -235,13 +235,7 @@ func startHoldfast(t *testing.T, bin string, blocks []*Block) *fixture {
 		if fx.conn != nil {
 			fx.conn.Close()
 		}
-		_ = serve.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = serve.Process.Kill()
-			<-exited
-		}
+		dbtest.Terminate(serve.Process, exited, 20*time.Second)
 		if t.Failed() {
 			t.Logf("holdfast's output:\n%s", fx.out.String())
 		}
