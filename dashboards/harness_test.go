@@ -104,32 +104,15 @@ func startHoldfast(t *testing.T) holdfast {
 	t.Helper()
 	bin := dbtest.Command(t, "./cmd/holdfast")
 	h := holdfast{addr: dbtest.FreeAddr(t), admin: dbtest.FreeAddr(t), db: dbtest.NewDatabase(t)}
-	c := dbtest.Config(t)
-	cfg := fmt.Sprintf(`listen: %s
-admin:
-  listen: %s
-users:
-  - name: app
-    password: app
-backend:
-  address: %s
-  user: %s
-  password: %q
-  database: %s
-pool:
-  min: 0
-  max: 4
-  max_idle: 4
-  acquire_timeout: 300ms
-attribution:
-  slow_transaction: 300ms
-log:
-  level: warn
-`, h.addr, h.admin, c.Addr, c.User, c.Passwd, h.db)
 	path := filepath.Join(t.TempDir(), "holdfast.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dbtest.WriteHoldfastYAML(t, path, dbtest.HoldfastYAML{
+		Listen:   h.addr,
+		Users:    "  - name: app\n    password: app\n",
+		Database: h.db,
+		Pool:     "  min: 0\n  max: 4\n  max_idle: 4\n  acquire_timeout: 300ms\n",
+		Admin:    "  listen: " + h.admin + "\n",
+		Extra:    "attribution:\n  slow_transaction: 300ms\nlog:\n  level: warn\n",
+	})
 	startProcess(t, "holdfast", exec.Command(bin, "serve", "-config", path))
 	waitFor(t, "holdfast admin /metrics", 20*time.Second, func() error {
 		_, err := httpDo("GET", "http://"+h.admin+"/metrics")

@@ -336,8 +336,8 @@ func (r *cutRelay) wasCut() bool { return r.cut.Load() }
 func startVia(t *testing.T, backend string, callTimeout time.Duration) *process {
 	t.Helper()
 	p := newProcess(t)
-	writeHoldfastYAML(t, p.config, p.addr, backend, p.db, appUser, "  listen: \"\"\n",
-		fmt.Sprintf("reservation:\n  call_timeout: %s\n", callTimeout))
+	dbtest.WriteHoldfastYAML(t, p.config, dbtest.HoldfastYAML{Listen: p.addr, Users: appUser, Backend: backend,
+		Database: p.db, Admin: "  listen: \"\"\n", Extra: fmt.Sprintf("reservation:\n  call_timeout: %s\n", callTimeout)})
 	bin := binary(t)
 	p.migrate(t, bin)
 	return p.serve(t, bin)

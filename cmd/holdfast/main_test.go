@@ -37,33 +37,8 @@ func writeConfig(t *testing.T, path, addr, db string, users string) {
 // writeConfigAdmin is writeConfig with admin, the body of the admin
 // section (indented YAML).
 func writeConfigAdmin(t *testing.T, path, addr, db, users, admin string) {
-	writeHoldfastYAML(t, path, addr, dbtest.Config(t).Addr, db, users, admin, "shutdown_grace: 20s\nlog:\n  level: debug\n")
-}
-
-// writeHoldfastYAML writes the configuration the tests' holdfast runs
-// with: users (YAML list items), the backend at backend as the test's
-// account, a pool of at most 4, admin (the body of the admin section) and
-// extra top-level YAML.
-func writeHoldfastYAML(t *testing.T, path, addr, backend, db, users, admin, extra string) {
-	t.Helper()
-	c := dbtest.Config(t)
-	cfg := fmt.Sprintf(`listen: %s
-users:
-%s
-backend:
-  address: %s
-  user: %s
-  password: %q
-  database: %s
-pool:
-  min: 0
-  max: 4
-  max_idle: 4
-admin:
-%s%s`, addr, users, backend, c.User, c.Passwd, db, admin, extra)
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dbtest.WriteHoldfastYAML(t, path, dbtest.HoldfastYAML{Listen: addr, Users: users, Database: db, Admin: admin,
+		Extra: "shutdown_grace: 20s\nlog:\n  level: debug\n"})
 }
 
 // newProcess is a holdfast process not started yet: a free address, a

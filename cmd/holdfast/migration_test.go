@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -24,24 +23,9 @@ import (
 // migrate.
 func migrationProcess(t *testing.T, redisAddr, authority string) (p *process, adminAddr string) {
 	t.Helper()
-	c := dbtest.Config(t)
 	p = newProcess(t)
 	adminAddr = dbtest.FreeAddr(t)
-	cfg := fmt.Sprintf(`listen: %s
-users:
-%s
-backend:
-  address: %s
-  user: %s
-  password: %q
-  database: %s
-pool:
-  min: 0
-  max: 24
-  max_idle: 24
-admin:
-  listen: %s
-log:
+	extra := fmt.Sprintf(`log:
   level: info
 reservation:
   payment_timeout: 0s
@@ -57,10 +41,9 @@ reservation:
     switch_poll_interval: 200ms
     sweep_interval: 100ms
     drift_interval: -1s
-`, p.addr, appUser, c.Addr, c.User, c.Passwd, p.db, adminAddr, redisAddr, authority)
-	if err := os.WriteFile(p.config, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, redisAddr, authority)
+	dbtest.WriteHoldfastYAML(t, p.config, dbtest.HoldfastYAML{Listen: p.addr, Users: appUser, Database: p.db,
+		Pool: "  min: 0\n  max: 24\n  max_idle: 24\n", Admin: "  listen: " + adminAddr + "\n", Extra: extra})
 	bin := binary(t)
 	p.migrate(t, bin)
 	return p.serve(t, bin), adminAddr
