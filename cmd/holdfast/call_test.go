@@ -55,18 +55,13 @@ func snapshot(t *testing.T, db *sql.DB) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cols, _ := rows.Columns()
 		for rows.Next() {
-			vals := make([]sql.RawBytes, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
+			vals, err := dbtest.ScanStrings(rows)
+			if err != nil {
 				t.Fatal(err)
 			}
 			for _, v := range vals {
-				b.Write(v)
+				b.WriteString(v)
 				b.WriteByte(' ')
 			}
 			b.WriteByte('\n')
@@ -139,21 +134,14 @@ func TestCallFromDriver(t *testing.T) {
 					t.Fatalf("%s %v: %v", q, args, err)
 				}
 				defer rows.Close()
-				cols, _ := rows.Columns()
 				var first []string
 				for rows.Next() {
-					vals := make([]sql.NullString, len(cols))
-					ptrs := make([]any, len(cols))
-					for i := range vals {
-						ptrs[i] = &vals[i]
-					}
-					if err := rows.Scan(ptrs...); err != nil {
+					vals, err := dbtest.ScanStrings(rows)
+					if err != nil {
 						t.Fatal(err)
 					}
 					if first == nil {
-						for _, v := range vals {
-							first = append(first, v.String)
-						}
+						first = vals
 					}
 				}
 				if err := rows.Err(); err != nil {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
 // shopID is the one shop of the harness.
@@ -215,19 +217,10 @@ func (c *client) do(r *Call, q string, args ...any) [][]string {
 	var out [][]string
 	rows, err := c.conn.QueryContext(ctx, q, args...)
 	if err == nil {
-		cols, _ := rows.Columns()
 		for rows.Next() {
-			vals := make([]sql.NullString, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err = rows.Scan(ptrs...); err != nil {
+			var row []string
+			if row, err = dbtest.ScanStrings(rows); err != nil {
 				break
-			}
-			row := make([]string, len(cols))
-			for i, v := range vals {
-				row[i] = v.String
 			}
 			out = append(out, row)
 		}

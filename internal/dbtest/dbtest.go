@@ -166,3 +166,25 @@ func StartRelay(t testing.TB, target string, delay time.Duration) *netrelay.Rela
 	t.Cleanup(func() { r.Close() })
 	return r
 }
+
+// ScanStrings scans the current row of rows as text: one string a column,
+// NULL as "".
+func ScanStrings(rows *sql.Rows) ([]string, error) {
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(cols))
+	for i, v := range vals {
+		out[i] = v.String
+	}
+	return out, nil
+}
