@@ -49,10 +49,8 @@ reservation:
 	return p.serve(t, bin), adminAddr
 }
 
-// scrape returns the value of one series of /metrics, matched by its name
-// and label text (e.g. `procedure="reserve",redis="ok",holdfast="ok"`), or
-// -1.
-func scrape(t *testing.T, adminAddr, series string) float64 {
+// metricsLines reads /metrics from the admin listener at adminAddr.
+func metricsLines(t *testing.T, adminAddr string) []string {
 	t.Helper()
 	resp, err := http.Get("http://" + adminAddr + "/metrics")
 	if err != nil {
@@ -60,7 +58,15 @@ func scrape(t *testing.T, adminAddr, series string) float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
+	return strings.Split(string(b), "\n")
+}
+
+// scrape returns the value of one series of /metrics, matched by its name
+// and label text (e.g. `procedure="reserve",redis="ok",holdfast="ok"`), or
+// -1.
+func scrape(t *testing.T, adminAddr, series string) float64 {
+	t.Helper()
+	for _, line := range metricsLines(t, adminAddr) {
 		if name, val, ok := strings.Cut(line, " "); ok && name == series {
 			v, _ := strconv.ParseFloat(val, 64)
 			return v
@@ -73,15 +79,9 @@ func scrape(t *testing.T, adminAddr, series string) float64 {
 // differ.
 func disagreeing(t *testing.T, adminAddr string) []string {
 	t.Helper()
-	resp, err := http.Get("http://" + adminAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	re := regexp.MustCompile(`^holdfast_shadow_comparisons_total\{holdfast="([a-z_]+)",procedure="([a-z]+)",redis="([a-z_]+)"\} (\d+)`)
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range metricsLines(t, adminAddr) {
 		if m := re.FindStringSubmatch(line); m != nil && m[1] != m[3] {
 			out = append(out, line)
 		}
