@@ -154,24 +154,11 @@ func execAsync(db *sql.DB, query string) <-chan error {
 func (h *holdfast) waiting(t *testing.T) pool {
 	t.Helper()
 	var p pool
-	eventually(t, "a client is counted as waiting", func() bool {
+	dbtest.Eventually(t, "a client is counted as waiting", func() bool {
 		h.get(t, "/api/pool", &p)
 		return p.Waiting > 0
 	})
 	return p
-}
-
-// eventually polls cond until it holds, failing after a generous bound
-// (the bound is a hang guard, not a timing assertion).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 type pool struct {
@@ -299,7 +286,7 @@ func TestWaitingForPipeline(t *testing.T) {
 	}
 	slow := execAsync(db, "SELECT SLEEP(2)")
 	// Once it has run 20 ms, its pipe takes no newcomers (slowHead).
-	eventually(t, "the slow SELECT has held the connection for 50 ms", func() bool {
+	dbtest.Eventually(t, "the slow SELECT has held the connection for 50 ms", func() bool {
 		var hs struct {
 			Holders []struct {
 				HeldFor float64 `json:"held_for_seconds"`

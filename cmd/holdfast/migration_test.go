@@ -225,7 +225,7 @@ func TestMigrationThroughHoldfast(t *testing.T) {
 	all := append(shadow, flipped...)
 	time.Sleep(time.Until(start.Add(time.Duration(ttl)*time.Second)) + time.Since(start)/4)
 	direct := dbtest.Open(t, p.db)
-	eventually(t, "every reservation expired and swept", func() bool {
+	dbtest.Eventually(t, "every reservation expired and swept", func() bool {
 		var n int
 		_ = direct.QueryRow("SELECT COUNT(*) FROM reserved_quantities").Scan(&n)
 		return n == 0
@@ -283,7 +283,7 @@ func TestRedisKilledThroughHoldfast(t *testing.T) {
 	}()
 	checkouts(t, db, "outage", 32, 20, ttl) // fails the test if any call fails
 	checkouts(t, db, "down", 32, 5, ttl)
-	eventually(t, "holdfast_redis_stale = 1", func() bool { return scrape(t, adminAddr, "holdfast_redis_stale") == 1 })
+	dbtest.Eventually(t, "holdfast_redis_stale = 1", func() bool { return scrape(t, adminAddr, "holdfast_redis_stale") == 1 })
 	if scrape(t, adminAddr, `holdfast_redis_errors_total{operation="mirror"}`) <= 0 {
 		t.Fatal("no failed mirror counted")
 	}
@@ -316,6 +316,6 @@ func TestRedisKilledThroughHoldfast(t *testing.T) {
 	if out := dry(); !strings.Contains(out, ": 0 counters differed") {
 		t.Fatalf("after resync-redis: %s", out)
 	}
-	eventually(t, "holdfast_redis_stale = 0", func() bool { return scrape(t, adminAddr, "holdfast_redis_stale") == 0 })
+	dbtest.Eventually(t, "holdfast_redis_stale = 0", func() bool { return scrape(t, adminAddr, "holdfast_redis_stale") == 0 })
 	t.Logf("resync-redis: %s", strings.TrimSpace(string(out)))
 }

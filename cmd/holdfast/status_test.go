@@ -222,7 +222,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		wg.Wait()
 	}()
 
-	eventually(t, "the admin listener answers", func() bool {
+	dbtest.Eventually(t, "the admin listener answers", func() bool {
 		resp, err := http.Get("http://" + admin + "/api/pool")
 		if err != nil {
 			return false
@@ -336,7 +336,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the reload applies the token", func() bool {
+	dbtest.Eventually(t, "the reload applies the token", func() bool {
 		resp, err := http.Get("http://" + admin + "/api/pool")
 		if err != nil {
 			return false
@@ -357,17 +357,5 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	if err := holder.Commit(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually polls cond until it holds, failing after a hang guard.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
