@@ -120,12 +120,12 @@ func engineStatus(cur engineSample, base *sample, sec float64) *engineJSON {
 	r.Cycles, r.ViolatingPools, r.AlertingPools = uint64(cur.reconCycles), int(cur.violating), int(cur.alerting)
 	if base != nil && base.engine.present {
 		b := base.engine
-		inline, reserves := deltaF(cur.inlineRefills, b.inlineRefills), deltaF(cur.reserves, b.reserves)
+		inline, reserves := delta(cur.inlineRefills, b.inlineRefills), delta(cur.reserves, b.reserves)
 		e.InlineRefillsPerSecond, e.ReservesPerSecond = rounded(inline/sec), rounded(reserves/sec)
 		if reserves > 0 {
 			e.InlineRefillShare = rounded(min(inline/reserves, 1))
 		}
-		r.Errors = uint64(deltaF(cur.reconErrors, b.reconErrors))
+		r.Errors = uint64(delta(cur.reconErrors, b.reconErrors))
 	}
 	switch {
 	case r.AlertingPools > 0:

@@ -210,13 +210,13 @@ func (a *Admin) status() statusJSON {
 			Waiting: waiting.ByTag[t.Tag]}
 		if base != nil {
 			b := base.tags[t.Tag]
-			ts.HoldRate = rounded(deltaF(c.hold, b.hold) / sec)
-			ts.WaitRate = rounded(deltaF(c.wait, b.wait) / sec)
+			ts.HoldRate = rounded(delta(c.hold, b.hold) / sec)
+			ts.WaitRate = rounded(delta(c.wait, b.wait) / sec)
 			ts.StatementsPerSecond = rounded(float64(delta(c.stmts, b.stmts)) / sec)
 			ts.Errors = delta(c.errors, b.errors)
 			ts.SlowTransactions = delta(c.slow, b.slow)
-			if f := deltaF(c.finished, b.finished); f > 0 {
-				ts.IdleInTxnShare = rounded(min(deltaF(c.idle, b.idle)/f, 1))
+			if f := delta(c.finished, b.finished); f > 0 {
+				ts.IdleInTxnShare = rounded(min(delta(c.idle, b.idle)/f, 1))
 			}
 		}
 		ts.PoolShare = rounded(float64(ts.HoldRate) / float64(maxConns))
@@ -224,7 +224,7 @@ func (a *Admin) status() statusJSON {
 			ts.Errors > 0 || ts.Drained || ts.Limit > 0 || ts.Waiting > 0
 		for i := 1; i < len(points); i++ {
 			p, q := points[i-1], points[i]
-			v := deltaF(q.tags[t.Tag].hold, p.tags[t.Tag].hold) / q.at.Sub(p.at).Seconds() / float64(max(q.pool.Max, 1))
+			v := delta(q.tags[t.Tag].hold, p.tags[t.Tag].hold) / q.at.Sub(p.at).Seconds() / float64(max(q.pool.Max, 1))
 			ts.History = append(ts.History, rounded(v))
 			active = active || rounded(v) != 0
 		}
@@ -259,15 +259,9 @@ func (a *Admin) status() statusJSON {
 	return st
 }
 
-func delta(cur, prev uint64) uint64 {
+// delta is how much a counter grew from prev to cur.
+func delta[N uint64 | float64](cur, prev N) N {
 	if cur < prev { // restarted or retired: counts from zero
-		return cur
-	}
-	return cur - prev
-}
-
-func deltaF(cur, prev float64) float64 {
-	if cur < prev {
 		return cur
 	}
 	return cur - prev

@@ -162,13 +162,13 @@ func Rates(prev, cur []Tag, elapsed time.Duration) []TagRate {
 		p := before[t.Tag]
 		r := TagRate{
 			Tag:        t.Tag,
-			Hold:       deltaF(t.HoldSeconds+t.InFlightSeconds, p.HoldSeconds+p.InFlightSeconds),
-			Finished:   deltaF(t.HoldSeconds, p.HoldSeconds),
-			Exec:       deltaF(t.ExecSeconds, p.ExecSeconds),
-			IdleInTxn:  deltaF(t.IdleInTransactionSeconds, p.IdleInTransactionSeconds),
-			Wait:       deltaF(t.WaitSeconds, p.WaitSeconds) / sec,
-			Statements: float64(deltaI(t.Statements, p.Statements)) / sec,
-			Errors:     deltaI(t.Errors, p.Errors),
+			Hold:       delta(t.HoldSeconds+t.InFlightSeconds, p.HoldSeconds+p.InFlightSeconds),
+			Finished:   delta(t.HoldSeconds, p.HoldSeconds),
+			Exec:       delta(t.ExecSeconds, p.ExecSeconds),
+			IdleInTxn:  delta(t.IdleInTransactionSeconds, p.IdleInTransactionSeconds),
+			Wait:       delta(t.WaitSeconds, p.WaitSeconds) / sec,
+			Statements: float64(delta(t.Statements, p.Statements)) / sec,
+			Errors:     delta(t.Errors, p.Errors),
 			HeldNow:    t.HeldNow,
 			Drained:    t.Drained,
 			Limit:      t.Limit,
@@ -214,14 +214,9 @@ func WithInFlight(tags []Tag, holders []Holder) []Tag {
 	return out
 }
 
-func deltaF(cur, prev float64) float64 {
-	if cur < prev {
-		return cur
-	}
-	return cur - prev
-}
-
-func deltaI(cur, prev int64) int64 {
+// delta is how much a counter grew from prev to cur; one that went down
+// (holdfast restarted) counts from zero.
+func delta[N int64 | float64](cur, prev N) N {
 	if cur < prev {
 		return cur
 	}
@@ -245,8 +240,8 @@ func renderTop(b *strings.Builder, addr string, prev, cur snapshot, o TopOptions
 	fmt.Fprintf(b, "pool  open %d  in use %d  idle %d  waiting %s  max %d  clients %d  pinned %d\n",
 		p.Open, p.InUse, p.Idle, waiting, p.Max, p.Clients, p.PinnedSessions)
 	fmt.Fprintf(b, "      last %s: %d acquired, %d waited, %d timeouts, %d rejected\n\n", span,
-		deltaI(p.Acquired, q.Acquired), deltaI(p.Waited, q.Waited), deltaI(p.Timeouts, q.Timeouts),
-		deltaI(p.Rejected, q.Rejected))
+		delta(p.Acquired, q.Acquired), delta(p.Waited, q.Waited), delta(p.Timeouts, q.Timeouts),
+		delta(p.Rejected, q.Rejected))
 
 	rates := Rates(WithInFlight(prev.tags.Tags, prev.holders), WithInFlight(cur.tags.Tags, cur.holders), elapsed)
 	oldest := map[string]float64{}
