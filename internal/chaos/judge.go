@@ -76,6 +76,20 @@ func (v *verdict) resolve(c *Call, effect bool) {
 	}
 }
 
+// resolveAll resolves each of cs, calls whose outcome was unknown: made,
+// if not nil, is the one whose effect the database shows; the others did
+// nothing.
+func (v *verdict) resolveAll(cs []*Call, made *Call) {
+	for _, c := range cs {
+		v.resolve(c, c == made)
+	}
+}
+
+// earliest is the call of cs that started first.
+func earliest(cs []*Call) *Call {
+	return slices.MinFunc(cs, func(a, b *Call) int { return a.Start.Compare(b.Start) })
+}
+
 // Checks, as the report names them.
 const (
 	checkAnswers   = "true answers"
@@ -204,9 +218,7 @@ func (v *verdict) judgeReserve(key string, cs []*Call, row *reservationRow) {
 		}
 	}
 	if row == nil {
-		for _, c := range unknown {
-			v.resolve(c, false)
-		}
+		v.resolveAll(unknown, nil)
 		return
 	}
 	switch {
@@ -218,14 +230,9 @@ func (v *verdict) judgeReserve(key string, cs []*Call, row *reservationRow) {
 				v.fail(checkAnswers, "a replay was answered before the call that made the reservation began: %s; maker: %s", r, fresh[0])
 			}
 		}
-		for _, c := range unknown {
-			v.resolve(c, false)
-		}
+		v.resolveAll(unknown, nil)
 	case len(unknown) > 0:
-		earliest := slices.MinFunc(unknown, func(a, b *Call) int { return a.Start.Compare(b.Start) })
-		for _, c := range unknown {
-			v.resolve(c, c == earliest)
-		}
+		v.resolveAll(unknown, earliest(unknown))
 	default:
 		v.fail(checkAnswers, "reservation %s with key %s exists, yet no call that could have made it was answered with it (%s)",
 			token(row.ID), key, describe(cs))
@@ -285,17 +292,13 @@ func (v *verdict) judgeFinish(row *reservationRow, cs []*Call) {
 		for _, c := range append(claimers, dups...) {
 			v.fail(checkAnswers, "claim answered %s, and reservation %s is not claimed (state %d): %s", c.Outcome, tok, row.State, c)
 		}
-		for _, c := range claimUnknown {
-			v.resolve(c, false)
-		}
+		v.resolveAll(claimUnknown, nil)
 	}
 	if row.State != 2 {
 		for _, c := range append(releasers, relDups...) {
 			v.fail(checkAnswers, "release answered %s, and reservation %s is not released (state %d): %s", c.Outcome, tok, row.State, c)
 		}
-		for _, c := range relUnknown {
-			v.resolve(c, false)
-		}
+		v.resolveAll(relUnknown, nil)
 	}
 	switch row.State {
 	case 1:
@@ -312,19 +315,15 @@ func (v *verdict) judgeFinish(row *reservationRow, cs []*Call) {
 					v.fail(checkAnswers, "a claim answered duplicate before the claim that deducted began: %s; claimer: %s", d, claimers[0])
 				}
 			}
-			for _, c := range claimUnknown {
-				v.resolve(c, false)
-			}
+			v.resolveAll(claimUnknown, nil)
 			if row.ClaimKind == "forced" {
 				v.forced(row, claimers[0])
 			}
 		case len(claimUnknown) > 0:
-			earliest := slices.MinFunc(claimUnknown, func(a, b *Call) int { return a.Start.Compare(b.Start) })
-			for _, c := range claimUnknown {
-				v.resolve(c, c == earliest)
-			}
+			first := earliest(claimUnknown)
+			v.resolveAll(claimUnknown, first)
 			if row.ClaimKind == "forced" {
-				v.forced(row, earliest)
+				v.forced(row, first)
 			}
 		default:
 			v.fail(checkAnswers, "reservation %s is claimed (%s), yet no claim that could have made it was answered so (%s)",
@@ -344,14 +343,9 @@ func (v *verdict) judgeFinish(row *reservationRow, cs []*Call) {
 					v.fail(checkAnswers, "a release answered duplicate before the release began: %s; releaser: %s", d, r)
 				}
 			}
-			for _, c := range relUnknown {
-				v.resolve(c, false)
-			}
+			v.resolveAll(relUnknown, nil)
 		case len(relUnknown) > 0:
-			earliest := slices.MinFunc(relUnknown, func(a, b *Call) int { return a.Start.Compare(b.Start) })
-			for _, c := range relUnknown {
-				v.resolve(c, c == earliest)
-			}
+			v.resolveAll(relUnknown, earliest(relUnknown))
 		default:
 			v.fail(checkAnswers, "reservation %s is released, yet no release that could have done it was answered so (%s)", tok, describe(cs))
 		}
