@@ -3,7 +3,6 @@ package attribution
 import (
 	"bytes"
 	"fmt"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -301,24 +300,19 @@ func TestCardinalityMillion(t *testing.T) {
 		// Tags would need about a gigabyte.
 		maxHeap = 2*(maxTags+2)*(1<<10+200) + 1<<20
 	)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-
-	r := NewRecorder(Options{MaxTags: maxTags})
-	buf := make([]byte, 0, 32)
-	for i := range distinct {
-		buf = strconv.AppendInt(append(buf[:0], "flow_"...), int64(i), 10)
-		t := r.Tag(buf)
-		t.Borrowed(time.Duration(i%1000) * time.Microsecond)
-		t.Statement(time.Duration(i%5000)*time.Microsecond, i%10 == 0)
-		t.Pinned(pinReasons[i%len(pinReasons)])
-		t.Returned(time.Duration(i%100)*time.Millisecond, time.Millisecond, 0)
-	}
-
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	var r *Recorder
+	growth := heapGrowth(func() {
+		r = NewRecorder(Options{MaxTags: maxTags})
+		buf := make([]byte, 0, 32)
+		for i := range distinct {
+			buf = strconv.AppendInt(append(buf[:0], "flow_"...), int64(i), 10)
+			t := r.Tag(buf)
+			t.Borrowed(time.Duration(i%1000) * time.Microsecond)
+			t.Statement(time.Duration(i%5000)*time.Microsecond, i%10 == 0)
+			t.Pinned(pinReasons[i%len(pinReasons)])
+			t.Returned(time.Duration(i%100)*time.Millisecond, time.Millisecond, 0)
+		}
+	})
 	t.Logf("heap growth after %d distinct names, MaxTags %d: %d bytes (bound %d)", distinct, maxTags, growth, maxHeap)
 	if growth > maxHeap {
 		t.Errorf("heap grew by %d bytes, want at most %d", growth, maxHeap)

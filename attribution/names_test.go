@@ -184,20 +184,15 @@ func TestNamesMillion(t *testing.T) {
 		// than 30 MB.
 		bound = 10*100*max + 1<<20
 	)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-
-	n := NewNames(max)
-	buf := make([]byte, 0, 32)
-	for i := range distinct {
-		buf = strconv.AppendInt(append(buf[:0], "flow_"...), int64(i), 10)
-		n.Intern(buf)
-	}
-
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	var n *Names
+	growth := heapGrowth(func() {
+		n = NewNames(max)
+		buf := make([]byte, 0, 32)
+		for i := range distinct {
+			buf = strconv.AppendInt(append(buf[:0], "flow_"...), int64(i), 10)
+			n.Intern(buf)
+		}
+	})
 	t.Logf("heap growth after %d distinct names, max %d: %d bytes", distinct, max, growth)
 	if growth > bound {
 		t.Errorf("heap grew by %d bytes, want at most %d", growth, bound)
@@ -209,6 +204,18 @@ func TestNamesMillion(t *testing.T) {
 		t.Errorf("Folded() = %d, want %d", got, distinct-max)
 	}
 	runtime.KeepAlive(n)
+}
+
+// heapGrowth runs f and returns how much the live heap grew across it:
+// what f allocated and left reachable.
+func heapGrowth(f func()) int64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
 }
 
 func TestNamesInternAllocs(t *testing.T) {
