@@ -7,13 +7,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/proxy"
 )
 
@@ -75,11 +75,8 @@ type Admin struct {
 	limits  limitReasons
 	refusal refusalLog
 
-	mu     sync.Mutex // guards following
-	hs     *http.Server
-	stop   chan struct{}
-	closed bool
-	wg     sync.WaitGroup // the sampler
+	hs    atomic.Pointer[http.Server] // set once, by Serve
+	loops lifecycle.Loops             // the sampler, from Serve to Close
 }
 
 // New returns the admin listener for srv. It starts nothing: Handler serves
@@ -97,7 +94,7 @@ func New(srv Server, o Options) *Admin {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &Admin{srv: srv, o: o, stop: make(chan struct{})}
+	a := &Admin{srv: srv, o: o}
 	a.SetToken(o.Token)
 	a.hist.max = o.History
 	a.handler = a.routes()
@@ -163,20 +160,16 @@ func (a *Admin) ListenAndServe() error {
 // Serve serves on ln and samples the server every Options.SampleEvery until
 // Close; it returns nil after Close. It closes ln.
 func (a *Admin) Serve(ln net.Listener) error {
-	a.mu.Lock()
-	if a.closed || a.hs != nil {
-		a.mu.Unlock()
+	// WriteTimeout bounds every answer; a CPU profile or trace may ask for
+	// up to a minute and a half (?seconds=90).
+	hs := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 2 * time.Minute, IdleTimeout: time.Minute, ErrorLog: slog.NewLogLogger(a.o.Log.Handler(), slog.LevelWarn)}
+	// hs is stored before Start returns, under the lock Close takes: a
+	// Close from then on shuts it down.
+	if err := a.loops.StartAfter(context.Background(), func(context.Context) { a.hs.Store(hs) }, a.sampleLoop); err != nil {
 		_ = ln.Close()
 		return errors.New("admin: Serve after Close, or twice")
 	}
-	// WriteTimeout bounds every answer; a CPU profile or trace may ask for
-	// up to a minute and a half (?seconds=90).
-	a.hs = &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 2 * time.Minute, IdleTimeout: time.Minute, ErrorLog: slog.NewLogLogger(a.o.Log.Handler(), slog.LevelWarn)}
-	hs := a.hs
-	a.wg.Add(1)
-	go a.sampleLoop()
-	a.mu.Unlock()
 	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -186,36 +179,18 @@ func (a *Admin) Serve(ln net.Listener) error {
 // Close stops the sampler and the listener, letting requests in progress
 // finish for up to two seconds. Idempotent.
 func (a *Admin) Close() error {
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
+	if !a.loops.Close() {
 		return nil
 	}
-	a.closed = true
-	close(a.stop)
-	hs := a.hs
-	a.mu.Unlock()
-	var err error
-	if hs != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = hs.Shutdown(ctx)
-		cancel()
+	hs := a.hs.Load()
+	if hs == nil {
+		return nil
 	}
-	a.wg.Wait()
-	return err
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return hs.Shutdown(ctx)
 }
 
-func (a *Admin) sampleLoop() {
-	defer a.wg.Done()
-	t := time.NewTicker(a.o.SampleEvery)
-	defer t.Stop()
-	a.hist.add(a.sample())
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-t.C:
-			a.hist.add(a.sample())
-		}
-	}
+func (a *Admin) sampleLoop(ctx context.Context) {
+	lifecycle.Every(ctx, a.o.SampleEvery, func(context.Context) { a.hist.add(a.sample()) })
 }

@@ -8,45 +8,26 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
 // Start runs the background loop until ctx is cancelled or Close is called.
 // Start may be called once.
 func (r *Refiller) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
+	switch err := r.loops.Start(ctx, r.loop); {
+	case errors.Is(err, lifecycle.ErrClosed):
 		return errors.New("refiller: closed")
-	}
-	if r.started {
+	case err != nil:
 		return errors.New("refiller: already started")
 	}
-	r.started = true
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		r.loop(ctx)
-	}()
 	return nil
 }
 
 // Close stops the background loop and waits for it. Refills already
 // running (inline ones included) finish on their own. Close is idempotent.
 func (r *Refiller) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil
-	}
-	r.closed = true
-	cancel := r.cancel
-	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	r.wg.Wait()
+	r.loops.Close()
 	return nil
 }
 
@@ -68,12 +49,8 @@ func (r *Refiller) loop(ctx context.Context) {
 			// A reserve took units: look now, at most every minCheckGap,
 			// so a hot pool is topped up before it runs dry rather than
 			// on the next tick.
-			if wait := minCheckGap - time.Since(last); wait > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(wait):
-				}
+			if wait := minCheckGap - time.Since(last); wait > 0 && lifecycle.Sleep(ctx, wait) != nil {
+				return
 			}
 			last = time.Now()
 			r.CheckDirty(ctx)

@@ -36,6 +36,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
@@ -128,16 +129,13 @@ type Refiller struct {
 	log   *slog.Logger
 	m     metrics
 
-	wake chan struct{} // buffered 1: Notify nudges the loop
+	wake  chan struct{}   // buffered 1: Notify nudges the loop
+	loops lifecycle.Loops // the background loop, from Start to Close
 
 	mu       sync.Mutex // guards following
 	inflight map[reservation.PoolKey]*flight
 	dirty    map[reservation.PoolKey]struct{}
 	hot      map[reservation.PoolKey]*hotPool
-	started  bool
-	closed   bool
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
 }
 
 // flight is one refill transaction that concurrent RefillNow calls share.

@@ -69,7 +69,7 @@ func (e *Engine) CallWith(ctx context.Context, name string, args []any, o CallOp
 		return nil, nil, newError(CodeWrongArgCount, "42000",
 			"Incorrect number of arguments for PROCEDURE holdfast.%s; expected %d, got %d", name, len(p.params), len(args))
 	}
-	if e.closed.Load() {
+	if e.loops.Closed() {
 		return nil, nil, ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)

@@ -7,7 +7,8 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
+
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
 
 // PoolKey names one item at one location: the unit pool, the ledger row and
@@ -104,12 +105,9 @@ type Engine struct {
 
 	recon reconcilerState // owned by the reconciler goroutine; published via m
 
-	closed atomic.Bool // set once by Close; Call checks it without a lock
-
-	mu      sync.Mutex // guards following
-	started bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// loops runs the sweeper and the reconciler from Start to Close; Call
+	// checks loops.Closed without a lock.
+	loops lifecycle.Loops
 
 	// hookLocked, when set (tests only), runs inside a reserve transaction
 	// right after the units were locked, on the transaction's connection.
@@ -164,42 +162,18 @@ func (e *Engine) Config() Config { return e.cfg }
 // Start starts the sweeper and the reconciler. They stop when ctx is
 // cancelled or Close is called. Start may be called once.
 func (e *Engine) Start(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed.Load() {
+	switch err := e.loops.Start(ctx, e.runSweeper, e.runReconciler); {
+	case errors.Is(err, lifecycle.ErrClosed):
 		return ErrClosed
-	}
-	if e.started {
+	case err != nil:
 		return errors.New("reservation: engine already started")
 	}
-	e.started = true
-	ctx, e.cancel = context.WithCancel(ctx)
-	e.wg.Add(2)
-	go func() {
-		defer e.wg.Done()
-		e.runSweeper(ctx)
-	}()
-	go func() {
-		defer e.wg.Done()
-		e.runReconciler(ctx)
-	}()
 	return nil
 }
 
 // Close stops the background loops and waits for them. Calls made after
 // Close fail with ErrClosed. Close is idempotent.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	if e.closed.Load() {
-		e.mu.Unlock()
-		return nil
-	}
-	e.closed.Store(true)
-	cancel := e.cancel
-	e.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	e.wg.Wait()
+	e.loops.Close()
 	return nil
 }

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
@@ -46,11 +46,7 @@ type Router struct {
 
 	drift driftState // owned by the drift loop (or a DriftOnce caller)
 
-	mu      sync.Mutex // guards following
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	loops lifecycle.Loops // the switch poll, the sweeper, the drift check
 }
 
 // New builds a router. It does no I/O.
@@ -81,46 +77,27 @@ func (r *Router) Store() *Store { return r.st }
 // until a poll succeeds) and starts the background loops, which stop when
 // ctx ends or Close is called. Start may be called once.
 func (r *Router) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || r.started {
-		return errors.New("legacy: router already started or closed")
-	}
-	r.started = true
-	ctx, r.cancel = context.WithCancel(ctx)
-	if err := r.sw.Poll(ctx); err != nil {
-		r.log.Warn("legacy: reading the authority switch failed; the configured authority is in force until it can be read",
-			"err", err, "authority", r.sw.Current().Authority)
-	}
 	loops := []func(context.Context){r.sw.Run, r.runSweeper}
 	if r.cfg.DriftInterval > 0 {
 		loops = append(loops, r.runDrift)
 	}
-	for _, f := range loops {
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			f(ctx)
-		}()
+	if err := r.loops.StartAfter(ctx, r.firstPoll, loops...); err != nil {
+		return errors.New("legacy: router already started or closed")
 	}
 	return nil
+}
+
+func (r *Router) firstPoll(ctx context.Context) {
+	if err := r.sw.Poll(ctx); err != nil {
+		r.log.Warn("legacy: reading the authority switch failed; the configured authority is in force until it can be read",
+			"err", err, "authority", r.sw.Current().Authority)
+	}
 }
 
 // Close stops the background loops and waits for them. Idempotent. It
 // does not close the Store.
 func (r *Router) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil
-	}
-	r.closed = true
-	cancel := r.cancel
-	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	r.wg.Wait()
+	r.loops.Close()
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
@@ -177,18 +178,11 @@ func (s *Switch) Interval() time.Duration { return s.every }
 
 // Run polls the table every interval until ctx ends.
 func (s *Switch) Run(ctx context.Context) {
-	t := time.NewTicker(s.every)
-	defer t.Stop()
-	for {
+	lifecycle.Every(ctx, s.every, func(ctx context.Context) {
 		if err := s.Poll(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("legacy: reading the authority switch failed; keeping the state in force", "err", err, "version", s.Current().Version)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // Poll reads the table once (seeding it when empty) and puts what it read
