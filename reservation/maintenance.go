@@ -3,6 +3,8 @@ package reservation
 import (
 	"context"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
 
 // The sweeper and the reconciler: the engine's background loops, started
@@ -27,7 +29,7 @@ func (e *Engine) runSweeper(ctx context.Context) {
 			}
 			wait = e.cfg.SweepInterval
 		}
-		if sleepCtx(ctx, wait) != nil {
+		if lifecycle.Sleep(ctx, wait) != nil {
 			return
 		}
 	}
@@ -143,7 +145,7 @@ type reconcilerState struct {
 
 func (e *Engine) runReconciler(ctx context.Context) {
 	for {
-		if sleepCtx(ctx, e.cfg.ReconcileInterval) != nil {
+		if lifecycle.Sleep(ctx, e.cfg.ReconcileInterval) != nil {
 			return
 		}
 		if _, err := e.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strconv"
+
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
 
 // Answers under faults.
@@ -88,7 +90,7 @@ func (c *callRun) again(ctx context.Context, err error, own bool) bool {
 		return false
 	}
 	c.last = err
-	if sleepCtx(ctx, jitter(c.e.cfg.BackoffMin, c.e.cfg.BackoffMax, c.tries)) != nil {
+	if lifecycle.Sleep(ctx, jitter(c.e.cfg.BackoffMin, c.e.cfg.BackoffMax, c.tries)) != nil {
 		return false
 	}
 	c.tries++

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
 
 // ReserveColumns are the columns of reserve's result: one row per line.
@@ -282,7 +284,7 @@ func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, er
 		}
 		if backoff {
 			e.m.backoffs.Add(1)
-			if err := sleepCtx(ctx, jitter(e.cfg.BackoffMin, e.cfg.BackoffMax, backoffs)); err != nil {
+			if err := lifecycle.Sleep(ctx, jitter(e.cfg.BackoffMin, e.cfg.BackoffMax, backoffs)); err != nil {
 				return nil, call.answer(ctx, err)
 			}
 			backoffs++

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
 
 // A session is one borrowed connection a combiner keeps across consecutive
@@ -140,7 +142,7 @@ func (e *Engine) sessionTx(ctx context.Context, s *session, fn func(ctx context.
 			return err
 		}
 		e.m.countRetry(n)
-		if err := sleepCtx(ctx, jitter(e.cfg.BackoffMin, e.cfg.BackoffMax, attempt)); err != nil {
+		if err := lifecycle.Sleep(ctx, jitter(e.cfg.BackoffMin, e.cfg.BackoffMax, attempt)); err != nil {
 			return err
 		}
 	}

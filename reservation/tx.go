@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
 
 // TxRunner runs READ COMMITTED transactions on connections borrowed from
@@ -52,7 +54,7 @@ func (r TxRunner) Run(ctx context.Context, tag string, fn func(ctx context.Conte
 		if maxB <= 0 {
 			maxB = 20 * time.Millisecond
 		}
-		if err := sleepCtx(ctx, jitter(r.BackoffMin, maxB, attempt)); err != nil {
+		if err := lifecycle.Sleep(ctx, jitter(r.BackoffMin, maxB, attempt)); err != nil {
 			return err
 		}
 	}
@@ -217,17 +219,6 @@ func jitter(minD, maxD time.Duration, attempt int) time.Duration {
 		return minD
 	}
 	return minD + rand.N(hi-minD)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // Row decoding helpers for the text-protocol values Conn.Query returns.

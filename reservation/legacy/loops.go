@@ -4,8 +4,8 @@ import (
 	"context"
 	"sort"
 	"sync"
-	"time"
 
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
@@ -28,12 +28,8 @@ func (r *Router) runSweeper(ctx context.Context) {
 		} else if n == sweepBatch {
 			wait = 0 // more are due
 		}
-		if wait > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
+		if wait > 0 && lifecycle.Sleep(ctx, wait) != nil {
+			return
 		}
 	}
 }
@@ -80,12 +76,7 @@ func (d *driftState) published() ([]Drift, int) {
 }
 
 func (r *Router) runDrift(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(r.cfg.DriftInterval):
-		}
+	for lifecycle.Sleep(ctx, r.cfg.DriftInterval) == nil {
 		if _, err := r.DriftOnce(ctx, nil); err != nil && ctx.Err() == nil {
 			r.log.Warn("legacy: drift check failed", "err", err)
 		}
