@@ -129,36 +129,33 @@ func (c Config) MinTTL() time.Duration {
 }
 
 func (c *Config) fillDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
+	orDefault(&c.MaxTTL, 24*time.Hour)
+	orDefault(&c.PoolCap, 1000)
+	orDefault(&c.MaxLines, 100)
+	orDefault(&c.MaxLocations, 16)
+	orDefault(&c.CallTimeout, 5*time.Second)
+	orDefault(&c.BackoffMin, time.Millisecond)
+	orDefault(&c.BackoffMax, 40*time.Millisecond)
+	orDefault(&c.MaxTxRetries, 5)
+	orDefault(&c.MaxBatch, 128)
+	orDefault(&c.BatchesPerPool, 2)
+	orDefault(&c.MaxWaitersPerPool, 4096)
+	orDefault(&c.MaxSessions, 8)
+	orDefault(&c.SweepInterval, time.Second)
+	orDefault(&c.SweepBatch, 500)
+	orDefault(&c.SweepRate, 10)
+	orDefault(&c.Retention, 72*time.Hour)
+	orDefault(&c.ReconcileInterval, time.Minute)
+	orDefault(&c.ReconcileAlertAfter, 3)
+}
+
+// orDefault sets *knob to v when it is zero: the "zero means v" of the
+// knobs' docs.
+func orDefault[T comparable](knob *T, v T) {
+	var zero T
+	if *knob == zero {
+		*knob = v
 	}
-	defInt := func(i *int, v int) {
-		if *i == 0 {
-			*i = v
-		}
-	}
-	def(&c.MaxTTL, 24*time.Hour)
-	defInt(&c.PoolCap, 1000)
-	defInt(&c.MaxLines, 100)
-	defInt(&c.MaxLocations, 16)
-	def(&c.CallTimeout, 5*time.Second)
-	def(&c.BackoffMin, time.Millisecond)
-	def(&c.BackoffMax, 40*time.Millisecond)
-	defInt(&c.MaxTxRetries, 5)
-	defInt(&c.MaxBatch, 128)
-	defInt(&c.BatchesPerPool, 2)
-	defInt(&c.MaxWaitersPerPool, 4096)
-	defInt(&c.MaxSessions, 8)
-	def(&c.SweepInterval, time.Second)
-	defInt(&c.SweepBatch, 500)
-	if c.SweepRate == 0 {
-		c.SweepRate = 10
-	}
-	def(&c.Retention, 72*time.Hour)
-	def(&c.ReconcileInterval, time.Minute)
-	defInt(&c.ReconcileAlertAfter, 3)
 }
 
 // Validate reports the first bad field, by its YAML name. It checks the

@@ -87,30 +87,18 @@ func (c RedisConfig) Enabled() bool { return c.Address != "" }
 // WithDefaults returns c with zero knobs replaced by their defaults;
 // retention is the engine's, for RecordRetention.
 func (c RedisConfig) WithDefaults(retention time.Duration) RedisConfig {
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	defD := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.Authority, "redis")
-	def(&c.CounterKey, "stock:{shop}:{item}:{location}")
-	def(&c.ReservationKey, "reservation:{token}")
-	def(&c.IdempotencyKey, "reservation:idem:{shop}:{key}")
-	def(&c.ExpiryKey, "reservations:expiring")
-	def(&c.HeldKey, "reservations:held:{shop}:{item}:{location}")
-	defD(&c.Timeout, 200*time.Millisecond)
-	defD(&c.SwitchPollInterval, time.Second)
-	defD(&c.RecordRetention, retention)
-	defD(&c.SweepInterval, time.Second)
-	defD(&c.DriftInterval, 30*time.Second)
-	if c.DriftAlertAfter == 0 {
-		c.DriftAlertAfter = 3
-	}
+	orDefault(&c.Authority, "redis")
+	orDefault(&c.CounterKey, "stock:{shop}:{item}:{location}")
+	orDefault(&c.ReservationKey, "reservation:{token}")
+	orDefault(&c.IdempotencyKey, "reservation:idem:{shop}:{key}")
+	orDefault(&c.ExpiryKey, "reservations:expiring")
+	orDefault(&c.HeldKey, "reservations:held:{shop}:{item}:{location}")
+	orDefault(&c.Timeout, 200*time.Millisecond)
+	orDefault(&c.SwitchPollInterval, time.Second)
+	orDefault(&c.RecordRetention, retention)
+	orDefault(&c.SweepInterval, time.Second)
+	orDefault(&c.DriftInterval, 30*time.Second)
+	orDefault(&c.DriftAlertAfter, 3)
 	return c
 }
 
