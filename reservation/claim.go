@@ -45,6 +45,32 @@ func lockLedgerSQL(keys []PoolKey) string {
 	return b.String()
 }
 
+// lockedOnHand reads lockLedgerSQL's 'L' rows: the locked on_hand per pool.
+func lockedOnHand(rows [][][]byte) (map[PoolKey]int64, error) {
+	onHand := make(map[PoolKey]int64, len(rows))
+	for _, r := range rows {
+		v, err := rowInts(r)
+		if err != nil {
+			return nil, err
+		}
+		onHand[PoolKey{v[0], v[1], v[2]}] = v[3]
+	}
+	return onHand, nil
+}
+
+// shortLine says that the locked on_hand does not cover line i (from 0) of a
+// claim.
+func shortLine(i int, l heldLine) string {
+	return fmt.Sprintf("line %d (item %d at location %d) needs %d and on_hand is lower", i+1, l.item, l.group, l.qty)
+}
+
+// deductSQL is a claim's deduction of qty from k's on_hand, guarded as ever;
+// the caller checks, with GuardRowCount(1), that the guard passed.
+func deductSQL(k PoolKey, qty int64) string {
+	return fmt.Sprintf("UPDATE inventory_ledger SET on_hand = on_hand - %d, updated_at = UTC_TIMESTAMP(6) WHERE %s AND on_hand >= %d",
+		qty, k.WhereSQL(), qty)
+}
+
 // byTag splits the rows of a multi-statement Query by their first column.
 func byTag(rows [][][]byte) map[string][][][]byte {
 	out := map[string][][][]byte{}
@@ -196,13 +222,9 @@ func (e *Engine) claimOnce(ctx context.Context, callID, id uint64) (int, *header
 			return err
 		}
 		t := byTag(rows)
-		onHand := map[PoolKey]int64{}
-		for _, r := range t["L"] {
-			v, err := rowInts(r)
-			if err != nil {
-				return err
-			}
-			onHand[PoolKey{v[0], v[1], v[2]}] = v[3]
+		onHand, err := lockedOnHand(t["L"])
+		if err != nil {
+			return err
 		}
 		held, hrow := t["Q"], t["H"]
 		if len(hrow) == 0 {
@@ -232,7 +254,7 @@ func (e *Engine) claimOnce(ctx context.Context, callID, id uint64) (int, *header
 		for i, l := range h.lines {
 			k := PoolKey{h.shop, l.item, l.group}
 			if have, ok := onHand[k]; !ok || have < l.qty {
-				short = fmt.Sprintf("line %d (item %d at location %d) needs %d and on_hand is lower", i+1, l.item, l.group, l.qty)
+				short = shortLine(i, l)
 				if outcome == claimForced {
 					return ErrExpired // rolls back; reported below
 				}
@@ -247,8 +269,7 @@ func (e *Engine) claimOnce(ctx context.Context, callID, id uint64) (int, *header
 			onHand[k] -= l.qty
 			// Guarded as ever, and the guard checked: the locked on_hand
 			// above says it passes.
-			stmts = append(stmts, fmt.Sprintf("UPDATE inventory_ledger SET on_hand = on_hand - %d, updated_at = UTC_TIMESTAMP(6) WHERE %s AND on_hand >= %d",
-				l.qty, k.WhereSQL(), l.qty), GuardRowCount(1))
+			stmts = append(stmts, deductSQL(k, l.qty), GuardRowCount(1))
 			if present[int64(i+1)] {
 				freed[k] += l.qty
 			}

@@ -3,7 +3,6 @@ package reservation
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -57,26 +56,21 @@ func (e *Engine) claimLegacyOnce(ctx context.Context, callID, id uint64, leg *Le
 				}
 				return errAlreadyClaimed
 			}
-			onHand := map[PoolKey]int64{}
-			for _, r := range t["L"] {
-				v, err := rowInts(r)
-				if err != nil {
-					return err
-				}
-				onHand[PoolKey{v[0], v[1], v[2]}] = v[3]
+			onHand, err := lockedOnHand(t["L"])
+			if err != nil {
+				return err
 			}
 			var stmts []string
 			for i, l := range h.lines {
 				k := PoolKey{h.shop, l.item, l.group}
 				if have, ok := onHand[k]; !ok || have < l.qty {
-					short = fmt.Sprintf("line %d (item %d at location %d) needs %d and on_hand is lower", i+1, l.item, l.group, l.qty)
+					short = shortLine(i, l)
 					return newError(CodeGuardViolated, "45000",
 						"holdfast.claim: reservation %s (made by the legacy counter): %s; nothing was deducted, refund or restock",
 						formatToken(id), short)
 				}
 				onHand[k] -= l.qty
-				stmts = append(stmts, fmt.Sprintf("UPDATE inventory_ledger SET on_hand = on_hand - %d, updated_at = UTC_TIMESTAMP(6) WHERE %s AND on_hand >= %d",
-					l.qty, k.WhereSQL(), l.qty), GuardRowCount(1))
+				stmts = append(stmts, deductSQL(k, l.qty), GuardRowCount(1))
 			}
 			stmts = append(stmts, "INSERT INTO reservations (reservation_id, shop_id, idempotency_key, request_hash, state, line_count, line_items,"+
 				" created_at, expires_at, finished_at, claim_kind, claimed_by, authority)"+
