@@ -28,7 +28,7 @@ func TestBadArguments(t *testing.T) {
 		fmt.Fprintf(&huge, `{"item":%d,"qty":1,"locations":[1]}`, i+1)
 	}
 	huge.WriteString("]")
-	ok := linesJSON(1001, 1, 1)
+	ok := restest.LinesJSON(1001, 1, 1)
 
 	cases := []struct {
 		name string
@@ -49,19 +49,19 @@ func TestBadArguments(t *testing.T) {
 		{"object not array", "reserve", []any{int64(1), "k", `{"item":1001}`, int64(60)}, 9105, "argument 3 (lines_json) is not a JSON array"},
 		{"trailing data", "reserve", []any{int64(1), "k", ok + "]", int64(60)}, 9105, "argument 3 (lines_json) has data after the JSON array"},
 		{"no lines", "reserve", []any{int64(1), "k", `[]`, int64(60)}, 9105, "argument 3 (lines_json) must list at least one line"},
-		{"negative qty", "reserve", []any{int64(1), "k", linesJSON(1001, -2, 1), int64(60)}, 9105, "argument 3 (lines_json) line 1: \"qty\" must be a positive integer, got -2"},
-		{"zero qty", "reserve", []any{int64(1), "k", linesJSON(1001, 0, 1), int64(60)}, 9105, "line 1: \"qty\" must be a positive integer, got 0"},
+		{"negative qty", "reserve", []any{int64(1), "k", restest.LinesJSON(1001, -2, 1), int64(60)}, 9105, "argument 3 (lines_json) line 1: \"qty\" must be a positive integer, got -2"},
+		{"zero qty", "reserve", []any{int64(1), "k", restest.LinesJSON(1001, 0, 1), int64(60)}, 9105, "line 1: \"qty\" must be a positive integer, got 0"},
 		{"fractional qty", "reserve", []any{int64(1), "k", `[{"item":1001,"qty":1.5,"locations":[1]}]`, int64(60)}, 9105, "line 1: \"qty\" must be a positive integer, got 1.5"},
-		{"qty over cap", "reserve", []any{int64(1), "k", linesJSON(1001, 1001, 1), int64(60)}, 9105, "line 1: \"qty\" 1001 exceeds the pool cap 1000"},
+		{"qty over cap", "reserve", []any{int64(1), "k", restest.LinesJSON(1001, 1001, 1), int64(60)}, 9105, "line 1: \"qty\" 1001 exceeds the pool cap 1000"},
 		{"item a string", "reserve", []any{int64(1), "k", `[{"item":"x","qty":1,"locations":[1]}]`, int64(60)}, 9105, "argument 3 (lines_json)"},
 		{"missing item", "reserve", []any{int64(1), "k", `[{"qty":1,"locations":[1]}]`, int64(60)}, 9105, "line 1: missing \"item\""},
 		{"unknown field", "reserve", []any{int64(1), "k", `[{"item":1001,"qty":1,"locations":[1],"colour":"red"}]`, int64(60)}, 9105, "unknown field \"colour\""},
 		{"no locations", "reserve", []any{int64(1), "k", `[{"item":1001,"qty":1,"locations":[]}]`, int64(60)}, 9105, "line 1: \"locations\" must list at least one inventory_group_id"},
-		{"location twice", "reserve", []any{int64(1), "k", linesJSON(1001, 1, 2, 2), int64(60)}, 9105, "line 1: location 2 is listed twice"},
+		{"location twice", "reserve", []any{int64(1), "k", restest.LinesJSON(1001, 1, 2, 2), int64(60)}, 9105, "line 1: location 2 is listed twice"},
 		{"item twice", "reserve", []any{int64(1), "k", `[{"item":1001,"qty":1,"locations":[1]},{"item":1001,"qty":1,"locations":[2]}]`, int64(60)}, 9105, "line 2: item 1001 is already on line 1"},
 		{"10,000 lines", "reserve", []any{int64(1), "k", huge.String(), int64(60)}, 9105, "argument 3 (lines_json) has 10000 lines; at most 100 are allowed"},
-		{"unknown location", "reserve", []any{int64(1), "k", linesJSON(1001, 1, 77), int64(60)}, 9105, "argument 3 (lines_json) line 1: location 77 is unknown for item 1001"},
-		{"unknown item", "reserve", []any{int64(1), "k", linesJSON(555, 1, 1), int64(60)}, 9105, "line 1: location 1 is unknown for item 555"},
+		{"unknown location", "reserve", []any{int64(1), "k", restest.LinesJSON(1001, 1, 77), int64(60)}, 9105, "argument 3 (lines_json) line 1: location 77 is unknown for item 1001"},
+		{"unknown item", "reserve", []any{int64(1), "k", restest.LinesJSON(555, 1, 1), int64(60)}, 9105, "line 1: location 1 is unknown for item 555"},
 		{"ttl not a number", "reserve", []any{int64(1), "k", ok, "abc"}, 9105, "holdfast.reserve: argument 4 (ttl_seconds) must be a positive integer, got 'abc'"},
 		{"ttl zero", "reserve", []any{int64(1), "k", ok, int64(0)}, 9105, "argument 4 (ttl_seconds) must be a positive integer, got 0"},
 		{"ttl too long", "reserve", []any{int64(1), "k", ok, int64(100000)}, 9105, "argument 4 (ttl_seconds) is 100000; at most 86400 (max_ttl) is allowed"},

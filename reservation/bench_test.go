@@ -130,7 +130,7 @@ func runMode(b *testing.B, mode, name, addr string, clients int, dur time.Durati
 		}
 	case "naive", "coalesced", "coalesced_tx":
 		eng := benchEngine(b, db, mode == "naive", mode == "coalesced_tx")
-		lines := linesJSON(1, 1, 1)
+		lines := restest.LinesJSON(1, 1, 1)
 		op = func(ctx context.Context, i int) error {
 			_, _, err := eng.Call(ctx, "reserve", []any{int64(1), fmt.Sprintf("%s-%d-%d", mode, clients, i), lines, int64(600)})
 			return err
@@ -200,7 +200,7 @@ func benchEngine(b *testing.B, db *sql.DB, naive, noSessions bool) *reservation.
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := testConfig()
+	cfg := restest.Config()
 	cfg.DisableCoalescing = naive
 	cfg.DisableSessions = noSessions
 	if v, err := strconv.Atoi(os.Getenv("HOLDFAST_BENCH_BATCHES_PER_POOL")); err == nil {

@@ -52,7 +52,7 @@ func TestConcurrentReserversExactStock(t *testing.T) {
 							return
 						case err == nil:
 							ok.Add(1)
-						case code(err) == reservation.CodeInsufficientStock:
+						case restest.Code(err) == reservation.CodeInsufficientStock:
 							insufficient.Add(1)
 							if soldOut {
 								return // the attempt after the first sell-out was also refused
@@ -149,7 +149,7 @@ func TestMixedWorkloadConservation(t *testing.T) {
 					case tokens <- tok{tk, qty}:
 					default:
 					}
-				case code(err) == reservation.CodeInsufficientStock:
+				case restest.Code(err) == reservation.CodeInsufficientStock:
 					time.Sleep(5 * time.Millisecond)
 				default:
 					fail("reserve: %v", err)
@@ -181,7 +181,7 @@ func TestMixedWorkloadConservation(t *testing.T) {
 				}
 				for rep := 0; rep < 2; rep++ { // every claim is repeated
 					_, rows, err := e.Call(bg, "claim", []any{tk.token})
-					if c := code(err); c == reservation.CodeExpired || c == reservation.CodeGuardViolated {
+					if c := restest.Code(err); c == reservation.CodeExpired || c == reservation.CodeGuardViolated {
 						// Refused, nothing deducted: a forced claim after
 						// expiry found the ledger short (9104), or a held
 						// reservation met the guard after someone's forced

@@ -198,7 +198,7 @@ func TestShrinkWhileReservingNoDeadlock(t *testing.T) {
 					lines = `[{"item":82,"qty":1,"locations":[1]},{"item":83,"qty":1,"locations":[1]}]`
 				}
 				_, _, err := v.eng.Call(context.Background(), "reserve", []any{int64(shop), fmt.Sprintf("d%d-%d", w, i), lines, int64(600)})
-				if err != nil && code(err) != reservation.CodeInsufficientStock {
+				if err != nil && restest.Code(err) != reservation.CodeInsufficientStock {
 					t.Error(err)
 					return
 				}
@@ -215,7 +215,7 @@ loop:
 		switch {
 		case err == nil:
 			shrinks++
-		case code(err) == reservation.CodeGuardViolated:
+		case restest.Code(err) == reservation.CodeGuardViolated:
 			refused++ // reserves took more in between: below what is held now
 		default:
 			t.Error(err)

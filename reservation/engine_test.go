@@ -87,7 +87,7 @@ func TestReserveClaimRoundTrip(t *testing.T) {
 
 	// A second order for 4 of item 1001 no longer fits location 1 (3 left):
 	// it goes to location 2.
-	_, rows, err = v.call("reserve", int64(shop), "order-2", linesJSON(1001, 4, 1, 2), nil)
+	_, rows, err = v.call("reserve", int64(shop), "order-2", restest.LinesJSON(1001, 4, 1, 2), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestReserveClaimRoundTrip(t *testing.T) {
 	if _, rel, _ = v.call("release", tok); rel[0][1] != "claimed" {
 		t.Errorf("release of claimed %v", rel)
 	}
-	if _, _, err := v.call("extend", tok2, int64(60)); code(err) != reservation.CodeExpired {
+	if _, _, err := v.call("extend", tok2, int64(60)); restest.Code(err) != reservation.CodeExpired {
 		t.Errorf("extend of released: %v", err)
 	}
 	for _, it := range [][2]int64{{1001, 1}, {1001, 2}, {1002, 1}} {

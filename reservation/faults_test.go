@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/reservation"
+	"github.com/holdfast-db/holdfast/reservation/restest"
 )
 
 // faultConns is the tests' fault injector at the engine's own seam,
@@ -259,7 +260,7 @@ func TestAnswerLostAfterCommit(t *testing.T) {
 			}
 
 			r := lost(stmtReserveCommit)
-			_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), "lost-1", linesJSON(31, 4, 1), int64(600)})
+			_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), "lost-1", restest.LinesJSON(31, 4, 1), int64(600)})
 			fired(r, "reserve")
 			if err != nil {
 				t.Fatalf("reserve whose COMMIT answer was lost: %v", err)

@@ -3,10 +3,7 @@ package reservation_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,15 +36,6 @@ type envOpts struct {
 	wrap func(reservation.Conns) reservation.Conns
 }
 
-// testConfig is the default config with the TTL rule's payment side zeroed,
-// so tests may use TTLs of a second.
-func testConfig() reservation.Config {
-	c := reservation.DefaultConfig()
-	c.PaymentTimeout, c.CallbackRetryWindow, c.ClockSkew = 0, 0, 0
-	c.DefaultTTL = time.Minute
-	return c
-}
-
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	db, name := restest.NewDB(t, o.maxConns)
@@ -61,7 +49,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 func (v *env) addEngine(o envOpts) (*reservation.Engine, *refiller.Refiller) {
 	t := v.t
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(v.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logger := restest.Logger(v.logs)
 	rc := refiller.Config{Interval: 20 * time.Millisecond, ScanInterval: -1}
 	if o.refCfg != nil {
 		o.refCfg(&rc)
@@ -70,7 +58,7 @@ func (v *env) addEngine(o envOpts) (*reservation.Engine, *refiller.Refiller) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := testConfig()
+	cfg := restest.Config()
 	cfg.PoolCap = rc.PoolCap
 	if cfg.PoolCap == 0 {
 		cfg.PoolCap = 1000
@@ -138,42 +126,18 @@ func (v *env) stockEmpty(item, group, qty int64) {
 	}
 }
 
-func linesJSON(item, qty int64, locs ...int64) string {
-	var l []string
-	for _, g := range locs {
-		l = append(l, fmt.Sprint(g))
-	}
-	return fmt.Sprintf(`[{"item":%d,"qty":%d,"locations":[%s]}]`, item, qty, strings.Join(l, ","))
-}
-
 // reserve reserves qty of item from the first location of locs that has it.
 func reserve(ctx context.Context, e *reservation.Engine, key string, ttl int64, item, qty int64, locs ...int64) (string, error) {
-	_, rows, err := e.Call(ctx, "reserve", []any{int64(shop), key, linesJSON(item, qty, locs...), ttl})
+	_, rows, err := e.Call(ctx, "reserve", []any{int64(shop), key, restest.LinesJSON(item, qty, locs...), ttl})
 	if err != nil {
 		return "", err
 	}
 	return rows[0][0].(string), nil
 }
 
-// code returns the MySQL error code err carries, 0 if none.
-func code(err error) uint16 {
-	var m interface {
-		MySQLError() (uint16, string, string)
-	}
-	if errors.As(err, &m) {
-		c, _, _ := m.MySQLError()
-		return c
-	}
-	return 0
-}
-
 func (v *env) scalar(q string, args ...any) int64 {
 	v.t.Helper()
-	var n sql.NullInt64
-	if err := v.db.QueryRow(q, args...).Scan(&n); err != nil {
-		v.t.Fatalf("%s: %v", q, err)
-	}
-	return n.Int64
+	return restest.Scalar(v.t, v.db, q, args...)
 }
 
 // pool reports on_hand, pool rows, and reserved quantity (all lines

@@ -24,7 +24,7 @@ func TestReserveReplay(t *testing.T) {
 			v := newEnv(t, envOpts{cfg: func(c *reservation.Config) { c.DisableCoalescing = naive }})
 			v.receive(11, 1, 20)
 			v.receive(12, 1, 20)
-			args := []any{int64(shop), "cart-42", linesJSON(11, 3, 1), int64(600)}
+			args := []any{int64(shop), "cart-42", restest.LinesJSON(11, 3, 1), int64(600)}
 			_, first, err := v.call("reserve", args...)
 			if err != nil {
 				t.Fatal(err)
@@ -43,7 +43,7 @@ func TestReserveReplay(t *testing.T) {
 			// 50 concurrent replays of a new key: one token, reserved once.
 			multi := []any{int64(shop), "cart-43", `[{"item":11,"qty":2,"locations":[1]},{"item":12,"qty":1,"locations":[1]}]`, int64(600)}
 			if !naive {
-				multi[2] = linesJSON(12, 2, 1) // the combiner batches single-line reserves
+				multi[2] = restest.LinesJSON(12, 2, 1) // the combiner batches single-line reserves
 			}
 			var wg sync.WaitGroup
 			tokens := make([]string, 50)
@@ -79,7 +79,7 @@ func TestReserveReplay(t *testing.T) {
 			if _, err := reserve(context.Background(), v.eng, "other", 600, 11, 20-3-map[bool]int64{false: 0, true: 2}[naive], 1); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := reserve(context.Background(), v.eng, "one-more", 600, 11, 1, 1); code(err) != reservation.CodeInsufficientStock {
+			if _, err := reserve(context.Background(), v.eng, "one-more", 600, 11, 1, 1); restest.Code(err) != reservation.CodeInsufficientStock {
 				t.Fatalf("sold-out reserve: %v", err)
 			}
 			_, again, err = v.call("reserve", args...)
@@ -87,8 +87,8 @@ func TestReserveReplay(t *testing.T) {
 				t.Fatalf("replay after sell-out: %v %v", again, err)
 			}
 			// A different request with the key is a conflict, sold out or not.
-			_, _, err = v.call("reserve", int64(shop), "cart-42", linesJSON(11, 4, 1), int64(600))
-			if code(err) != reservation.CodeIdempotencyConflict {
+			_, _, err = v.call("reserve", int64(shop), "cart-42", restest.LinesJSON(11, 4, 1), int64(600))
+			if restest.Code(err) != reservation.CodeIdempotencyConflict {
 				t.Fatalf("same key, different request: %v", err)
 			}
 			if !strings.Contains(err.Error(), "cart-42") {
@@ -133,7 +133,7 @@ func TestReplayInsideBatch(t *testing.T) {
 			switch {
 			case err == nil:
 				results[i] = tk
-			case code(err) == reservation.CodeIdempotencyConflict:
+			case restest.Code(err) == reservation.CodeIdempotencyConflict:
 				results[i] = "conflict"
 			default:
 				results[i] = err.Error()
@@ -196,7 +196,7 @@ func TestClaimIdempotent(t *testing.T) {
 	if onHand, _, reserved := v.pool(21, 1); onHand != 6 || reserved != 0 {
 		t.Errorf("on_hand %d reserved %d after claim, want 6 and 0", onHand, reserved)
 	}
-	if _, _, err := v.call("claim", "rsv_00000000000000ff"); code(err) != reservation.CodeUnknownToken {
+	if _, _, err := v.call("claim", "rsv_00000000000000ff"); restest.Code(err) != reservation.CodeUnknownToken {
 		t.Errorf("unknown token: %v", err)
 	}
 }
@@ -251,7 +251,7 @@ func TestClaimAfterExpiry(t *testing.T) {
 	}
 	// Buyer Y's claim now meets the ledger guard: refused, nothing deducted.
 	_, rows, err = v.call("claim", yTok)
-	if code(err) != reservation.CodeGuardViolated {
+	if restest.Code(err) != reservation.CodeGuardViolated {
 		t.Fatalf("claim of Y after the forced claim: %v %v", rows, err)
 	}
 	v.mustCall("release", yTok)
@@ -259,7 +259,7 @@ func TestClaimAfterExpiry(t *testing.T) {
 
 	before := restest.Snapshot(t, v.db)
 	_, _, err = v.call("claim", failed)
-	if code(err) != reservation.CodeExpired || !strings.Contains(err.Error(), "refund") {
+	if restest.Code(err) != reservation.CodeExpired || !strings.Contains(err.Error(), "refund") {
 		t.Fatalf("claim with ledger short: %v", err)
 	}
 	if after := restest.Snapshot(t, v.db); !reflect.DeepEqual(before, after) {

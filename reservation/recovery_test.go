@@ -109,7 +109,7 @@ func TestFaultsTellTheTruth(t *testing.T) {
 				for _, lines := range []int{1, 2} {
 					t.Run(fmt.Sprintf("reserve %d lines %s", lines, p.name), func(t *testing.T) {
 						key := fmt.Sprintf("k-%d-%s", lines, p.name)
-						js := linesJSON(41, 3, 1)
+						js := restest.LinesJSON(41, 3, 1)
 						if lines == 2 {
 							js = `[{"item":41,"qty":3,"locations":[1]},{"item":42,"qty":2,"locations":[1]}]`
 						}
@@ -200,7 +200,7 @@ func TestAnotherCallBetweenCommitAndRecovery(t *testing.T) {
 	v, f := faultEnv(t, envOpts{})
 	v.receive(43, 1, 100)
 	ctx := context.Background()
-	args := []any{int64(shop), "between", linesJSON(43, 1, 1), int64(600)}
+	args := []any{int64(shop), "between", restest.LinesJSON(43, 1, 1), int64(600)}
 	var other [][]any
 	var otherErr error
 	r := f.add(&faultRule{match: stmtReserveCommit, after: true, then: func() {
@@ -256,17 +256,17 @@ func TestCoalescedReservesSettledKeyByKey(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), fmt.Sprintf("co-%d", i), linesJSON(44, 1, 1), int64(600)})
+			_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), fmt.Sprintf("co-%d", i), restest.LinesJSON(44, 1, 1), int64(600)})
 			answers[i] = answer{rows, err}
 		}()
 	}
 	start(0)
 	key := reservation.PoolKey{ShopID: shop, ItemID: 44, GroupID: 1}
-	waitFor(t, "the leader to take its batch", func() bool { return reservation.Queued(v.eng, key) == 0 && v.eng.Stats().Batches == 1 })
+	restest.Eventually(t, "the leader to take its batch", func() bool { return reservation.Queued(v.eng, key) == 0 && v.eng.Stats().Batches == 1 })
 	for i := 1; i < n; i++ {
 		start(i)
 	}
-	waitFor(t, "the others to queue", func() bool { return reservation.Queued(v.eng, key) == n-1 })
+	restest.Eventually(t, "the others to queue", func() bool { return reservation.Queued(v.eng, key) == n-1 })
 	close(hold)
 	wg.Wait()
 	checkFired(t, f, lost)
@@ -283,17 +283,6 @@ func TestCoalescedReservesSettledKeyByKey(t *testing.T) {
 		t.Errorf("%d units reserved; want %d", reserved, n)
 	}
 	v.checkInvariant(44, 1)
-}
-
-// waitFor polls cond until it holds; the bound only guards against a hang.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for give := time.Now().Add(20 * time.Second); !cond(); {
-		if time.Now().After(give) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // mysqlError returns the code, SQLSTATE and message err reaches a client
@@ -333,7 +322,7 @@ func TestOutcomeUnknownPastDeadline(t *testing.T) {
 
 		t.Run("reserve "+done, func(t *testing.T) {
 			key := "unknown-" + done
-			args := []any{int64(shop), key, linesJSON(45, 2, 1), int64(600)}
+			args := []any{int64(shop), key, restest.LinesJSON(45, 2, 1), int64(600)}
 			down(stmtReserveCommit)
 			_, _, err := v.eng.Call(ctx, "reserve", args)
 			unknown(t, err)
@@ -425,7 +414,7 @@ func TestNothingDoneWhenUnreachable(t *testing.T) {
 		args []any
 		mid  string // a statement before COMMIT
 	}{
-		{"reserve", []any{int64(shop), "nothing", linesJSON(46, 1, 1), int64(600)}, stmtReserveLock},
+		{"reserve", []any{int64(shop), "nothing", restest.LinesJSON(46, 1, 1), int64(600)}, stmtReserveLock},
 		{"claim", []any{tok}, stmtClaimLock},
 		{"release", []any{tok}, stmtReleaseLock},
 		{"extend", []any{tok, int64(1200)}, stmtClaimLock},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/refiller"
 	"github.com/holdfast-db/holdfast/reservation"
+	"github.com/holdfast-db/holdfast/reservation/restest"
 )
 
 // TestStockGuard: set_on_hand and adjust may not take on_hand below what
@@ -42,7 +43,7 @@ func TestStockGuard(t *testing.T) {
 		t.Errorf("set_on_hand returned %v, want on_hand 50, reserved 10, pooled 40", rows)
 	}
 	v.checkInvariant(41, 1)
-	if _, _, err := v.call("adjust", int64(shop), int64(41), int64(1), int64(-41)); code(err) != reservation.CodeGuardViolated {
+	if _, _, err := v.call("adjust", int64(shop), int64(41), int64(1), int64(-41)); restest.Code(err) != reservation.CodeGuardViolated {
 		t.Errorf("adjust below reserved: %v", err)
 	}
 	rows = v.mustCall("adjust", int64(shop), int64(41), int64(1), int64(-40))
@@ -78,7 +79,7 @@ func TestStockGuard(t *testing.T) {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
 				_, err := reserve(context.Background(), v.eng, fmt.Sprintf("s%d-%d", w, i), 600, 43, 1, 1)
-				if err != nil && code(err) != reservation.CodeInsufficientStock {
+				if err != nil && restest.Code(err) != reservation.CodeInsufficientStock {
 					t.Error(err)
 					return
 				}
@@ -87,7 +88,7 @@ func TestStockGuard(t *testing.T) {
 	}
 	for onHand := int64(990); ctx.Err() == nil; onHand -= 10 {
 		_, _, err := v.call("set_on_hand", int64(shop), int64(43), int64(1), onHand)
-		if err != nil && code(err) != reservation.CodeGuardViolated {
+		if err != nil && restest.Code(err) != reservation.CodeGuardViolated {
 			t.Error(err)
 			break
 		}

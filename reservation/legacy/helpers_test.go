@@ -3,9 +3,7 @@ package legacy_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -58,14 +56,12 @@ func newEnv(t *testing.T, o envOpts) *env {
 func (v *env) addInstance() *legacy.Router {
 	t := v.t
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(v.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logger := restest.Logger(v.logs)
 	ref, err := refiller.New(v.conns, refiller.Config{Interval: 20 * time.Millisecond, ScanInterval: -1}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := reservation.DefaultConfig()
-	cfg.PaymentTimeout, cfg.CallbackRetryWindow, cfg.ClockSkew = 0, 0, 0
-	cfg.DefaultTTL = time.Minute
+	cfg := restest.Config()
 	cfg.SweepInterval = 50 * time.Millisecond
 	cfg.CallTimeout = 20 * time.Second
 	eng, err := reservation.New(cfg, reservation.Options{Conns: v.conns, Refiller: ref, Logger: logger})
@@ -118,11 +114,7 @@ func (v *env) must(r *legacy.Router, name string, args ...any) [][]any {
 
 func (v *env) scalar(q string, args ...any) int64 {
 	v.t.Helper()
-	var n sql.NullInt64
-	if err := v.db.QueryRow(q, args...).Scan(&n); err != nil {
-		v.t.Fatalf("%s: %v", q, err)
-	}
-	return n.Int64
+	return restest.Scalar(v.t, v.db, q, args...)
 }
 
 // pools lists every pool in the ledger.
@@ -161,25 +153,6 @@ func (v *env) setAuthority(r *legacy.Router, st legacy.State) legacy.State {
 	return got
 }
 
-func linesJSON(item, qty int64, locs ...int64) string {
-	l := make([]string, len(locs))
-	for i, g := range locs {
-		l[i] = fmt.Sprint(g)
-	}
-	return fmt.Sprintf(`[{"item":%d,"qty":%d,"locations":[%s]}]`, item, qty, strings.Join(l, ","))
-}
-
-func code(err error) uint16 {
-	var m interface {
-		MySQLError() (uint16, string, string)
-	}
-	if errors.As(err, &m) {
-		c, _, _ := m.MySQLError()
-		return c
-	}
-	return 0
-}
-
 // comparisons returns the router's comparison counts keyed
 // "procedure redis holdfast".
 func comparisons(r *legacy.Router) map[string]uint64 {
@@ -199,19 +172,6 @@ func disagreements(r *legacy.Router) map[string]uint64 {
 		}
 	}
 	return out
-}
-
-// eventually polls cond until it holds (bounded: a hang guard, not a
-// timing assertion).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never happened: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // checkout is the traffic of one client: reserve, then claim, release or
@@ -246,7 +206,7 @@ func traffic(t *testing.T, v *env, routers []*legacy.Router, clients, n int, sho
 			for i := range n {
 				co := checkout{shop: shops[rng.IntN(len(shops))], item: items[rng.IntN(len(items))], qty: 1 + rng.Int64N(3)}
 				key := fmt.Sprintf("c%d-%d", c, i)
-				_, rows, err := v.call(r, "reserve", co.shop, key, linesJSON(co.item, co.qty, 1, 2), ttl)
+				_, rows, err := v.call(r, "reserve", co.shop, key, restest.LinesJSON(co.item, co.qty, 1, 2), ttl)
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, fmt.Sprintf("reserve %s: %v", key, err))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/legacy"
+	"github.com/holdfast-db/holdfast/reservation/restest"
 )
 
 // TestRedisKilledUnderHoldfast: with authority holdfast, Redis is killed
@@ -38,7 +39,7 @@ func TestRedisKilledUnderHoldfast(t *testing.T) {
 	wg.Wait()
 	all = append(all, phase(5)...) // Redis down for all of it
 	if !v.r.Stats().Redis.Stale {
-		eventually(t, "the counters marked stale", func() bool {
+		restest.Eventually(t, "the counters marked stale", func() bool {
 			_ = v.r.Switch().Poll(context.Background())
 			return v.r.Switch().Redis().Stale
 		})
@@ -56,7 +57,7 @@ func TestRedisKilledUnderHoldfast(t *testing.T) {
 
 	// Redis comes back, empty.
 	v.redis.Restart()
-	eventually(t, "the client reconnects", func() bool { return v.r.Store().Ping(context.Background()) == nil })
+	restest.Eventually(t, "the client reconnects", func() bool { return v.r.Store().Ping(context.Background()) == nil })
 	all = append(all, phase(5)...)
 	if len(v.drift(v.r)) == 0 {
 		t.Fatal("the counters match although Redis lost everything: the test shows nothing")
@@ -111,19 +112,19 @@ func TestRedisKilledUnderHoldfast(t *testing.T) {
 func TestRedisDownUnderRedisAuthority(t *testing.T) {
 	v := newEnv(t, envOpts{authority: "redis"})
 	stock(v, v.r, []int64{1}, []int64{401}, 100)
-	tok1 := v.must(v.r, "reserve", int64(1), "a", linesJSON(401, 2, 1), int64(600))[0][0].(string)
-	tok2 := v.must(v.r, "reserve", int64(1), "b", linesJSON(401, 3, 1), int64(600))[0][0].(string)
+	tok1 := v.must(v.r, "reserve", int64(1), "a", restest.LinesJSON(401, 2, 1), int64(600))[0][0].(string)
+	tok2 := v.must(v.r, "reserve", int64(1), "b", restest.LinesJSON(401, 3, 1), int64(600))[0][0].(string)
 	before := v.scalar("SELECT on_hand FROM inventory_ledger WHERE shop_id = 1 AND inventory_item_id = 401 AND inventory_group_id = 1")
 	v.redis.Kill()
 
-	_, _, err := v.call(v.r, "reserve", int64(1), "c", linesJSON(401, 1, 1), int64(600))
-	if code(err) != reservation.CodeUnavailable {
+	_, _, err := v.call(v.r, "reserve", int64(1), "c", restest.LinesJSON(401, 1, 1), int64(600))
+	if restest.Code(err) != reservation.CodeUnavailable {
 		t.Fatalf("reserve with Redis down: %v, want 2003", err)
 	}
 	if n := v.scalar("SELECT COUNT(*) FROM reservations WHERE idempotency_key = 'c'"); n != 0 {
 		t.Fatal("the refused reserve left a reservation in MySQL")
 	}
-	if _, _, err := v.call(v.r, "extend", tok1, int64(900)); code(err) != reservation.CodeUnavailable {
+	if _, _, err := v.call(v.r, "extend", tok1, int64(900)); restest.Code(err) != reservation.CodeUnavailable {
 		t.Fatalf("extend with Redis down: %v, want 2003", err)
 	}
 	if rows := v.must(v.r, "claim", tok1); rows[0][1] != "claimed" {
@@ -152,9 +153,9 @@ func TestLegacyClaimOfAReservationOnlyRedisHas(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The shadow holds all 5 of the ledger's units...
-	tokA := v.must(v.r, "reserve", int64(1), "a", linesJSON(501, 5, 1), int64(600))[0][0].(string)
+	tokA := v.must(v.r, "reserve", int64(1), "a", restest.LinesJSON(501, 5, 1), int64(600))[0][0].(string)
 	// ...so the next reserve is Redis's alone.
-	tokB := v.must(v.r, "reserve", int64(1), "b", linesJSON(501, 2, 1), int64(600))[0][0].(string)
+	tokB := v.must(v.r, "reserve", int64(1), "b", restest.LinesJSON(501, 2, 1), int64(600))[0][0].(string)
 	if n := comparisons(v.r)["reserve ok insufficient"]; n != 1 {
 		t.Fatalf("comparisons %v", comparisons(v.r))
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/legacy"
+	"github.com/holdfast-db/holdfast/reservation/restest"
 )
 
 // TestResyncRacingAClaim: a claim that committed in MySQL before
@@ -18,7 +19,7 @@ func TestResyncRacingAClaim(t *testing.T) {
 	ctx := context.Background()
 	k := reservation.PoolKey{ShopID: 1, ItemID: 701, GroupID: 1}
 	v.must(v.r, "receive", k.ShopID, k.ItemID, k.GroupID, int64(10))
-	tok := v.must(v.r, "reserve", k.ShopID, "a", linesJSON(701, 3, 1), int64(600))[0][0].(string)
+	tok := v.must(v.r, "reserve", k.ShopID, "a", restest.LinesJSON(701, 3, 1), int64(600))[0][0].(string)
 	// The claim commits in MySQL; its Redis write is late.
 	if _, _, err := v.eng.Call(ctx, "claim", []any{tok}); err != nil {
 		t.Fatal(err)
@@ -48,7 +49,7 @@ func TestResyncThenForcedClaim(t *testing.T) {
 	if err := v.r.Store().AddStock(ctx, k, 10); err != nil {
 		t.Fatal(err)
 	}
-	tokA := v.must(v.r, "reserve", k.ShopID, "a", linesJSON(702, 10, 1), int64(600))[0][0].(string)
+	tokA := v.must(v.r, "reserve", k.ShopID, "a", restest.LinesJSON(702, 10, 1), int64(600))[0][0].(string)
 	if _, _, err := v.eng.Call(ctx, "release", []any{tokA}); err != nil { // the engine's side only
 		t.Fatal(err)
 	}

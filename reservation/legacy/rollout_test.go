@@ -8,6 +8,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/legacy"
+	"github.com/holdfast-db/holdfast/reservation/restest"
 )
 
 // TestRolloutByPercent: with authority redis and percent 50, about half of
@@ -28,7 +29,7 @@ func TestRolloutByPercent(t *testing.T) {
 			onHoldfast++
 		}
 		for i := range 3 {
-			rows := v.must(v.r, "reserve", s, fmt.Sprintf("k%d", i), linesJSON(1, 1, 1), int64(600))
+			rows := v.must(v.r, "reserve", s, fmt.Sprintf("k%d", i), restest.LinesJSON(1, 1, 1), int64(600))
 			if a, _ := reservation.TokenAuthority(rows[0][0].(string)); a != want {
 				t.Fatalf("shop %d (bucket %d) reserve %d decided by %v, want %v", s, legacy.Bucket(s), i, a, want)
 			}
@@ -84,7 +85,7 @@ func TestSwitchPolledAndGuarded(t *testing.T) {
 	if st.Version != 2 || v.r.Switch().Current().Authority != "holdfast" {
 		t.Fatalf("after Set: %+v", st)
 	}
-	eventually(t, "the other instance polls version 2", func() bool { return other.Switch().Current().Version == 2 })
+	restest.Eventually(t, "the other instance polls version 2", func() bool { return other.Switch().Current().Version == 2 })
 	if _, err := v.r.Switch().Set(context.Background(), legacy.State{Authority: "holdfast", Percent: 10}, false); err == nil {
 		t.Fatal("authority holdfast with a percent was accepted")
 	}
@@ -102,7 +103,7 @@ func TestSwitchPolledAndGuarded(t *testing.T) {
 	if st, err = v.r.Switch().Set(context.Background(), legacy.State{Authority: "redis", ChangedBy: "test"}, true); err != nil || st.Version != 4 {
 		t.Fatalf("forced: %+v %v", st, err)
 	}
-	eventually(t, "the other instance polls version 4 and sees Redis stale", func() bool {
+	restest.Eventually(t, "the other instance polls version 4 and sees Redis stale", func() bool {
 		return other.Switch().Current().Version == 4 && other.Switch().Redis().Stale
 	})
 }

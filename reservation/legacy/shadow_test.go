@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/legacy"
+	"github.com/holdfast-db/holdfast/reservation/restest"
 )
 
 // stock receives qty units of each item at locations 1 and 2 of each shop,
@@ -31,7 +32,7 @@ func stock(v *env, r *legacy.Router, shops, items []int64, qty int64) {
 func settle(v *env, r *legacy.Router, ttl int64, started time.Time) {
 	v.t.Helper()
 	time.Sleep(time.Until(started.Add(time.Duration(ttl)*time.Second + 200*time.Millisecond)))
-	eventually(v.t, "every reserved line expired and swept in MySQL", func() bool {
+	restest.Eventually(v.t, "every reserved line expired and swept in MySQL", func() bool {
 		return v.scalar("SELECT COUNT(*) FROM reserved_quantities") == 0
 	})
 	if _, err := r.SweepOnce(context.Background()); err != nil {
@@ -119,8 +120,8 @@ func TestShadowAgreesOnRealTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := availability(t, v, k)
-	_, _, err := v.call(v.r, "reserve", int64(1), "planted", linesJSON(101, 1, 1), int64(600))
-	if code(err) != reservation.CodeInsufficientStock {
+	_, _, err := v.call(v.r, "reserve", int64(1), "planted", restest.LinesJSON(101, 1, 1), int64(600))
+	if restest.Code(err) != reservation.CodeInsufficientStock {
 		t.Fatalf("reserve against a zeroed counter: %v, want 9101 (Redis decides)", err)
 	}
 	if n := comparisons(v.r)["reserve insufficient ok"]; n != 1 {

@@ -1,8 +1,10 @@
 // Package restest gives tests of the reservation engine a real, private
 // MariaDB (or MySQL) database: NewDB creates a uniquely named database,
-// migrates the engine's schema into it and drops it when the test ends. Like
-// net/http/httptest it exists only for tests; it must not be imported by
-// production code.
+// migrates the engine's schema into it and drops it when the test ends. It
+// also holds what the engine's tests and the legacy router's tests both
+// use (helpers.go): a test config, a logger, scalar queries, reserve's
+// lines_json, error codes, polling. Like net/http/httptest it exists only
+// for tests; it must not be imported by production code.
 //
 // The server is internal/dbtest's (HOLDFAST_TEST_DSN, default
 // root@tcp(127.0.0.1:3306)/). When it is unreachable the test FAILS with a
