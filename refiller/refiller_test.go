@@ -34,17 +34,6 @@ func exec(t *testing.T, db *sql.DB, q string, args ...any) {
 	}
 }
 
-// state reads on_hand, pool rows and reserved quantity in one statement.
-func state(t *testing.T, db *sql.DB, k reservation.PoolKey) (onHand, pooled, reserved int64) {
-	t.Helper()
-	w := k.WhereSQL()
-	if err := db.QueryRow("SELECT (SELECT on_hand FROM inventory_ledger WHERE "+w+"), (SELECT COUNT(*) FROM reservation_units WHERE "+w+
-		"), (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities WHERE "+w+")").Scan(&onHand, &pooled, &reserved); err != nil {
-		t.Fatal(err)
-	}
-	return
-}
-
 func ledger(t *testing.T, db *sql.DB, k reservation.PoolKey, onHand int64) {
 	t.Helper()
 	exec(t, db, "INSERT INTO inventory_ledger VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE on_hand = ?", k.ShopID, k.ItemID, k.GroupID, onHand, onHand)
@@ -184,14 +173,14 @@ func TestConcurrentRefillers(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if o, p, r := state(t, db, key); p > 200 || p+r > o {
+			if o, p, r := restest.Pool(t, db, key); p > 200 || p+r > o {
 				t.Errorf("pool %d reserved %d on_hand %d", p, r, o)
 				return
 			}
 		}
 	}()
 	wg.Wait()
-	o, p, rsv := state(t, db, key)
+	o, p, rsv := restest.Pool(t, db, key)
 	if p > 200 || p+rsv > o {
 		t.Errorf("final pool %d reserved %d on_hand %d", p, rsv, o)
 	}
@@ -223,7 +212,7 @@ func TestRefillNowShared(t *testing.T) {
 	if n == 0 || n > 8 {
 		t.Errorf("64 concurrent RefillNow ran %d transactions", n)
 	}
-	if _, p, _ := state(t, db, key); p != 1000 {
+	if _, p, _ := restest.Pool(t, db, key); p != 1000 {
 		t.Errorf("pool %d, want 1000", p)
 	}
 }
@@ -242,15 +231,15 @@ func TestBackgroundWatermark(t *testing.T) {
 	}
 	r.Notify(key, 0)
 	time.Sleep(100 * time.Millisecond)
-	if _, p, _ := state(t, db, key); p != 40 {
+	if _, p, _ := restest.Pool(t, db, key); p != 40 {
 		t.Errorf("pool at 40%% of cap was refilled to %d", p)
 	}
 	exec(t, db, "DELETE FROM reservation_units WHERE "+key.WhereSQL()+" AND id > 25") // no counter row yet: recounted
 	r.Notify(key, 0)
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		_, p, _ := state(t, db, key)
-		_, po, _ := state(t, db, other)
+		_, p, _ := restest.Pool(t, db, key)
+		_, po, _ := restest.Pool(t, db, other)
 		if p == 100 && po == 40 {
 			break
 		}
@@ -292,7 +281,7 @@ func TestDemandAwareWatermark(t *testing.T) {
 			time.Sleep(110 * time.Millisecond)
 			r.Notify(key, 30)
 			time.Sleep(300 * time.Millisecond)
-			if _, p, _ := state(t, db, key); p != c.want {
+			if _, p, _ := restest.Pool(t, db, key); p != c.want {
 				t.Errorf("pool %d, want %d", p, c.want)
 			}
 		})

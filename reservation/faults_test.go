@@ -252,16 +252,10 @@ func TestAnswerLostAfterCommit(t *testing.T) {
 			v.receive(31, 1, 50)
 			ctx := context.Background()
 			lost := func(stmt string) *faultRule { return f.inject(stmt, true) }
-			fired := func(r *faultRule, what string) {
-				t.Helper()
-				if n := f.firedCount(r); n != 1 {
-					t.Fatalf("%s: fault fired %d times, want 1 (did the statement change?)", what, n)
-				}
-			}
 
 			r := lost(stmtReserveCommit)
 			_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), "lost-1", restest.LinesJSON(31, 4, 1), int64(600)})
-			fired(r, "reserve")
+			checkFired(t, f, r)
 			if err != nil {
 				t.Fatalf("reserve whose COMMIT answer was lost: %v", err)
 			}
@@ -275,7 +269,7 @@ func TestAnswerLostAfterCommit(t *testing.T) {
 
 			r = lost(stmtExtendCommit)
 			_, rows, err = v.eng.Call(ctx, "extend", []any{tok, int64(900)})
-			fired(r, "extend")
+			checkFired(t, f, r)
 			if err != nil {
 				t.Fatalf("extend whose COMMIT answer was lost: %v", err)
 			}
@@ -286,7 +280,7 @@ func TestAnswerLostAfterCommit(t *testing.T) {
 			onHand, _, _ := v.pool(31, 1)
 			r = lost(stmtClaimCommit)
 			_, rows, err = v.eng.Call(ctx, "claim", []any{tok})
-			fired(r, "claim")
+			checkFired(t, f, r)
 			if err != nil {
 				t.Fatalf("claim whose COMMIT answer was lost: %v", err)
 			}
@@ -307,7 +301,7 @@ func TestAnswerLostAfterCommit(t *testing.T) {
 			}
 			r = lost(stmtReleaseCommit)
 			_, rows, err = v.eng.Call(ctx, "release", []any{tok2})
-			fired(r, "release")
+			checkFired(t, f, r)
 			if err != nil {
 				t.Fatalf("release whose COMMIT answer was lost: %v", err)
 			}

@@ -3,7 +3,6 @@ package reservation_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"testing"
 	"time"
 
@@ -140,17 +139,36 @@ func (v *env) scalar(q string, args ...any) int64 {
 	return restest.Scalar(v.t, v.db, q, args...)
 }
 
-// pool reports on_hand, pool rows, and reserved quantity (all lines
-// present), read in one statement so they are one consistent snapshot.
+// expireAll makes every reserved line expired.
+func (v *env) expireAll() {
+	v.t.Helper()
+	if _, err := v.db.Exec("UPDATE reserved_quantities SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// sweepAll sweeps until a sweep finds nothing and returns what each sweep
+// deleted (the last is 0).
+func (v *env) sweepAll() []int {
+	v.t.Helper()
+	var got []int
+	for {
+		n, err := v.eng.SweepOnce(context.Background())
+		if err != nil {
+			v.t.Fatal(err)
+		}
+		got = append(got, n)
+		if n == 0 {
+			return got
+		}
+	}
+}
+
+// pool reports on_hand, pool rows, and reserved quantity of item at group
+// (restest.Pool).
 func (v *env) pool(item, group int64) (onHand, pooled, reserved int64) {
 	v.t.Helper()
-	w := fmt.Sprintf("shop_id = %d AND inventory_item_id = %d AND inventory_group_id = %d", shop, item, group)
-	err := v.db.QueryRow("SELECT (SELECT on_hand FROM inventory_ledger WHERE "+w+"), (SELECT COUNT(*) FROM reservation_units WHERE "+w+
-		"), (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities WHERE "+w+")").Scan(&onHand, &pooled, &reserved)
-	if err != nil {
-		v.t.Fatalf("pool(%d, %d): %v", item, group, err)
-	}
-	return
+	return restest.Pool(v.t, v.db, reservation.PoolKey{ShopID: shop, ItemID: item, GroupID: group})
 }
 
 // checkInvariant fails the test if pool + reserved > on_hand for the pool.

@@ -223,15 +223,7 @@ func TestClaimAfterExpiry(t *testing.T) {
 	if onHand, _, _ := v.pool(31, 1); onHand != 8 {
 		t.Errorf("on_hand %d after late claim, want 8", onHand)
 	}
-	for {
-		n, err := v.eng.SweepOnce(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
+	v.sweepAll()
 	// The swept units return to the pool and someone else reserves them.
 	yTok, err := reserve(context.Background(), v.eng, "buyer-y", 600, 31, 6, 1)
 	if err != nil {

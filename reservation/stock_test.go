@@ -52,9 +52,7 @@ func TestStockGuard(t *testing.T) {
 	}
 	v.checkInvariant(41, 1)
 	// Expired reservations do not count against the guard.
-	if _, err := v.db.Exec("UPDATE reserved_quantities SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"); err != nil {
-		t.Fatal(err)
-	}
+	v.expireAll()
 	rows = v.mustCall("set_on_hand", int64(shop), int64(41), int64(1), int64(0))
 	if rows[0][2] != int64(0) || rows[0][3] != int64(0) {
 		t.Errorf("set_on_hand 0 with only expired reservations returned %v", rows)
@@ -121,21 +119,8 @@ func TestSweeperBatches(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if _, err := v.db.Exec("UPDATE reserved_quantities SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"); err != nil {
-		t.Fatal(err)
-	}
-	var got []int
-	for {
-		n, err := v.eng.SweepOnce(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, n)
-		if n == 0 {
-			break
-		}
-	}
-	if !reflect.DeepEqual(got, []int{500, 500, 200, 0}) {
+	v.expireAll()
+	if got := v.sweepAll(); !reflect.DeepEqual(got, []int{500, 500, 200, 0}) {
 		t.Errorf("sweep batches %v, want [500 500 200 0]", got)
 	}
 	if v.eng.Stats().Swept != 1200 {

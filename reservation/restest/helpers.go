@@ -40,6 +40,18 @@ func Scalar(t testing.TB, db *sql.DB, q string, args ...any) int64 {
 	return n.Int64
 }
 
+// Pool reads k's on_hand, pool rows and reserved quantity (every line
+// present, expired or not) in one statement: one consistent snapshot.
+func Pool(t testing.TB, db *sql.DB, k reservation.PoolKey) (onHand, pooled, reserved int64) {
+	t.Helper()
+	w := k.WhereSQL()
+	if err := db.QueryRow("SELECT (SELECT on_hand FROM inventory_ledger WHERE "+w+"), (SELECT COUNT(*) FROM reservation_units WHERE "+w+
+		"), (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities WHERE "+w+")").Scan(&onHand, &pooled, &reserved); err != nil {
+		t.Fatalf("restest: pool %s: %v", k, err)
+	}
+	return onHand, pooled, reserved
+}
+
 // LinesJSON is reserve's lines_json for one line: qty of item, from the
 // first of locs that has it.
 func LinesJSON(item, qty int64, locs ...int64) string {
