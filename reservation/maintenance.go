@@ -248,11 +248,5 @@ ORDER BY l.shop_id, l.inventory_item_id, l.inventory_group_id LIMIT 500`,
 }
 
 func (e *Engine) readReplica(ctx context.Context, q string, args ...any) ([][][]byte, error) {
-	c, err := e.replica.Borrow(ctx, TagReconcile)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := c.Query(ctx, q, args...)
-	c.Release(brokenBy(err))
-	return rows, err
+	return queryOn(ctx, e.replica, TagReconcile, q, args...)
 }

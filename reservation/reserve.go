@@ -412,7 +412,13 @@ func (e *Engine) reader(tag string) readFunc {
 
 // query runs one autocommit read on a connection borrowed under tag.
 func (e *Engine) query(ctx context.Context, tag string, q string, args ...any) ([][][]byte, error) {
-	c, err := e.conns.Borrow(ctx, tag)
+	return queryOn(ctx, e.conns, tag, q, args...)
+}
+
+// queryOn runs one autocommit read on a connection of conns borrowed under
+// tag.
+func queryOn(ctx context.Context, conns Conns, tag string, q string, args ...any) ([][][]byte, error) {
+	c, err := conns.Borrow(ctx, tag)
 	if err != nil {
 		return nil, err
 	}

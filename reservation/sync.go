@@ -17,10 +17,6 @@ import (
 // in key order; shops, when not empty, restricts them to those shops. Start
 // with the zero PoolKey.
 func ListPools(ctx context.Context, conns Conns, shops []int64, after PoolKey, limit int) ([]PoolKey, error) {
-	c, err := conns.Borrow(ctx, TagRead)
-	if err != nil {
-		return nil, err
-	}
 	q := "SELECT shop_id, inventory_item_id, inventory_group_id FROM inventory_ledger WHERE (shop_id > ? OR (shop_id = ? AND (inventory_item_id > ? OR (inventory_item_id = ? AND inventory_group_id > ?))))"
 	if len(shops) > 0 {
 		ids := make([]string, len(shops))
@@ -30,8 +26,7 @@ func ListPools(ctx context.Context, conns Conns, shops []int64, after PoolKey, l
 		q += " AND shop_id IN (" + strings.Join(ids, ",") + ")"
 	}
 	q += " ORDER BY shop_id, inventory_item_id, inventory_group_id LIMIT ?"
-	rows, err := c.Query(ctx, q, after.ShopID, after.ShopID, after.ItemID, after.ItemID, after.GroupID, limit)
-	c.Release(brokenBy(err))
+	rows, err := queryOn(ctx, conns, TagRead, q, after.ShopID, after.ShopID, after.ItemID, after.ItemID, after.GroupID, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -276,10 +276,6 @@ func parseTime(b []byte) time.Time {
 // insert writes st as the next version (or as version 1 only if the table
 // is empty, when seed is set).
 func (s *Switch) insert(ctx context.Context, st State, seed bool) error {
-	c, err := s.conns.Borrow(ctx, TagAuthority)
-	if err != nil {
-		return err
-	}
 	var q string
 	if seed {
 		q = "INSERT IGNORE INTO holdfast_authority (version, authority, shops, percent, changed_at, changed_by, reason) VALUES (1, ?, ?, ?, UTC_TIMESTAMP(6), ?, ?)"
@@ -291,7 +287,16 @@ func (s *Switch) insert(ctx context.Context, st State, seed bool) error {
 	if seed {
 		by = "config"
 	}
-	_, err = c.Exec(ctx, q, st.Authority, joinShops(st.Shops), int64(st.Percent), trim(by, 255), trim(st.Reason, 255))
+	return execAuthority(ctx, s.conns, q, st.Authority, joinShops(st.Shops), int64(st.Percent), trim(by, 255), trim(st.Reason, 255))
+}
+
+// execAuthority runs q on a connection borrowed under TagAuthority.
+func execAuthority(ctx context.Context, conns reservation.Conns, q string, args ...any) error {
+	c, err := conns.Borrow(ctx, TagAuthority)
+	if err != nil {
+		return err
+	}
+	_, err = c.Exec(ctx, q, args...)
 	c.Release(err != nil && !isDB(err))
 	return err
 }
@@ -374,29 +379,17 @@ func (s *Switch) MarkStale(reason string, timeout time.Duration) {
 // MarkStale records in conns' database that the Redis counters are stale
 // since now (kept if they already were).
 func MarkStale(ctx context.Context, conns reservation.Conns, reason string) error {
-	c, err := conns.Borrow(ctx, TagAuthority)
-	if err != nil {
-		return err
-	}
-	_, err = c.Exec(ctx, "INSERT INTO holdfast_redis_state (id, stale_since, stale_reason) VALUES (1, UTC_TIMESTAMP(6), ?)"+
+	return execAuthority(ctx, conns, "INSERT INTO holdfast_redis_state (id, stale_since, stale_reason) VALUES (1, UTC_TIMESTAMP(6), ?)"+
 		" ON DUPLICATE KEY UPDATE stale_reason = IF(stale_since IS NULL, VALUES(stale_reason), stale_reason),"+
 		" stale_since = COALESCE(stale_since, VALUES(stale_since))", trim(reason, 255))
-	c.Release(err != nil && !isDB(err))
-	return err
 }
 
 // clearStale records a resync that started at start (database time): the
 // counters are no longer stale, unless a write failed after start.
 func clearStale(ctx context.Context, conns reservation.Conns, start string) error {
-	c, err := conns.Borrow(ctx, TagAuthority)
-	if err != nil {
-		return err
-	}
-	_, err = c.Exec(ctx, "INSERT INTO holdfast_redis_state (id, resynced_at) VALUES (1, UTC_TIMESTAMP(6))"+
+	return execAuthority(ctx, conns, "INSERT INTO holdfast_redis_state (id, resynced_at) VALUES (1, UTC_TIMESTAMP(6))"+
 		" ON DUPLICATE KEY UPDATE stale_reason = IF(stale_since < ?, NULL, stale_reason),"+
 		" stale_since = IF(stale_since < ?, NULL, stale_since), resynced_at = VALUES(resynced_at)", start, start)
-	c.Release(err != nil && !isDB(err))
-	return err
 }
 
 // ReadState reads the switch in force and the Redis staleness from conns'
