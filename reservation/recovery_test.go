@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/restest"
 )
@@ -262,11 +263,11 @@ func TestCoalescedReservesSettledKeyByKey(t *testing.T) {
 	}
 	start(0)
 	key := reservation.PoolKey{ShopID: shop, ItemID: 44, GroupID: 1}
-	restest.Eventually(t, "the leader to take its batch", func() bool { return reservation.Queued(v.eng, key) == 0 && v.eng.Stats().Batches == 1 })
+	dbtest.Eventually(t, "the leader to take its batch", func() bool { return reservation.Queued(v.eng, key) == 0 && v.eng.Stats().Batches == 1 })
 	for i := 1; i < n; i++ {
 		start(i)
 	}
-	restest.Eventually(t, "the others to queue", func() bool { return reservation.Queued(v.eng, key) == n-1 })
+	dbtest.Eventually(t, "the others to queue", func() bool { return reservation.Queued(v.eng, key) == n-1 })
 	close(hold)
 	wg.Wait()
 	checkFired(t, f, lost)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/legacy"
 	"github.com/holdfast-db/holdfast/reservation/restest"
@@ -39,7 +40,7 @@ func TestRedisKilledUnderHoldfast(t *testing.T) {
 	wg.Wait()
 	all = append(all, phase(5)...) // Redis down for all of it
 	if !v.r.Stats().Redis.Stale {
-		restest.Eventually(t, "the counters marked stale", func() bool {
+		dbtest.Eventually(t, "the counters marked stale", func() bool {
 			_ = v.r.Switch().Poll(context.Background())
 			return v.r.Switch().Redis().Stale
 		})
@@ -57,7 +58,7 @@ func TestRedisKilledUnderHoldfast(t *testing.T) {
 
 	// Redis comes back, empty.
 	v.redis.Restart()
-	restest.Eventually(t, "the client reconnects", func() bool { return v.r.Store().Ping(context.Background()) == nil })
+	dbtest.Eventually(t, "the client reconnects", func() bool { return v.r.Store().Ping(context.Background()) == nil })
 	all = append(all, phase(5)...)
 	if len(v.drift(v.r)) == 0 {
 		t.Fatal("the counters match although Redis lost everything: the test shows nothing")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/legacy"
 	"github.com/holdfast-db/holdfast/reservation/restest"
@@ -85,7 +86,7 @@ func TestSwitchPolledAndGuarded(t *testing.T) {
 	if st.Version != 2 || v.r.Switch().Current().Authority != "holdfast" {
 		t.Fatalf("after Set: %+v", st)
 	}
-	restest.Eventually(t, "the other instance polls version 2", func() bool { return other.Switch().Current().Version == 2 })
+	dbtest.Eventually(t, "the other instance polls version 2", func() bool { return other.Switch().Current().Version == 2 })
 	if _, err := v.r.Switch().Set(context.Background(), legacy.State{Authority: "holdfast", Percent: 10}, false); err == nil {
 		t.Fatal("authority holdfast with a percent was accepted")
 	}
@@ -103,7 +104,7 @@ func TestSwitchPolledAndGuarded(t *testing.T) {
 	if st, err = v.r.Switch().Set(context.Background(), legacy.State{Authority: "redis", ChangedBy: "test"}, true); err != nil || st.Version != 4 {
 		t.Fatalf("forced: %+v %v", st, err)
 	}
-	restest.Eventually(t, "the other instance polls version 4 and sees Redis stale", func() bool {
+	dbtest.Eventually(t, "the other instance polls version 4 and sees Redis stale", func() bool {
 		return other.Switch().Current().Version == 4 && other.Switch().Redis().Stale
 	})
 }

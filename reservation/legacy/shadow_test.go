@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/legacy"
 	"github.com/holdfast-db/holdfast/reservation/restest"
@@ -32,7 +33,7 @@ func stock(v *env, r *legacy.Router, shops, items []int64, qty int64) {
 func settle(v *env, r *legacy.Router, ttl int64, started time.Time) {
 	v.t.Helper()
 	time.Sleep(time.Until(started.Add(time.Duration(ttl)*time.Second + 200*time.Millisecond)))
-	restest.Eventually(v.t, "every reserved line expired and swept in MySQL", func() bool {
+	dbtest.Eventually(v.t, "every reserved line expired and swept in MySQL", func() bool {
 		return v.scalar("SELECT COUNT(*) FROM reserved_quantities") == 0
 	})
 	if _, err := r.SweepOnce(context.Background()); err != nil {

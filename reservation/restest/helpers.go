@@ -73,16 +73,3 @@ func Code(err error) uint16 {
 	}
 	return 0
 }
-
-// Eventually polls cond until it holds, failing t after 30 seconds: a hang
-// guard, not a timing assertion.
-func Eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never happened: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
