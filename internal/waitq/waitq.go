@@ -148,22 +148,20 @@ func (q *Queue[K, V]) insertLocked(w *Waiter[K, V]) {
 		for at = q.head; at.seq < w.seq; at = at.next {
 		}
 	}
-	if at == nil {
-		w.prev, w.next = q.tail, nil
-		if q.tail != nil {
-			q.tail.next = w
-		} else {
-			q.head = w
-		}
-		q.tail = w
+	prev := q.tail
+	if at != nil {
+		prev = at.prev
+	}
+	w.prev, w.next = prev, at
+	if prev != nil {
+		prev.next = w
 	} else {
-		w.prev, w.next = at.prev, at
-		if at.prev != nil {
-			at.prev.next = w
-		} else {
-			q.head = w
-		}
+		q.head = w
+	}
+	if at != nil {
 		at.prev = w
+	} else {
+		q.tail = w
 	}
 	q.len++
 	q.n.Store(int32(q.len))
@@ -183,6 +181,16 @@ func (q *Queue[K, V]) removeLocked(w *Waiter[K, V]) {
 	w.prev, w.next = nil, nil
 	q.len--
 	q.n.Store(int32(q.len))
+}
+
+// deliverLocked takes queued w off the list and puts v in its channel, with
+// st (stateHanded, or stateClosed and a zero v) telling Wait or Leave
+// which it is. The channel is buffered and empty while w is queued, so the
+// send never blocks.
+func (q *Queue[K, V]) deliverLocked(w *Waiter[K, V], v V, st state) {
+	q.removeLocked(w)
+	w.state = st
+	w.ch <- v
 }
 
 // Wait blocks until a value is handed to w, ctx ends or the queue closes.
@@ -288,9 +296,7 @@ func (q *Queue[K, V]) HandOffFunc(pick func(key K, skipped int) (V, bool)) bool 
 		for x := q.head; x != w; x = x.next {
 			x.skipped++
 		}
-		q.removeLocked(w)
-		w.state = stateHanded
-		w.ch <- v // buffered and empty: never blocks
+		q.deliverLocked(w, v, stateHanded)
 		return true
 	}
 	return false
@@ -305,9 +311,7 @@ func (q *Queue[K, V]) HandOffAll(v V) int {
 	defer q.mu.Unlock()
 	n := 0
 	for w := q.head; w != nil; w = q.head {
-		q.removeLocked(w)
-		w.state = stateHanded
-		w.ch <- v
+		q.deliverLocked(w, v, stateHanded)
 		n++
 	}
 	return n
@@ -321,8 +325,6 @@ func (q *Queue[K, V]) Close() {
 	q.closed = true
 	var zero V
 	for w := q.head; w != nil; w = q.head {
-		q.removeLocked(w)
-		w.state = stateClosed
-		w.ch <- zero
+		q.deliverLocked(w, zero, stateClosed)
 	}
 }
