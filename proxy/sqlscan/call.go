@@ -379,17 +379,22 @@ func unhex(c byte) byte {
 	return 0xff
 }
 
+// literalDigits returns the digits of a hexadecimal or bit literal: those
+// after 0x or 0b, or those between the quotes of X'...' or b'...' (quoted
+// true).
+func literalDigits(b []byte) (d []byte, quoted bool) {
+	if b[0] == '0' {
+		return b[2:], false
+	}
+	return b[2 : len(b)-1], true
+}
+
 // decodeHex decodes X'4142' (an even number of digits) or 0x4142 (an odd
 // number is padded with a leading zero).
 func decodeHex(b []byte) ([]byte, bool) {
-	var d []byte
-	if b[0] == '0' {
-		d = b[2:]
-	} else {
-		d = b[2 : len(b)-1]
-		if len(d)%2 != 0 {
-			return nil, false
-		}
+	d, quoted := literalDigits(b)
+	if quoted && len(d)%2 != 0 {
+		return nil, false
 	}
 	out := make([]byte, 0, (len(d)+1)/2)
 	i := 0
@@ -414,12 +419,7 @@ func decodeHex(b []byte) ([]byte, bool) {
 // decodeBits decodes b'0101' or 0b0101, padding with leading zero bits to
 // whole bytes.
 func decodeBits(b []byte) ([]byte, bool) {
-	var d []byte
-	if b[0] == '0' {
-		d = b[2:]
-	} else {
-		d = b[2 : len(b)-1]
-	}
+	d, _ := literalDigits(b)
 	out := make([]byte, 0, (len(d)+7)/8)
 	var v byte
 	n := (8 - len(d)%8) % 8 // leading zero bits

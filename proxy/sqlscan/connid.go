@@ -75,6 +75,12 @@ func selectItemsToName(src []byte, toks []token, calls []int) map[int][]byte {
 		}
 		return false
 	}
+	// nameItem names the item toks[from:to] if it needs a name.
+	nameItem := func(from, to int) {
+		if to > from && hasCall(from, to) && !hasAlias(src, toks[from:to]) {
+			out[to-1] = itemText(src, toks[from], toks[to-1])
+		}
+	}
 	word := func(i int) []byte {
 		if i < 0 || i >= len(toks) || toks[i].kind != tWord || (i > 0 && toks[i-1].is('.')) {
 			return nil
@@ -111,9 +117,7 @@ func selectItemsToName(src []byte, toks []token, calls []int) map[int][]byte {
 				case depth == 0 && isClauseWord(word(j)):
 					end = true
 				case depth == 0 && t.is(','):
-					if j > start && hasCall(start, j) && !hasAlias(src, toks[start:j]) {
-						out[j-1] = itemText(src, toks[start], toks[j-1])
-					}
+					nameItem(start, j)
 					start = j + 1
 					continue
 				default:
@@ -121,9 +125,7 @@ func selectItemsToName(src []byte, toks []token, calls []int) map[int][]byte {
 				}
 			}
 			if end {
-				if j > start && hasCall(start, j) && !hasAlias(src, toks[start:j]) {
-					out[j-1] = itemText(src, toks[start], toks[j-1])
-				}
+				nameItem(start, j)
 				break
 			}
 		}
