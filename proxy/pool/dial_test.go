@@ -59,11 +59,7 @@ func TestDialErrorServesWaiter(t *testing.T) {
 	gate := make(chan struct{})
 	e.d.setGate(gate)
 	e.d.fail = 1
-	a := make(chan result, 1)
-	go func() {
-		c, err := e.p.Acquire(context.Background(), 0)
-		a <- result{c, err}
-	}()
+	a := e.acquireGo(context.Background(), 0)
 	e.waitFor(func() bool { return e.p.Stats().Dialing == 1 }, "the first dial")
 	b := e.acquireAsync(context.Background(), 0, 1)
 	e.d.setGate(nil)
@@ -114,11 +110,7 @@ func TestFirstDialHook(t *testing.T) {
 func TestCloseCutsDial(t *testing.T) {
 	e := newPool(t, baseLimits())
 	e.d.setGate(make(chan struct{})) // never opens: only ctx ends the dial
-	ch := make(chan result, 1)
-	go func() {
-		c, err := e.p.Acquire(context.Background(), 0)
-		ch <- result{c, err}
-	}()
+	ch := e.acquireGo(context.Background(), 0)
 	e.waitFor(func() bool { return e.p.Stats().Dialing == 1 }, "the dial")
 	e.p.Close()
 	if r := recv(t, ch); r.err == nil {

@@ -222,15 +222,22 @@ type result struct {
 	err error
 }
 
-// acquireAsync starts an Acquire and waits until it is queued (Waiting
-// reaches want) so that the caller knows the order of waiters.
-func (e *env) acquireAsync(ctx context.Context, k key, want int) chan result {
-	e.t.Helper()
+// acquireGo starts an Acquire on a goroutine of its own; its result comes
+// on the channel returned.
+func (e *env) acquireGo(ctx context.Context, k key) chan result {
 	ch := make(chan result, 1)
 	go func() {
 		c, err := e.p.Acquire(ctx, k)
 		ch <- result{c, err}
 	}()
+	return ch
+}
+
+// acquireAsync starts an Acquire and waits until it is queued (Waiting
+// reaches want) so that the caller knows the order of waiters.
+func (e *env) acquireAsync(ctx context.Context, k key, want int) chan result {
+	e.t.Helper()
+	ch := e.acquireGo(ctx, k)
 	e.waitFor(func() bool { return e.p.Waiting() >= want }, "waiter to queue")
 	return ch
 }

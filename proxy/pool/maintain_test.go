@@ -137,11 +137,7 @@ func TestUnhealthyOnLendWakesWaiter(t *testing.T) {
 	c.pingErr.Store(true)
 	e.p.Release(c, true)
 	e.clock.Advance(time.Minute)
-	a := make(chan result, 1)
-	go func() {
-		x, err := e.p.Acquire(context.Background(), 0)
-		a <- result{x, err}
-	}()
+	a := e.acquireGo(context.Background(), 0)
 	<-c.pinging // a has taken c and pings it
 	b := e.acquireAsync(context.Background(), 0, 1)
 	close(c.pingGate)
