@@ -391,6 +391,18 @@ func appendTextRow(b []byte, row []any) []byte {
 	return b
 }
 
+// intBits is the two's-complement bits of an int64 or uint64 value (0 for
+// any other type), as a binary-protocol integer carries them.
+func intBits(v any) uint64 {
+	switch x := v.(type) {
+	case int64:
+		return uint64(x)
+	case uint64:
+		return x
+	}
+	return 0
+}
+
 func appendBinaryRow(b []byte, cols []column, row []any) []byte {
 	b = append(b, 0)
 	nb := (len(cols) + 7 + 2) / 8
@@ -407,23 +419,9 @@ func appendBinaryRow(b []byte, cols []column, row []any) []byte {
 		}
 		switch cols[i].typ {
 		case mysql.MYSQL_TYPE_LONGLONG:
-			var u uint64
-			switch x := v.(type) {
-			case int64:
-				u = uint64(x)
-			case uint64:
-				u = x
-			}
-			b = binary.LittleEndian.AppendUint64(b, u)
+			b = binary.LittleEndian.AppendUint64(b, intBits(v))
 		case mysql.MYSQL_TYPE_LONG:
-			var u uint64
-			switch x := v.(type) {
-			case int64:
-				u = uint64(x)
-			case uint64:
-				u = x
-			}
-			b = binary.LittleEndian.AppendUint32(b, uint32(u))
+			b = binary.LittleEndian.AppendUint32(b, uint32(intBits(v)))
 		case mysql.MYSQL_TYPE_DOUBLE:
 			f, _ := v.(float64)
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
