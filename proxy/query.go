@@ -203,38 +203,40 @@ func (s *session) maybeRelease() {
 	s.release(true)
 }
 
+// featurePins are the statement features that pin a session, each with
+// the reason it is counted under, in the order pinReason tries them.
+var featurePins = [...]struct {
+	feat   sqlscan.Feature
+	reason string
+}{
+	{sqlscan.FeatTempTable, attribution.PinTemporaryTable},
+	{sqlscan.FeatUserVarAssign, attribution.PinUserVariable},
+	{sqlscan.FeatGetLock, attribution.PinGetLock},
+	{sqlscan.FeatLockTables, attribution.PinLockTables},
+	{sqlscan.FeatSQLPrepare, attribution.PinSQLPrepare},
+	{sqlscan.FeatCalcFoundRows, attribution.PinFoundRows},
+	{sqlscan.FeatHandler, attribution.PinHandler},
+	{sqlscan.FeatXA, attribution.PinXA},
+}
+
 // pinReason names why a statement ties the session to its backend
 // connection for good, or returns "".
 func pinReason(info *sqlscan.Info, rr *relayResult) string {
 	if rr.cursor {
-		return "cursor"
+		return attribution.PinCursor
 	}
 	switch rr.sc.pinVar {
 	case "":
 	case "unreadable":
-		return "session_state"
+		return attribution.PinSessionState
 	default:
-		return "session_track"
+		return attribution.PinSessionTrack
 	}
 	if info != nil {
-		f := info.Features
-		switch {
-		case f&sqlscan.FeatTempTable != 0:
-			return "temporary_table"
-		case f&sqlscan.FeatUserVarAssign != 0:
-			return "user_variable"
-		case f&sqlscan.FeatGetLock != 0:
-			return "get_lock"
-		case f&sqlscan.FeatLockTables != 0:
-			return "lock_tables"
-		case f&sqlscan.FeatSQLPrepare != 0:
-			return "sql_prepare"
-		case f&sqlscan.FeatCalcFoundRows != 0:
-			return "found_rows"
-		case f&sqlscan.FeatHandler != 0:
-			return "handler"
-		case f&sqlscan.FeatXA != 0:
-			return "xa"
+		for _, p := range featurePins {
+			if info.Features&p.feat != 0 {
+				return p.reason
+			}
 		}
 	}
 	if rr.sc.changed {
@@ -243,7 +245,7 @@ func pinReason(info *sqlscan.Info, rr *relayResult) string {
 		explained := info != nil && (info.Kind == sqlscan.KindSet || info.Kind == sqlscan.KindUse) &&
 			(len(rr.sc.vars) > 0 || rr.sc.schemaS)
 		if !explained {
-			return "session_state"
+			return attribution.PinSessionState
 		}
 	}
 	return ""
