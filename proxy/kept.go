@@ -292,6 +292,20 @@ func (s *session) putKept(bc *backendConn) (string, error) {
 	return keptSQL(*hf, s.kept.vals, nil), nil
 }
 
+// selectKept is a SELECT of the kept variables in scope ("session" or
+// "global"), one column each in keptNames' order.
+func selectKept(scope string) string {
+	var q strings.Builder
+	q.WriteString("SELECT ")
+	for i, n := range keptNames {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("@@" + scope + "." + n)
+	}
+	return q.String()
+}
+
 // syncKept reads the kept variables back from bc after a statement that
 // may have set them, and sets bc back to holdfast's values. The values
 // read of the variables the statement assigns (assigned, from its text)
@@ -302,16 +316,7 @@ func (s *session) syncKept(bc *backendConn, assigned []string) error {
 	if s.kept == nil || hf == nil {
 		return nil
 	}
-	var q strings.Builder
-	q.WriteString("SELECT ")
-	for i, n := range keptNames {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("@@session." + n)
-	}
-	q.WriteString(" LIMIT 1")
-	res, err := bc.queryLocked(q.String())
+	res, err := bc.queryLocked(selectKept("session") + " LIMIT 1")
 	if err != nil {
 		return err
 	}

@@ -279,15 +279,7 @@ func (s *Server) learnBackend(bc *backendConn) error {
 	base.vals["sql_mode"] = string(res.rows[0][4])
 	// The kept variables' global values: what a client's session starts
 	// with (see kept.go).
-	var q strings.Builder
-	q.WriteString("SELECT ")
-	for i, n := range keptNames {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("@@global." + n)
-	}
-	res, err = bc.query(ctx, q.String())
+	res, err = bc.query(ctx, selectKept("global"))
 	if err != nil {
 		return err
 	}
