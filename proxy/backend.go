@@ -290,11 +290,7 @@ func (bc *backendConn) writeCommand(payload []byte) error {
 	if err := bc.w.writePacket(payload); err != nil {
 		return err
 	}
-	if err := bc.w.flush(); err != nil {
-		return err
-	}
-	bc.r.seq = bc.w.seq
-	return nil
+	return bc.w.flushTurn(&bc.r)
 }
 
 func (bc *backendConn) writeCommandString(cmd byte, arg string) error {

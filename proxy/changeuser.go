@@ -66,10 +66,9 @@ func (s *session) comChangeUser(p []byte) bool {
 	sw = append(sw, 0)
 	s.out = sw
 	s.writePacket(sw)
-	if err := s.w.flush(); err != nil {
+	if err := s.w.flushTurn(&s.r); err != nil {
 		return false
 	}
-	s.r.seq = s.w.seq
 	reply, err := s.r.readPacket(nil, 4096)
 	if err != nil {
 		return false

@@ -195,11 +195,7 @@ func (h *handshakeIO) write(p []byte) error {
 	if err := h.w.writePacket(p); err != nil {
 		return err
 	}
-	if err := h.w.flush(); err != nil {
-		return err
-	}
-	h.r.seq = h.w.seq
-	return nil
+	return h.w.flushTurn(&h.r)
 }
 
 // read reads the client's next packet of at most limit bytes.

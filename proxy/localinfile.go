@@ -99,11 +99,7 @@ func (bc *backendConn) endLocalFile() error {
 	if err := bc.w.writeHeader(0); err != nil {
 		return err
 	}
-	if err := bc.w.flush(); err != nil {
-		return err
-	}
-	bc.r.seq = bc.w.seq
-	return nil
+	return bc.w.flushTurn(&bc.r)
 }
 
 // copyToBackend copies m payload bytes of the client's current packet to

@@ -135,6 +135,16 @@ func (w *packetWriter) writePacket(payload []byte) error {
 
 func (w *packetWriter) flush() error { return w.bw.Flush() }
 
+// flushTurn flushes and hands the turn to r, the reader of the same
+// exchange: the peer's reply continues the sequence where w left it.
+func (w *packetWriter) flushTurn(r *packetReader) error {
+	if err := w.flush(); err != nil {
+		return err
+	}
+	r.seq = w.seq
+	return nil
+}
+
 func newSmallWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 512) }
 
 func newSmallReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 512) }
