@@ -114,6 +114,15 @@ func (gt *gate) drainErr(tag string) error {
 	return fmt.Errorf("%s: %w", msg, errTagDrained)
 }
 
+// stopKillTimerLocked cancels the kill that a drain with a grace period
+// scheduled, if any. The caller holds gates.mu.
+func (gt *gate) stopKillTimerLocked() {
+	if gt.killTimer != nil {
+		gt.killTimer.Stop()
+		gt.killTimer = nil
+	}
+}
+
 // exit ends a counted borrow, handing the slot to the oldest waiter.
 func (g *gates) exit(tag string) {
 	g.mu.Lock()
@@ -167,10 +176,7 @@ func (g *gates) drain(tag, reason string, grace time.Duration, kill func()) {
 		gt.drained, gt.drainedAt = true, time.Now()
 	}
 	gt.reason = reason
-	if gt.killTimer != nil {
-		gt.killTimer.Stop()
-		gt.killTimer = nil
-	}
+	gt.stopKillTimerLocked()
 	if grace > 0 && kill != nil {
 		gt.killTimer = time.AfterFunc(grace, kill)
 	}
@@ -187,10 +193,7 @@ func (g *gates) undrain(tag string) {
 		return
 	}
 	gt.drained, gt.reason = false, ""
-	if gt.killTimer != nil {
-		gt.killTimer.Stop()
-		gt.killTimer = nil
-	}
+	gt.stopKillTimerLocked()
 	g.cleanupLocked(tag, gt)
 }
 
