@@ -22,7 +22,6 @@ import (
 	gsd "github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/config"
-	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
 // logWatch scans the server's log for server.handle's recovered-panic line.
@@ -49,63 +48,13 @@ func (w *logWatch) check(t testing.TB) {
 	}
 }
 
-// newTestProxy is startProxy with a given logger, for any testing.TB.
-func newTestProxy(tb testing.TB, log *slog.Logger, mutate ...func(*config.Config)) *testProxy {
-	tb.Helper()
-	db := dbtest.NewDatabase(tb)
-	user := dbtest.NewUser(tb, db)
-	c := dbtest.Config(tb)
-	cfg := config.Default()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Admin.Listen = ""
-	cfg.Backend.Address = c.Addr
-	cfg.Backend.User, cfg.Backend.Password, cfg.Backend.Database = user, user, db
-	cfg.Users = []config.User{
-		{Name: "app", Password: "app"},
-		{Name: "other", Password: "other"},
-		{Name: "sha", Password: "sha-secret", AuthPlugin: "caching_sha2_password"},
-		{Name: "admin", Password: "admin", Admin: true},
-	}
-	cfg.Pool.Min, cfg.Pool.Max, cfg.Pool.MaxIdle = 0, 4, 4
-	cfg.Pool.AcquireTimeout = 10 * time.Second
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		tb.Fatal(err)
-	}
-	srv, err := New(cfg, log)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	tb.Cleanup(func() {
-		srv.Close()
-		if err := <-done; err != nil {
-			tb.Errorf("Serve: %v", err)
-		}
-	})
-	return &testProxy{srv: srv, addr: ln.Addr().String(), db: db, user: user, cfg: cfg}
-}
-
 // startWatchedProxy starts a proxy whose log goes to the test log and is
 // checked, after the server closed, for recovered panics.
 func startWatchedProxy(t *testing.T, mutate ...func(*config.Config)) *testProxy {
 	t.Helper()
 	w := &logWatch{}
 	t.Cleanup(func() { w.check(t) }) // runs after the server closed
-	tw := &testWriter{t: t}
-	t.Cleanup(func() {
-		tw.mu.Lock()
-		tw.done = true
-		tw.mu.Unlock()
-	})
-	log := slog.New(slog.NewTextHandler(ioTee{tw, w}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(slog.NewTextHandler(ioTee{newTestWriter(t), w}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return newTestProxy(t, log, mutate...)
 }
 

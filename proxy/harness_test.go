@@ -28,10 +28,16 @@ type testProxy struct {
 	cfg  config.Config
 }
 
-// startProxy starts holdfast for one test. By default the backend account
-// is a fresh user so dbtest.Connections counts only this proxy's
-// connections; mutate adjusts the configuration.
+// startProxy starts holdfast for one test, its log going to the test log.
+// By default the backend account is a fresh user so dbtest.Connections
+// counts only this proxy's connections; mutate adjusts the configuration.
 func startProxy(t testing.TB, mutate ...func(*config.Config)) *testProxy {
+	t.Helper()
+	return newTestProxy(t, testLogger(t), mutate...)
+}
+
+// newTestProxy is startProxy with a given logger.
+func newTestProxy(t testing.TB, log *slog.Logger, mutate ...func(*config.Config)) *testProxy {
 	t.Helper()
 	db := dbtest.NewDatabase(t)
 	user := dbtest.NewUser(t, db)
@@ -58,7 +64,7 @@ func startProxy(t testing.TB, mutate ...func(*config.Config)) *testProxy {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, testLogger(t))
+	srv, err := New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,16 +72,13 @@ func startProxy(t testing.TB, mutate ...func(*config.Config)) *testProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
 		srv.Close()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 	})
 	return &testProxy{srv: srv, addr: ln.Addr().String(), db: db, user: user, cfg: cfg}
 }
@@ -127,13 +130,19 @@ func (p *testProxy) direct(t testing.TB) *sql.DB {
 
 // testLogger sends the server's logs to the test log until the test ends.
 func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// newTestWriter returns a writer to the test log that drops what is
+// written after the test ends (t.Log would panic then).
+func newTestWriter(t testing.TB) *testWriter {
 	w := &testWriter{t: t}
 	t.Cleanup(func() {
 		w.mu.Lock()
 		w.done = true
 		w.mu.Unlock()
 	})
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return w
 }
 
 type testWriter struct {
