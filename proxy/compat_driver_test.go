@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -101,68 +100,51 @@ func TestDriverPreparedStatements(t *testing.T) {
 	db.SetMaxOpenConns(6)
 	mustExec(t, db, "CREATE TABLE t (id INT PRIMARY KEY, s VARCHAR(40) NULL, n BIGINT NULL, f DOUBLE NULL)")
 
-	var wg sync.WaitGroup
-	errs := make(chan error, 6)
-	for w := 0; w < 6; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			ins, err := db.Prepare("INSERT INTO t (id, s, n, f) VALUES (?, ?, ?, ?)")
-			if err != nil {
-				errs <- err
-				return
+	concurrently(t, 6, func(w int) error {
+		ins, err := db.Prepare("INSERT INTO t (id, s, n, f) VALUES (?, ?, ?, ?)")
+		if err != nil {
+			return err
+		}
+		defer ins.Close()
+		sel, err := db.Prepare("SELECT s, n, f FROM t WHERE id = ?")
+		if err != nil {
+			return err
+		}
+		defer sel.Close()
+		for i := 0; i < 50; i++ {
+			id := w*1000 + i
+			// Parameter types change between executions, NULLs included.
+			var s, n, f any = fmt.Sprint("row-", id), int64(id) * 1_000_000_007, float64(id) / 3
+			switch i % 4 {
+			case 1:
+				s = nil
+			case 2:
+				n, f = nil, nil
+			case 3:
+				n = strconv.Itoa(id) // a string where a number was sent before
 			}
-			defer ins.Close()
-			sel, err := db.Prepare("SELECT s, n, f FROM t WHERE id = ?")
-			if err != nil {
-				errs <- err
-				return
+			if _, err := ins.Exec(id, s, n, f); err != nil {
+				return fmt.Errorf("insert %d: %w", id, err)
 			}
-			defer sel.Close()
-			for i := 0; i < 50; i++ {
-				id := w*1000 + i
-				// Parameter types change between executions, NULLs included.
-				var s, n, f any = fmt.Sprint("row-", id), int64(id) * 1_000_000_007, float64(id) / 3
-				switch i % 4 {
-				case 1:
-					s = nil
-				case 2:
-					n, f = nil, nil
-				case 3:
-					n = strconv.Itoa(id) // a string where a number was sent before
-				}
-				if _, err := ins.Exec(id, s, n, f); err != nil {
-					errs <- fmt.Errorf("insert %d: %w", id, err)
-					return
-				}
-				var gs sql.NullString
-				var gn sql.NullInt64
-				var gf sql.NullFloat64
-				if err := sel.QueryRow(id).Scan(&gs, &gn, &gf); err != nil {
-					errs <- fmt.Errorf("select %d: %w", id, err)
-					return
-				}
-				wantS, wantN := s != nil, n != nil
-				if gs.Valid != wantS || (wantS && gs.String != s) {
-					errs <- fmt.Errorf("row %d: s = %v, want %v", id, gs, s)
-					return
-				}
-				if gn.Valid != wantN || (wantN && i%4 != 3 && gn.Int64 != n.(int64)) || (i%4 == 3 && gn.Int64 != int64(id)) {
-					errs <- fmt.Errorf("row %d: n = %v, want %v", id, gn, n)
-					return
-				}
-				if gf.Valid != (f != nil) {
-					errs <- fmt.Errorf("row %d: f = %v, want %v", id, gf, f)
-					return
-				}
+			var gs sql.NullString
+			var gn sql.NullInt64
+			var gf sql.NullFloat64
+			if err := sel.QueryRow(id).Scan(&gs, &gn, &gf); err != nil {
+				return fmt.Errorf("select %d: %w", id, err)
 			}
-		}(w)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			wantS, wantN := s != nil, n != nil
+			if gs.Valid != wantS || (wantS && gs.String != s) {
+				return fmt.Errorf("row %d: s = %v, want %v", id, gs, s)
+			}
+			if gn.Valid != wantN || (wantN && i%4 != 3 && gn.Int64 != n.(int64)) || (i%4 == 3 && gn.Int64 != int64(id)) {
+				return fmt.Errorf("row %d: n = %v, want %v", id, gn, n)
+			}
+			if gf.Valid != (f != nil) {
+				return fmt.Errorf("row %d: f = %v, want %v", id, gf, f)
+			}
+		}
+		return nil
+	})
 	if got := queryString(t, db, "SELECT COUNT(*) FROM t"); got != "300" {
 		t.Fatalf("%s rows, want 300", got)
 	}

@@ -160,6 +160,36 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// concurrently runs f(0) to f(n-1), each on a goroutine of its own, and
+// once all have returned reports every error, as client i's.
+func concurrently(t testing.TB, n int, f func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			if err := f(i); err != nil {
+				errs <- fmt.Errorf("client %d: %w", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// globalStatus reads a numeric server status variable of the test MariaDB.
+func globalStatus(t testing.TB, name string) int64 {
+	t.Helper()
+	var n int64
+	if err := dbtest.Root(t).QueryRow("SHOW GLOBAL STATUS LIKE '"+name+"'").Scan(&name, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func mustExec(t testing.TB, q interface {
 	ExecContext(context.Context, string, ...any) (sql.Result, error)
 }, query string, args ...any) sql.Result {

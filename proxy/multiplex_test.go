@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,15 +48,6 @@ func (w *peakWatcher) finish() (proxyPeak, serverPeak int64) {
 	return w.proxyPeak.Load(), w.serverPeak.Load()
 }
 
-func threadsConnected(t *testing.T) int {
-	var name string
-	var n int
-	if err := dbtest.Root(t).QueryRow("SHOW GLOBAL STATUS LIKE 'Threads_connected'").Scan(&name, &n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestMultiplexing runs 200 concurrent clients through at most 8 backend
 // connections and checks that no client ever sees another's session state
 // or transaction.
@@ -80,53 +70,25 @@ func TestMultiplexing(t *testing.T) {
 		defer c.Close()
 		conns[i] = c
 	}
-	threadsBefore := threadsConnected(t)
+	threadsBefore := globalStatus(t, "Threads_connected")
 	w := watchPeaks(t, p)
 	modes := []string{"ANSI_QUOTES", "STRICT_TRANS_TABLES,NO_ZERO_DATE", "PIPES_AS_CONCAT", ""}
 
 	t.Run("restored state and transactions", func(t *testing.T) {
-		var wg sync.WaitGroup
-		errs := make(chan error, clients)
-		for i := 0; i < clients; i++ {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				if err := restoredStateClient(conns[i], i, txns, modes[i%len(modes)]); err != nil {
-					errs <- fmt.Errorf("client %d: %w", i, err)
-				}
-			}(i)
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+		concurrently(t, clients, func(i int) error {
+			return restoredStateClient(conns[i], i, txns, modes[i%len(modes)])
+		})
 	})
 
 	t.Run("pinned state", func(t *testing.T) {
 		// User variables and temporary tables pin a session to its backend
 		// connection until it disconnects; the rest queue for one.
-		var wg sync.WaitGroup
-		errs := make(chan error, clients)
-		for i := 0; i < clients; i++ {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				if err := pinnedClient(p, i); err != nil {
-					errs <- fmt.Errorf("client %d: %w", i, err)
-				}
-			}(i)
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+		concurrently(t, clients, func(i int) error { return pinnedClient(p, i) })
 	})
 
 	proxyPeak, serverPeak := w.finish()
 	t.Logf("peak backend connections: holdfast %d, MariaDB process list %d; Threads_connected %d before, %d after",
-		proxyPeak, serverPeak, threadsBefore, threadsConnected(t))
+		proxyPeak, serverPeak, threadsBefore, globalStatus(t, "Threads_connected"))
 	if proxyPeak > maxBackends || serverPeak > maxBackends {
 		t.Fatalf("%d clients used %d backend connections (holdfast) / %d (MariaDB), want at most %d", clients, proxyPeak, serverPeak, maxBackends)
 	}

@@ -23,49 +23,35 @@ func TestPipelinedSelects(t *testing.T) {
 		mustExec(t, p.direct(t), "INSERT INTO kv VALUES (?, ?)", i, fmt.Sprint("value-", i))
 	}
 	w := watchPeaks(t, p)
-	var wg sync.WaitGroup
-	errc := make(chan error, 16)
-	for c := 0; c < 16; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			db, err := sql.Open("mysql", p.dsn("app", "app"))
+	concurrently(t, 16, func(c int) error {
+		db, err := sql.Open("mysql", p.dsn("app", "app"))
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		db.SetMaxOpenConns(1)
+		stmt, err := db.Prepare("SELECT v FROM kv WHERE k = ?")
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for i := 0; i < 200; i++ {
+			k := (c*7 + i) % 64
+			var v string
+			if i%2 == 0 {
+				err = stmt.QueryRow(k).Scan(&v) // binary protocol
+			} else {
+				err = db.QueryRow(fmt.Sprintf("SELECT v FROM kv WHERE k = %d", k)).Scan(&v) // text
+			}
 			if err != nil {
-				errc <- err
-				return
+				return err
 			}
-			defer db.Close()
-			db.SetMaxOpenConns(1)
-			stmt, err := db.Prepare("SELECT v FROM kv WHERE k = ?")
-			if err != nil {
-				errc <- err
-				return
+			if v != fmt.Sprint("value-", k) {
+				return fmt.Errorf("asked for %d and got %q", k, v)
 			}
-			defer stmt.Close()
-			for i := 0; i < 200; i++ {
-				k := (c*7 + i) % 64
-				var v string
-				if i%2 == 0 {
-					err = stmt.QueryRow(k).Scan(&v) // binary protocol
-				} else {
-					err = db.QueryRow(fmt.Sprintf("SELECT v FROM kv WHERE k = %d", k)).Scan(&v) // text
-				}
-				if err != nil {
-					errc <- err
-					return
-				}
-				if v != fmt.Sprint("value-", k) {
-					errc <- fmt.Errorf("client %d asked for %d and got %q", c, k, v)
-					return
-				}
-			}
-		}(c)
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Fatal(err)
-	}
+		}
+		return nil
+	})
 	proxyPeak, serverPeak := w.finish()
 	st := p.srv.Stats()
 	t.Logf("%d statements pipelined; peak backend connections %d (holdfast) / %d (MariaDB)", st.Pipelined, proxyPeak, serverPeak)

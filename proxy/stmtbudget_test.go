@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,16 +10,6 @@ import (
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
-
-func preparedCount(t *testing.T) int64 {
-	t.Helper()
-	var name string
-	var n int64
-	if err := dbtest.Root(t).QueryRow("SHOW GLOBAL STATUS LIKE 'Prepared_stmt_count'").Scan(&name, &n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
 
 // With the server's max_prepared_stmt_count lowered to 300, 10,000
 // prepare / execute / close cycles of distinct statements from 50 clients
@@ -45,7 +34,7 @@ func TestPreparedStatementsWithinBudget(t *testing.T) {
 	if budget <= 0 || budget > 150 {
 		t.Fatalf("statement budget %d, want at most half of 300 (prepared_statement_share 0.5)", budget)
 	}
-	before := preparedCount(t)
+	before := globalStatus(t, "Prepared_stmt_count")
 	var maxSeen, maxGauge atomic.Int64
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
@@ -57,7 +46,7 @@ func TestPreparedStatementsWithinBudget(t *testing.T) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			if n := preparedCount(t) - before; n > maxSeen.Load() {
+			if n := globalStatus(t, "Prepared_stmt_count") - before; n > maxSeen.Load() {
 				maxSeen.Store(n)
 			}
 			if g := p.srv.Stats().BackendStatements; g > maxGauge.Load() {
@@ -66,42 +55,29 @@ func TestPreparedStatementsWithinBudget(t *testing.T) {
 		}
 	}()
 	const clients, cycles = 50, 200
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for c := 0; c < clients; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			ctx := context.Background()
-			conn, err := db.Conn(ctx)
+	concurrently(t, clients, func(c int) error {
+		ctx := context.Background()
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		for i := 0; i < cycles; i++ {
+			st, err := conn.PrepareContext(ctx, fmt.Sprintf("SELECT ? + %d", c*cycles+i))
 			if err != nil {
-				errs <- err
-				return
+				return fmt.Errorf("prepare %d: %w", i, err)
 			}
-			defer conn.Close()
-			for i := 0; i < cycles; i++ {
-				st, err := conn.PrepareContext(ctx, fmt.Sprintf("SELECT ? + %d", c*cycles+i))
-				if err != nil {
-					errs <- fmt.Errorf("client %d prepare %d: %w", c, i, err)
-					return
-				}
-				var v int64
-				err = st.QueryRowContext(ctx, 1).Scan(&v)
-				st.Close()
-				if err != nil || v != int64(c*cycles+i+1) {
-					errs <- fmt.Errorf("client %d execute %d: %d, %w", c, i, v, err)
-					return
-				}
+			var v int64
+			err = st.QueryRowContext(ctx, 1).Scan(&v)
+			st.Close()
+			if err != nil || v != int64(c*cycles+i+1) {
+				return fmt.Errorf("execute %d: %d, %w", i, v, err)
 			}
-		}(c)
-	}
-	wg.Wait()
+		}
+		return nil
+	})
 	close(stop)
 	<-sampled
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
 	st := p.srv.Stats()
 	t.Logf("budget %d; backend statements: at most %d by holdfast's count, Prepared_stmt_count rose by at most %d; %d prepares retried after 1461",
 		budget, maxGauge.Load(), maxSeen.Load(), st.StatementRetries)
