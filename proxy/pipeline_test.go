@@ -194,11 +194,7 @@ func TestPipelineFullDialsWhenPoolHasRoom(t *testing.T) {
 		c.Pool.AcquireTimeout = 20 * time.Second
 	})
 	queryString(t, p.open(t), "SELECT 1") // one warm idle connection
-	slow := make(chan error, 1)
-	go func() {
-		_, err := p.open(t).Exec("SELECT SLEEP(5)")
-		slow <- err
-	}()
+	slow := p.execAsync(t, "SELECT SLEEP(5)")
 	// Wait until the slow statement runs on the one connection (a pipe of
 	// its own, head for longer than slowHead).
 	deadline := time.Now().Add(10 * time.Second)
@@ -270,11 +266,7 @@ func TestPipeWaitersAllServedWhenPipesClose(t *testing.T) {
 	mustExec(t, p.direct(t), "CREATE TABLE t (id INT PRIMARY KEY, n INT)")
 	mustExec(t, p.direct(t), "INSERT INTO t VALUES (1, 0), (2, 0)")
 	queryString(t, p.open(t), "SELECT 1")
-	slow := make(chan error, 1)
-	go func() { // a pipe whose head is slow: SELECTs queue for a place
-		_, err := p.open(t).Exec("SELECT SLEEP(1)")
-		slow <- err
-	}()
+	slow := p.execAsync(t, "SELECT SLEEP(1)") // a pipe whose head is slow: SELECTs queue for a place
 	time.Sleep(200 * time.Millisecond)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -323,11 +315,7 @@ func TestPipeWaiterDialsWhenSlotFrees(t *testing.T) {
 		c.Pool.LifetimeJitter = 0
 	})
 	queryString(t, p.open(t), "SELECT 1")
-	slow := make(chan error, 1)
-	go func() { // one connection: a pipe with a slow head, for longer than the wait allows
-		_, err := p.open(t).Exec("SELECT SLEEP(10)")
-		slow <- err
-	}()
+	slow := p.execAsync(t, "SELECT SLEEP(10)") // one connection: a pipe with a slow head, for longer than the wait allows
 	time.Sleep(300 * time.Millisecond)
 	tdb := p.open(t)
 	tdb.SetMaxOpenConns(1)
@@ -355,6 +343,18 @@ func TestPipeWaiterDialsWhenSlotFrees(t *testing.T) {
 		t.Fatalf("the slow statement ended first (%v): the test shows nothing", err)
 	default:
 	}
+}
+
+// execAsync runs query on a client of its own, on a goroutine of its own;
+// its error comes on the channel returned.
+func (p *testProxy) execAsync(t testing.TB, query string) <-chan error {
+	db := p.open(t)
+	ch := make(chan error, 1)
+	go func() {
+		_, err := db.Exec(query)
+		ch <- err
+	}()
+	return ch
 }
 
 // clientLoop runs fn over and over, on a client of its own with one
