@@ -82,22 +82,7 @@ func (c *rawConn) readResults(binaryRows, cursor bool) ([]rawResult, error) {
 			return out, fmt.Errorf("rawclient: bad column count packet % x", p)
 		}
 		var r rawResult
-		for i := uint64(0); i < ncols; i++ {
-			p, err := c.readPacket()
-			if err != nil {
-				return out, err
-			}
-			col, err := decodeColumn(p, false, c.ext&rawExtTypeInfo != 0)
-			if err != nil {
-				return out, err
-			}
-			r.cols = append(r.cols, col)
-		}
-		p, err = c.readPacket()
-		if err != nil {
-			return out, err
-		}
-		if _, r.colStatus, err = decodeEOF(p); err != nil {
+		if r.cols, r.colStatus, err = c.readColumns(int(ncols)); err != nil {
 			return out, err
 		}
 		if cursor && r.colStatus&stCursorExists != 0 {
@@ -323,33 +308,40 @@ func (c *rawConn) readPrepareOK() (*rawStmt, error) {
 		params:   int(binary.LittleEndian.Uint16(p[7:])),
 		warnings: binary.LittleEndian.Uint16(p[10:]),
 	}
-	for _, part := range []struct {
-		n   int
-		dst *[]rawColumn
-	}{{st.params, &st.paramDefs}, {st.ncols, &st.cols}} {
-		if part.n == 0 {
-			continue
-		}
-		for i := 0; i < part.n; i++ {
-			p, err := c.readPacket()
-			if err != nil {
-				return nil, err
-			}
-			col, err := decodeColumn(p, false, c.ext&rawExtTypeInfo != 0)
-			if err != nil {
-				return nil, err
-			}
-			*part.dst = append(*part.dst, col)
-		}
-		p, err := c.readPacket()
-		if err != nil {
+	if st.params > 0 {
+		if st.paramDefs, _, err = c.readColumns(st.params); err != nil {
 			return nil, err
 		}
-		if _, _, err := decodeEOF(p); err != nil {
+	}
+	if st.ncols > 0 {
+		if st.cols, _, err = c.readColumns(st.ncols); err != nil {
 			return nil, err
 		}
 	}
 	return st, nil
+}
+
+// readColumns reads n column definitions and the EOF after them, and
+// returns the EOF's status.
+func (c *rawConn) readColumns(n int) ([]rawColumn, uint16, error) {
+	var cols []rawColumn
+	for i := 0; i < n; i++ {
+		p, err := c.readPacket()
+		if err != nil {
+			return cols, 0, err
+		}
+		col, err := decodeColumn(p, false, c.ext&rawExtTypeInfo != 0)
+		if err != nil {
+			return cols, 0, err
+		}
+		cols = append(cols, col)
+	}
+	p, err := c.readPacket()
+	if err != nil {
+		return cols, 0, err
+	}
+	_, st, err := decodeEOF(p)
+	return cols, st, err
 }
 
 // rawParam is one COM_STMT_EXECUTE parameter, its value already encoded.
