@@ -5,6 +5,7 @@ package proxy
 
 import (
 	"bytes"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -47,6 +48,21 @@ func grantedDatabase(t *testing.T, p *testProxy) string {
 
 // rawThread is the backend thread serving c's next statement.
 func rawThread(c *rawConn) string { return c.value("SELECT " + selfThread()) }
+
+// checkStillInTransaction checks that c, after what after says it did, is
+// still in its transaction and holds its backend connection (thread tid):
+// COM_PING reports IN_TRANS, and the other client b is lent another one.
+func checkStillInTransaction(t *testing.T, c *rawConn, b *sql.Conn, tid, after string) {
+	t.Helper()
+	if st := c.ping(); st&stInTrans == 0 {
+		t.Errorf("COM_PING %s: status %#x lacks IN_TRANS", after, st)
+	}
+	done := grab(t, b)
+	defer done()
+	if bt := backendThread(t, b); bt == tid {
+		t.Errorf("%s, another client was lent backend thread %s, inside this client's open transaction", after, tid)
+	}
+}
 
 // errCode is the MySQL error code in err, 0 for nil, -1 for another error.
 func errCode(err error) int {
@@ -185,14 +201,7 @@ func TestRawStatisticsInTransaction(t *testing.T) {
 	if s, err := c.roundTrip([]byte{rcStatistics}); err != nil || !strings.HasPrefix(string(s), "Uptime: ") {
 		t.Fatalf("COM_STATISTICS: %q, %v", s, err)
 	}
-	if st := c.ping(); st&stInTrans == 0 {
-		t.Errorf("COM_PING in a transaction after COM_STATISTICS: status %#x lacks IN_TRANS", st)
-	}
-	done := grab(t, b)
-	if bt := backendThread(t, b); bt == tid {
-		t.Errorf("another client was lent backend thread %s while it held an open transaction", tid)
-	}
-	done()
+	checkStillInTransaction(t, c, b, tid, "after COM_STATISTICS")
 	c.mustQuery("ROLLBACK")
 	if n := queryString(t, p.direct(t), "SELECT COUNT(*) FROM t"); n != "0" {
 		t.Fatalf("%s rows after ROLLBACK: the transaction did not survive COM_STATISTICS", n)
@@ -602,14 +611,7 @@ func TestRawErrorInTransactionKeepsConnection(t *testing.T) {
 			if errCode(err) != 1062 {
 				t.Fatalf("duplicate insert: %v, want ERR 1062", err)
 			}
-			if st := c.ping(); st&stInTrans == 0 {
-				t.Errorf("COM_PING after the failed statement: status %#x lacks IN_TRANS", st)
-			}
-			done := grab(t, b)
-			if bt := backendThread(t, b); bt == tid {
-				t.Errorf("another client was lent backend thread %s, inside this client's open transaction", tid)
-			}
-			done()
+			checkStillInTransaction(t, c, b, tid, "after the failed statement")
 			if got := rawThread(c); got != tid {
 				t.Errorf("the transaction's next statement ran on backend thread %s, not %s", got, tid)
 			}
