@@ -99,9 +99,8 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 		}
 		return nil, poolErr(err)
 	}
-	var now time.Time
+	now := time.Now() // the hold's start: the janitor's bounds need it, attribution or not
 	if s.srv.attr {
-		now = time.Now()
 		tag.Borrowed(now.Sub(start))
 	}
 	s.bc = bc
@@ -124,6 +123,11 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	if err == nil && s.pendingBegin != nil {
 		began = true
 		err = s.startDeferredBegin(bc, ahead)
+		// The transaction runs from its first statement on: the bounds on
+		// transactions apply to that statement too.
+		s.mu.Lock()
+		s.inTxn = err == nil
+		s.mu.Unlock()
 	}
 	if s.srv.attr {
 		s.h.exec += time.Since(now)

@@ -78,6 +78,37 @@ func TestIdleInTransactionTimeout(t *testing.T) {
 // time (configured, or set for its tag by on-call) has its statement
 // interrupted and is rolled back; the client is told (9005) and
 // disconnected.
+// TestMaxTransactionTimeAlwaysApplies: the bound holds for the first
+// statement of a transaction (the one its deferred BEGIN rides with) and
+// with per-tag accounting turned off.
+func TestMaxTransactionTimeAlwaysApplies(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		noAttr    bool
+		statement bool // a statement before the long one
+	}{
+		{"first statement", false, false},
+		{"attribution disabled", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startProxy(t, func(c *config.Config) {
+				c.Sessions.MaxTransactionTime = 300 * time.Millisecond
+				c.Attribution.Disabled = tc.noAttr
+			})
+			c := p.raw(t, rawOpts{})
+			c.mustQuery("BEGIN")
+			if tc.statement {
+				c.mustQuery("SELECT 1")
+			}
+			rs, err := c.query("SELECT SLEEP(20)")
+			if err != nil && errCode(err) != 1317 || err == nil && rs[0].cell(0, 0) != "1" {
+				t.Fatalf("the long statement: %v %v, want it interrupted", rs, err)
+			}
+			expectTimeoutErr(t, c, 9005, "max_transaction_time")
+		})
+	}
+}
+
 func TestMaxTransactionTime(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Sessions.MaxTransactionTime = 500 * time.Millisecond })
 	mustExec(t, p.direct(t), "CREATE TABLE mt (a INT)")
