@@ -119,6 +119,9 @@ func (s *session) interrupt() {
 	held := bc != nil && s.srv.pool.Hold(bc)
 	if held {
 		s.interrupted.Store(true)
+		if s.uploading.Load() {
+			_ = s.nc.SetReadDeadline(time.Unix(1, 0))
+		}
 		if p != nil {
 			p.mu.Lock()
 			p.killing++

@@ -26,10 +26,35 @@ import (
 // max_allowed_packet or out of order) leaves the backend with part of a
 // file: that connection is closed, so the server aborts the statement as
 // it would for a direct client, and nothing of the file is committed.
+//
+// A bound (max_transaction_time, the janitor's) or a KILL that reaches the
+// statement while the client is still sending ends the upload the same
+// way, at the next packet or at once if the session is waiting for one:
+// the client's steady stream of packets does not keep the statement
+// alive. The client is told why (its bound's error, or 1317) and its
+// connection is closed, since the rest of its file cannot be taken.
 
 // errLocalInfileAborted is a client that failed while sending its file;
 // the backend connection holds part of it and must be closed.
 var errLocalInfileAborted = errors.New("proxy: the client failed while sending a LOAD DATA LOCAL file")
+
+// errUploadKilled and errUploadExpired are uploads ended by a KILL and by
+// a session bound.
+var (
+	errUploadKilled  = errors.New("proxy: the statement was killed while its LOAD DATA LOCAL file was being sent")
+	errUploadExpired = errors.New("proxy: a session bound ended the statement while its LOAD DATA LOCAL file was being sent")
+)
+
+// uploadStopped reports whether a kill or a bound has ended the upload.
+func (s *session) uploadStopped() error {
+	switch {
+	case s.expire.Load() != 0:
+		return errUploadExpired
+	case s.interrupted.Load():
+		return errUploadKilled
+	}
+	return nil
+}
 
 // relayLocalInfile handles the backend's file request, a packet of length
 // n whose header was read.
@@ -56,7 +81,9 @@ func (s *session) relayLocalInfile(bc *backendConn, n int, rr *relayResult) erro
 	defer s.watch.arm()
 	s.r.seq = s.w.seq
 	bound := s.clientWriteTimeout()
+	s.uploading.Store(true)
 	defer func() {
+		s.uploading.Store(false)
 		_ = s.nc.SetReadDeadline(time.Time{})
 		_ = bc.nc.SetWriteDeadline(time.Time{})
 	}()
@@ -66,6 +93,11 @@ func (s *session) relayLocalInfile(bc *backendConn, n int, rr *relayResult) erro
 			dl := time.Now().Add(bound)
 			_ = s.nc.SetReadDeadline(dl)
 			_ = bc.nc.SetWriteDeadline(dl)
+		}
+		// After the deadline is set: a kill or bound that set its own
+		// (in the past) before ours is seen here.
+		if err := s.uploadStopped(); err != nil {
+			return s.localInfileFailed(err)
 		}
 		m, err := s.r.header()
 		if err != nil {
@@ -131,7 +163,13 @@ func (s *session) copyToBackend(bc *backendConn, m int) (clientErr, backendErr e
 // when it can still be told (a packet too large or out of order), and
 // returns errLocalInfileAborted.
 func (s *session) localInfileFailed(err error) error {
+	if stop := s.uploadStopped(); stop != nil {
+		err = stop // a read woken by the kill or bound
+	}
 	switch {
+	case errors.Is(err, errUploadKilled):
+		s.w.seq = s.r.seq
+		s.writeErr(newErr(codeQueryInterrupted, "70100", "Query execution was interrupted; holdfast closed the connection, as the client was still sending its LOAD DATA LOCAL file (nothing of the file was loaded)"))
 	case errors.Is(err, errPacketTooLarge):
 		s.w.seq = s.r.seq
 		s.writeErr(errTooLarge(s.srv.maxPacket()))

@@ -305,3 +305,67 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// A bound or a KILL ends an upload that the client keeps feeding (a packet
+// every 10 ms, for far longer than the bound): the client is told why
+// (9005, or 1317 for the kill), its connection is closed,
+// nothing of the file is loaded, and the backend connection holding part
+// of it is closed instead of lent on.
+func TestLoadDataLocalEndedMidFile(t *testing.T) {
+	p := startWatchedProxy(t, func(c *config.Config) { c.Sessions.MaxTransactionTime = 300 * time.Millisecond })
+	by := startBystander(t, p)
+	mustExec(t, p.direct(t), "CREATE TABLE ld (id INT PRIMARY KEY)")
+	killer := p.open(t)
+	for _, tc := range []struct {
+		name  string
+		begin bool // in a transaction: max_transaction_time applies
+		kill  bool // KILL QUERY from another client once the file flows
+		code  uint16
+	}{
+		{"max_transaction_time", true, false, codeTxnTooLong},
+		{"KILL QUERY", false, true, codeQueryInterrupted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			closedBefore := p.srv.Stats().Pool.Closed[0]
+			c := p.raw(t, rawOpts{})
+			if tc.begin {
+				if _, err := c.query("BEGIN"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			loadStart(t, c, "LOAD DATA LOCAL INFILE 'f' INTO TABLE ld")
+			ended := false
+			for i := 0; i < 500 && !ended; i++ { // 5 s of file at the most
+				if i == 10 && tc.kill {
+					mustExec(t, killer, fmt.Sprintf("KILL QUERY %d", c.connID))
+				}
+				ended = c.writePacket(fmt.Appendf(nil, "%d\n", i)) != nil
+				time.Sleep(10 * time.Millisecond)
+			}
+			if !ended {
+				ended = c.writePacket(nil) != nil
+			}
+			c.lenientSeq = true // a bound's error is unsolicited: sequence 0
+			pk, err := c.readPacket()
+			switch {
+			case err != nil:
+				t.Fatalf("no answer (%v), want ERR %d", err, tc.code)
+			case pk[0] == 0x00:
+				t.Fatalf("the whole file was taken: % x", trunc(pk))
+			case pk[0] != 0xff || errCode(errPacket(pk)) != int(tc.code):
+				t.Fatalf("ended with % x, want ERR %d", trunc(pk), tc.code)
+			}
+			t.Logf("writes failed: %v; answer: % x (%v)", ended, trunc(pk), err)
+			if rest, err := c.waitClosed(); err != nil {
+				t.Fatalf("not closed: % x, %v", trunc(rest), err)
+			}
+			waitFor(t, "the backend connection with part of the file closed", func() bool {
+				return p.srv.Stats().Pool.Closed[0] > closedBefore
+			})
+			if n := countRows(t, p, "ld"); n != 0 {
+				t.Fatalf("%d rows: an ended upload was loaded", n)
+			}
+		})
+	}
+	by.served(t, p)
+}

@@ -100,6 +100,9 @@ type session struct {
 	killMu sync.Mutex
 	// interrupted: a kill was sent for the statement running now.
 	interrupted atomic.Bool
+	// uploading: the session is reading a LOAD DATA LOCAL file from the
+	// client; a kill wakes that read (localinfile.go).
+	uploading atomic.Bool
 
 	mu        sync.Mutex   // guards the fields below
 	execBC    *backendConn // backend connection running our statement now, nil if none
