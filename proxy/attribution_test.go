@@ -419,7 +419,7 @@ func TestLimitTag(t *testing.T) {
 // raceEnabled is set in builds with the race detector (race_test.go).
 var raceEnabled bool
 
-// TestTagCardinality sends one million distinct tags (200,000 under the
+// TestTagCardinality sends one million distinct tags (100,000 under the
 // race detector, which makes each statement several times dearer). Tag
 // names are bounded (attribution.max_tags), the rest count as "other",
 // and the metrics endpoint and memory stay small: the heap may grow by
@@ -428,7 +428,7 @@ func TestTagCardinality(t *testing.T) {
 	const withWork = 2_000
 	total := 1_000_000
 	if raceEnabled {
-		total = 200_000
+		total = 100_000
 	}
 	p := startProxy(t, func(c *config.Config) { c.Attribution.MaxTags = 500 })
 	admin := p.admin(t)

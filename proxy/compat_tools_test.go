@@ -95,7 +95,7 @@ SELECT DATABASE() AS db, CONNECTION_ID() > 0 AS has_id;
 	}
 }
 
-// TestSysbench runs sysbench oltp_read_write with 32 threads for 5 s through
+// TestSysbench runs sysbench oltp_read_write with 32 threads for 3 s through
 // holdfast; it must finish with zero errors of any kind.
 func TestSysbench(t *testing.T) {
 	if _, err := exec.LookPath("sysbench"); err != nil {
@@ -118,7 +118,7 @@ func TestSysbench(t *testing.T) {
 		return string(b)
 	}
 	run("prepare")
-	out := run("--threads=32", "--time=5", "--report-interval=0", "run")
+	out := run("--threads=32", "--time=3", "--report-interval=0", "run")
 	t.Log(out)
 	num := func(re string) int {
 		m := regexp.MustCompile(re).FindStringSubmatch(out)
