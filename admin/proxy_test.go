@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -87,19 +86,11 @@ func (h *holdfast) open(t *testing.T) *sql.DB {
 	return db
 }
 
-// get fetches an admin path and returns its body, decoded into v when v is
-// not nil.
+// get fetches an admin path and returns its body, also decoded into v
+// when v is not nil.
 func (h *holdfast) get(t *testing.T, path string, v any) string {
 	t.Helper()
-	resp, err := http.Get(h.admin.URL + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %s %s", path, resp.Status, b)
-	}
+	b := dbtest.Fetch(t, http.MethodGet, h.admin.URL+path)
 	if v != nil {
 		if err := json.Unmarshal(b, v); err != nil {
 			t.Fatalf("GET %s: %v: %s", path, err, b)
@@ -110,16 +101,7 @@ func (h *holdfast) get(t *testing.T, path string, v any) string {
 
 func (h *holdfast) call(t *testing.T, method, path string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, h.admin.URL+path, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("%s %s: %s %s", method, path, resp.Status, b)
-	}
+	dbtest.Fetch(t, method, h.admin.URL+path)
 }
 
 // holdTag begins a transaction on db and runs a statement of tag in it, so

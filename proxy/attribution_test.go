@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -242,35 +241,9 @@ func TestAttributionSlowVsFast(t *testing.T) {
 	}
 }
 
-func getJSON(t *testing.T, url string, v any) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %s %s", url, resp.Status, b)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("GET %s: %v: %s", url, err, b)
-	}
-}
+func getJSON(t *testing.T, url string, v any) { t.Helper(); dbtest.FetchJSON(t, url, v) }
 
-func call(t *testing.T, method, url string) {
-	t.Helper()
-	req, _ := http.NewRequest(method, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("%s %s: %s %s", method, url, resp.Status, b)
-	}
-}
+func call(t *testing.T, method, url string) { t.Helper(); dbtest.Fetch(t, method, url) }
 
 func TestDrainTag(t *testing.T) {
 	p := startProxy(t)

@@ -3,7 +3,6 @@ package main
 import (
 	"database/sql"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os/exec"
@@ -52,13 +51,7 @@ reservation:
 // metricsLines reads /metrics from the admin listener at adminAddr.
 func metricsLines(t *testing.T, adminAddr string) []string {
 	t.Helper()
-	resp, err := http.Get("http://" + adminAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return strings.Split(string(b), "\n")
+	return strings.Split(string(dbtest.Fetch(t, http.MethodGet, "http://"+adminAddr+"/metrics")), "\n")
 }
 
 // scrape returns the value of one series of /metrics, matched by its name

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -109,20 +108,13 @@ func until(js string) chromedp.Action[chromedp.Void] {
 // adminGates reads the drained tags from the admin API.
 func adminDrained(t *testing.T, admin string) map[string]bool {
 	t.Helper()
-	resp, err := http.Get("http://" + admin + "/api/gates")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var g struct {
 		Gates []struct {
 			Tag     string `json:"tag"`
 			Drained bool   `json:"drained"`
 		} `json:"gates"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&g); err != nil {
-		t.Fatal(err)
-	}
+	dbtest.FetchJSON(t, "http://"+admin+"/api/gates", &g)
 	out := map[string]bool{}
 	for _, x := range g.Gates {
 		out[x.Tag] = x.Drained

@@ -1,0 +1,40 @@
+package dbtest
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+)
+
+// Fetch sends a request without a body to url and returns the response's
+// body; a failed request or a status other than 200 fails t.
+func Fetch(t testing.TB, method, url string) []byte {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: %s %s", method, url, resp.Status, b)
+	}
+	return b
+}
+
+// FetchJSON is Fetch of GET url with the body decoded into v.
+func FetchJSON(t testing.TB, url string, v any) {
+	t.Helper()
+	b := Fetch(t, http.MethodGet, url)
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("GET %s: %v: %s", url, err, b)
+	}
+}
