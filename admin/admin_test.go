@@ -2,6 +2,7 @@ package admin
 
 import (
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -321,6 +322,49 @@ func TestCollectorLint(t *testing.T) {
 	}(), "holdfast_pool_connections", "holdfast_pool_waiters", "holdfast_tag_held_connections", "holdfast_tag_drained")
 	if err != nil || n < 4 {
 		t.Errorf("%d series (%v)", n, err)
+	}
+}
+
+// TestCollectorDocumented: every metric the collector describes has its
+// row in README.md's table of metrics, and the login counters come from
+// the server's stats.
+func TestCollectorDocumented(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFake()
+	f.stats.LoginFailures, f.stats.LoginsWaiting = 7, 2
+	c := NewCollector(f, attribution.NewRecorder(attribution.Options{}))
+	ch := make(chan *prometheus.Desc, 256)
+	c.Describe(ch)
+	close(ch)
+	name := regexp.MustCompile(`fqName: "([^"]+)"`)
+	n := 0
+	for d := range ch {
+		m := name.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("no name in %s", d)
+		}
+		n++
+		if !strings.Contains(string(readme), "| `"+m[1]+"` |") {
+			t.Errorf("%s is not in README.md's table of metrics", m[1])
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d metrics described", n)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP holdfast_login_failures_total Failed logins (wrong password, unknown or refused user), at the handshake and COM_CHANGE_USER.
+# TYPE holdfast_login_failures_total counter
+holdfast_login_failures_total 7
+# HELP holdfast_logins_waiting Logins waiting out the delay after failed attempts from their user and address (auth.failure_delay).
+# TYPE holdfast_logins_waiting gauge
+holdfast_logins_waiting 2
+`), "holdfast_login_failures_total", "holdfast_logins_waiting"); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -40,6 +40,8 @@ var (
 	dClientsTotal  = desc("holdfast_clients_accepted_total", "Client connections that completed the handshake.")
 	dHandshakeFail = desc("holdfast_handshake_failures_total", "Client connections that failed the handshake (bad password, malformed, timeout).")
 	dClientsRej    = desc("holdfast_clients_rejected_total", "Client connections refused because sessions.max_clients were open.")
+	dLoginFails    = desc("holdfast_login_failures_total", "Failed logins (wrong password, unknown or refused user), at the handshake and COM_CHANGE_USER.")
+	dLoginsWaiting = desc("holdfast_logins_waiting", "Logins waiting out the delay after failed attempts from their user and address (auth.failure_delay).")
 	dCommands      = desc("holdfast_commands_total", "Client protocol commands received.")
 	dPinned        = desc("holdfast_pinned_sessions", "Client sessions pinned to a backend connection now.")
 	dPipelined     = desc("holdfast_pipelined_statements_total", "Autocommit SELECTs run on a backend connection shared with other clients' SELECTs (pool.pipeline_depth).")
@@ -54,7 +56,8 @@ type collector struct {
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dPoolConns, dPoolMax, dPoolWaiters, dPoolAcquires, dPoolWaits, dPoolWaitSecs,
 		dPoolTimeouts, dPoolRejected, dPoolDials, dPoolDialErrs, dPoolClosed, dPoolDialing, dPoolHeld, dBackendStmts,
-		dStmtBudget, dStmtRetries, dClients, dClientsTotal, dHandshakeFail, dClientsRej, dCommands, dPinned, dPins, dPipelined} {
+		dStmtBudget, dStmtRetries, dClients, dClientsTotal, dHandshakeFail, dClientsRej, dLoginFails, dLoginsWaiting,
+		dCommands, dPinned, dPins, dPipelined} {
 		ch <- d
 	}
 	c.tags.Describe(ch)
@@ -93,6 +96,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	n(dClientsTotal, float64(st.ClientsTotal))
 	n(dHandshakeFail, float64(st.HandshakeFailures))
 	n(dClientsRej, float64(st.Rejected))
+	n(dLoginFails, float64(st.LoginFailures))
+	g(dLoginsWaiting, float64(st.LoginsWaiting))
 	n(dCommands, float64(st.Commands))
 	g(dPinned, float64(st.PinnedSessions))
 	n(dPipelined, float64(st.Pipelined))
