@@ -34,9 +34,10 @@ import (
 // alive. The client is told why (its bound's error, or 1317) and its
 // connection is closed, since the rest of its file cannot be taken.
 
-// errLocalInfileAborted is a client that failed while sending its file;
-// the backend connection holds part of it and must be closed.
-var errLocalInfileAborted = errors.New("proxy: the client failed while sending a LOAD DATA LOCAL file")
+// errLocalInfileAborted is an upload ended before the client's file did
+// (the client failed, or a kill or bound ended the statement); the backend
+// connection holds part of the file and must be closed.
+var errLocalInfileAborted = errors.New("proxy: a LOAD DATA LOCAL upload ended mid-file")
 
 // errUploadKilled and errUploadExpired are uploads ended by a KILL and by
 // a session bound.
@@ -83,7 +84,12 @@ func (s *session) relayLocalInfile(bc *backendConn, n int, rr *relayResult) erro
 	bound := s.clientWriteTimeout()
 	s.uploading.Store(true)
 	defer func() {
+		// Under s.mu, as interrupt looks at the flag and sets its deadline:
+		// a kill that saw the flag has set its deadline by now, and the
+		// deadline is cleared after it.
+		s.mu.Lock()
 		s.uploading.Store(false)
+		s.mu.Unlock()
 		_ = s.nc.SetReadDeadline(time.Time{})
 		_ = bc.nc.SetWriteDeadline(time.Time{})
 	}()
@@ -159,9 +165,10 @@ func (s *session) copyToBackend(bc *backendConn, m int) (clientErr, backendErr e
 	return nil, nil
 }
 
-// localInfileFailed answers a client that failed while sending its file,
-// when it can still be told (a packet too large or out of order), and
-// returns errLocalInfileAborted.
+// localInfileFailed answers a client whose upload ended mid-file, when it
+// can still be told (killed, a packet too large or out of order; a bound's
+// error is sent by the session's expired), and returns
+// errLocalInfileAborted.
 func (s *session) localInfileFailed(err error) error {
 	if stop := s.uploadStopped(); stop != nil {
 		err = stop // a read woken by the kill or bound

@@ -264,10 +264,10 @@ func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
 		// The backend holds part of a file: closing its connection aborts
 		// the statement (see localinfile.go).
 		s.srv.log.Info("LOAD DATA LOCAL ended while the client was sending its file; its backend connection is closed", "client", s.id, "err", err)
-		s.release(false)
 		if s.expire.Load() != 0 {
-			s.expired()
+			s.expired() // while the hold names the transaction's tag
 		}
+		s.release(false)
 		return false
 	}
 	s.srv.log.Warn("backend connection lost during a statement", "client", s.id, "err", err)

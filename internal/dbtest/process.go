@@ -75,10 +75,10 @@ func WaitOrKill(p *os.Process, exited <-chan struct{}, grace time.Duration) (kil
 }
 
 // Eventually polls cond every 20 ms until it holds, failing the test
-// after 20 s (a hang guard, not a timing assertion) with what.
+// after 30 s (a hang guard, not a timing assertion) with what.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("never: %s", what)

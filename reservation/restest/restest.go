@@ -3,7 +3,7 @@
 // migrates the engine's schema into it and drops it when the test ends. It
 // also holds what the engine's tests and the legacy router's tests both
 // use (helpers.go): a test config, a logger, scalar queries, reserve's
-// lines_json, error codes, polling. Like net/http/httptest it exists only
+// lines_json, error codes. Like net/http/httptest it exists only
 // for tests; it must not be imported by production code.
 //
 // The server is internal/dbtest's (HOLDFAST_TEST_DSN, default
