@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
@@ -203,5 +204,31 @@ func TestBackendAccounts(t *testing.T) {
 	}
 	if !strings.HasPrefix(queryString(t, rep, "SELECT 'still here'"), "still") {
 		t.Fatal("rep's connection after the kill")
+	}
+}
+
+// A client whose backend account the server refuses (a wrong
+// backend_password) gets 2003 with the server's refusal at once, not after
+// pool.acquire_timeout; and while the refusal is recent, other clients of
+// that account get it without another dial.
+func TestBackendAccountRefused(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		acct := newBackendUser(t, "%", "right", "SELECT ON `"+c.Backend.Database+"`.*")
+		c.Users = append(c.Users, config.User{Name: "bad", Password: "bad", BackendUser: acct, BackendPassword: "wrong"})
+		c.Pool.AcquireTimeout = time.Hour // a wait for it would hang the test
+	})
+	before := p.srv.Stats().Pool.DialErrors
+	for i := range 5 {
+		c := p.raw(t, rawOpts{user: "bad", pass: "bad", db: p.db})
+		if _, err := c.query("SELECT 1"); errCode(err) != 2003 || !strings.Contains(err.Error(), "Access denied") {
+			t.Fatalf("client %d: %v, want 2003 with the server's refusal", i, err)
+		}
+	}
+	if n := p.srv.Stats().Pool.DialErrors - before; n != 1 {
+		t.Fatalf("%d dials refused for 5 clients, want 1", n)
+	}
+	// The others' accounts are not refused.
+	if v := p.raw(t, rawOpts{}).value("SELECT 1"); v != "1" {
+		t.Fatalf("the default account: %q", v)
 	}
 }

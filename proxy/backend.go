@@ -187,7 +187,11 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 		if sniff != nil && sniff.failed != nil {
 			err = sniff.failed
 		}
-		return nil, fmt.Errorf("proxy: connect to backend %s as %s: %w", s.Address, s.User, unwrapMyError(err))
+		err = fmt.Errorf("proxy: connect to backend %s as %s: %w", s.Address, s.User, unwrapMyError(err))
+		if loginRefused(err) {
+			err = pool.Refused(err)
+		}
+		return nil, err
 	}
 	if v&varTypeInfo != 0 && sniff.gotExt&extTypeInfo == 0 {
 		cc.Close()
@@ -219,6 +223,29 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 
 // unwrapMyError digs the MySQL error out of go-mysql's traced wrappers so
 // that its code survives.
+// loginRefused reports whether a failed connection phase is the server
+// refusing the account (its password, the account itself, the database,
+// the authentication method): a dial again soon would be refused again.
+func loginRefused(err error) bool {
+	var e *sqlError
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Code {
+	case 1044, // ER_DBACCESS_DENIED_ERROR
+		1045, // ER_ACCESS_DENIED_ERROR
+		1049, // ER_BAD_DB_ERROR
+		1251, // ER_NOT_SUPPORTED_AUTH_MODE
+		1524, // ER_PLUGIN_IS_NOT_LOADED
+		1698, // ER_ACCESS_DENIED_NO_PASSWORD_ERROR
+		1862, // ER_MUST_CHANGE_PASSWORD_LOGIN
+		3118, // MySQL: ER_ACCOUNT_HAS_BEEN_LOCKED
+		4151: // MariaDB: ER_ACCOUNT_HAS_BEEN_LOCKED
+		return true
+	}
+	return false
+}
+
 func unwrapMyError(err error) error {
 	var me *mysql.MyError
 	if errors.As(err, &me) {

@@ -93,7 +93,12 @@ func (p *Pool[K, C]) acquireSlow(ctx context.Context, key K) (C, error) {
 			p.mu.Unlock()
 			return zero, ErrClosed
 		}
-		g, ok := p.takeLocked(p.keyLocked(key), key, now, &toClose)
+		ks := p.keyLocked(key)
+		if err := refusedLocked(ks, now); err != nil && len(ks.idle) == 0 {
+			p.mu.Unlock()
+			return zero, err
+		}
+		g, ok := p.takeLocked(ks, key, now, &toClose)
 		if len(toClose) > 0 { // expired or swapped out: what they freed may serve others
 			toClose = p.serveLocked(now, toClose)
 		}
@@ -145,12 +150,19 @@ func (p *Pool[K, C]) acquireSlow(ctx context.Context, key K) (C, error) {
 			p.giveBack(grant[K, C]{key: key, dial: true})
 			return zero, p.timeoutErr(ctx, start)
 		}
+		p.mu.Lock()
+		err := refusedLocked(p.keyLocked(key), p.now())
+		p.mu.Unlock()
+		if err != nil { // refused while we waited: no dial to be refused again
+			p.giveBack(grant[K, C]{key: key, dial: true})
+			return zero, err
+		}
 		c, err := p.dialSlot(ctx, key)
 		if err == nil {
 			p.lent(start, w != nil)
 			return c, nil
 		}
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrRefused) {
 			return zero, err
 		}
 		t := time.NewTimer(backoff + rand.N(backoff))
@@ -162,6 +174,15 @@ func (p *Pool[K, C]) acquireSlow(ctx context.Context, key K) (C, error) {
 		}
 		backoff = min(2*backoff, p.opts.MaxDialBackoff)
 	}
+}
+
+// refusedLocked is the key's refused login while it is recent (see
+// ErrRefused), else nil.
+func refusedLocked[C any](ks *keyState[C], now time.Time) error {
+	if ks.refused != nil && now.Sub(ks.refusedAt) < refusedRetry {
+		return ks.refused
+	}
+	return nil
 }
 
 func (p *Pool[K, C]) lent(start time.Time, waited bool) {
@@ -255,6 +276,9 @@ func (p *Pool[K, C]) dialSlot(ctx context.Context, key K) (C, error) {
 		if !cut {
 			p.dialErrs++
 			p.lastErr, p.lastErrAt = err, now
+			if errors.Is(err, ErrRefused) {
+				ks.refused, ks.refusedAt = err, now
+			}
 		}
 		p.open--
 		ks.open--
@@ -276,7 +300,7 @@ func (p *Pool[K, C]) dialSlot(ctx context.Context, key K) (C, error) {
 	if l := p.lim.MaxLifetime; l > 0 {
 		s.expires = now.Add(l - time.Duration(rand.Float64()*p.lim.LifetimeJitter*float64(l)))
 	}
-	p.lastErr = nil
+	p.lastErr, ks.refused = nil, nil
 	if p.closed {
 		p.dropLocked(c, CloseShutdown)
 		p.mu.Unlock()

@@ -135,3 +135,46 @@ func TestCutDialNotCounted(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// A refused login (a dial error marked Refused) is answered at once, not
+// retried until AcquireTimeout, and for refusedRetry after it without a
+// dial; then a dial is tried again, and a success clears it.
+func TestRefusedLoginFailsFast(t *testing.T) {
+	l := baseLimits()
+	l.AcquireTimeout = time.Hour // a retry loop would hang the test
+	e := newPool(t, l, func(o *Options[key, *fakeConn]) {
+		dial := o.Dial
+		o.Dial = func(ctx context.Context, k key) (*fakeConn, error) {
+			c, err := dial(ctx, k)
+			if err != nil && k == 1 {
+				return nil, Refused(err)
+			}
+			return c, err
+		}
+	})
+	e.d.mu.Lock()
+	e.d.fail = 1 << 30
+	e.d.mu.Unlock()
+	for range 3 {
+		if _, err := e.p.Acquire(context.Background(), 1); !errors.Is(err, ErrRefused) || !errors.Is(err, errDial) {
+			t.Fatalf("Acquire: %v, want the refusal", err)
+		}
+	}
+	if st := e.p.Stats(); st.Dials != 1 || st.DialErrors != 1 || st.Timeouts != 0 || st.Open != 0 {
+		t.Fatalf("stats %+v: want one dial, refused, and no timeout", st)
+	}
+	e.d.mu.Lock()
+	e.d.fail = 0
+	e.d.mu.Unlock()
+	if _, err := e.p.Acquire(context.Background(), 1); !errors.Is(err, ErrRefused) {
+		t.Fatalf("within refusedRetry: %v, want the refusal again", err)
+	}
+	c0 := e.acquire(0) // another key is not refused
+	e.clock.Advance(refusedRetry)
+	c1 := e.acquire(1)
+	if st := e.p.Stats(); st.Dials != 3 || st.DialErrors != 1 {
+		t.Fatalf("stats %+v: want a dial of key 1 after refusedRetry", st)
+	}
+	e.p.Release(c1, true)
+	e.p.Release(c0, true)
+}

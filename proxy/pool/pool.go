@@ -59,7 +59,25 @@ var (
 	ErrWaiterCap   = errors.New("pool: too many borrowers waiting for a connection")
 	ErrTimeout     = errors.New("pool: timed out waiting for a connection")
 	ErrBackendDown = errors.New("pool: backend unreachable")
+	// ErrRefused marks a dial error that retrying will not mend soon: the
+	// backend refused the login (a wrong password, an unknown account or
+	// database). Dial returns it through Refused. Acquire returns such an
+	// error at once, and for refusedRetry after it, borrowers of that key
+	// get it without a dial, as PgBouncer's server_login_retry does.
+	ErrRefused = errors.New("pool: the backend refused the login")
 )
+
+// Refused marks err, a dial error, as a refused login (ErrRefused); its
+// text is err's.
+func Refused(err error) error { return refusedError{err} }
+
+type refusedError struct{ error }
+
+func (e refusedError) Unwrap() error        { return e.error }
+func (e refusedError) Is(target error) bool { return target == ErrRefused }
+
+// refusedRetry is how long a refused login is answered without a dial.
+const refusedRetry = 5 * time.Second
 
 // maxSkips is how many times a waiter may be passed over for later
 // waiters whose key matched a returned connection before it is served by
@@ -115,6 +133,10 @@ type keyState[C any] struct {
 	open int // including dials in progress
 	idle []C // oldest first; the newest is lent first
 	lim  KeyLimits
+	// refused is the key's last dial error marked Refused, at refusedAt;
+	// nil after a successful dial.
+	refused   error
+	refusedAt time.Time
 }
 
 // grant is what a waiter is handed: a connection, or a slot reserved for it
