@@ -154,7 +154,8 @@ func (b *backendUsers) cached(name string, ttl time.Duration) ([]storedAccount, 
 
 // The account table: MariaDB 10.4+ keeps it in mysql.global_priv (the
 // mysql.user view does not show whether an account is locked); MySQL 8 in
-// mysql.user (not tested here: no MySQL server to test against). Both
+// mysql.user (not tested here: no MySQL server to test against), which is
+// asked first when the greeting says MySQL. Both
 // queries give host, plugin, authentication string, locked, expired,
 // several methods, role. (MariaDB's JSON_VALUE reads a JSON true as "1".)
 const (
@@ -188,8 +189,11 @@ func (b *backendUsers) read(ctx context.Context, s *Server, name string) ([]stor
 			}
 			b.bcAs = as
 		}
-		res, err = b.bc.query(ctx, fmt.Sprintf(accountsQueryMariaDB, name))
-		if se := (*sqlError)(nil); errors.As(err, &se) && se.Code == 1146 { // no mysql.global_priv: MySQL
+		if b.bc.info.mariaDB {
+			res, err = b.bc.query(ctx, fmt.Sprintf(accountsQueryMariaDB, name))
+		}
+		// MySQL, or a MariaDB before 10.4 (no mysql.global_priv).
+		if se := (*sqlError)(nil); !b.bc.info.mariaDB || errors.As(err, &se) && se.Code == 1146 {
 			res, err = b.bc.query(ctx, fmt.Sprintf(accountsQueryMySQL, name))
 		}
 		if !isIOError(err) {
