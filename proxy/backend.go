@@ -221,8 +221,6 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 	return bc, nil
 }
 
-// unwrapMyError digs the MySQL error out of go-mysql's traced wrappers so
-// that its code survives.
 // loginRefused reports whether a failed connection phase is the server
 // refusing the account (its password, the account itself, the database,
 // the authentication method): a dial again soon would be refused again.
@@ -246,6 +244,8 @@ func loginRefused(err error) bool {
 	return false
 }
 
+// unwrapMyError digs the MySQL error out of go-mysql's traced wrappers so
+// that its code survives.
 func unwrapMyError(err error) error {
 	var me *mysql.MyError
 	if errors.As(err, &me) {
