@@ -268,6 +268,7 @@ func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
 			s.expired() // while the hold names the transaction's tag
 		}
 		s.release(false)
+		s.lingerOnClose = true
 		return false
 	}
 	s.srv.log.Warn("backend connection lost during a statement", "client", s.id, "err", err)

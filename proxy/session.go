@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -103,6 +104,9 @@ type session struct {
 	// uploading: the session is reading a LOAD DATA LOCAL file from the
 	// client; a kill wakes that read (localinfile.go).
 	uploading atomic.Bool
+	// lingerOnClose: the client may still be sending when the session
+	// ends (see lingerClose). Session goroutine only.
+	lingerOnClose bool
 
 	mu        sync.Mutex   // guards the fields below
 	execBC    *backendConn // backend connection running our statement now, nil if none
@@ -333,7 +337,23 @@ func (s *session) comSetOption(p []byte) bool {
 func (s *session) cleanup() {
 	s.returnBackend()
 	s.forgetStmts()
+	if s.lingerOnClose {
+		s.lingerClose()
+	}
 	_ = s.nc.Close()
+}
+
+// lingerClose ends a connection whose client may still be sending (the
+// rest of a LOAD DATA LOCAL file after its statement ended): the write
+// side is shut after the last answer, and what the client still sends is
+// read and dropped for up to a second, so that the close does not reset
+// the connection and lose that answer on its way.
+func (s *session) lingerClose() {
+	if cw, ok := s.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = s.nc.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.Copy(io.Discard, io.LimitReader(s.nc, 64<<20))
 }
 
 // returnBackend gives the held backend connection back clean: reset first
