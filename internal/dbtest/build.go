@@ -1,6 +1,7 @@
 package dbtest
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 var (
@@ -39,6 +41,9 @@ func Command(t testing.TB, pkg string) string {
 	return bin
 }
 
+// buildTimeout bounds one go build of a command.
+const buildTimeout = 5 * time.Minute
+
 func buildCommand(pkg string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
@@ -58,11 +63,22 @@ func buildCommand(pkg string) (string, error) {
 		return "", fmt.Errorf("dbtest: %w", err)
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("dbtest: lock %s: %w", lock.Name(), err)
+	// Hang guards: a build takes at most buildTimeout, so a lock held by
+	// another test process's build comes free within it.
+	for deadline := time.Now().Add(2 * buildTimeout); ; {
+		err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			return "", fmt.Errorf("dbtest: lock %s: %w", lock.Name(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("dbtest: go build %s: %w\n%s", pkg, err, out)
