@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
 
 // TopOptions configures CLI.Top.
@@ -40,7 +42,7 @@ func (c *CLI) Top(ctx context.Context, o TopOptions) error {
 		now = time.Now
 	}
 	if sleep == nil {
-		sleep = sleepCtx
+		sleep = lifecycle.Sleep
 	}
 	prev, err := c.snapshot(ctx, now)
 	if err != nil {
@@ -79,17 +81,6 @@ func (c *CLI) Top(ctx context.Context, o TopOptions) error {
 		}
 	}
 	return lastErr
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // snapshot is one refresh of top.

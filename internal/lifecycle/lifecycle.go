@@ -24,12 +24,11 @@ var (
 // zero value is ready to use; a Loops must not be copied after first use.
 // Every method may be called from any goroutine.
 type Loops struct {
-	closed atomic.Bool // set once, under mu, by Close; read without it
+	closed atomic.Bool                        // set once, by Close
+	cancel atomic.Pointer[context.CancelFunc] // the loops' context's, once started
 
-	mu      sync.Mutex // guards following
-	started bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	mu sync.Mutex // held by Start (its first included), and by Close after it cancels
+	wg sync.WaitGroup
 }
 
 // Start runs each of loops on its own goroutine with a context derived
@@ -41,18 +40,22 @@ func (l *Loops) Start(ctx context.Context, loops ...func(context.Context)) error
 
 // StartAfter is Start that first calls first (when not nil) with the
 // loops' context, before any loop starts. first runs under the lock Close
-// takes: a Close meanwhile waits for it, and sees what it stored.
+// takes: a Close meanwhile cancels that context, waits for first, and sees
+// what it stored.
 func (l *Loops) StartAfter(ctx context.Context, first func(context.Context), loops ...func(context.Context)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed.Load() {
 		return ErrClosed
 	}
-	if l.started {
+	if l.cancel.Load() != nil {
 		return ErrStarted
 	}
-	l.started = true
-	ctx, l.cancel = context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	l.cancel.Store(&cancel)
+	if l.closed.Load() {
+		cancel() // a Close that came after the check found no cancel yet
+	}
 	if first != nil {
 		first(ctx)
 	}
@@ -66,21 +69,19 @@ func (l *Loops) StartAfter(ctx context.Context, first func(context.Context), loo
 	return nil
 }
 
-// Close cancels the loops' context and waits for them to return. It
-// reports whether this call closed l; a later call returns false at once.
-// Close before Start is allowed: Start then fails.
+// Close cancels the loops' context and waits for them to return (and for
+// a Start in progress, whose context it cancels first). It reports whether
+// this call closed l; a later call returns false at once. Close before
+// Start is allowed: Start then fails.
 func (l *Loops) Close() bool {
-	l.mu.Lock()
-	if l.closed.Load() {
-		l.mu.Unlock()
+	if !l.closed.CompareAndSwap(false, true) {
 		return false
 	}
-	l.closed.Store(true)
-	cancel := l.cancel
-	l.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if c := l.cancel.Load(); c != nil {
+		(*c)()
 	}
+	l.mu.Lock() // a Start in progress has seen closed, or its cancel was loaded above
+	l.mu.Unlock()
 	l.wg.Wait()
 	return true
 }
