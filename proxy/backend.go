@@ -231,9 +231,9 @@ func loginRefused(err error) bool {
 	}
 	switch e.Code {
 	case 1044, // ER_DBACCESS_DENIED_ERROR
-		1045, // ER_ACCESS_DENIED_ERROR
+		codeAccessDenied,
 		1049, // ER_BAD_DB_ERROR
-		1251, // ER_NOT_SUPPORTED_AUTH_MODE
+		codeAuthMode,
 		1524, // ER_PLUGIN_IS_NOT_LOADED
 		1698, // ER_ACCESS_DENIED_NO_PASSWORD_ERROR
 		1862, // ER_MUST_CHANGE_PASSWORD_LOGIN

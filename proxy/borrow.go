@@ -111,6 +111,10 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	s.holding.Store(true)
 	s.mu.Lock()
 	s.holdSince, s.holdTag = now, tag.Name()
+	// A deferred BEGIN starts below: the transaction runs from its first
+	// statement on, and the bounds on transactions apply to that statement
+	// too (a failed start releases, which clears it).
+	s.inTxn = s.pendingBegin != nil
 	s.mu.Unlock()
 	if bc.vars == nil {
 		bc.vars = s.srv.baseVars()
@@ -123,11 +127,6 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	if err == nil && s.pendingBegin != nil {
 		began = true
 		err = s.startDeferredBegin(bc, ahead)
-		// The transaction runs from its first statement on: the bounds on
-		// transactions apply to that statement too.
-		s.mu.Lock()
-		s.inTxn = err == nil
-		s.mu.Unlock()
 	}
 	if s.srv.attr {
 		s.h.exec += time.Since(now)

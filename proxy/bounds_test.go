@@ -74,10 +74,6 @@ func TestIdleInTransactionTimeout(t *testing.T) {
 	}
 }
 
-// A transaction that holds its backend connection past max_transaction_
-// time (configured, or set for its tag by on-call) has its statement
-// interrupted and is rolled back; the client is told (9005) and
-// disconnected.
 // TestMaxTransactionTimeAlwaysApplies: the bound holds for the first
 // statement of a transaction (the one its deferred BEGIN rides with) and
 // with per-tag accounting turned off.
@@ -109,6 +105,10 @@ func TestMaxTransactionTimeAlwaysApplies(t *testing.T) {
 	}
 }
 
+// A transaction that holds its backend connection past max_transaction_
+// time (configured, or set for its tag by on-call) has its statement
+// interrupted and is rolled back; the client is told (9005) and
+// disconnected.
 func TestMaxTransactionTime(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Sessions.MaxTransactionTime = 500 * time.Millisecond })
 	mustExec(t, p.direct(t), "CREATE TABLE mt (a INT)")

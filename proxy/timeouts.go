@@ -82,7 +82,7 @@ func (s *session) clientWriteTimeout() time.Duration {
 	if d == 0 {
 		return 0
 	}
-	if v := s.vars; v != nil {
+	if v := s.vars; v != nil && v.vals["net_write_timeout"] != "" { // no failed parse per packet
 		if n, err := strconv.ParseFloat(v.vals["net_write_timeout"], 64); err == nil && n > 0 {
 			d = min(d, time.Duration(n*float64(time.Second)))
 		}
