@@ -69,7 +69,9 @@ func (p *Pool[K, C]) expire() {
 		}
 		clear(ks.idle[len(keep):])
 		ks.idle = keep
-		if _, limited := p.lim.Keys[k]; ks.open == 0 && !limited {
+		// A key is forgotten when nothing of it is open, unless it has
+		// limits of its own or a recent refused login (ErrRefused).
+		if _, limited := p.lim.Keys[k]; ks.open == 0 && !limited && refusedLocked(ks, now) == nil {
 			delete(p.keys, k)
 			if p.lastKS == ks {
 				p.lastKS = nil
@@ -155,7 +157,7 @@ func (p *Pool[K, C]) fill() {
 	for range p.Limits().Max {
 		p.mu.Lock()
 		ks, key, ok := p.underMinLocked()
-		if p.closed || !ok {
+		if p.closed || !ok || refusedLocked(ks, p.now()) != nil {
 			p.mu.Unlock()
 			return
 		}
