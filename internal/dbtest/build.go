@@ -41,8 +41,9 @@ func Command(t testing.TB, pkg string) string {
 	return bin
 }
 
-// buildTimeout bounds one go build of a command.
-const buildTimeout = 5 * time.Minute
+// buildTimeout bounds one go build of a command, and the wait for another
+// process's build: together within go test's default -timeout.
+const buildTimeout = 4 * time.Minute
 
 func buildCommand(pkg string) (string, error) {
 	root, err := moduleRoot()
@@ -65,7 +66,7 @@ func buildCommand(pkg string) (string, error) {
 	defer lock.Close()
 	// Hang guards: a build takes at most buildTimeout, so a lock held by
 	// another test process's build comes free within it.
-	for deadline := time.Now().Add(2 * buildTimeout); ; {
+	for deadline := time.Now().Add(buildTimeout); ; {
 		err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
 			break

@@ -5,7 +5,12 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 )
+
+// httpClient bounds every request: a hang guard, so that a Fetch inside
+// Eventually cannot outlast Eventually's own.
+var httpClient = &http.Client{Timeout: 10 * time.Second}
 
 // Fetch sends a request without a body to url and returns the response's
 // body; a failed request or a status other than 200 fails t.
@@ -15,7 +20,7 @@ func Fetch(t testing.TB, method, url string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
