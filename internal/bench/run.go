@@ -18,7 +18,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/config"
-	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
 // Options configures Run. DefaultOptions gives the values `make bench-proxy`
@@ -524,11 +523,13 @@ func (o Options) holdfastConfig(listen, poolUser string) HoldfastConfig {
 
 // startHoldfast starts the holdfast of TargetHoldfast on the defaults.
 func (b *runner) startHoldfast(ctx context.Context, name string, extra ...string) (*Holdfast, error) {
-	addr, err := dbtest.ListenAddr()
-	if err != nil {
+	// The admin listener on, as config.yaml ships it (on a free port):
+	// its sampler and /metrics are part of what a user runs.
+	hc := b.o.holdfastConfig("", b.o.poolUser())
+	if err := hc.freeListen(); err != nil {
 		return nil, err
 	}
-	hc := b.o.holdfastConfig(addr, b.o.poolUser())
+	addr := hc.Listen
 	h, err := StartHoldfast(ctx, b.bin, b.dir, name, hc, extra...)
 	if err != nil {
 		return nil, err
@@ -543,11 +544,11 @@ func (b *runner) startHoldfast(ctx context.Context, name string, extra ...string
 // stopped with the attribution processes.
 func (b *runner) startExtraHoldfasts(ctx context.Context) error {
 	for _, x := range b.o.extras() {
-		addr, err := dbtest.ListenAddr()
-		if err != nil {
+		hc := b.o.holdfastConfig("", x.poolUser)
+		if err := hc.freeListen(); err != nil {
 			return err
 		}
-		hc := b.o.holdfastConfig(addr, x.poolUser)
+		addr := hc.Listen
 		hc.Settings = x.settings
 		bin, describe := b.bin, hc.Describe()
 		if x.baseline {
