@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,7 +21,7 @@ import (
 func startWithSchema(t *testing.T) *process {
 	t.Helper()
 	p := start(t, appUser)
-	out, err := exec.Command(p.cmd.Path, "migrate", "-config", p.config).CombinedOutput()
+	out, err := guarded(t, p.cmd.Path, "migrate", "-config", p.config).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "applied reservation schema migrations") {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
@@ -31,7 +30,7 @@ func startWithSchema(t *testing.T) *process {
 
 func (p *process) cli(t *testing.T, sql string) (string, error) {
 	host, port, _ := strings.Cut(p.addr, ":")
-	cmd := exec.Command("mariadb", "--no-defaults", "--protocol=tcp", "-h", host, "-P", port, "-uapp", "-papp", "--batch", p.db)
+	cmd := guarded(t, "mariadb", "--no-defaults", "--protocol=tcp", "-h", host, "-P", port, "-uapp", "-papp", "--batch", p.db)
 	cmd.Stdin = strings.NewReader(sql)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

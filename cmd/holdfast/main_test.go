@@ -21,6 +21,14 @@ import (
 // binary builds holdfast once per test binary run.
 func binary(t *testing.T) string { return dbtest.Command(t, "./cmd/holdfast") }
 
+// guarded is exec.Command for a short-lived child of a test, killed after
+// a minute: a hang guard, not a timing assertion.
+func guarded(t *testing.T, name string, args ...string) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return exec.CommandContext(ctx, name, args...)
+}
+
 type process struct {
 	cmd    *exec.Cmd
 	addr   string
@@ -216,7 +224,7 @@ func TestCheckConfig(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("pool:\n  max: 0\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(binary(t), "check-config", "-config", bad).CombinedOutput()
+	out, err := guarded(t, binary(t), "check-config", "-config", bad).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "pool.max") {
 		t.Fatalf("check-config on a bad file: %v\n%s", err, out)
 	}

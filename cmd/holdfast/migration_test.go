@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -156,7 +155,7 @@ func TestMigrationThroughHoldfast(t *testing.T) {
 	ctlBin := dbtest.Command(t, "./cmd/holdfastctl")
 	ctl := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(ctlBin, append([]string{"-addr", adminAddr}, args...)...)
+		cmd := guarded(t, ctlBin, append([]string{"-addr", adminAddr}, args...)...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("holdfastctl %v: %v\n%s", args, err, out)
@@ -239,11 +238,11 @@ func TestMigrationThroughHoldfast(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the Redis sweeper's interval, twice
 	// Redis decides every shop now: resync-redis refuses to write its
 	// counters without -force; a dry run reads them all.
-	out, err := exec.Command(p.cmd.Path, "resync-redis", "-config", p.config).CombinedOutput()
+	out, err := guarded(t, p.cmd.Path, "resync-redis", "-config", p.config).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "lets Redis decide") {
 		t.Fatalf("resync-redis under authority redis: %v\n%s", err, out)
 	}
-	out, err = exec.Command(p.cmd.Path, "resync-redis", "-dry-run", "-config", p.config).CombinedOutput()
+	out, err = guarded(t, p.cmd.Path, "resync-redis", "-dry-run", "-config", p.config).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "checked (dry run, nothing written) 8 pools") || !strings.Contains(string(out), ": 0 counters differed") {
 		t.Fatalf("resync-redis -dry-run: %v\n%s", err, out)
 	}
@@ -285,7 +284,7 @@ func TestRedisKilledThroughHoldfast(t *testing.T) {
 	checkouts(t, db, "back", 32, 5, ttl)
 
 	dry := func() string {
-		out, err := exec.Command(p.cmd.Path, "resync-redis", "-dry-run", "-config", p.config).CombinedOutput()
+		out, err := guarded(t, p.cmd.Path, "resync-redis", "-dry-run", "-config", p.config).CombinedOutput()
 		if err != nil {
 			t.Fatalf("resync-redis -dry-run: %v\n%s", err, out)
 		}
@@ -300,7 +299,7 @@ func TestRedisKilledThroughHoldfast(t *testing.T) {
 		defer wg.Done()
 		checkouts(t, db, "during", 16, 10, ttl)
 	}()
-	out, err := exec.Command(p.cmd.Path, "resync-redis", "-config", p.config).CombinedOutput()
+	out, err := guarded(t, p.cmd.Path, "resync-redis", "-config", p.config).CombinedOutput()
 	wg.Wait()
 	if err != nil || !strings.Contains(string(out), "resynced 8 pools") || !strings.Contains(string(out), "no longer marked stale") {
 		t.Fatalf("resync-redis: %v\n%s", err, out)
