@@ -95,24 +95,6 @@ func newListener(t *testing.T) net.Listener {
 	return ln
 }
 
-// fakeClock is the Admin's clock, moved by the test.
-type fakeClock struct {
-	mu  sync.Mutex // guards now
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // answer is one response, its body read.
 type answer struct {
 	status int

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/holdfast-db/holdfast/internal/testkit"
 	"github.com/holdfast-db/holdfast/proxy"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 )
@@ -89,7 +90,7 @@ func (s statusAnswer) tag(t *testing.T, name string) int {
 // samples, with holds still in flight counted as they age; the sparkline
 // has a point per sample interval.
 func TestStatusRates(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 5, 12, 14, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 5, 12, 14, 0, 0, 0, time.UTC))
 	f := &fakeServer{
 		stats: proxy.ServerStats{Pool: pool.Stats{Open: 10, InUse: 9, Max: 10, WaitTime: time.Second}},
 		tags: []proxy.TagInfo{
@@ -105,7 +106,7 @@ func TestStatusRates(t *testing.T) {
 		t.Fatalf("first answer has rates: %+v", s)
 	}
 
-	clock.advance(5 * time.Second)
+	clock.Advance(5 * time.Second)
 	f.set(func(f *fakeServer) {
 		f.stats.Pool.WaitTime = 2 * time.Second
 		f.tags[0] = proxy.TagInfo{Tag: "checkout", HoldSeconds: 104, IdleInTxnSeconds: 12, WaitSeconds: 1.5, Statements: 1100,
@@ -140,7 +141,7 @@ func TestStatusRates(t *testing.T) {
 	// Two more intervals: the window reaches back 10 s; History keeps 3
 	// samples, so 2 intervals of sparkline plus the one up to now.
 	for i := 0; i < 2; i++ {
-		clock.advance(5 * time.Second)
+		clock.Advance(5 * time.Second)
 		f.set(func(f *fakeServer) { f.holders[0].HeldFor += 5 })
 		s, _ = getStatus(t, a)
 	}
@@ -154,7 +155,7 @@ func TestStatusRates(t *testing.T) {
 // left open shows one connection held on average, not 0 (its hold is
 // recorded only when it ends).
 func TestStatusOpenTransaction(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 5, 12, 14, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 5, 12, 14, 0, 0, 0, time.UTC))
 	f := &fakeServer{
 		stats:   proxy.ServerStats{Pool: pool.Stats{InUse: 1, Max: 4}},
 		tags:    []proxy.TagInfo{{Tag: "report", Borrows: 1, Statements: 1, HeldNow: 1}},
@@ -162,7 +163,7 @@ func TestStatusOpenTransaction(t *testing.T) {
 	}
 	a := New(f, Options{Now: clock.Now, SampleEvery: 5 * time.Second})
 	getStatus(t, a)
-	clock.advance(30 * time.Second)
+	clock.Advance(30 * time.Second)
 	f.set(func(f *fakeServer) { f.holders[0].HeldFor = 60 })
 	s, _ := getStatus(t, a)
 	r := s.Tags[s.tag(t, "report")]
@@ -210,13 +211,13 @@ func TestStatusEngine(t *testing.T) {
 	depth.WithLabelValues("1", "1002", "1").Set(3)
 	reserves.WithLabelValues("reserved").Add(100)
 
-	clock := &fakeClock{now: time.Date(2026, 5, 12, 14, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 5, 12, 14, 0, 0, 0, time.UTC))
 	a := New(newFake(), Options{Now: clock.Now, Gatherer: reg})
 	s, _ := getStatus(t, a)
 	if s.Engine == nil || s.Engine.Reconciler.State != "not_run" {
 		t.Fatalf("engine %+v", s.Engine)
 	}
-	clock.advance(5 * time.Second)
+	clock.Advance(5 * time.Second)
 	inline.Add(2)
 	reserves.WithLabelValues("reserved").Add(8)
 	reserves.WithLabelValues("insufficient").Add(2)

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/testkit"
 )
 
 // tagsJSON two seconds later: checkout held 4.2 s more (2.10 connections on
@@ -106,25 +107,6 @@ func TestRatesNothingHeld(t *testing.T) {
 	}
 }
 
-// fakeClock is top's clock: Sleep advances Now by exactly the duration.
-type fakeClock struct {
-	mu  sync.Mutex // guards now
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return ctx.Err()
-}
-
 // topFake serves tagsJSON and poolJSON first, then the later snapshots.
 func topFake(t *testing.T) *fakeAdmin {
 	f := newFakeAdmin(t)
@@ -135,7 +117,7 @@ func topFake(t *testing.T) *fakeAdmin {
 }
 
 func newTopCLI(t *testing.T, f *fakeAdmin, out *strings.Builder) *CLI {
-	clock := &fakeClock{now: time.Date(2026, 5, 12, 14, 3, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 5, 12, 14, 3, 0, 0, time.UTC))
 	return &CLI{Client: f.client(t, "tok"), Out: out, Now: clock.Now, Sleep: clock.Sleep}
 }
 

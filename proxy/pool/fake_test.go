@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/testkit"
 )
 
 // key is the tests' session variant: 0 and 1 stand for today's
@@ -121,24 +123,6 @@ func (d *fakeDialer) all() []*fakeConn {
 	return append([]*fakeConn(nil), d.conns...)
 }
 
-// fakeClock is the pool's clock in tests: it moves only when told.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 type testPool = Pool[key, *fakeConn]
 
 // baseLimits: four connections, all may idle, no expiry; waits are bounded
@@ -151,7 +135,7 @@ type env struct {
 	t     *testing.T
 	p     *testPool
 	d     *fakeDialer
-	clock *fakeClock
+	clock *testkit.Clock
 }
 
 // newPool builds a pool over a fake dialer and clock. On cleanup it checks
@@ -159,7 +143,7 @@ type env struct {
 // connection was closed exactly once.
 func newPool(t *testing.T, l Limits[key], opt ...func(*Options[key, *fakeConn])) *env {
 	t.Helper()
-	e := &env{t: t, d: &fakeDialer{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	e := &env{t: t, d: &fakeDialer{}, clock: testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	o := Options[key, *fakeConn]{Dial: e.d.dial, Now: e.clock.Now, DialBackoff: time.Millisecond, MaxDialBackoff: 4 * time.Millisecond}
 	for _, f := range opt {
 		f(&o)
