@@ -1,7 +1,7 @@
 // Package testkit holds the small fakes and checks that the unit tests of
-// several packages share and that need no database or network, such as a
-// Clock moved by hand. internal/dbtest is its sibling for tests that need
-// MariaDB. Like net/http/httptest it exists only for tests; production
+// several packages share and that need no database or network: a Clock
+// moved by hand and MustPanic. internal/dbtest is its sibling for tests
+// that need MariaDB. Like net/http/httptest it exists only for tests; production
 // code must not import it.
 package testkit
 

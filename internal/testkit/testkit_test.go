@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -31,4 +32,29 @@ func TestClock(t *testing.T) {
 	if !zero.Now().IsZero() {
 		t.Fatalf("zero Clock at %v", zero.Now())
 	}
+}
+
+func TestMustPanic(t *testing.T) {
+	MustPanic(t, "panic", func() { panic("x") })
+	ft := &fakeT{TB: t}
+	func() {
+		defer func() { _ = recover() }() // fakeT.Fatalf panics to end MustPanic as t.Fatalf would
+		MustPanic(ft, "nothing", func() {})
+	}()
+	if ft.failed != "nothing did not panic" {
+		t.Fatalf("MustPanic of a call that returns: failure %q", ft.failed)
+	}
+}
+
+// fakeT records Fatalf instead of failing the test.
+type fakeT struct {
+	testing.TB
+	failed string
+}
+
+func (f *fakeT) Helper() {}
+
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.failed = fmt.Sprintf(format, args...)
+	panic(f)
 }

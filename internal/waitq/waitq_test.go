@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/testkit"
 )
 
 type q = Queue[string, int]
@@ -424,18 +426,8 @@ func TestMisuse(t *testing.T) {
 	var qu q
 	x := &w{}
 	_ = qu.Enqueue(x)
-	mustPanic(t, "double Enqueue", func() { _ = qu.Enqueue(x) })
+	testkit.MustPanic(t, "double Enqueue", func() { _ = qu.Enqueue(x) })
 	qu.HandOff(1)
-	mustPanic(t, "Enqueue with a value pending", func() { _ = qu.Enqueue(x) })
-	mustPanic(t, "Reset with a value pending", func() { x.Reset() })
-}
-
-func mustPanic(t *testing.T, what string, f func()) {
-	t.Helper()
-	defer func() {
-		if recover() == nil {
-			t.Fatalf("%s did not panic", what)
-		}
-	}()
-	f()
+	testkit.MustPanic(t, "Enqueue with a value pending", func() { _ = qu.Enqueue(x) })
+	testkit.MustPanic(t, "Reset with a value pending", func() { x.Reset() })
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/testkit"
 )
 
 func TestAcquireReusesNewestIdle(t *testing.T) {
@@ -411,16 +413,6 @@ func TestMisuse(t *testing.T) {
 	e := newPool(t, baseLimits())
 	c := e.acquire(0)
 	e.p.Release(c, true)
-	mustPanic(t, "double Release", func() { e.p.Release(c, true) })
-	mustPanic(t, "Unhold without Hold", func() { e.p.Unhold(c, true) })
-}
-
-func mustPanic(t *testing.T, what string, f func()) {
-	t.Helper()
-	defer func() {
-		if recover() == nil {
-			t.Fatalf("%s did not panic", what)
-		}
-	}()
-	f()
+	testkit.MustPanic(t, "double Release", func() { e.p.Release(c, true) })
+	testkit.MustPanic(t, "Unhold without Hold", func() { e.p.Unhold(c, true) })
 }
