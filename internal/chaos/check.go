@@ -187,12 +187,7 @@ type monitor struct {
 func (m *monitor) run(ctx context.Context, db *sql.DB) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for tickCtx(ctx, t.C) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		pools, err := readPools(sctx, db)
 		cancel()

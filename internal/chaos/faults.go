@@ -47,10 +47,17 @@ func (f *faultLog) counts() (done, misses int, failures []Violation) {
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	return tickCtx(ctx, t.C)
+}
+
+// tickCtx waits for the next tick on c or until ctx is done; it reports
+// whether the tick came. A loop `for tickCtx(ctx, ticker.C)` runs once a
+// tick, the first time one period after the ticker starts.
+func tickCtx(ctx context.Context, c <-chan time.Time) bool {
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-c:
 		return true
 	}
 }
@@ -61,12 +68,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func killBackends(ctx context.Context, root *sql.DB, every time.Duration, rng *rand.Rand, log *faultLog) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for tickCtx(ctx, t.C) {
 		rows, err := root.QueryContext(ctx, "SELECT ID, COMMAND FROM information_schema.PROCESSLIST WHERE USER = ?", backendUser)
 		if err != nil {
 			log.add(false)
