@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
 // ---------------------------------------------------------------------------
@@ -412,12 +414,8 @@ func TestEveryExpressionHasData(t *testing.T) {
 	// Phase 3: on-call drains batch_flow while its transaction is open, and
 	// caps fast_flow.
 	admin := "http://" + h.admin
-	if _, err := httpDo("POST", admin+"/api/tags/batch_flow/drain?reason=dashboards+test"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := httpDo("PUT", admin+"/api/tags/fast_flow/limit?max=2"); err != nil {
-		t.Fatal(err)
-	}
+	dbtest.Fetch(t, "POST", admin+"/api/tags/batch_flow/drain?reason=dashboards+test")
+	dbtest.Fetch(t, "PUT", admin+"/api/tags/fast_flow/limit?max=2")
 	if _, err := w.db.ExecContext(w.ctx, "/* conn_tag:batch_flow */ SELECT 1"); err == nil || !strings.Contains(err.Error(), "drained") {
 		t.Errorf("a new batch_flow statement after the drain: got %v, want the drained error", err)
 	}
@@ -500,10 +498,7 @@ func selectors(expr string) []string {
 // "no data").
 func checkMetricNames(t *testing.T, h holdfast, d dashboard, rules []rule) {
 	t.Helper()
-	body, err := httpDo("GET", "http://"+h.admin+"/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := dbtest.Fetch(t, "GET", "http://"+h.admin+"/metrics")
 	exposed := map[string]string{} // family -> type
 	for _, line := range strings.Split(string(body), "\n") {
 		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {

@@ -72,6 +72,9 @@ func waitFor(t *testing.T, what string, timeout time.Duration, f func() error) {
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
+// httpDo is dbtest.Fetch for callers that poll or read an error's body:
+// it returns the failure instead of failing the test, and the body with
+// it when the status is not 200.
 func httpDo(method, u string) ([]byte, error) {
 	req, err := http.NewRequest(method, u, nil)
 	if err != nil {
