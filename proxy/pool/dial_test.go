@@ -53,9 +53,7 @@ func TestBackendDown(t *testing.T) {
 
 // A failed dial frees its slot for the next borrower.
 func TestDialErrorServesWaiter(t *testing.T) {
-	l := baseLimits()
-	l.Max = 1
-	e := newPool(t, l)
+	e := newPool(t, oneConn())
 	gate := make(chan struct{})
 	e.d.setGate(gate)
 	e.d.fail = 1

@@ -131,6 +131,14 @@ func baseLimits() Limits[key] {
 	return Limits[key]{Max: 4, MaxIdle: 4, MaxWaiters: 100, AcquireTimeout: 5 * time.Second}
 }
 
+// oneConn is baseLimits with room for one connection, so that a second
+// borrower waits.
+func oneConn() Limits[key] {
+	l := baseLimits()
+	l.Max = 1
+	return l
+}
+
 type env struct {
 	t     *testing.T
 	p     *testPool

@@ -34,9 +34,7 @@ func TestAcquireReusesNewestIdle(t *testing.T) {
 }
 
 func TestWaitForRelease(t *testing.T) {
-	l := baseLimits()
-	l.Max = 1
-	e := newPool(t, l)
+	e := newPool(t, oneConn())
 	c := e.acquire(0)
 	ch := e.acquireAsync(context.Background(), 0, 1)
 	e.p.Release(c, true)
@@ -128,9 +126,7 @@ func TestPerKeyMaxUnderGlobalMax(t *testing.T) {
 // The connection handed to the oldest waiter is dead: that waiter dials
 // into its slot, ahead of the waiters behind it.
 func TestDeadHandOffDialsInItsSlot(t *testing.T) {
-	l := baseLimits()
-	l.Max = 1
-	e := newPool(t, l)
+	e := newPool(t, oneConn())
 	c := e.acquire(0)
 	w1 := e.acquireAsync(context.Background(), 0, 1)
 	w2 := e.acquireAsync(context.Background(), 0, 2)
@@ -179,9 +175,7 @@ func TestWaiterKeyMatchedFirst(t *testing.T) {
 // Only the other key is idle: the pool closes it and dials the key asked
 // for, and counts the close.
 func TestVariantSwap(t *testing.T) {
-	l := baseLimits()
-	l.Max = 1
-	e := newPool(t, l)
+	e := newPool(t, oneConn())
 	a := e.acquire(0)
 	e.p.Release(a, true)
 	b := e.acquire(1)
@@ -205,9 +199,7 @@ func TestVariantSwap(t *testing.T) {
 // A waiter whose key never matches what is returned is passed over at
 // most maxSkips times, then served by a swap: no starvation.
 func TestSkippedWaiterIsServed(t *testing.T) {
-	l := baseLimits()
-	l.Max = 1
-	e := newPool(t, l)
+	e := newPool(t, oneConn())
 	held := e.acquire(0)
 	w1 := e.acquireAsync(context.Background(), 1, 1)
 	rounds := 0
@@ -239,9 +231,7 @@ func TestSkippedWaiterIsServed(t *testing.T) {
 }
 
 func TestCloseWithWaiters(t *testing.T) {
-	l := baseLimits()
-	l.Max = 1
-	e := newPool(t, l)
+	e := newPool(t, oneConn())
 	c := e.acquire(0)
 	var chs []chan result
 	for i := range 3 {

@@ -15,9 +15,7 @@ import (
 // lost with the borrower, never lent twice. Fails when the waiter's
 // give-back is removed (waitq.Queue.Wait's GiveBack, Pool.giveBack).
 func TestTimeoutRacesHandOff(t *testing.T) {
-	l := baseLimits()
-	l.Max = 1
-	e := newPool(t, l)
+	e := newPool(t, oneConn())
 	c := e.acquire(0)
 	gaveUp := 0
 	for i := range 300 {
@@ -49,9 +47,7 @@ func TestTimeoutRacesHandOff(t *testing.T) {
 // must be freed again, not leaked (which would leave the pool unable to
 // dial ever after).
 func TestTimeoutRacesSlotHandOff(t *testing.T) {
-	l := baseLimits()
-	l.Max = 1
-	e := newPool(t, l)
+	e := newPool(t, oneConn())
 	c := e.acquire(0)
 	for i := range 300 {
 		ctx, cancel := context.WithCancel(context.Background())
