@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/holdfast-db/holdfast/config"
 )
@@ -100,14 +101,21 @@ func TestStatementAllocs(t *testing.T) {
 	}
 }
 
-// benchReader reads replies into one reused buffer.
+// benchReader reads replies into one reused buffer. It renews the
+// connection's hang guard every few thousand packets: the guard is a
+// deadline, and a long benchmark outlives one set at login.
 type benchReader struct {
-	c   *rawConn
-	hdr [4]byte
-	buf []byte
+	c     *rawConn
+	hdr   [4]byte
+	buf   []byte
+	reads int
 }
 
 func (r *benchReader) packet(b testing.TB) []byte {
+	if r.reads%4096 == 0 {
+		_ = r.c.nc.SetDeadline(time.Now().Add(r.c.guard))
+	}
+	r.reads++
 	if _, err := io.ReadFull(r.c.br, r.hdr[:]); err != nil {
 		b.Fatal(err)
 	}
