@@ -34,8 +34,8 @@ type Config struct {
 	// ShutdownGrace bounds how long SIGTERM waits for open transactions.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	// MaxProcs caps the CPUs holdfast runs Go code on at once (GOMAXPROCS).
-	// Zero leaves Go's default: the CPUs available, or the container's CPU
-	// quota. Read at start-up.
+	// Zero lets holdfast choose at start-up from the CPUs available (or the
+	// container's CPU quota), as config.yaml says. Read at start-up.
 	MaxProcs int `yaml:"max_procs"`
 
 	TLS         TLS         `yaml:"tls"`
