@@ -116,6 +116,11 @@ type backendConn struct {
 	version  string
 	nc       net.Conn
 	raw      syscall.RawConn // for alive(); nil when nc has none
+	// peek is alive's probe of raw, made once per connection (a closure
+	// made per call would be two allocations per statement), and peekLive
+	// what it found. Only the connection's holder calls alive.
+	peek     func(fd uintptr) bool
+	peekLive bool
 	r        packetReader
 	w        packetWriter
 	variant  variant // capabilities negotiated that clients see (a pool key)
@@ -213,6 +218,7 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 	}
 	if sc, ok := sniff.Conn.(syscall.Conn); ok {
 		bc.raw, _ = sc.SyscallConn() // the TCP socket, under TLS too
+		bc.peek = bc.peekFD
 	}
 	if _, err := bc.query(ctx, backendInitSQL); err != nil {
 		bc.close()
@@ -293,22 +299,20 @@ func (bc *backendConn) alive() bool {
 	if bc.raw == nil {
 		return true
 	}
-	alive := true
-	err := bc.raw.Read(func(fd uintptr) bool {
-		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case n == 0 && err == nil: // EOF
-			alive = false
-		case n > 0: // unsolicited data: protocol state unknown
-			alive = false
-		case errors.Is(err, syscall.EAGAIN):
-		default:
-			alive = false
-		}
-		return true
-	})
-	return err == nil && alive
+	bc.peekLive = false
+	err := bc.raw.Read(bc.peek)
+	return err == nil && bc.peekLive
+}
+
+// peekFD is alive's probe of the socket fd; it sets peekLive.
+func (bc *backendConn) peekFD(fd uintptr) bool {
+	var b [1]byte
+	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	// Nothing to read (EAGAIN) is alive. The end of the stream (n == 0, no
+	// error), unsolicited data (n > 0: protocol state unknown) or any
+	// other error is not.
+	bc.peekLive = n <= 0 && errors.Is(err, syscall.EAGAIN)
+	return true
 }
 
 // writeCommand sends one command packet, starting a new exchange.
