@@ -153,15 +153,3 @@ func (v AttrVerdict) String() string {
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
-// roundOrder is the order in which round (counted from 1) runs targets:
-// as given in odd rounds, reversed in even ones, so that over the rounds
-// every target sits at every position alike and a steady drift in the
-// machine's load weighs on each the same.
-func roundOrder(targets []string, round int) []string {
-	out := slices.Clone(targets)
-	if round%2 == 0 {
-		slices.Reverse(out)
-	}
-	return out
-}

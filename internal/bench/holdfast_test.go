@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +165,32 @@ func TestBaselineTarget(t *testing.T) {
 	o.BaselineRepo, o.Mode = "../..", ModeAttribution
 	if err := o.validate(); err == nil {
 		t.Fatal("validate accepted -baseline-repo in mode attribution")
+	}
+}
+
+// No target always runs after another in the proxy comparison: the order
+// of a round is reversed in the next, so holdfast and an extra column
+// (here holdfast@base) each run first in one of two rounds.
+func TestSysbenchRunsAlternateOrder(t *testing.T) {
+	o := DefaultOptions()
+	o.BaselineRepo = "../.."
+	o.Rounds = 2
+	o.Workloads = o.Workloads[:1]
+	var order [][]string
+	for _, r := range o.sysbenchRuns() {
+		for len(order) < r.round {
+			order = append(order, nil)
+		}
+		order[r.round-1] = append(order[r.round-1], r.target)
+	}
+	pos := func(round int, target string) int { return slices.Index(order[round], target) }
+	if len(order) != 2 || len(order[0]) != 4 || len(order[1]) != 4 {
+		t.Fatalf("runs by round: %v", order)
+	}
+	if (pos(0, TargetHoldfast) < pos(0, TargetBaseline)) == (pos(1, TargetHoldfast) < pos(1, TargetBaseline)) {
+		t.Fatalf("holdfast and holdfast@base run in the same order in both rounds: %v", order)
+	}
+	if (pos(0, TargetRelay) < pos(0, TargetHoldfast)) == (pos(1, TargetRelay) < pos(1, TargetHoldfast)) {
+		t.Fatalf("the relay and holdfast run in the same order in both rounds: %v", order)
 	}
 }

@@ -612,6 +612,18 @@ func (b *runner) endpoint(target string) Endpoint {
 	return b.direct
 }
 
+// roundOrder is the order in which round (counted from 1) runs targets:
+// as given in odd rounds, reversed in even ones, so that over the rounds
+// every target sits at every position alike and a steady drift in the
+// machine's load weighs on each the same.
+func roundOrder(targets []string, round int) []string {
+	out := slices.Clone(targets)
+	if round%2 == 0 {
+		slices.Reverse(out)
+	}
+	return out
+}
+
 func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
 	o := b.o
 	var err error
@@ -626,7 +638,8 @@ func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
 	if err := b.startExtraHoldfasts(ctx); err != nil {
 		return nil, err
 	}
-	b.printf("commands (each round runs every workload against %s in turn):\n", strings.Join(o.targets(), ", "))
+	b.printf("commands (each round runs every workload against %s in turn, in the reverse order in even rounds):\n",
+		strings.Join(o.targets(), ", "))
 	for _, w := range o.Workloads {
 		for _, t := range o.targets() {
 			b.printf("  %s\n", b.sysb.CommandLine(b.sysb.RunArgs(w, b.endpoint(t), o.Time)))
@@ -636,19 +649,39 @@ func (b *runner) sysbenchPhase(ctx context.Context) ([]Sample, error) {
 	b.printf("%d rounds × %d runs of %v: about %v\n\n", o.Rounds, len(o.Workloads)*len(o.targets()), o.Time, total.Round(time.Minute))
 
 	var samples []Sample
+	for _, r := range o.sysbenchRuns() {
+		if ctx.Err() != nil {
+			return samples, ctx.Err()
+		}
+		s := b.runOne(ctx, r.round, r.w, r.target)
+		samples = append(samples, s)
+		b.printSample(s)
+	}
+	return samples, nil
+}
+
+// sysbenchRun is one sysbench run of the proxy comparison.
+type sysbenchRun struct {
+	round  int
+	w      Workload
+	target string
+}
+
+// sysbenchRuns lists the proxy comparison's runs in the order they run:
+// round by round, each workload against every target. The targets' order
+// reverses every other round (roundOrder), so that no target always runs
+// after another: the machine's load drifts over a round, and an extra
+// column that always ran last would carry that drift.
+func (o Options) sysbenchRuns() []sysbenchRun {
+	var out []sysbenchRun
 	for round := 1; round <= o.Rounds; round++ {
 		for _, w := range o.Workloads {
-			for _, t := range o.targets() {
-				if ctx.Err() != nil {
-					return samples, ctx.Err()
-				}
-				s := b.runOne(ctx, round, w, t)
-				samples = append(samples, s)
-				b.printSample(s)
+			for _, t := range roundOrder(o.targets(), round) {
+				out = append(out, sysbenchRun{round, w, t})
 			}
 		}
 	}
-	return samples, nil
+	return out
 }
 
 // holdfastOf is the holdfast process serving target; nil for direct and
