@@ -311,7 +311,7 @@ func (bc *backendConn) peekFD(fd uintptr) bool {
 	// Nothing to read (EAGAIN) is alive. The end of the stream (n == 0, no
 	// error), unsolicited data (n > 0: protocol state unknown) or any
 	// other error is not.
-	bc.peekLive = n <= 0 && errors.Is(err, syscall.EAGAIN)
+	bc.peekLive = n <= 0 && err == syscall.EAGAIN // a bare Errno: compared, not unwrapped
 	return true
 }
 

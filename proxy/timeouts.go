@@ -82,8 +82,12 @@ func (s *session) clientWriteTimeout() time.Duration {
 	if d == 0 {
 		return 0
 	}
-	if v := s.vars; v != nil && v.vals["net_write_timeout"] != "" { // no failed parse per packet
-		if n, err := strconv.ParseFloat(v.vals["net_write_timeout"], 64); err == nil && n > 0 {
+	var w string
+	if s.vars != nil {
+		w = s.vars.vals["net_write_timeout"]
+	}
+	if w != "" { // no failed parse per packet
+		if n, err := strconv.ParseFloat(w, 64); err == nil && n > 0 {
 			d = min(d, time.Duration(n*float64(time.Second)))
 		}
 	}
