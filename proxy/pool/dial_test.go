@@ -153,8 +153,12 @@ func TestRefusedLoginFailsFast(t *testing.T) {
 	e.d.mu.Lock()
 	e.d.fail = 1 << 30
 	e.d.mu.Unlock()
+	// A hang guard, not a timing: a pool that retried the refusal would
+	// otherwise wait out AcquireTimeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	for range 3 {
-		if _, err := e.p.Acquire(context.Background(), 1); !errors.Is(err, ErrRefused) || !errors.Is(err, errDial) {
+		if _, err := e.p.Acquire(ctx, 1); !errors.Is(err, ErrRefused) || !errors.Is(err, errDial) {
 			t.Fatalf("Acquire: %v, want the refusal", err)
 		}
 	}
@@ -164,7 +168,7 @@ func TestRefusedLoginFailsFast(t *testing.T) {
 	e.d.mu.Lock()
 	e.d.fail = 0
 	e.d.mu.Unlock()
-	if _, err := e.p.Acquire(context.Background(), 1); !errors.Is(err, ErrRefused) {
+	if _, err := e.p.Acquire(ctx, 1); !errors.Is(err, ErrRefused) {
 		t.Fatalf("within refusedRetry: %v, want the refusal again", err)
 	}
 	c0 := e.acquire(0) // another key is not refused
