@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
 
 // faultLog counts what a fault injector did, and what went wrong with it
@@ -40,14 +41,6 @@ func (f *faultLog) counts() (done, misses int, failures []Violation) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.done, f.misses, append([]Violation(nil), f.failures...)
-}
-
-// sleepCtx sleeps for d or until ctx is done; it reports whether the whole
-// d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	return tickCtx(ctx, t.C)
 }
 
 // tickCtx waits for the next tick on c or until ctx is done; it reports
@@ -103,7 +96,7 @@ func killBackends(ctx context.Context, root *sql.DB, every time.Duration, rng *r
 // ctx is done, and restarts it after downs[i] (in turn) each time. It
 // returns with the server running.
 func killMariaDB(ctx context.Context, p *dbtest.Private, every time.Duration, downs []time.Duration, log *faultLog) {
-	for i := 0; sleepCtx(ctx, every); i++ {
+	for i := 0; lifecycle.Sleep(ctx, every) == nil; i++ {
 		p.Kill()
 		time.Sleep(downs[i%len(downs)])
 		if err := p.Restart(); err != nil {
@@ -118,7 +111,7 @@ func killMariaDB(ctx context.Context, p *dbtest.Private, every time.Duration, do
 // done, and restarts it after down each time. It returns with holdfast
 // running.
 func killHoldfast(ctx context.Context, h *holdfast, every, down time.Duration, log *faultLog) {
-	for sleepCtx(ctx, every) {
+	for lifecycle.Sleep(ctx, every) == nil {
 		h.kill9()
 		time.Sleep(down)
 		if err := h.start(context.Background()); err != nil {
@@ -132,7 +125,7 @@ func killHoldfast(ctx context.Context, h *holdfast, every, down time.Duration, l
 // scrapeLoop reads every instance's recoveries once a second until ctx is
 // done (a SIGKILL loses at most the last second of an incarnation's).
 func scrapeLoop(ctx context.Context, hs []*holdfast) {
-	for sleepCtx(ctx, time.Second) {
+	for lifecycle.Sleep(ctx, time.Second) == nil {
 		for _, h := range hs {
 			_ = h.scrape(ctx)
 		}
