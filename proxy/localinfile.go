@@ -176,7 +176,7 @@ func (s *session) localInfileFailed(err error) error {
 	switch {
 	case errors.Is(err, errUploadKilled):
 		s.w.seq = s.r.seq
-		s.writeErr(newErr(codeQueryInterrupted, "70100", "Query execution was interrupted; holdfast closed the connection, as the client was still sending its LOAD DATA LOCAL file (nothing of the file was loaded)"))
+		s.writeErr(newErr(codeQueryInterrupted, "70100", "Query execution was interrupted; holdfast closed the connection, as the client was still sending its LOAD DATA LOCAL file (a transactional table such as InnoDB keeps none of it; a MyISAM table keeps the rows read before the end)"))
 	case errors.Is(err, errPacketTooLarge):
 		s.w.seq = s.r.seq
 		s.writeErr(errTooLarge(s.srv.maxPacket()))
