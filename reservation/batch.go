@@ -46,11 +46,14 @@ var errNoneFit = errors.New("reservation: no reserve in the batch got its units"
 // Two round trips: the select (with SET TRANSACTION and START TRANSACTION
 // in front of it when not on a session), then the rest in one, the DELETE
 // guarded (GuardRowCount) so that COMMIT runs only if it deleted exactly
-// the units locked. The pool's counter does not change: units move from
-// the pool to lines.
+// the units locked. A single pool's batch is one round trip
+// (batchOneTrip), falling back to the two when the pool turns out short;
+// after a batch that came up short the next runs in two from the start.
+// The pool's counter does not change: units move from the pool to lines.
 //
-// cur, when non-nil, is the combiner's cursor (combiner.cursor): a single
-// pool's select starts after it.
+// ps, when non-nil, is what the combiner's batches remember (poolState): a
+// single pool's select starts after its cursor, and runs in one round trip
+// unless the last batch came up short.
 //
 // A duplicate idempotency key (1062) rolls the batch back; the keys are then
 // looked up, the reserves whose key exists are answered from it (replay or
@@ -58,7 +61,7 @@ var errNoneFit = errors.New("reservation: no reserve in the batch got its units"
 //
 // s, when non-nil, is the combiner's session to run on; otherwise the
 // transaction borrows its own connection.
-func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, cur *atomic.Int64) {
+func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, ps *poolState) {
 	seen := make(map[idemKey]bool, len(batch))
 	run := make([]*pending, 0, len(batch))
 	for _, p := range batch {
@@ -89,6 +92,10 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, cur
 			return rows, err
 		}
 	}
+	// A single pool's batch runs in one round trip unless the last batch of
+	// its combiner came up short. Tests that stop a reserve between its
+	// select and its commit (hookLocked) need the two.
+	oneTrip := ps != nil && !ps.short.Load() && !e.cfg.DisableOneTrip && e.hookLocked == nil
 	for round := 0; len(run) > 0; round++ {
 		if round == 3 {
 			for _, p := range run {
@@ -99,17 +106,28 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, cur
 		for _, p := range run {
 			p.id = p.req.id()
 		}
-		fn := func(ctx context.Context, c Conn) error { return e.batchTx(ctx, c, run, cur) }
+		fn := func(ctx context.Context, c Conn) error { return e.batchTx(ctx, c, run, ps, oneTrip) }
 		var err error
 		if s != nil {
 			err = e.sessionTx(ctx, s, fn)
 		} else {
 			err = e.tx.Run(ctx, TagReserve, fn)
 		}
-		if err != nil && cur != nil {
+		if err != nil && ps != nil {
 			// Rolled back: the units it took are free again, below the
 			// cursor; start the next batch at the head.
-			cur.Store(0)
+			ps.cursor.Store(0)
+		}
+		if oneTrip && errors.Is(err, errOneTripShort) {
+			// Not all fitted: run again in two round trips, which serve
+			// the reserves that fit and report the others short.
+			e.m.oneTripFallbacks.Add(1)
+			oneTrip = false
+			round--
+			continue
+		}
+		if oneTrip && err == nil {
+			e.m.oneTrip.Add(1)
 		}
 		if (err == nil || errors.Is(err, errNoneFit)) && (s == nil || !s.broken) {
 			e.diagnoseShort(ctx, read, run)
@@ -205,13 +223,112 @@ func casMax(v *atomic.Int64, x int64) {
 	}
 }
 
+// The one-round-trip form of a single pool's batch keeps what it needs
+// between its statements in these user variables, and clears them before
+// COMMIT (and with the ROLLBACK: onRollback), so no client that gets the
+// connection next sees them.
+const (
+	clearBatchVars = "SET @holdfast_batch_units = NULL, @holdfast_batch_max = NULL, @holdfast_batch_now = NULL"
+)
+
+// oneTripMaxUnits bounds the units of a batch sent in one round trip. On
+// MariaDB, JSON_ARRAYAGG is cut at group_concat_max_len (1 MiB by default);
+// 4096 ids take at most 82 KB. A list cut shorter all the same only makes
+// the guard fail and the batch run again in two round trips.
+const oneTripMaxUnits = 4096
+
+// errOneTripShort is batchOneTrip's answer when the pool had fewer free
+// units than the batch wants: it rolled back, and the batch runs again in
+// two round trips.
+var errOneTripShort = errors.New("reservation: the pool had fewer free units than the batch wants")
+
+// batchOneTrip runs the transaction of a batch of one pool, pd, in one round
+// trip, when every reserve in it is expected to fit:
+//
+//   - the same SKIP LOCKED select as batchTx's, in a derived table, locks
+//     pd.n units (after from) and leaves their ids in a user variable
+//     (JSON_ARRAYAGG), with the highest id and the database time;
+//   - a DELETE joins those ids (JSON_TABLE, STRAIGHT_JOIN: an eq_ref lookup
+//     per id on the primary key, rows this transaction already holds) and
+//     is guarded (GuardRowCount) to have deleted pd.n rows: fewer means the
+//     pool had fewer free units, and the transaction stops and rolls back
+//     (errOneTripShort) before anything else ran;
+//   - the INSERTs of batchTx, with the time taken from the variable;
+//   - a SELECT of the highest id and the time, the variables cleared,
+//     COMMIT.
+//
+// Nothing is decided between the statements, so it is all sent at once.
+func (e *Engine) batchOneTrip(ctx context.Context, c Conn, run []*pending, pd poolDemand, from int64, ps *poolState) error {
+	q := make([]byte, 0, 1024+192*len(run))
+	q = append(q, "SELECT JSON_ARRAYAGG(id), MAX(id), UTC_TIMESTAMP(6) INTO @holdfast_batch_units, @holdfast_batch_max, @holdfast_batch_now FROM (SELECT id FROM reservation_units FORCE INDEX (PRIMARY) WHERE "...)
+	q = append(q, pd.key.WhereSQL()...)
+	if from > 0 {
+		q = append(q, " AND id > "...)
+		q = strconv.AppendInt(q, from, 10)
+	}
+	q = append(q, " ORDER BY id LIMIT "...)
+	q = strconv.AppendInt(q, pd.n, 10)
+	q = append(q, " FOR UPDATE SKIP LOCKED) d; DELETE t FROM JSON_TABLE(@holdfast_batch_units, '$[*]' COLUMNS (id BIGINT PATH '$')) k STRAIGHT_JOIN reservation_units t ON t.shop_id = "...)
+	q = strconv.AppendInt(q, pd.key.ShopID, 10)
+	q = append(q, " AND t.inventory_item_id = "...)
+	q = strconv.AppendInt(q, pd.key.ItemID, 10)
+	q = append(q, " AND t.inventory_group_id = "...)
+	q = strconv.AppendInt(q, pd.key.GroupID, 10)
+	q = append(q, " AND t.id = k.id; "...)
+	q = append(q, GuardRowCount(pd.n)...)
+	q = append(q, "; "...)
+	for _, p := range run {
+		p.out = outcome{}
+	}
+	q = appendHeldSQL(q, run, func(q []byte, d time.Duration) []byte {
+		q = append(q, "@holdfast_batch_now"...)
+		if d != 0 {
+			q = append(q, " + INTERVAL "...)
+			q = strconv.AppendInt(q, d.Microseconds(), 10)
+			q = append(q, " MICROSECOND"...)
+		}
+		return q
+	})
+	q = append(q, "; SELECT @holdfast_batch_max, @holdfast_batch_now; "...)
+	q = append(q, clearBatchVars...)
+	rows, err := commitQuery(ctx, c, string(q))
+	if err != nil {
+		if IsDBError(err, errNumGuard) {
+			ps.short.Store(true)
+			return fmt.Errorf("%w: %w", errOneTripShort, err)
+		}
+		return err
+	}
+	// Committed. The last row is the final SELECT's (the guard's comes
+	// before it).
+	if len(rows) == 0 || len(rows[len(rows)-1]) != 2 {
+		return fmt.Errorf("reservation: a one-trip reserve batch committed but returned %d rows, not its last unit and time", len(rows))
+	}
+	last := rows[len(rows)-1]
+	maxID, err := rowInts(last[:1])
+	if err != nil {
+		return err
+	}
+	now, err := colTime(last[1])
+	if err != nil {
+		return err
+	}
+	casMax(&ps.cursor, maxID[0])
+	for _, p := range run {
+		p.now = now
+	}
+	return nil
+}
+
 // poolDemand is the units one batch wants from one pool.
 type poolDemand struct {
 	key PoolKey
 	n   int64
 }
 
-func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomic.Int64) error {
+// batchTx is one attempt at run's transaction on c. oneTrip asks for the
+// one-round-trip form (batchOneTrip) where the batch is of one pool.
+func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, ps *poolState, oneTrip bool) error {
 	demand := map[PoolKey]int64{}
 	for _, p := range run {
 		p.out = outcome{}
@@ -229,8 +346,11 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomi
 	// A single pool's batch starts after the highest unit the last batch of
 	// this combiner took (see combiner.cursor), not at the head of the pool.
 	var from int64
-	if cur != nil && len(parts) == 1 {
-		from = cur.Load()
+	if ps != nil && len(parts) == 1 {
+		from = ps.cursor.Load()
+	}
+	if oneTrip && len(parts) == 1 && parts[0].n <= oneTripMaxUnits && onRollback(c, clearBatchVars) {
+		return e.batchOneTrip(ctx, c, run, parts[0], from, ps)
 	}
 	q := make([]byte, 0, 256*len(parts))
 	for i, pd := range parts {
@@ -277,11 +397,13 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomi
 		k := parts[v[1]].key
 		avail[k] = append(avail[k], v[0])
 	}
-	if cur != nil && len(parts) == 1 {
+	if ps != nil && len(parts) == 1 {
 		if got := avail[parts[0].key]; int64(len(got)) == parts[0].n {
-			casMax(cur, got[len(got)-1])
+			casMax(&ps.cursor, got[len(got)-1])
+			ps.short.Store(false)
 		} else {
-			cur.Store(0) // reached the tail: the next batch starts at the head
+			ps.cursor.Store(0) // reached the tail: the next batch starts at the head
+			ps.short.Store(true)
 		}
 	}
 
@@ -322,11 +444,26 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomi
 	q = make([]byte, 0, 256+64*total+96*total+256*len(ok))
 	q = append(q, guardedDeleteSQL(TableUnits, unitCols, keys)...)
 	q = append(q, "; "...)
+	q = appendHeldSQL(q, ok, func(q []byte, d time.Duration) []byte {
+		q, _ = AppendLiteral(q, now.Add(d))
+		return q
+	})
+	if err := CommitWith(ctx, c, string(q)); err != nil {
+		if IsDBError(err, errNumGuard) {
+			return fmt.Errorf("reservation: deleting the %d units this transaction locked did not delete them all; rolled back: %w", total, err)
+		}
+		return err
+	}
+	return nil
+}
 
+// appendHeldSQL appends to q the INSERTs of ok's lines (reserved_quantities)
+// and reservations, "; " between them and none after. at appends the SQL
+// value of the transaction's time plus d.
+func appendHeldSQL(q []byte, ok []*pending, at func(q []byte, d time.Duration) []byte) []byte {
 	first := true
 	q = append(q, "INSERT INTO reserved_quantities (reservation_id, line_no, shop_id, inventory_item_id, inventory_group_id, quantity, expires_at) VALUES "...)
 	for _, p := range ok {
-		exp := now.Add(p.req.ttl)
 		for i, k := range p.pools {
 			if !first {
 				q = append(q, ',')
@@ -345,7 +482,7 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomi
 			q = append(q, ',')
 			q = strconv.AppendInt(q, p.req.lines[i].qty, 10)
 			q = append(q, ',')
-			q, _ = AppendLiteral(q, exp)
+			q = at(q, p.req.ttl)
 			q = append(q, ')')
 		}
 	}
@@ -388,9 +525,9 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomi
 		q = append(q, ',')
 		q, _ = AppendLiteral(q, encodeLines(lines))
 		q = append(q, ',')
-		q, _ = AppendLiteral(q, now)
+		q = at(q, 0)
 		q = append(q, ',')
-		q, _ = AppendLiteral(q, now.Add(p.req.ttl))
+		q = at(q, p.req.ttl)
 		if withAuthority {
 			q = append(q, ',')
 			if p.req.authority == AuthorityNone {
@@ -401,11 +538,5 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, cur *atomi
 		}
 		q = append(q, ')')
 	}
-	if err := CommitWith(ctx, c, string(q)); err != nil {
-		if IsDBError(err, errNumGuard) {
-			return fmt.Errorf("reservation: deleting the %d units this transaction locked did not delete them all; rolled back: %w", total, err)
-		}
-		return err
-	}
-	return nil
+	return q
 }

@@ -31,6 +31,16 @@ const (
 type combiner struct {
 	key PoolKey
 
+	last poolState // what its batches remember between them
+
+	mu      sync.Mutex // guards following
+	queue   []*pending
+	running int  // leaders running or handed leadership
+	dead    bool // removed from Engine.combiners; use a new one
+}
+
+// poolState is what one pool's consecutive batches remember.
+type poolState struct {
 	// cursor is the highest unit id a batch of this pool took; the next
 	// batch's SKIP LOCKED select starts after it. Units are appended with
 	// increasing ids (pool_counters.next_unit_id) and taken in id order, so
@@ -41,10 +51,10 @@ type combiner struct {
 	// below it (from a batch that rolled back) are found again.
 	cursor atomic.Int64
 
-	mu      sync.Mutex // guards following
-	queue   []*pending
-	running int  // leaders running or handed leadership
-	dead    bool // removed from Engine.combiners; use a new one
+	// short is set by a batch that found fewer free units than it wanted,
+	// cleared by one that got them all. The next batch runs in one round
+	// trip (batchOneTrip) only while it is clear.
+	short atomic.Bool
 }
 
 // submit queues a single-line reserve on pool and waits for its outcome. A
@@ -164,7 +174,7 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 					p.out = outcome{err: err}
 				}
 			} else {
-				e.runBatch(bctx, batch, sess, &cb.cursor) // sess may be nil: no session free
+				e.runBatch(bctx, batch, sess, &cb.last) // sess may be nil: no session free
 				if sess != nil && (sess.broken || noneGotUnits(batch)) {
 					// Do not hold a connection while the reserves back
 					// off or wait for a refill.

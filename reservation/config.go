@@ -76,10 +76,15 @@ type Config struct {
 	// DisableSessions makes every coalesced batch borrow a connection for its
 	// own transaction (SET TRANSACTION + START TRANSACTION sent with its
 	// SELECT) instead of keeping one in session mode (autocommit off, READ
-	// COMMITTED for the borrow, restored before release). Two round trips
-	// per batch either way; sessions save the borrow. For a Conns whose
-	// connections must not see session variables change.
+	// COMMITTED for the borrow, restored before release). Sessions save the
+	// borrow. For a Conns whose connections must not see session variables
+	// change.
 	DisableSessions bool `yaml:"disable_sessions"`
+	// DisableOneTrip makes every coalesced batch take two round trips (the
+	// SKIP LOCKED select; then the DELETE, INSERTs and COMMIT) instead of
+	// one while its pool has units to spare (see batchOneTrip, which keeps
+	// the locked ids in user variables between its statements).
+	DisableOneTrip bool `yaml:"disable_one_trip"`
 	// MaxWaitersPerPool caps the reserves queued on one pool; beyond it a
 	// reserve fails fast with 9107 and is counted as rejected. Zero means 4096.
 	MaxWaitersPerPool int `yaml:"max_waiters_per_pool"`

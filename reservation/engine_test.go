@@ -2,7 +2,9 @@ package reservation_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -181,4 +183,64 @@ func TestLifecycle(t *testing.T) {
 	if _, _, err := v.call("availability", int64(1), int64(1)); !errors.Is(err, reservation.ErrClosed) {
 		t.Errorf("call after Close: %v", err)
 	}
+}
+
+// TestOneTripBatch: reserves of an item/location with units to spare commit
+// in one round trip and write what a two-round-trip batch writes; one that
+// finds the pool short rolls back, runs again in two and is answered 9101. Neither leaves the batch's user variables on the
+// connection (the env's pool has one, which the checks then read from).
+func TestOneTripBatch(t *testing.T) {
+	v := newEnv(t, envOpts{maxConns: 1})
+	v.receive(2001, 1, 10)
+	noVars := func(when string) {
+		t.Helper()
+		var units, last, now sql.NullString
+		if err := v.db.QueryRow("SELECT @holdfast_batch_units, @holdfast_batch_max, @holdfast_batch_now").Scan(&units, &last, &now); err != nil {
+			t.Fatal(err)
+		}
+		if units.Valid || last.Valid || now.Valid {
+			t.Errorf("%s: the connection kept the batch's variables: %v %v %v", when, units, last, now)
+		}
+	}
+	for i := range 3 {
+		_, rows, err := v.call("reserve", int64(shop), fmt.Sprintf("one-trip-%d", i), restest.LinesJSON(2001, 3, 1), int64(600))
+		if err != nil {
+			t.Fatalf("reserve %d: %v", i, err)
+		}
+		id, ok := reservation.ParseToken(rows[0][0].(string))
+		if !ok {
+			t.Fatalf("reserve %d: token %v", i, rows[0][0])
+		}
+		var exp string
+		var ttl int64
+		if err := v.db.QueryRow("SELECT DATE_FORMAT(r.expires_at, '%Y-%m-%d %H:%i:%s.%f'), TIMESTAMPDIFF(MICROSECOND, r.created_at, r.expires_at) FROM reservations r JOIN reserved_quantities q USING (reservation_id) WHERE q.expires_at = r.expires_at AND r.reservation_id = ?",
+			id).Scan(&exp, &ttl); err != nil {
+			t.Fatalf("reserve %d: its rows: %v", i, err)
+		}
+		if got := rows[0][1].(time.Time).UTC().Format("2006-01-02 15:04:05.000000"); got != exp || ttl != 600e6 {
+			t.Errorf("reserve %d answered expires_at %v; stored %v, %d µs after created_at", i, got, exp, ttl)
+		}
+		noVars(fmt.Sprintf("after reserve %d", i))
+	}
+	s := v.eng.Stats()
+	if s.Batches != 3 || s.OneTrip != 3 || s.OneTripFallbacks != 0 {
+		t.Errorf("3 reserves with stock to spare: %d transactions, %d in one round trip, %d fell back; want 3, 3, 0", s.Batches, s.OneTrip, s.OneTripFallbacks)
+	}
+	if onHand, pooled, reserved := v.pool(2001, 1); onHand != 10 || pooled != 1 || reserved != 9 {
+		t.Errorf("after 3 reserves of 3: on_hand %d, pooled %d, reserved %d; want 10, 1, 9", onHand, pooled, reserved)
+	}
+
+	// One unit left, two wanted: the one-trip batch rolls back, the
+	// two-trip one finds the pool short, and the reserve gets 9101.
+	if _, _, err := v.call("reserve", int64(shop), "one-trip-short", restest.LinesJSON(2001, 2, 1), int64(600)); restest.Code(err) != reservation.CodeInsufficientStock {
+		t.Errorf("reserve of 2 with 1 left: %v, want %d", err, reservation.CodeInsufficientStock)
+	}
+	if s := v.eng.Stats(); s.OneTripFallbacks != 1 {
+		t.Errorf("a reserve the pool could not fill: %d one-trip fallbacks, want 1", s.OneTripFallbacks)
+	}
+	noVars("after the fallback")
+	if onHand, pooled, reserved := v.pool(2001, 1); onHand != 10 || pooled != 1 || reserved != 9 {
+		t.Errorf("after the short reserve: on_hand %d, pooled %d, reserved %d; want 10, 1, 9", onHand, pooled, reserved)
+	}
+	v.checkInvariant(2001, 1)
 }

@@ -194,6 +194,24 @@ const (
 // faultEnv is an env whose engine borrows through a faultConns.
 func faultEnv(t *testing.T, o envOpts) (*env, *faultConns) {
 	t.Helper()
+	return faultEnvTrips(t, o, 2)
+}
+
+// faultEnvTrips is faultEnv with coalesced batches in trips round trips: 2
+// puts a round trip between a reserve's locking read (stmtReserveLock) and
+// the one that carries its COMMIT (stmtReserveCommit); 1 sends both in one,
+// while the pool has units to spare.
+func faultEnvTrips(t *testing.T, o envOpts, trips int) (*env, *faultConns) {
+	t.Helper()
+	if trips == 2 {
+		cfg := o.cfg
+		o.cfg = func(c *reservation.Config) {
+			c.DisableOneTrip = true
+			if cfg != nil {
+				cfg(c)
+			}
+		}
+	}
 	var f *faultConns
 	o.wrap = func(c reservation.Conns) reservation.Conns {
 		f = newFaultConns(c)

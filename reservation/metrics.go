@@ -140,21 +140,23 @@ func (c counterVec) snapshot(names []string) map[string]uint64 {
 
 // metrics are the engine's counters; Stats copies them.
 type metrics struct {
-	reserves      counterVec
-	claims        counterVec
-	ops           []counterVec // by op, then outcome
-	recoveries    counterVec   // by procNames
-	backoffs      atomic.Uint64
-	inlineRefills atomic.Uint64
-	rejected      atomic.Uint64
-	batches       atomic.Uint64
-	deadlocks     atomic.Uint64
-	lockWaits     atomic.Uint64
-	swept         atomic.Uint64
-	pruned        atomic.Uint64
-	reserveDur    *Histogram
-	claimDur      *Histogram
-	batchSize     *Histogram
+	reserves         counterVec
+	claims           counterVec
+	ops              []counterVec // by op, then outcome
+	recoveries       counterVec   // by procNames
+	backoffs         atomic.Uint64
+	inlineRefills    atomic.Uint64
+	rejected         atomic.Uint64
+	batches          atomic.Uint64
+	oneTrip          atomic.Uint64
+	oneTripFallbacks atomic.Uint64
+	deadlocks        atomic.Uint64
+	lockWaits        atomic.Uint64
+	swept            atomic.Uint64
+	pruned           atomic.Uint64
+	reserveDur       *Histogram
+	claimDur         *Histogram
+	batchSize        *Histogram
 
 	reconCycles     atomic.Uint64
 	reconErrors     atomic.Uint64
@@ -204,6 +206,10 @@ type Stats struct {
 	Rejected uint64
 	// Batches counts reserve transactions (coalesced or not).
 	Batches uint64
+	// OneTrip counts reserve transactions committed in one round trip (a
+	// batch of one pool whose every reserve fitted); OneTripFallbacks those
+	// that tried, found the pool short, and ran again in two.
+	OneTrip, OneTripFallbacks uint64
 	// Deadlocks and LockWaitTimeouts count transactions retried after 1213
 	// and 1205.
 	Deadlocks, LockWaitTimeouts uint64
@@ -237,6 +243,8 @@ func (e *Engine) Stats() Stats {
 		InlineRefills:       m.inlineRefills.Load(),
 		Rejected:            m.rejected.Load(),
 		Batches:             m.batches.Load(),
+		OneTrip:             m.oneTrip.Load(),
+		OneTripFallbacks:    m.oneTripFallbacks.Load(),
 		Deadlocks:           m.deadlocks.Load(),
 		LockWaitTimeouts:    m.lockWaits.Load(),
 		Swept:               m.swept.Load(),

@@ -486,3 +486,56 @@ func TestStockChangeNotRepeatedAfterUnknownCommit(t *testing.T) {
 	}
 	v.checkInvariant(47, 1)
 }
+
+// stmtReserveOneTrip is in the statement of a reserve batch sent in one
+// round trip (lock, delete, insert, COMMIT), and in no other.
+const stmtReserveOneTrip = "@holdfast_batch_units"
+
+// TestOneTripFaultsTellTheTruth: a coalesced reserve sent in one round trip
+// has no point between locking its units and its COMMIT, so a connection
+// lost on that round trip leaves the outcome unknown whether or not the
+// database ran it. The reserve finds out by its key on a fresh connection
+// and answers once either way; when the database stays unreachable it
+// answers 9108 (it cannot know that nothing was done), and the same CALL
+// repeated later answers what was done.
+func TestOneTripFaultsTellTheTruth(t *testing.T) {
+	v, f := faultEnvTrips(t, envOpts{cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }}, 1)
+	v.receive(48, 1, 100)
+	ctx := context.Background()
+	for _, after := range []bool{false, true} {
+		name := map[bool]string{false: "lost before it ran", true: "ran, answer lost"}[after]
+		t.Run(name, func(t *testing.T) {
+			key := fmt.Sprintf("one-trip-%v", after)
+			before := v.eng.Stats().Recoveries["reserve"]
+			r := f.inject(stmtReserveOneTrip, after)
+			_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), key, restest.LinesJSON(48, 3, 1), int64(600)})
+			checkFired(t, f, r)
+			f.clear()
+			if err != nil {
+				t.Fatalf("reserve: %v", err)
+			}
+			v.checkReservation(rows, key, 1, 3)
+			if got := v.eng.Stats().Recoveries["reserve"]; got <= before {
+				t.Errorf("recoveries of reserve: %d before, %d after; want more", before, got)
+			}
+		})
+	}
+	t.Run("ran, answer lost, then down", func(t *testing.T) {
+		args := []any{int64(shop), "one-trip-down", restest.LinesJSON(48, 2, 1), int64(600)}
+		r := f.add(&faultRule{match: stmtReserveOneTrip, after: true, then: func() { f.setDown(true) }})
+		_, _, err := v.eng.Call(ctx, "reserve", args)
+		checkFired(t, f, r)
+		f.clear()
+		if code, _, msg := mysqlError(err); code != reservation.CodeOutcomeUnknown {
+			t.Fatalf("got %v (%d %q); want 9108, outcome unknown", err, code, msg)
+		}
+		_, rows, err := v.eng.Call(ctx, "reserve", args)
+		if err != nil || len(rows) != 1 || rows[0][7] != int64(1) {
+			t.Fatalf("the repeated CALL answered %v, %v; want the reservation the first one made, replayed", rows, err)
+		}
+	})
+	if _, _, reserved := v.pool(48, 1); reserved != 8 {
+		t.Errorf("%d units reserved; want 8 (3 + 3 + 2, each once)", reserved)
+	}
+	v.checkInvariant(48, 1)
+}

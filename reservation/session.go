@@ -131,7 +131,7 @@ func (e *Engine) sessionTx(ctx context.Context, s *session, fn func(ctx context.
 			return err
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_, rerr := s.c.Exec(rctx, "ROLLBACK")
+		_, rerr := s.c.Exec(rctx, "ROLLBACK"+tc.cleanup)
 		cancel()
 		if rerr != nil {
 			s.broken = true

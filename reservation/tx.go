@@ -85,7 +85,7 @@ func (r TxRunner) once(ctx context.Context, tag string, fn func(ctx context.Cont
 		// run. Only an unknown outcome (I/O) leaves the session suspect.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, rerr := c.Exec(rctx, "ROLLBACK")
+		_, rerr := c.Exec(rctx, "ROLLBACK"+tc.cleanup)
 		broken = rerr != nil || tc.unsure
 		return err
 	}
@@ -120,11 +120,26 @@ func commitUnknown(err error) bool {
 // txConn is the Conn a transaction's fn sees. Its first statement carries
 // begin (empty once sent, or for a session whose autocommit is off). unsure
 // records a lost connection, after which the session state is unknown.
+// cleanup, when set (see onRollback), travels with the ROLLBACK.
 type txConn struct {
 	Conn
-	begin  string
-	ended  bool // CommitWith committed
-	unsure bool
+	begin   string
+	ended   bool // CommitWith committed
+	unsure  bool
+	cleanup string
+}
+
+// onRollback makes the ROLLBACK that ends c's transaction on failure also
+// run stmts (prefixed "; "), in the same round trip: a transaction that set
+// user variables clears them there, so the connection goes back to the pool
+// without them whichever statement failed. It reports false when c is not a
+// transaction's Conn; the caller must then not rely on it.
+func onRollback(c Conn, stmts string) bool {
+	tc, ok := c.(*txConn)
+	if ok {
+		tc.cleanup = "; " + stmts
+	}
+	return ok
 }
 
 func (t *txConn) Exec(ctx context.Context, q string, args ...any) (Result, error) {
@@ -171,25 +186,44 @@ func (t *txConn) note(err error, commit bool) error {
 // round trip that carried COMMIT, the error says so (the transaction may
 // or may not have committed: the engine finds out, see recovery.go).
 func CommitWith(ctx context.Context, c Conn, q string, args ...any) error {
+	_, err := commit(ctx, c, false, q, args...)
+	return err
+}
+
+// commitQuery is CommitWith for statements whose rows the caller needs: it
+// returns the rows of every result set of q.
+func commitQuery(ctx context.Context, c Conn, q string, args ...any) ([][][]byte, error) {
+	return commit(ctx, c, true, q, args...)
+}
+
+func commit(ctx context.Context, c Conn, query bool, q string, args ...any) ([][][]byte, error) {
+	run := func(c Conn, q string) ([][][]byte, error) {
+		if query {
+			return c.Query(ctx, q, args...)
+		}
+		_, err := c.Exec(ctx, q, args...)
+		return nil, err
+	}
 	tc, ok := c.(*txConn)
 	if !ok {
-		if _, err := c.Exec(ctx, q, args...); err != nil {
-			return err
+		rows, err := run(c, q)
+		if err != nil {
+			return nil, err
 		}
 		if _, err := c.Exec(ctx, "COMMIT"); err != nil {
 			if err = markLost(err); connLost(err) {
-				return &commitUnknownError{err}
+				return nil, &commitUnknownError{err}
 			}
-			return err
+			return nil, err
 		}
-		return nil
+		return rows, nil
 	}
-	q = tc.take() + q + "; COMMIT"
-	if _, err := tc.Conn.Exec(ctx, q, args...); err != nil {
-		return tc.note(err, true)
+	rows, err := run(tc.Conn, tc.take()+q+"; COMMIT")
+	if err != nil {
+		return nil, tc.note(err, true)
 	}
 	tc.ended = true
-	return nil
+	return rows, nil
 }
 
 // GuardRowCount returns a statement that fails (error 1242, "Subquery
