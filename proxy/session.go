@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -33,7 +34,10 @@ type session struct {
 	srv     *Server
 	id      uint32
 	nc      net.Conn
-	r       packetReader
+	raw     syscall.RawConn       // nc's socket when it has one: see readCommand
+	ready   func(fd uintptr) bool // s.socketReady, for raw.Read
+	waited  bool                  // socketReady found nothing and Read waited
+	r       packetReader          // r.br is nil between commands when raw is set
 	w       packetWriter
 	remote  string
 	user    User
@@ -117,12 +121,17 @@ type session struct {
 	stmtText  []byte
 }
 
-// clientReadBuffer is the size of a session's read buffer, held for the
-// life of the connection (idle ones too). Most commands fit; longer ones
-// are read through it in more than one read.
+// clientReadBuffer is the size of a session's read buffer. Most commands
+// fit; longer ones are read through it in more than one read. A session on
+// a plain socket holds it only from the moment a command arrives until the
+// command is answered and nothing more is buffered (readerPool); one on a
+// connection without a socket of its own (TLS) holds it for its life.
 const clientReadBuffer = 1 << 10
 
-var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
+var (
+	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
+	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, clientReadBuffer) }}
+)
 
 func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *session {
 	caps, db := h.caps, h.db
@@ -135,7 +144,6 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 		srv:        srv,
 		id:         id,
 		nc:         nc,
-		r:          packetReader{br: bufio.NewReaderSize(nc, clientReadBuffer)},
 		remote:     nc.RemoteAddr().String(),
 		user:       u,
 		caps:       caps,
@@ -147,6 +155,14 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 		variant:    clientVariant(caps, h.extCaps),
 		status:     statusAutocommit,
 		stmts:      map[uint32]*clientStmt{},
+	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		s.raw, _ = sc.SyscallConn()
+	}
+	if s.raw == nil {
+		s.r.br = bufio.NewReaderSize(nc, clientReadBuffer)
+	} else {
+		s.ready = s.socketReady
 	}
 	s.watch.s = s
 	s.cw.conn, s.cw.srv = nc, srv
@@ -173,7 +189,7 @@ func (s *session) serve() {
 		s.r.seq = 0
 		s.writeLimit.Store(int64(s.clientWriteTimeout()))
 		s.idleSince.Store(s.srv.now())
-		p, err := s.r.readPacket(s.buf, s.srv.maxPacket())
+		p, err := s.readCommand()
 		s.idleSince.Store(0)
 		if s.expire.Load() != 0 {
 			s.expired()
@@ -200,10 +216,53 @@ func (s *session) serve() {
 		s.w.bw.Reset(nil)
 		writerPool.Put(s.w.bw)
 		s.w.bw = nil
+		if s.raw != nil && s.r.br.Buffered() == 0 {
+			s.r.br.Reset(nil)
+			readerPool.Put(s.r.br)
+			s.r.br = nil
+		}
 		if !keep || ferr != nil || s.gone || s.closeAfter {
 			return
 		}
 	}
+}
+
+// readCommand reads the next command packet. A session on a plain socket
+// waits for it without a read buffer (an idle client costs that much less)
+// and takes one from readerPool once the socket is readable; serve gives it
+// back after the answer. A read deadline (a drain, a kill, a timeout) ends
+// the wait as it ends a read.
+func (s *session) readCommand() ([]byte, error) {
+	if s.r.br == nil {
+		s.waited = false
+		if err := s.raw.Read(s.ready); err != nil {
+			return nil, err
+		}
+		s.r.br = readerPool.Get().(*bufio.Reader)
+		s.r.br.Reset(s.nc)
+	}
+	return s.r.readPacket(s.buf, s.srv.maxPacket())
+}
+
+// socketReady is readCommand's probe of the client socket, called by
+// s.raw.Read (as s.ready, made once per session). It reports whether a
+// read would not block: bytes queued, the end of the stream or an error,
+// found by a non-blocking peek. Only a peek that found nothing (EAGAIN)
+// lets Read wait for the socket to become readable, so no bytes already
+// queued wait for a readiness event that came before them; called again
+// after that wait, it reports ready (a spurious wake-up only makes the
+// reader's own read wait).
+func (s *session) socketReady(fd uintptr) bool {
+	if s.waited {
+		return true
+	}
+	var b [1]byte
+	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	if err == syscall.EAGAIN { // a bare Errno: compared, not unwrapped
+		s.waited = true
+		return false
+	}
+	return true
 }
 
 func (s *session) readFailed(err error) {
