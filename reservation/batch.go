@@ -260,15 +260,9 @@ var errOneTripShort = errors.New("reservation: the pool had fewer free units tha
 // Nothing is decided between the statements, so it is all sent at once.
 func (e *Engine) batchOneTrip(ctx context.Context, c Conn, run []*pending, pd poolDemand, from int64, ps *poolState) error {
 	q := make([]byte, 0, 1024+192*len(run))
-	q = append(q, "SELECT JSON_ARRAYAGG(id), MAX(id), UTC_TIMESTAMP(6) INTO @holdfast_batch_units, @holdfast_batch_max, @holdfast_batch_now FROM (SELECT id FROM reservation_units FORCE INDEX (PRIMARY) WHERE "...)
-	q = append(q, pd.key.WhereSQL()...)
-	if from > 0 {
-		q = append(q, " AND id > "...)
-		q = strconv.AppendInt(q, from, 10)
-	}
-	q = append(q, " ORDER BY id LIMIT "...)
-	q = strconv.AppendInt(q, pd.n, 10)
-	q = append(q, " FOR UPDATE SKIP LOCKED) d; DELETE t FROM JSON_TABLE(@holdfast_batch_units, '$[*]' COLUMNS (id BIGINT PATH '$')) k STRAIGHT_JOIN reservation_units t ON t.shop_id = "...)
+	q = append(q, "SELECT JSON_ARRAYAGG(id), MAX(id), UTC_TIMESTAMP(6) INTO @holdfast_batch_units, @holdfast_batch_max, @holdfast_batch_now FROM ("...)
+	q = appendTakeSQL(q, "id", pd, from)
+	q = append(q, ") d; DELETE t FROM JSON_TABLE(@holdfast_batch_units, '$[*]' COLUMNS (id BIGINT PATH '$')) k STRAIGHT_JOIN reservation_units t ON t.shop_id = "...)
 	q = strconv.AppendInt(q, pd.key.ShopID, 10)
 	q = append(q, " AND t.inventory_item_id = "...)
 	q = strconv.AppendInt(q, pd.key.ItemID, 10)
@@ -320,6 +314,23 @@ func (e *Engine) batchOneTrip(ctx context.Context, c Conn, run []*pending, pd po
 	return nil
 }
 
+// appendTakeSQL appends the locking read that takes pd's units: the first
+// pd.n units of the pool (after unit from, when positive) that no other
+// transaction holds, in id order on the clustered key, selecting sel.
+func appendTakeSQL(q []byte, sel string, pd poolDemand, from int64) []byte {
+	q = append(q, "SELECT "...)
+	q = append(q, sel...)
+	q = append(q, " FROM reservation_units FORCE INDEX (PRIMARY) WHERE "...)
+	q = append(q, pd.key.WhereSQL()...)
+	if from > 0 {
+		q = append(q, " AND id > "...)
+		q = strconv.AppendInt(q, from, 10)
+	}
+	q = append(q, " ORDER BY id LIMIT "...)
+	q = strconv.AppendInt(q, pd.n, 10)
+	return append(q, " FOR UPDATE SKIP LOCKED"...)
+}
+
 // poolDemand is the units one batch wants from one pool.
 type poolDemand struct {
 	key PoolKey
@@ -360,17 +371,7 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, ps *poolSt
 			}
 			q = append(q, '(')
 		}
-		q = append(q, "SELECT id, "...)
-		q = strconv.AppendInt(q, int64(i), 10)
-		q = append(q, ", UTC_TIMESTAMP(6) FROM reservation_units FORCE INDEX (PRIMARY) WHERE "...)
-		q = append(q, pd.key.WhereSQL()...)
-		if from > 0 {
-			q = append(q, " AND id > "...)
-			q = strconv.AppendInt(q, from, 10)
-		}
-		q = append(q, " ORDER BY id LIMIT "...)
-		q = strconv.AppendInt(q, pd.n, 10)
-		q = append(q, " FOR UPDATE SKIP LOCKED"...)
+		q = appendTakeSQL(q, "id, "+strconv.Itoa(i)+", UTC_TIMESTAMP(6)", pd, from)
 		if len(parts) > 1 {
 			q = append(q, ')')
 		}
