@@ -95,7 +95,7 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, ps 
 	// A single pool's batch runs in one round trip unless the last batch of
 	// its combiner came up short. Tests that stop a reserve between its
 	// select and its commit (hookLocked) need the two.
-	oneTrip := ps != nil && !ps.short.Load() && !e.cfg.DisableOneTrip && e.hookLocked == nil
+	oneTrip := ps != nil && !ps.short.Load() && !e.cfg.DisableOneTrip && !e.oneTripOff.Load() && e.hookLocked == nil
 	for round := 0; len(run) > 0; round++ {
 		if round == 3 {
 			for _, p := range run {
@@ -237,9 +237,21 @@ const (
 // the guard fail and the batch run again in two round trips.
 const oneTripMaxUnits = 4096
 
+// refusedSQL reports whether server error n refuses a statement's text
+// rather than its data: a parse error (1064), a feature or function the
+// server lacks (1235, 1305), wrong arguments to a native function (1582,
+// 1583).
+func refusedSQL(n uint16) bool {
+	switch n {
+	case 1064, 1235, 1305, 1582, 1583:
+		return true
+	}
+	return false
+}
+
 // errOneTripShort is batchOneTrip's answer when the pool had fewer free
-// units than the batch wants: it rolled back, and the batch runs again in
-// two round trips.
+// units than the batch wants, or the server refused the statement: it
+// rolled back, and the batch runs again in two round trips.
 var errOneTripShort = errors.New("reservation: the pool had fewer free units than the batch wants")
 
 // batchOneTrip runs the transaction of a batch of one pool, pd, in one round
@@ -289,6 +301,14 @@ func (e *Engine) batchOneTrip(ctx context.Context, c Conn, run []*pending, pd po
 	if err != nil {
 		if IsDBError(err, errNumGuard) {
 			ps.short.Store(true)
+			return fmt.Errorf("%w: %w", errOneTripShort, err)
+		}
+		if n, ok := dbErrorNumber(err); ok && refusedSQL(n) {
+			// The server does not take the statement (a version without
+			// one of its functions): two round trips from now on.
+			if !e.oneTripOff.Swap(true) {
+				e.log.Warn("reservation: the database refused the one-round-trip reserve batch; batches take two round trips from now on (set reservation.disable_one_trip to skip the attempt)", "err", err)
+			}
 			return fmt.Errorf("%w: %w", errOneTripShort, err)
 		}
 		return err

@@ -32,7 +32,7 @@ func NewCollector(e *Engine) *Collector {
 		inlineRefills:  d("inline_refills_total", "Reserves that had to wait for an inline refill because their pool was really short; the leading indicator of reserve p99."),
 		rejected:       d("rejected_total", "Reserves refused at once because too many waited on one pool."),
 		batches:        d("reserve_transactions_total", "Reserve transactions run (each may carry several coalesced reserves)."),
-		oneTrip:        d("reserve_one_trip_total", "Reserve transactions of one pool sent in one round trip: committed, or fell_back (the pool had fewer free units than the batch wanted, and it ran again in two).", "result"),
+		oneTrip:        d("reserve_one_trip_total", "Reserve transactions of one pool sent in one round trip: committed, or fell_back (the pool had fewer free units than the batch wanted, or the database refused the statement, and it ran again in two).", "result"),
 		txRetries:      d("tx_retries_total", "Transactions retried after a deadlock (1213) or lock-wait timeout (1205).", "reason"),
 		swept:          d("swept_lines_total", "Expired reserved lines deleted by the sweeper."),
 		pruned:         d("pruned_reservations_total", "Finished reservations deleted after the retention window."),

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
@@ -108,6 +109,10 @@ type Engine struct {
 	// loops runs the sweeper and the reconciler from Start to Close; Call
 	// checks loops.Closed without a lock.
 	loops lifecycle.Loops
+
+	// oneTripOff is set once the database refused a one-round-trip batch
+	// (batchOneTrip): every batch then takes two.
+	oneTripOff atomic.Bool
 
 	// hookLocked, when set (tests only), runs inside a reserve transaction
 	// right after the units were locked, on the transaction's connection.

@@ -244,3 +244,57 @@ func TestOneTripBatch(t *testing.T) {
 	}
 	v.checkInvariant(2001, 1)
 }
+
+// rewriteConns changes every statement its connections send (old → new):
+// a database that refuses what the engine sends.
+type rewriteConns struct {
+	reservation.Conns
+	old, new string
+}
+
+func (r rewriteConns) Borrow(ctx context.Context, tag string) (reservation.Conn, error) {
+	c, err := r.Conns.Borrow(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	return rewriteConn{c, r.old, r.new}, nil
+}
+
+type rewriteConn struct {
+	reservation.Conn
+	old, new string
+}
+
+func (c rewriteConn) Exec(ctx context.Context, q string, args ...any) (reservation.Result, error) {
+	return c.Conn.Exec(ctx, strings.ReplaceAll(q, c.old, c.new), args...)
+}
+
+func (c rewriteConn) Query(ctx context.Context, q string, args ...any) ([][][]byte, error) {
+	return c.Conn.Query(ctx, strings.ReplaceAll(q, c.old, c.new), args...)
+}
+
+// TestOneTripRefusedFallsBack: a database that does not take the
+// one-round-trip statement (here: it has no JSON_TABLE, error 1064) costs
+// one attempt and a warning; every reserve still succeeds, in two round
+// trips from then on.
+func TestOneTripRefusedFallsBack(t *testing.T) {
+	v := newEnv(t, envOpts{wrap: func(c reservation.Conns) reservation.Conns {
+		return rewriteConns{c, "JSON_TABLE(", "JSON_TABLEX("}
+	}})
+	v.receive(2002, 1, 10)
+	for i := range 3 {
+		if _, _, err := v.call("reserve", int64(shop), fmt.Sprintf("refused-%d", i), restest.LinesJSON(2002, 2, 1), int64(600)); err != nil {
+			t.Fatalf("reserve %d: %v", i, err)
+		}
+	}
+	if s := v.eng.Stats(); s.OneTrip != 0 || s.OneTripFallbacks != 1 {
+		t.Errorf("%d one-trip commits, %d fallbacks; want 0 and 1 (one attempt, then two round trips)", s.OneTrip, s.OneTripFallbacks)
+	}
+	if n := strings.Count(v.logs.String(), "refused the one-round-trip reserve batch"); n != 1 {
+		t.Errorf("the refusal was logged %d times, want once:\n%s", n, v.logs.String())
+	}
+	if _, _, reserved := v.pool(2002, 1); reserved != 6 {
+		t.Errorf("%d units reserved, want 6", reserved)
+	}
+	v.checkInvariant(2002, 1)
+}

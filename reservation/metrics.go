@@ -208,7 +208,8 @@ type Stats struct {
 	Batches uint64
 	// OneTrip counts reserve transactions committed in one round trip (a
 	// batch of one pool whose every reserve fitted); OneTripFallbacks those
-	// that tried, found the pool short, and ran again in two.
+	// that tried, found the pool short (or the statement refused), and ran
+	// again in two.
 	OneTrip, OneTripFallbacks uint64
 	// Deadlocks and LockWaitTimeouts count transactions retried after 1213
 	// and 1205.
