@@ -16,9 +16,9 @@ import (
 //	SET SESSION <isolation> = 'READ-COMMITTED', autocommit = 0
 //
 // so each batch needs no SET TRANSACTION / START TRANSACTION in front of its
-// SELECT (two round trips either way: the SELECT, then DELETE, INSERT,
-// INSERT and COMMIT together), and the connection is not borrowed and
-// returned for every batch; every transaction is still READ COMMITTED, and
+// first statement (the round trips are the same either way: one, or two
+// when the pool is short; see runBatch), and the connection is not
+// borrowed and returned for every batch; every transaction is still READ COMMITTED, and
 // the server default is untouched.
 // Before Release the session is put back to the server's defaults
 // (isolation = @@GLOBAL value, autocommit = 1), the state a pooled backend
