@@ -99,6 +99,139 @@ func parseLines(s string, lim lineLimits) ([]reqLine, error) {
 	if len(s) > maxLinesJSON {
 		return nil, fmt.Errorf("is %d bytes; at most %d are allowed", len(s), maxLinesJSON)
 	}
+	if out, ok := parseLinesFast(s, lim); ok {
+		return out, nil
+	}
+	return parseLinesJSON(s, lim)
+}
+
+// parseLinesFast is parseLines for lines as clients write them: an array of
+// objects with exactly the keys "item", "qty" and "locations", each once,
+// in any order, holding integers written as plain digits, with JSON
+// whitespace between tokens, every line valid within lim. It reports false
+// for anything else, valid JSON or not, and parseLinesJSON then decodes it
+// and words the error. It accepts nothing parseLinesJSON would refuse and
+// returns what parseLinesJSON would (FuzzParseLines checks both). A reserve
+// spends most of its parsing here rather than in encoding/json's reflection.
+func parseLinesFast(s string, lim lineLimits) ([]reqLine, bool) {
+	p := fastJSON{s: s}
+	if !p.next('[') {
+		return nil, false
+	}
+	var out []reqLine
+	for {
+		l, ok := p.line(lim)
+		if !ok || len(out) == lim.MaxLines || slices.ContainsFunc(out, func(o reqLine) bool { return o.item == l.item }) {
+			return nil, false
+		}
+		out = append(out, l)
+		if p.next(']') {
+			break
+		}
+		if !p.next(',') {
+			return nil, false
+		}
+	}
+	p.space()
+	return out, p.i == len(s)
+}
+
+// fastJSON is parseLinesFast's cursor.
+type fastJSON struct {
+	s string
+	i int
+}
+
+func (p *fastJSON) space() {
+	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t' || p.s[p.i] == '\n' || p.s[p.i] == '\r') {
+		p.i++
+	}
+}
+
+// next consumes c, after whitespace, if it is there.
+func (p *fastJSON) next(c byte) bool {
+	p.space()
+	if p.i < len(p.s) && p.s[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// positive reads an integer of 1 to 18 digits without a leading zero, so
+// at least 1 and never overflowing.
+func (p *fastJSON) positive() (int64, bool) {
+	p.space()
+	var v int64
+	n := 0
+	for p.i < len(p.s) && p.s[p.i] >= '0' && p.s[p.i] <= '9' && n < 19 {
+		if n == 0 && p.s[p.i] == '0' {
+			return 0, false
+		}
+		v = v*10 + int64(p.s[p.i]-'0')
+		p.i++
+		n++
+	}
+	return v, n > 0 && n <= 18
+}
+
+// line reads one {"item": .., "qty": .., "locations": [..]} object.
+func (p *fastJSON) line(lim lineLimits) (reqLine, bool) {
+	var l reqLine
+	if !p.next('{') {
+		return l, false
+	}
+	var seen [3]bool
+	for k := 0; k < 3; k++ {
+		if k > 0 && !p.next(',') {
+			return l, false
+		}
+		if !p.next('"') {
+			return l, false
+		}
+		end := strings.IndexByte(p.s[p.i:], '"')
+		if end < 0 {
+			return l, false
+		}
+		key := p.s[p.i : p.i+end]
+		p.i += end + 1
+		if !p.next(':') {
+			return l, false
+		}
+		var ok bool
+		switch key {
+		case "item":
+			l.item, ok = p.positive()
+			ok = ok && !seen[0]
+			seen[0] = true
+		case "qty":
+			l.qty, ok = p.positive()
+			ok = ok && !seen[1] && l.qty <= lim.MaxQty
+			seen[1] = true
+		case "locations":
+			ok = !seen[2] && p.next('[')
+			seen[2] = true
+			for ok {
+				var g int64
+				if g, ok = p.positive(); !ok || slices.Contains(l.locations, g) || len(l.locations) == lim.MaxLocations {
+					return l, false
+				}
+				l.locations = append(l.locations, g)
+				if p.next(']') {
+					break
+				}
+				ok = p.next(',')
+			}
+		}
+		if !ok {
+			return l, false
+		}
+	}
+	return l, p.next('}')
+}
+
+// parseLinesJSON is parseLines with encoding/json, for any input.
+func parseLinesJSON(s string, lim lineLimits) ([]reqLine, error) {
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
 	var raw []*jsonLine

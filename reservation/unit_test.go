@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,11 @@ import (
 var testLimits = lineLimits{MaxLines: 100, MaxLocations: 16, MaxQty: 1000}
 
 func TestParseLines(t *testing.T) {
-	got, err := parseLines(` [ {"item": 1001, "qty": 2, "locations": [3, 1]}, {"locations":[9],"qty":1,"item":7} ] `, testLimits)
+	in := ` [ {"item": 1001, "qty": 2, "locations": [3, 1]}, {"locations":[9],"qty":1,"item":7} ] `
+	if _, ok := parseLinesFast(in, testLimits); !ok {
+		t.Errorf("parseLinesFast(%q) refused lines as clients write them", in)
+	}
+	got, err := parseLines(in, testLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,10 +46,18 @@ func TestParseLines(t *testing.T) {
 // FuzzParseLines: lines_json comes from outside; whatever it holds, the
 // parser must not panic, and what it accepts must respect the limits.
 func FuzzParseLines(f *testing.F) {
-	for _, s := range []string{`[{"item":1,"qty":1,"locations":[1]}]`, `[]`, `{`, `[{"item":1,"qty":1,"locations":[1,1]}]`, `[null,1,"x"]`} {
+	for _, s := range []string{`[{"item":1,"qty":1,"locations":[1]}]`, `[]`, `{`, `[{"item":1,"qty":1,"locations":[1,1]}]`, `[null,1,"x"]`,
+		` [ {"item": 1001, "qty": 2, "locations": [3, 1]}, {"locations":[9],"qty":1,"item":7} ] `, `[{"ITEM":1,"qty":1,"locations":[1]}]`,
+		`[{"item":1,"item":2,"qty":1,"locations":[1]}]`, `[{"item":1,"qty":1.0,"locations":[1]}]`, `[{"item":01,"qty":1,"locations":[1]}]`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		if fast, ok := parseLinesFast(s, testLimits); ok {
+			slow, err := parseLinesJSON(s, testLimits)
+			if err != nil || !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("%q: the fast parser gave %+v, encoding/json %+v, %v", s, fast, slow, err)
+			}
+		}
 		lines, err := parseLines(s, testLimits)
 		if err != nil {
 			return
