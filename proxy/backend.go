@@ -306,13 +306,22 @@ func (bc *backendConn) alive() bool {
 
 // peekFD is alive's probe of the socket fd; it sets peekLive.
 func (bc *backendConn) peekFD(fd uintptr) bool {
-	var b [1]byte
-	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	// Nothing to read (EAGAIN) is alive. The end of the stream (n == 0, no
 	// error), unsolicited data (n > 0: protocol state unknown) or any
 	// other error is not.
+	n, err := peekSocket(fd)
 	bc.peekLive = n <= 0 && err == syscall.EAGAIN // a bare Errno: compared, not unwrapped
 	return true
+}
+
+// peekSocket looks at socket fd without consuming or waiting: n > 0 means
+// bytes are queued, n == 0 with no error the end of the stream, EAGAIN
+// nothing yet. The backend liveness probe and a client session's wait for
+// its next command both use it.
+func peekSocket(fd uintptr) (int, error) {
+	var b [1]byte
+	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return n, err
 }
 
 // writeCommand sends one command packet, starting a new exchange.

@@ -256,9 +256,7 @@ func (s *session) socketReady(fd uintptr) bool {
 	if s.waited {
 		return true
 	}
-	var b [1]byte
-	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	if err == syscall.EAGAIN { // a bare Errno: compared, not unwrapped
+	if _, err := peekSocket(fd); err == syscall.EAGAIN { // a bare Errno: compared, not unwrapped
 		s.waited = true
 		return false
 	}

@@ -118,16 +118,13 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, ps 
 			// cursor; start the next batch at the head.
 			ps.cursor.Store(0)
 		}
-		if oneTrip && errors.Is(err, errOneTripShort) {
+		if oneTrip && errors.Is(err, errOneTripRolledBack) {
 			// Not all fitted: run again in two round trips, which serve
 			// the reserves that fit and report the others short.
 			e.m.oneTripFallbacks.Add(1)
 			oneTrip = false
 			round--
 			continue
-		}
-		if oneTrip && err == nil {
-			e.m.oneTrip.Add(1)
 		}
 		if (err == nil || errors.Is(err, errNoneFit)) && (s == nil || !s.broken) {
 			e.diagnoseShort(ctx, read, run)
@@ -227,9 +224,7 @@ func casMax(v *atomic.Int64, x int64) {
 // between its statements in these user variables, and clears them before
 // COMMIT (and with the ROLLBACK: onRollback), so no client that gets the
 // connection next sees them.
-const (
-	clearBatchVars = "SET @holdfast_batch_units = NULL, @holdfast_batch_max = NULL, @holdfast_batch_now = NULL"
-)
+const clearBatchVars = "SET @holdfast_batch_units = NULL, @holdfast_batch_max = NULL, @holdfast_batch_now = NULL"
 
 // oneTripMaxUnits bounds the units of a batch sent in one round trip. On
 // MariaDB, JSON_ARRAYAGG is cut at group_concat_max_len (1 MiB by default);
@@ -249,10 +244,10 @@ func refusedSQL(n uint16) bool {
 	return false
 }
 
-// errOneTripShort is batchOneTrip's answer when the pool had fewer free
-// units than the batch wants, or the server refused the statement: it
-// rolled back, and the batch runs again in two round trips.
-var errOneTripShort = errors.New("reservation: the pool had fewer free units than the batch wants")
+// errOneTripRolledBack is batchOneTrip's answer when the pool had fewer
+// free units than the batch wants, or the server refused the statement:
+// it rolled back, and the batch runs again in two round trips.
+var errOneTripRolledBack = errors.New("reservation: the one-round-trip batch rolled back; it runs again in two")
 
 // batchOneTrip runs the transaction of a batch of one pool, pd, in one round
 // trip, when every reserve in it is expected to fit:
@@ -264,7 +259,7 @@ var errOneTripShort = errors.New("reservation: the pool had fewer free units tha
 //     per id on the primary key, rows this transaction already holds) and
 //     is guarded (GuardRowCount) to have deleted pd.n rows: fewer means the
 //     pool had fewer free units, and the transaction stops and rolls back
-//     (errOneTripShort) before anything else ran;
+//     (errOneTripRolledBack) before anything else ran;
 //   - the INSERTs of batchTx, with the time taken from the variable;
 //   - a SELECT of the highest id and the time, the variables cleared,
 //     COMMIT.
@@ -283,9 +278,6 @@ func (e *Engine) batchOneTrip(ctx context.Context, c Conn, run []*pending, pd po
 	q = append(q, " AND t.id = k.id; "...)
 	q = append(q, GuardRowCount(pd.n)...)
 	q = append(q, "; "...)
-	for _, p := range run {
-		p.out = outcome{}
-	}
 	q = appendHeldSQL(q, run, func(q []byte, d time.Duration) []byte {
 		q = append(q, "@holdfast_batch_now"...)
 		if d != 0 {
@@ -300,8 +292,7 @@ func (e *Engine) batchOneTrip(ctx context.Context, c Conn, run []*pending, pd po
 	rows, err := commitQuery(ctx, c, string(q))
 	if err != nil {
 		if IsDBError(err, errNumGuard) {
-			ps.short.Store(true)
-			return fmt.Errorf("%w: %w", errOneTripShort, err)
+			return fmt.Errorf("%w: %w", errOneTripRolledBack, err) // the two-trip run sets ps.short
 		}
 		if n, ok := dbErrorNumber(err); ok && refusedSQL(n) {
 			// The server does not take the statement (a version without
@@ -309,24 +300,24 @@ func (e *Engine) batchOneTrip(ctx context.Context, c Conn, run []*pending, pd po
 			if !e.oneTripOff.Swap(true) {
 				e.log.Warn("reservation: the database refused the one-round-trip reserve batch; batches take two round trips from now on (set reservation.disable_one_trip to skip the attempt)", "err", err)
 			}
-			return fmt.Errorf("%w: %w", errOneTripShort, err)
+			return fmt.Errorf("%w: %w", errOneTripRolledBack, err)
 		}
 		return err
 	}
 	// Committed. The last row is the final SELECT's (the guard's comes
-	// before it).
+	// before it). Without it the reserves' answers are not known here, so
+	// they are found by key, as after a lost COMMIT (recovery.go).
+	var maxID []int64
+	var now time.Time
 	if len(rows) == 0 || len(rows[len(rows)-1]) != 2 {
-		return fmt.Errorf("reservation: a one-trip reserve batch committed but returned %d rows, not its last unit and time", len(rows))
+		err = fmt.Errorf("a one-trip reserve batch committed but returned %d rows, not its last unit and time", len(rows))
+	} else if maxID, err = rowInts(rows[len(rows)-1][:1]); err == nil {
+		now, err = colTime(rows[len(rows)-1][1])
 	}
-	last := rows[len(rows)-1]
-	maxID, err := rowInts(last[:1])
 	if err != nil {
-		return err
+		return &commitUnknownError{markLost(err)}
 	}
-	now, err := colTime(last[1])
-	if err != nil {
-		return err
-	}
+	e.m.oneTrip.Add(1)
 	casMax(&ps.cursor, maxID[0])
 	for _, p := range run {
 		p.now = now
@@ -363,7 +354,6 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, ps *poolSt
 	demand := map[PoolKey]int64{}
 	for _, p := range run {
 		p.out = outcome{}
-		p.took = make([][]int64, len(p.pools))
 		for i, k := range p.pools {
 			demand[k] += p.req.lines[i].qty
 		}
@@ -438,6 +428,7 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, ps *poolSt
 		if len(p.out.short) > 0 {
 			continue
 		}
+		p.took = make([][]int64, len(p.pools))
 		for i, k := range p.pools {
 			n := p.req.lines[i].qty
 			p.took[i], avail[k] = avail[k][:n], avail[k][n:]

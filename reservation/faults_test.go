@@ -191,27 +191,26 @@ const (
 	stmtKeyLookup     = "FROM reservations WHERE (shop_id" // reserve: is the key used? (before a business failure)
 )
 
-// faultEnv is an env whose engine borrows through a faultConns.
+// faultEnv is an env whose engine borrows through a faultConns, with every
+// coalesced batch in two round trips (disable_one_trip), so that a round
+// trip separates a reserve's locking read (stmtReserveLock) from the one
+// that carries its COMMIT (stmtReserveCommit).
 func faultEnv(t *testing.T, o envOpts) (*env, *faultConns) {
 	t.Helper()
-	return faultEnvTrips(t, o, 2)
-}
-
-// faultEnvTrips is faultEnv with coalesced batches in trips round trips: 2
-// puts a round trip between a reserve's locking read (stmtReserveLock) and
-// the one that carries its COMMIT (stmtReserveCommit); 1 sends both in one,
-// while the pool has units to spare.
-func faultEnvTrips(t *testing.T, o envOpts, trips int) (*env, *faultConns) {
-	t.Helper()
-	if trips == 2 {
-		cfg := o.cfg
-		o.cfg = func(c *reservation.Config) {
-			c.DisableOneTrip = true
-			if cfg != nil {
-				cfg(c)
-			}
+	cfg := o.cfg
+	o.cfg = func(c *reservation.Config) {
+		c.DisableOneTrip = true
+		if cfg != nil {
+			cfg(c)
 		}
 	}
+	return oneTripFaultEnv(t, o)
+}
+
+// oneTripFaultEnv is faultEnv with one-round-trip batches as configured
+// (on by default): a batch with units to spare sends both in one.
+func oneTripFaultEnv(t *testing.T, o envOpts) (*env, *faultConns) {
+	t.Helper()
 	var f *faultConns
 	o.wrap = func(c reservation.Conns) reservation.Conns {
 		f = newFaultConns(c)

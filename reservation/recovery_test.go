@@ -499,7 +499,7 @@ const stmtReserveOneTrip = "@holdfast_batch_units"
 // answers 9108 (it cannot know that nothing was done), and the same CALL
 // repeated later answers what was done.
 func TestOneTripFaultsTellTheTruth(t *testing.T) {
-	v, f := faultEnvTrips(t, envOpts{cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }}, 1)
+	v, f := oneTripFaultEnv(t, envOpts{cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }})
 	v.receive(48, 1, 100)
 	ctx := context.Background()
 	for _, after := range []bool{false, true} {
