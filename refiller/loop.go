@@ -178,6 +178,7 @@ func (r *Refiller) look(ctx context.Context, keys []reservation.PoolKey) ([]*poo
 		}
 		fmt.Fprintf(&b, "SELECT %d, %s WHERE %s", i, stateColumnsSQL, k.WhereSQL())
 	}
+	asked := time.Now()
 	rows, err := r.query(ctx, b.String())
 	if err != nil {
 		return nil, err
@@ -195,8 +196,10 @@ func (r *Refiller) look(ctx context.Context, keys []reservation.PoolKey) ([]*poo
 		if err != nil {
 			return nil, err
 		}
-		if h := r.hot[s.key]; h != nil {
-			h.depth, h.lookedAt = s.pooled, now
+		// A refill that committed while the query ran has recorded a
+		// newer depth than the one read: keep it.
+		if h := r.hot[s.key]; h != nil && !h.lookedAt.After(asked) {
+			h.depth, h.lookedAt = s.pooled, asked
 		}
 		out = append(out, s)
 	}
