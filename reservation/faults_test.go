@@ -4,177 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/restest"
 )
-
-// faultConns is the tests' fault injector at the engine's own seam,
-// reservation.Conns. It wraps the real Conns and, on the statements a rule
-// matches, makes the backend connection fail: either before the statement
-// is sent (nothing of it ran), or after the database ran it (its answer is
-// lost: "committed, but the client never heard"). Either way the connection
-// is then broken: later statements on it fail without being sent, and it is
-// released broken, so the database closes it (rolling back whatever
-// transaction it still had open). While down, the database is unreachable:
-// every borrow fails, and so does every statement on a connection already
-// lent.
-type faultConns struct {
-	inner reservation.Conns
-
-	mu    sync.Mutex // guards following
-	rules []*faultRule
-	down  bool
-}
-
-// faultRule fails the statements that contain match.
-type faultRule struct {
-	match string
-	after bool   // let the database run the statement, then lose its answer
-	times int    // fire this many times (0 means once)
-	skip  int    // let this many matching statements through first
-	then  func() // when set, called once the fault fired (e.g. f.setDown)
-	// hold, when set, makes the rule delay the statement until hold is
-	// closed and then send it, instead of failing it.
-	hold  <-chan struct{}
-	fired int
-}
-
-// errLost is what a failed connection returns: an I/O error, as a driver
-// reports a connection that died mid-statement.
-var errLost = fmt.Errorf("faultconns: read tcp 127.0.0.1:41234->127.0.0.1:3306: %w", io.ErrUnexpectedEOF)
-
-// errRefused is what a borrow returns while the database is down.
-var errRefused = errors.New("faultconns: dial tcp 127.0.0.1:3306: connect: connection refused")
-
-func newFaultConns(inner reservation.Conns) *faultConns { return &faultConns{inner: inner} }
-
-// inject adds a rule and returns it, so the test can check that it fired.
-func (f *faultConns) inject(match string, after bool) *faultRule {
-	r := &faultRule{match: match, after: after}
-	f.mu.Lock()
-	f.rules = append(f.rules, r)
-	f.mu.Unlock()
-	return r
-}
-
-func (f *faultConns) add(r *faultRule) *faultRule {
-	f.mu.Lock()
-	f.rules = append(f.rules, r)
-	f.mu.Unlock()
-	return r
-}
-
-func (f *faultConns) setDown(down bool) {
-	f.mu.Lock()
-	f.down = down
-	f.mu.Unlock()
-}
-
-// firedCount reports how often r fired.
-func (f *faultConns) firedCount(r *faultRule) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return r.fired
-}
-
-// clear removes every rule and brings the database back.
-func (f *faultConns) clear() {
-	f.mu.Lock()
-	f.rules, f.down = nil, false
-	f.mu.Unlock()
-}
-
-func (f *faultConns) Borrow(ctx context.Context, tag string) (reservation.Conn, error) {
-	f.mu.Lock()
-	down := f.down
-	f.mu.Unlock()
-	if down {
-		return nil, errRefused
-	}
-	c, err := f.inner.Borrow(ctx, tag)
-	if err != nil {
-		return nil, err
-	}
-	return &faultConn{f: f, c: c}, nil
-}
-
-// pick returns the rule that fires for q, if any, and whether the
-// database is down.
-func (f *faultConns) pick(q string) (*faultRule, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.down {
-		return nil, true
-	}
-	for _, r := range f.rules {
-		if r.fired <= r.times && strings.Contains(q, r.match) {
-			if r.skip > 0 {
-				r.skip--
-				continue
-			}
-			r.fired++
-			return r, false
-		}
-	}
-	return nil, false
-}
-
-type faultConn struct {
-	f      *faultConns
-	c      reservation.Conn
-	broken bool
-}
-
-func (c *faultConn) do(q string, run func() error) error {
-	if c.broken {
-		return errLost
-	}
-	r, down := c.f.pick(q)
-	switch {
-	case down:
-		c.broken = true
-		return errLost
-	case r == nil:
-		return run()
-	case r.hold != nil:
-		<-r.hold
-		return run()
-	}
-	c.broken = true
-	if r.after {
-		_ = run() // the database runs it; the answer never arrives
-	}
-	if r.then != nil {
-		r.then()
-	}
-	return errLost
-}
-
-func (c *faultConn) Exec(ctx context.Context, q string, args ...any) (reservation.Result, error) {
-	var res reservation.Result
-	err := c.do(q, func() (err error) {
-		res, err = c.c.Exec(ctx, q, args...)
-		return err
-	})
-	return res, err
-}
-
-func (c *faultConn) Query(ctx context.Context, q string, args ...any) ([][][]byte, error) {
-	var rows [][][]byte
-	err := c.do(q, func() (err error) {
-		rows, err = c.c.Query(ctx, q, args...)
-		return err
-	})
-	return rows, err
-}
-
-func (c *faultConn) Release(broken bool) { c.c.Release(broken || c.broken) }
 
 // Statements the faults are aimed at, by what they contain. Each test
 // checks that its rule fired, so a change to the engine's SQL cannot make
@@ -195,7 +31,7 @@ const (
 // coalesced batch in two round trips (disable_one_trip), so that a round
 // trip separates a reserve's locking read (stmtReserveLock) from the one
 // that carries its COMMIT (stmtReserveCommit).
-func faultEnv(t *testing.T, o envOpts) (*env, *faultConns) {
+func faultEnv(t *testing.T, o envOpts) (*env, *restest.FaultConns) {
 	t.Helper()
 	cfg := o.cfg
 	o.cfg = func(c *reservation.Config) {
@@ -209,11 +45,11 @@ func faultEnv(t *testing.T, o envOpts) (*env, *faultConns) {
 
 // oneTripFaultEnv is faultEnv with one-round-trip batches as configured
 // (on by default): a batch with units to spare sends both in one.
-func oneTripFaultEnv(t *testing.T, o envOpts) (*env, *faultConns) {
+func oneTripFaultEnv(t *testing.T, o envOpts) (*env, *restest.FaultConns) {
 	t.Helper()
-	var f *faultConns
+	var f *restest.FaultConns
 	o.wrap = func(c reservation.Conns) reservation.Conns {
-		f = newFaultConns(c)
+		f = restest.NewFaultConns(c)
 		return f
 	}
 	return newEnv(t, o), f
@@ -268,7 +104,7 @@ func TestAnswerLostAfterCommit(t *testing.T) {
 			v, f := faultEnv(t, envOpts{cfg: func(c *reservation.Config) { c.DisableCoalescing = naive }})
 			v.receive(31, 1, 50)
 			ctx := context.Background()
-			lost := func(stmt string) *faultRule { return f.inject(stmt, true) }
+			lost := func(stmt string) *restest.FaultRule { return f.Inject(stmt, true) }
 
 			r := lost(stmtReserveCommit)
 			_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), "lost-1", restest.LinesJSON(31, 4, 1), int64(600)})
@@ -345,9 +181,9 @@ func TestLostLookupBeforeInsufficientStock(t *testing.T) {
 			v, f := faultEnv(t, envOpts{cfg: func(c *reservation.Config) { c.DisableCoalescing = naive }})
 			v.receive(32, 1, 2)
 			v.receive(32, 2, 1)
-			r := f.inject(stmtKeyLookup, false)
+			r := f.Inject(stmtKeyLookup, false)
 			_, err := reserve(context.Background(), v.eng, "short-1", 600, 32, 5, 1, 2)
-			if n := f.firedCount(r); n != 1 {
+			if n := f.Fired(r); n != 1 {
 				t.Fatalf("fault fired %d times, want 1 (did the statement change?)", n)
 			}
 			var re *reservation.Error

@@ -52,10 +52,10 @@ var faultPoints = map[string][]faultPoint{
 }
 
 // checkFired fails the test unless r fired exactly once.
-func checkFired(t *testing.T, f *faultConns, r *faultRule) {
+func checkFired(t *testing.T, f *restest.FaultConns, r *restest.FaultRule) {
 	t.Helper()
-	if n := f.firedCount(r); n != 1 {
-		t.Fatalf("the fault on %q fired %d times, want 1 (did the statement change?)", r.match, n)
+	if n := f.Fired(r); n != 1 {
+		t.Fatalf("the fault on %q fired %d times, want 1 (did the statement change?)", r.Match, n)
 	}
 }
 
@@ -115,7 +115,7 @@ func TestFaultsTellTheTruth(t *testing.T) {
 							js = `[{"item":41,"qty":3,"locations":[1]},{"item":42,"qty":2,"locations":[1]}]`
 						}
 						before := v.eng.Stats().Recoveries["reserve"]
-						r := f.inject(p.match, p.after)
+						r := f.Inject(p.match, p.after)
 						_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), key, js, int64(600)})
 						checkFired(t, f, r)
 						if err != nil {
@@ -131,7 +131,7 @@ func TestFaultsTellTheTruth(t *testing.T) {
 					tok := newReservation()
 					onHand, _, _ := v.pool(41, 1)
 					before := v.eng.Stats().Recoveries["claim"]
-					r := f.inject(p.match, p.after)
+					r := f.Inject(p.match, p.after)
 					_, rows, err := v.eng.Call(ctx, "claim", []any{tok})
 					checkFired(t, f, r)
 					if err != nil || rows[0][1] != "claimed" {
@@ -153,7 +153,7 @@ func TestFaultsTellTheTruth(t *testing.T) {
 				t.Run("release "+p.name, func(t *testing.T) {
 					tok := newReservation()
 					before := v.eng.Stats().Recoveries["release"]
-					r := f.inject(p.match, p.after)
+					r := f.Inject(p.match, p.after)
 					_, rows, err := v.eng.Call(ctx, "release", []any{tok})
 					checkFired(t, f, r)
 					if err != nil || rows[0][1] != "released" || rows[0][2] != int64(2) {
@@ -173,7 +173,7 @@ func TestFaultsTellTheTruth(t *testing.T) {
 					tok := newReservation()
 					was := v.reservationByToken(tok).expiresAt
 					before := v.eng.Stats().Recoveries["extend"]
-					r := f.inject(p.match, p.after)
+					r := f.Inject(p.match, p.after)
 					_, rows, err := v.eng.Call(ctx, "extend", []any{tok, int64(3000)})
 					checkFired(t, f, r)
 					if err != nil {
@@ -204,7 +204,7 @@ func TestAnotherCallBetweenCommitAndRecovery(t *testing.T) {
 	args := []any{int64(shop), "between", restest.LinesJSON(43, 1, 1), int64(600)}
 	var other [][]any
 	var otherErr error
-	r := f.add(&faultRule{match: stmtReserveCommit, after: true, then: func() {
+	r := f.Add(&restest.FaultRule{Match: stmtReserveCommit, After: true, Then: func() {
 		_, other, otherErr = v.eng.Call(ctx, "reserve", args)
 	}})
 	_, rows, err := v.eng.Call(ctx, "reserve", args)
@@ -217,7 +217,7 @@ func TestAnotherCallBetweenCommitAndRecovery(t *testing.T) {
 		t.Fatalf("the replay in between answered %v, %v; want token %s replayed", other, otherErr, tok)
 	}
 
-	r = f.add(&faultRule{match: stmtClaimCommit, after: true, then: func() {
+	r = f.Add(&restest.FaultRule{Match: stmtClaimCommit, After: true, Then: func() {
 		_, other, otherErr = v.eng.Call(ctx, "claim", []any{tok})
 	}})
 	_, rows, err = v.eng.Call(ctx, "claim", []any{tok})
@@ -245,8 +245,8 @@ func TestCoalescedReservesSettledKeyByKey(t *testing.T) {
 	// others have queued behind it; they then run as one batch, whose
 	// COMMIT's answer is lost.
 	hold := make(chan struct{})
-	f.add(&faultRule{match: stmtReserveLock, hold: hold})
-	lost := f.add(&faultRule{match: stmtReserveCommit, after: true, skip: 1})
+	f.Add(&restest.FaultRule{Match: stmtReserveLock, Hold: hold})
+	lost := f.Add(&restest.FaultRule{Match: stmtReserveCommit, After: true, Skip: 1})
 	type answer struct {
 		rows [][]any
 		err  error
@@ -319,7 +319,9 @@ func TestOutcomeUnknownPastDeadline(t *testing.T) {
 	n := 0
 	for _, after := range []bool{false, true} {
 		done := map[bool]string{false: "not committed", true: "committed"}[after]
-		down := func(match string) { f.add(&faultRule{match: match, after: after, then: func() { f.setDown(true) }}) }
+		down := func(match string) {
+			f.Add(&restest.FaultRule{Match: match, After: after, Then: func() { f.SetDown(true) }})
+		}
 
 		t.Run("reserve "+done, func(t *testing.T) {
 			key := "unknown-" + done
@@ -327,7 +329,7 @@ func TestOutcomeUnknownPastDeadline(t *testing.T) {
 			down(stmtReserveCommit)
 			_, _, err := v.eng.Call(ctx, "reserve", args)
 			unknown(t, err)
-			f.clear()
+			f.Clear()
 			if got := v.scalar("SELECT COUNT(*) FROM reservations WHERE idempotency_key = ?", key); got != map[bool]int64{false: 0, true: 1}[after] {
 				t.Fatalf("%d reservations under the key; the COMMIT was %s", got, done)
 			}
@@ -350,7 +352,7 @@ func TestOutcomeUnknownPastDeadline(t *testing.T) {
 			down(stmtExtendCommit)
 			_, _, err := v.eng.Call(ctx, "extend", []any{tok, int64(1200)})
 			unknown(t, err)
-			f.clear()
+			f.Clear()
 			_, rows, err := v.eng.Call(ctx, "extend", []any{tok, int64(1200)})
 			if err != nil || !rows[0][1].(time.Time).Equal(v.reservationByToken(tok).expiresAt) {
 				t.Fatalf("the repeated extend answered %v, %v", rows, err)
@@ -361,7 +363,7 @@ func TestOutcomeUnknownPastDeadline(t *testing.T) {
 			down(stmtClaimCommit)
 			_, _, err := v.eng.Call(ctx, "claim", []any{tok})
 			unknown(t, err)
-			f.clear()
+			f.Clear()
 			if got, _, _ := v.pool(45, 1); got != onHand-map[bool]int64{false: 0, true: 1}[after] {
 				t.Fatalf("on_hand %d -> %d; the COMMIT was %s", onHand, got, done)
 			}
@@ -383,7 +385,7 @@ func TestOutcomeUnknownPastDeadline(t *testing.T) {
 			down(stmtReleaseCommit)
 			_, _, err := v.eng.Call(ctx, "release", []any{tok})
 			unknown(t, err)
-			f.clear()
+			f.Clear()
 			_, rows, err := v.eng.Call(ctx, "release", []any{tok})
 			if want := map[bool]string{false: "released", true: "duplicate"}[after]; err != nil || rows[0][1] != want {
 				t.Fatalf("the repeated release answered %v, %v; want %s", rows, err, want)
@@ -424,20 +426,20 @@ func TestNothingDoneWhenUnreachable(t *testing.T) {
 	}
 	for _, c := range calls {
 		t.Run(c.proc+" database down", func(t *testing.T) {
-			f.setDown(true)
+			f.SetDown(true)
 			_, _, err := v.eng.Call(ctx, c.proc, c.args)
-			f.clear()
+			f.Clear()
 			var ue *reservation.UnavailableError
 			code, _, msg := mysqlError(err)
-			if !errors.As(err, &ue) || !errors.Is(ue.BorrowErr(), errRefused) || code != reservation.CodeUnavailable || !strings.Contains(msg, "nothing was done") {
+			if !errors.As(err, &ue) || !errors.Is(ue.BorrowErr(), restest.ErrRefused) || code != reservation.CodeUnavailable || !strings.Contains(msg, "nothing was done") {
 				t.Fatalf("got %v (%d %q); want 2003, nothing was done, carrying the Borrow error", err, code, msg)
 			}
 		})
 		t.Run(c.proc+" lost before COMMIT, then down", func(t *testing.T) {
-			r := f.add(&faultRule{match: c.mid, after: true, then: func() { f.setDown(true) }})
+			r := f.Add(&restest.FaultRule{Match: c.mid, After: true, Then: func() { f.SetDown(true) }})
 			_, _, err := v.eng.Call(ctx, c.proc, c.args)
 			checkFired(t, f, r)
-			f.clear()
+			f.Clear()
 			var ue *reservation.UnavailableError
 			if code, _, msg := mysqlError(err); !errors.As(err, &ue) || code != reservation.CodeUnavailable || strings.Contains(msg, "EOF") {
 				t.Fatalf("got %v (%d %q); want 2003, nothing was done", err, code, msg)
@@ -464,7 +466,7 @@ func TestStockChangeNotRepeatedAfterUnknownCommit(t *testing.T) {
 	v.receive(47, 1, 10)
 	ctx := context.Background()
 
-	r := f.inject("UPDATE inventory_ledger SET on_hand = ", true)
+	r := f.Inject("UPDATE inventory_ledger SET on_hand = ", true)
 	_, _, err := v.eng.Call(ctx, "receive", []any{int64(shop), int64(47), int64(1), int64(5)})
 	checkFired(t, f, r)
 	code, state, msg := mysqlError(err)
@@ -475,7 +477,7 @@ func TestStockChangeNotRepeatedAfterUnknownCommit(t *testing.T) {
 		t.Fatalf("on_hand %d; want 15 (received once)", onHand)
 	}
 
-	r = f.inject("SELECT 'L', on_hand", true)
+	r = f.Inject("SELECT 'L', on_hand", true)
 	_, rows, err := v.eng.Call(ctx, "receive", []any{int64(shop), int64(47), int64(1), int64(5)})
 	checkFired(t, f, r)
 	if err != nil || rows[0][2] != int64(20) {
@@ -507,10 +509,10 @@ func TestOneTripFaultsTellTheTruth(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			key := fmt.Sprintf("one-trip-%v", after)
 			before := v.eng.Stats().Recoveries["reserve"]
-			r := f.inject(stmtReserveOneTrip, after)
+			r := f.Inject(stmtReserveOneTrip, after)
 			_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), key, restest.LinesJSON(48, 3, 1), int64(600)})
 			checkFired(t, f, r)
-			f.clear()
+			f.Clear()
 			if err != nil {
 				t.Fatalf("reserve: %v", err)
 			}
@@ -522,10 +524,10 @@ func TestOneTripFaultsTellTheTruth(t *testing.T) {
 	}
 	t.Run("ran, answer lost, then down", func(t *testing.T) {
 		args := []any{int64(shop), "one-trip-down", restest.LinesJSON(48, 2, 1), int64(600)}
-		r := f.add(&faultRule{match: stmtReserveOneTrip, after: true, then: func() { f.setDown(true) }})
+		r := f.Add(&restest.FaultRule{Match: stmtReserveOneTrip, After: true, Then: func() { f.SetDown(true) }})
 		_, _, err := v.eng.Call(ctx, "reserve", args)
 		checkFired(t, f, r)
-		f.clear()
+		f.Clear()
 		if code, _, msg := mysqlError(err); code != reservation.CodeOutcomeUnknown {
 			t.Fatalf("got %v (%d %q); want 9108, outcome unknown", err, code, msg)
 		}
