@@ -196,10 +196,8 @@ func (r *Refiller) look(ctx context.Context, keys []reservation.PoolKey) ([]*poo
 		if err != nil {
 			return nil, err
 		}
-		// A refill that committed while the query ran has recorded a
-		// newer depth than the one read: keep it.
-		if h := r.hot[s.key]; h != nil && !h.lookedAt.After(asked) {
-			h.depth, h.lookedAt = s.pooled, asked
+		if h := r.hot[s.key]; h != nil {
+			h.observe(s.pooled, asked) // as of the query's start, at the latest
 		}
 		out = append(out, s)
 	}

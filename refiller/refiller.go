@@ -160,6 +160,16 @@ type hotPool struct {
 // rateWindow is how long the take rate is counted before it is folded in.
 const rateWindow = 100 * time.Millisecond
 
+// observe records depth as read at at, unless a reading taken after at is
+// already recorded: a look whose query ran before a refill's COMMIT must
+// not overwrite the depth that refill left. mu held.
+func (h *hotPool) observe(depth int64, at time.Time) {
+	if h.lookedAt.After(at) {
+		return
+	}
+	h.depth, h.lookedAt = depth, at
+}
+
 // take records n units taken from the pool at now.
 func (h *hotPool) take(n int, now time.Time) {
 	h.depth -= int64(n)
@@ -366,7 +376,7 @@ func (r *Refiller) refillOnce(ctx context.Context, key reservation.PoolKey, t Tr
 	if err == nil {
 		r.mu.Lock()
 		if h := r.hot[key]; h != nil {
-			h.depth, h.lookedAt = res.Pooled, time.Now()
+			h.observe(res.Pooled, time.Now()) // committed: every later look sees it
 		}
 		r.mu.Unlock()
 	}

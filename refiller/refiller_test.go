@@ -259,6 +259,52 @@ func TestBackgroundWatermark(t *testing.T) {
 	}
 }
 
+// TestStaleLookKeepsRefilledDepth: a depth check whose query read the pool
+// before a refill committed, but records what it read after the refill
+// recorded its own depth, leaves the refill's depth in the metric.
+func TestStaleLookKeepsRefilledDepth(t *testing.T) {
+	db, _ := restest.NewDB(t, 32)
+	f := restest.NewFaultConns(reservation.SQLConns(db))
+	r, err := refiller.New(f, refiller.Config{PoolCap: 100, ScanInterval: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	ledger(t, db, key, 1000)
+	exec(t, db, "INSERT INTO reservation_units SELECT 1, 100, 1, seq FROM seq_1_to_25")
+	// The check's query (the only statement starting so) runs, reads depth
+	// 25, and its answer is held until the refill below is done.
+	read, release := make(chan struct{}), make(chan struct{})
+	rule := f.Add(&restest.FaultRule{Match: "SELECT 0, ", After: true, Hold: release, Then: func() { close(read) }})
+	r.Notify(key, 0)
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		r.CheckDirty(context.Background())
+	}()
+	select {
+	case <-read:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the depth check never ran its query")
+	}
+	if err := r.RefillNow(context.Background(), key); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	// The check's own refill must not run either: it would record 100 again
+	// and hide a stale overwrite.
+	f.SetDown(true)
+	close(release)
+	<-checked
+	if n := f.Fired(rule); n != 1 {
+		t.Fatalf("the hold fired %d times, want 1", n)
+	}
+	if hot := r.Stats().Hottest; len(hot) != 1 || hot[0].Depth != 100 {
+		t.Fatalf("hottest pools %+v after a refill to 100; a check that read 25 before it overwrote its depth", hot)
+	}
+}
+
 // TestDemandAwareWatermark: a pool above the static watermark is refilled
 // when reserves take from it fast enough that it would run dry within Lead;
 // with Lead disabled the same pool is left alone.
