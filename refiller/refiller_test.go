@@ -296,7 +296,11 @@ func TestStaleLookKeepsRefilledDepth(t *testing.T) {
 	// and hide a stale overwrite.
 	f.SetDown(true)
 	close(release)
-	<-checked
+	select {
+	case <-checked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the depth check did not return once its answer was released")
+	}
 	if n := f.Fired(rule); n != 1 {
 		t.Fatalf("the hold fired %d times, want 1", n)
 	}
