@@ -29,16 +29,18 @@ type FaultConns struct {
 	down  bool
 }
 
-// FaultRule fails the statements that contain Match.
+// FaultRule fails the first statement that contains Match (after Skip).
 type FaultRule struct {
 	Match string
 	After bool   // let the database run the statement, then lose its answer
-	Times int    // fire this many times (0 means once)
 	Skip  int    // let this many matching statements through first
 	Then  func() // when set, called once the fault fired (e.g. f.SetDown)
 	// Hold, when set, delays the statement instead of failing it: until
 	// Hold is closed it is not sent, or, with After, its answer is not
 	// returned (the database has run it; Then is called before the wait).
+	// The statement's ctx bounds the wait, as it bounds a driver's: when it
+	// ends first, an unsent statement is not sent and a held answer is
+	// lost with the connection.
 	Hold  <-chan struct{}
 	fired int
 }
@@ -111,7 +113,7 @@ func (f *FaultConns) pick(q string) (*FaultRule, bool) {
 		return nil, true
 	}
 	for _, r := range f.rules {
-		if r.fired <= r.Times && strings.Contains(q, r.Match) {
+		if r.fired == 0 && strings.Contains(q, r.Match) {
 			if r.Skip > 0 {
 				r.Skip--
 				continue
@@ -129,7 +131,7 @@ type faultConn struct {
 	broken bool
 }
 
-func (c *faultConn) do(q string, run func() error) error {
+func (c *faultConn) do(ctx context.Context, q string, run func() error) error {
 	if c.broken {
 		return ErrLost
 	}
@@ -145,11 +147,20 @@ func (c *faultConn) do(q string, run func() error) error {
 		if r.Then != nil {
 			r.Then()
 		}
-		<-r.Hold
-		return err
+		select {
+		case <-r.Hold:
+			return err
+		case <-ctx.Done():
+			c.broken = true
+			return ctx.Err()
+		}
 	case r.Hold != nil:
-		<-r.Hold
-		return run()
+		select {
+		case <-r.Hold:
+			return run()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	c.broken = true
 	if r.After {
@@ -163,7 +174,7 @@ func (c *faultConn) do(q string, run func() error) error {
 
 func (c *faultConn) Exec(ctx context.Context, q string, args ...any) (reservation.Result, error) {
 	var res reservation.Result
-	err := c.do(q, func() (err error) {
+	err := c.do(ctx, q, func() (err error) {
 		res, err = c.c.Exec(ctx, q, args...)
 		return err
 	})
@@ -172,7 +183,7 @@ func (c *faultConn) Exec(ctx context.Context, q string, args ...any) (reservatio
 
 func (c *faultConn) Query(ctx context.Context, q string, args ...any) ([][][]byte, error) {
 	var rows [][][]byte
-	err := c.do(q, func() (err error) {
+	err := c.do(ctx, q, func() (err error) {
 		rows, err = c.c.Query(ctx, q, args...)
 		return err
 	})
