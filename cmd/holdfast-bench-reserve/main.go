@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +25,7 @@ import (
 func main() {
 	o := bench.DefaultReserveOptions()
 	clients := flag.String("clients", joinInts(o.Clients), "concurrent clients of each run, comma-separated")
-	workloads := flag.String("workloads", strings.Join(o.Workloads, ","), "workloads, comma-separated: a (txn counter), b (autocommit UPDATE), c (CALL holdfast.reserve), d (the same with a Redis counter deciding, engine in shadow)")
+	workloads := flag.String("workloads", strings.Join(o.Workloads, ","), "workloads, comma-separated: a (txn counter), b (autocommit UPDATE), c (CALL holdfast.reserve), d (the same with a Redis counter deciding, engine in shadow), e (the same as c on a second holdfast, with -set or from -e-repo; added by either)")
 	flag.StringVar(&o.Repo, "repo", o.Repo, "holdfast repository root (./cmd/holdfast is built from it)")
 	flag.StringVar(&o.Go, "go", o.Go, "go command used to build holdfast")
 	flag.StringVar(&o.MariaDB, "mariadb", o.MariaDB, "MariaDB host:port")
@@ -40,12 +41,18 @@ func main() {
 	flag.IntVar(&o.TTL, "ttl", o.TTL, "ttl_seconds of each reserve (must exceed holdfast's payment-side minimum, 960 s by default)")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the scratch directory (binary, config, holdfast's log)")
 	flag.StringVar(&o.RedisServer, "redis-server", o.RedisServer, "redis-server binary workload d starts (a private one, on a free port)")
+	flag.Func("set", "run workload e: the same CALL as c through a second holdfast with this setting changed (path=value, e.g. -set reservation.batches_per_pool=1; repeatable), compared with c in the same rounds and never judged",
+		func(v string) error { o.Settings = append(o.Settings, v); return nil })
+	flag.StringVar(&o.ERepo, "e-repo", "", "run workload e: the same CALL as c through a second holdfast built from this checkout (e.g. a git worktree of the code before a change), compared with c in the same rounds and never judged")
 	flag.Parse()
 	var err error
 	if o.Clients, err = bench.ParseClients(*clients); err != nil {
 		fail(err)
 	}
 	o.Workloads = strings.Split(*workloads, ",")
+	if (len(o.Settings) > 0 || o.ERepo != "") && !slices.Contains(o.Workloads, bench.WorkloadCallSet) {
+		o.Workloads = append(o.Workloads, bench.WorkloadCallSet)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

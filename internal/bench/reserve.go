@@ -64,9 +64,34 @@ type ReserveOptions struct {
 
 	Keep bool // keep the scratch directory (binary, config, holdfast's log)
 
+	// Settings ("reservation.batches_per_pool=1", see
+	// HoldfastConfig.Settings) are workload (e)'s: a second holdfast runs
+	// with them, and its runs are compared with (c)'s. The first holdfast,
+	// and every verdict, stays on the shipped defaults.
+	Settings []string
+	// ERepo, when set, is another checkout of holdfast that workload (e)'s
+	// holdfast is built from (with Settings, if any): a change is measured
+	// against the code before it in the same rounds.
+	ERepo string
+
 	// RedisServer is the redis-server binary workload (d) starts, on a free
 	// port without persistence, as the legacy counter of a second holdfast.
 	RedisServer string
+}
+
+// hasVariant reports whether o describes workload (e)'s holdfast.
+func (o ReserveOptions) hasVariant() bool { return len(o.Settings) > 0 || o.ERepo != "" }
+
+// Variant describes workload (e)'s holdfast against (c)'s.
+func (o ReserveOptions) Variant() string {
+	var parts []string
+	if o.ERepo != "" {
+		parts = append(parts, "built from "+o.ERepo)
+	}
+	if len(o.Settings) > 0 {
+		parts = append(parts, "-set "+strings.Join(o.Settings, " "))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // DefaultReserveOptions returns the defaults of `make bench-reserve`.
@@ -107,9 +132,22 @@ func (o ReserveOptions) validate() error {
 		return errors.New("bench: no workloads")
 	}
 	for _, w := range o.Workloads {
-		if !slices.Contains(ReserveWorkloads, w) {
-			return fmt.Errorf("bench: unknown workload %q (want a, b, c or d)", w)
+		if !slices.Contains(ReserveWorkloads, w) && w != WorkloadCallSet {
+			return fmt.Errorf("bench: unknown workload %q (want a, b, c, d or e)", w)
 		}
+	}
+	for _, st := range o.Settings {
+		if _, _, err := ParseSetting(st); err != nil {
+			return err
+		}
+	}
+	if o.ERepo != "" {
+		if _, err := os.Stat(filepath.Join(o.ERepo, "cmd", "holdfast")); err != nil {
+			return fmt.Errorf("bench: -e-repo %s is not a holdfast checkout: %w", o.ERepo, err)
+		}
+	}
+	if hasE := slices.Contains(o.Workloads, WorkloadCallSet); hasE != o.hasVariant() {
+		return errors.New("bench: workload e runs holdfast with the -set settings or built from -e-repo: give e with one of them, or neither")
 	}
 	return nil
 }
@@ -145,20 +183,28 @@ type reserveRunner struct {
 	ep      Endpoint // holdfast, for the clients
 	metrics string   // holdfast's /metrics URL
 	dbPid   int      // MariaDB's process, 0 when not local
-	shop    int64    // the last shop used by WorkloadCall or WorkloadShadow
+	shop    int64    // the last shop used by WorkloadCall, WorkloadShadow or WorkloadCallSet
 
 	// Workload (d): a second holdfast with a Redis beside its engine.
 	redis         *exec.Cmd
 	shadow        *Holdfast
 	shadowEp      Endpoint
 	shadowMetrics string
+
+	// Workload (e): a second holdfast with the -set settings.
+	set        *Holdfast
+	setEp      Endpoint
+	setMetrics string
 }
 
 // target is the holdfast a workload runs through: its endpoint, its
 // /metrics and its process.
 func (b *reserveRunner) target(wl string) (Endpoint, string, *Holdfast) {
-	if wl == WorkloadShadow {
+	switch wl {
+	case WorkloadShadow:
 		return b.shadowEp, b.shadowMetrics, b.shadow
+	case WorkloadCallSet:
+		return b.setEp, b.setMetrics, b.set
 	}
 	return b.ep, b.metrics, b.hf
 }
@@ -231,6 +277,7 @@ func RunReserve(ctx context.Context, o ReserveOptions, w io.Writer) (err error) 
 		b.printf("%s\n", v)
 	}
 	PrintShadowCost(w, sums, o.Clients)
+	PrintVariantEffect(w, sums, o.Clients, o.Variant())
 	if verified == len(samples) {
 		b.printf("PASS  zero oversell in every run\n")
 	} else {
@@ -339,6 +386,29 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 			return err
 		}
 	}
+	if o.hasVariant() {
+		sc := hc
+		sc.Settings = o.Settings
+		if err := sc.freeListen(); err != nil {
+			return err
+		}
+		bin := b.bin
+		if o.ERepo != "" {
+			bin = filepath.Join(b.dir, "holdfast-e")
+			line, err := BuildHoldfast(ctx, o.Go, o.ERepo, bin)
+			b.printf("build (workload e): %s\n", line)
+			if err != nil {
+				return err
+			}
+		}
+		if b.set, err = StartHoldfast(ctx, bin, b.dir, "holdfast-e", sc); err != nil {
+			return err
+		}
+		b.setEp = Endpoint{Name: TargetHoldfast, Addr: sc.Listen, User: reserveUser, Password: reserveUser}
+		b.setMetrics = "http://" + sc.AdminListen + "/metrics"
+		b.printf("holdfast of workload e (%s): %s (pid %d; %s; %s; log %s)\n",
+			o.Variant(), b.set.Cmdline, b.set.Pid(), sc.Describe(), b.set.Chosen(), b.set.LogPath)
+	}
 
 	k := PoolKey{Shop: 1, Item: o.Item, Location: o.Location}
 	b.printf("load generator: bench.Client connections (raw text protocol, in this process) as %s to holdfast %s, database %s;\n"+
@@ -349,6 +419,9 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	b.printf("  (b) %s   (autocommit; no reservation record)\n", sqlTakeCounter)
 	b.printf("  (c) %s\n      (a fresh shop_id per run, stocked with CALL holdfast.receive(<shop>, %d, %d, %d))\n",
 		ReserveCall(k.Shop, o.Item, o.Location, "<run>-<client>-<seq>", o.TTL), o.Item, o.Location, o.OnHand)
+	if b.set != nil {
+		b.printf("  (e) the same CALL through the holdfast %s (a fresh shop per run)\n", o.Variant())
+	}
 	if b.shadow != nil {
 		b.printf("  (d) the same CALL through the second holdfast (authority redis: a Lua script on Redis decides, the engine\n" +
 			"      runs the same reserve in shadow; a fresh shop per run, stocked through that holdfast)\n")
@@ -421,7 +494,7 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 		if wl == WorkloadTxn {
 			op = TxnOp(runTag, o.Item, o.TTL)
 		}
-	case WorkloadCall, WorkloadShadow:
+	case WorkloadCall, WorkloadShadow, WorkloadCallSet:
 		b.shop++
 		k = PoolKey{Shop: b.shop, Item: o.Item, Location: o.Location}
 		ep, _, _ := b.target(wl)
@@ -455,7 +528,7 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 	defer cancel()
 	if merr == nil {
 		if m1, err := b.scrape(cctx, metricsURL); err == nil {
-			s.Metrics = metricsDigest(m0, m1, wl == WorkloadCall || wl == WorkloadShadow)
+			s.Metrics = metricsDigest(m0, m1, wl != WorkloadTxn && wl != WorkloadUpdate)
 			if wl == WorkloadShadow {
 				s.Metrics += shadowDigest(m0, m1)
 			}
@@ -490,7 +563,7 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 		if wl == WorkloadTxn {
 			s.CheckNote += fmt.Sprintf(", %d reservations_baseline rows", c.BaselineRows)
 		}
-	case WorkloadCall, WorkloadShadow:
+	case WorkloadCall, WorkloadShadow, WorkloadCallSet:
 		c, err := CheckPool(cctx, b.db, k, res.IDs)
 		if err != nil {
 			s.Err = errors.Join(s.Err, err)
@@ -630,20 +703,18 @@ func localPid(pidFile string) int {
 // cleanup stops everything; the scratch directory is kept with -keep and
 // when the bench failed (holdfast's log is in it).
 func (b *reserveRunner) cleanup(failed bool) {
-	if b.hf != nil {
-		if err := b.hf.Stop(); err != nil {
-			b.printf("holdfast (pid %d) stopped uncleanly: %v\n", b.hf.Pid(), err)
+	for _, p := range []struct {
+		h    *Holdfast
+		name string
+	}{{b.hf, "holdfast"}, {b.shadow, "holdfast with Redis"}, {b.set, "holdfast of workload e"}} {
+		if p.h == nil {
+			continue
 		}
-		if log := strings.TrimSpace(readFile(b.hf.LogPath)); log != "" {
-			b.printf("holdfast's log (%s), last lines:\n%s\n", b.hf.LogPath, tail(log, 20))
+		if err := p.h.Stop(); err != nil {
+			b.printf("%s (pid %d) stopped uncleanly: %v\n", p.name, p.h.Pid(), err)
 		}
-	}
-	if b.shadow != nil {
-		if err := b.shadow.Stop(); err != nil {
-			b.printf("holdfast with Redis (pid %d) stopped uncleanly: %v\n", b.shadow.Pid(), err)
-		}
-		if log := strings.TrimSpace(readFile(b.shadow.LogPath)); log != "" {
-			b.printf("its log (%s), last lines:\n%s\n", b.shadow.LogPath, tail(log, 20))
+		if log := strings.TrimSpace(readFile(p.h.LogPath)); log != "" {
+			b.printf("%s's log (%s), last lines:\n%s\n", p.name, p.h.LogPath, tail(log, 20))
 		}
 	}
 	if b.redis != nil {

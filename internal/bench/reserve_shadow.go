@@ -109,13 +109,23 @@ func labelValue(series, name string) string {
 // PrintShadowCost writes, per client count, (d) against (c): what shadow
 // mode costs in reservations/s and p99.
 func PrintShadowCost(w io.Writer, sums []ReserveSummary, clients []int) {
+	printAgainstCall(w, sums, clients, WorkloadShadow, "shadow cost")
+}
+
+// PrintVariantEffect writes, per client count, (e) against (c): what the
+// variant (ReserveOptions.Variant) changes, measured in the same rounds.
+func PrintVariantEffect(w io.Writer, sums []ReserveSummary, clients []int, variant string) {
+	printAgainstCall(w, sums, clients, WorkloadCallSet, "holdfast "+variant)
+}
+
+func printAgainstCall(w io.Writer, sums []ReserveSummary, clients []int, wl, what string) {
 	for _, n := range clients {
 		c, okC := findSummary(sums, WorkloadCall, n)
-		d, okD := findSummary(sums, WorkloadShadow, n)
-		if !okC || !okD || c.Rate <= 0 {
+		x, okX := findSummary(sums, wl, n)
+		if !okC || !okX || c.Rate <= 0 {
 			continue
 		}
-		fmt.Fprintf(w, "shadow cost at %s clients: (d) %.1f reservations/s = %.2f× (c) %.1f; p99 %.2f ms vs %.2f ms\n",
-			strconv.Itoa(n), d.Rate, d.Rate/c.Rate, c.Rate, ms(d.P99), ms(c.P99))
+		fmt.Fprintf(w, "%s at %s clients: (%s) %.1f reservations/s = %.2f× (c) %.1f; p99 %.2f ms vs %.2f ms\n",
+			what, strconv.Itoa(n), wl, x.Rate, x.Rate/c.Rate, c.Rate, ms(x.P99), ms(c.P99))
 	}
 }

@@ -256,6 +256,12 @@ func TestSummarizeAndJudgeReserve(t *testing.T) {
 	if none[0].Pass || !strings.HasPrefix(none[0].String(), "n/a") {
 		t.Errorf("verdict without data: %s", none[0])
 	}
+	e := append(slices.Clone(samples), run(1, WorkloadCallSet, 64, 5000, 30*time.Millisecond))
+	var eb strings.Builder
+	PrintVariantEffect(&eb, SummarizeReserve(e, []string{WorkloadCall, WorkloadCallSet}, []int{64, 256}), []int{64, 256}, "-set a.b=1")
+	if want := "holdfast -set a.b=1 at 64 clients: (e) 5000.0 reservations/s = 1.25× (c) 4000.0; p99 30.00 ms vs 60.00 ms\n"; eb.String() != want {
+		t.Errorf("(e) against (c): %q, want %q", eb.String(), want)
+	}
 	var b strings.Builder
 	PrintReserveSummaries(&b, sums)
 	if !strings.Contains(b.String(), "(c) holdfast.reserve") || !strings.Contains(b.String(), "3500 4000 4500") {
@@ -268,10 +274,15 @@ func TestReserveOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mod := range map[string]func(*ReserveOptions){
-		"rounds":   func(o *ReserveOptions) { o.Rounds = 0 },
-		"time":     func(o *ReserveOptions) { o.Time = time.Millisecond },
-		"clients":  func(o *ReserveOptions) { o.Clients = []int{8, 0} },
-		"workload": func(o *ReserveOptions) { o.Workloads = []string{"e"} },
+		"rounds":         func(o *ReserveOptions) { o.Rounds = 0 },
+		"time":           func(o *ReserveOptions) { o.Time = time.Millisecond },
+		"clients":        func(o *ReserveOptions) { o.Clients = []int{8, 0} },
+		"workload":       func(o *ReserveOptions) { o.Workloads = []string{"f"} },
+		"e without -set": func(o *ReserveOptions) { o.Workloads = []string{WorkloadCall, WorkloadCallSet} },
+		"-set without e": func(o *ReserveOptions) { o.Settings = []string{"reservation.max_batch=64"} },
+		"bad -set": func(o *ReserveOptions) {
+			o.Workloads, o.Settings = []string{WorkloadCallSet}, []string{"reservation.max_batch"}
+		},
 		"database": func(o *ReserveOptions) { o.Database = "x`; DROP" },
 		"on hand":  func(o *ReserveOptions) { o.OnHand = 0 },
 	} {
@@ -280,6 +291,18 @@ func TestReserveOptions(t *testing.T) {
 		if err := o.validate(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	o := DefaultReserveOptions()
+	o.Workloads, o.Settings = []string{WorkloadCall, WorkloadCallSet}, []string{"reservation.max_batch=64"}
+	if err := o.validate(); err != nil {
+		t.Errorf("workload e with -set: %v", err)
+	}
+	o.Settings, o.ERepo = nil, "../.."
+	if err := o.validate(); err != nil || o.Variant() != "built from ../.." {
+		t.Errorf("workload e with -e-repo: %v, %q", err, o.Variant())
+	}
+	if o.ERepo = t.TempDir(); o.validate() == nil {
+		t.Error("-e-repo that is not a checkout: accepted")
 	}
 	if got, err := ParseClients(" 8,64 ,256"); err != nil || !slices.Equal(got, []int{8, 64, 256}) {
 		t.Errorf("ParseClients: %v, %v", got, err)
