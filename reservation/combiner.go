@@ -162,11 +162,19 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 		}
 		cb.queue = rest
 		n := len(batch)
+		// A session pays for itself over consecutive batches, but costs a
+		// round trip to open and one to close: a batch with no other
+		// batch of its pool running and nobody queued behind it runs on a
+		// connection borrowed for its transaction alone, in one round trip.
+		busy := cb.running > 1
+		for _, p := range rest {
+			busy = busy || p.state == stQueued
+		}
 		cb.mu.Unlock()
 
 		if n > 0 {
 			var err error
-			if sess == nil {
+			if sess == nil && busy {
 				sess, err = e.openSession(bctx)
 			}
 			if err != nil {

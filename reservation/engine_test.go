@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/restest"
 )
@@ -297,4 +300,101 @@ func TestOneTripRefusedFallsBack(t *testing.T) {
 		t.Errorf("%d units reserved, want 6", reserved)
 	}
 	v.checkInvariant(2002, 1)
+}
+
+// tripConns counts the round trips of the connections borrowed with one
+// tag.
+type tripConns struct {
+	reservation.Conns
+	tag string
+
+	mu    sync.Mutex // guards trips
+	trips []string
+}
+
+func (r *tripConns) Borrow(ctx context.Context, tag string) (reservation.Conn, error) {
+	c, err := r.Conns.Borrow(ctx, tag)
+	if err != nil || tag != r.tag {
+		return c, err
+	}
+	return tripConn{c, r}, nil
+}
+
+func (r *tripConns) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.trips
+	r.trips = nil
+	return t
+}
+
+func (r *tripConns) note(q string) {
+	r.mu.Lock()
+	r.trips = append(r.trips, q)
+	r.mu.Unlock()
+}
+
+type tripConn struct {
+	reservation.Conn
+	r *tripConns
+}
+
+func (c tripConn) Exec(ctx context.Context, q string, args ...any) (reservation.Result, error) {
+	c.r.note(q)
+	return c.Conn.Exec(ctx, q, args...)
+}
+
+func (c tripConn) Query(ctx context.Context, q string, args ...any) ([][][]byte, error) {
+	c.r.note(q)
+	return c.Conn.Query(ctx, q, args...)
+}
+
+// TestLoneReserveOneRoundTrip: a reserve nobody queues behind commits in
+// one round trip; it opens no session (a round trip to set the connection
+// up, another to put it back) that no later batch would use. A batch that
+// starts while another of its pool runs does open one.
+func TestLoneReserveOneRoundTrip(t *testing.T) {
+	trips := &tripConns{tag: reservation.TagReserve}
+	var f *restest.FaultConns
+	v := newEnv(t, envOpts{wrap: func(c reservation.Conns) reservation.Conns {
+		f = restest.NewFaultConns(c)
+		trips.Conns = f
+		return trips
+	}})
+	v.receive(2003, 1, 10)
+	for i := range 3 {
+		trips.take()
+		if _, _, err := v.call("reserve", int64(shop), fmt.Sprintf("lone-%d", i), restest.LinesJSON(2003, 1, 1), int64(600)); err != nil {
+			t.Fatalf("reserve %d: %v", i, err)
+		}
+		if got := trips.take(); len(got) != 1 {
+			t.Errorf("reserve %d took %d round trips, want 1:\n%s", i, len(got), strings.Join(got, "\n"))
+		}
+	}
+	if s := v.eng.Stats(); s.OneTrip != 3 {
+		t.Errorf("%d one-trip commits, want 3", s.OneTrip)
+	}
+
+	// The first reserve's batch is held before its statement is sent; the
+	// second, arriving meanwhile, leads a batch of its own on a session.
+	hold := make(chan struct{})
+	f.Add(&restest.FaultRule{Match: stmtReserveLock, Hold: hold})
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := v.call("reserve", int64(shop), "held", restest.LinesJSON(2003, 1, 1), int64(600))
+		first <- err
+	}()
+	dbtest.Eventually(t, "the first batch to start", func() bool { return v.eng.Stats().Batches == 4 })
+	trips.take()
+	if _, _, err := v.call("reserve", int64(shop), "beside", restest.LinesJSON(2003, 1, 1), int64(600)); err != nil {
+		t.Fatalf("reserve beside a running batch: %v", err)
+	}
+	if got := trips.take(); !slices.ContainsFunc(got, func(q string) bool { return strings.Contains(q, "autocommit = 0") }) {
+		t.Errorf("a batch beside a running one sent, want a session opened first:\n%s", strings.Join(got, "\n"))
+	}
+	close(hold)
+	if err := <-first; err != nil {
+		t.Fatalf("held reserve: %v", err)
+	}
+	v.checkInvariant(2003, 1)
 }

@@ -10,7 +10,11 @@ import (
 
 // A session is one borrowed connection a combiner keeps across consecutive
 // batches of one pool, passed from leader to leader while reserves keep
-// queuing, and released when the queue drains. For its lifetime the
+// queuing, and released when the queue drains. A leader opens one only when
+// its pool is busy (reserves queued behind its batch, or another batch of
+// the pool running): opening and closing cost a round trip each, which a
+// lone batch, run on a connection borrowed for its transaction, does not
+// pay. For its lifetime the
 // connection runs at
 //
 //	SET SESSION <isolation> = 'READ-COMMITTED', autocommit = 0
