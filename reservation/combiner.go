@@ -200,7 +200,11 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 			cb.mu.Lock()
 			sess = cb.handOffLocked(sess)
 			cb.mu.Unlock()
-			e.closeSession(sess) // nobody queued: release the connection
+			if sess != nil {
+				// Nobody queued: release the connection, after the
+				// leader's answer rather than before it.
+				go e.closeSession(sess)
+			}
 			e.dropIfIdle(cb)
 			return
 		}

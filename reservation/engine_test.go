@@ -308,8 +308,9 @@ type tripConns struct {
 	reservation.Conns
 	tag string
 
-	mu    sync.Mutex // guards trips
+	mu    sync.Mutex // guards following
 	trips []string
+	ended []string // statements whose answer came back (or failed)
 }
 
 func (r *tripConns) Borrow(ctx context.Context, tag string) (reservation.Conn, error) {
@@ -334,6 +335,19 @@ func (r *tripConns) note(q string) {
 	r.mu.Unlock()
 }
 
+func (r *tripConns) end(q string) {
+	r.mu.Lock()
+	r.ended = append(r.ended, q)
+	r.mu.Unlock()
+}
+
+// hasEnded reports whether a statement containing sub has had its answer.
+func (r *tripConns) hasEnded(sub string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.ended, func(q string) bool { return strings.Contains(q, sub) })
+}
+
 type tripConn struct {
 	reservation.Conn
 	r *tripConns
@@ -341,11 +355,13 @@ type tripConn struct {
 
 func (c tripConn) Exec(ctx context.Context, q string, args ...any) (reservation.Result, error) {
 	c.r.note(q)
+	defer c.r.end(q)
 	return c.Conn.Exec(ctx, q, args...)
 }
 
 func (c tripConn) Query(ctx context.Context, q string, args ...any) ([][][]byte, error) {
 	c.r.note(q)
+	defer c.r.end(q)
 	return c.Conn.Query(ctx, q, args...)
 }
 
@@ -386,12 +402,21 @@ func TestLoneReserveOneRoundTrip(t *testing.T) {
 	}()
 	dbtest.Eventually(t, "the first batch to start", func() bool { return v.eng.Stats().Batches == 4 })
 	trips.take()
+	// Its session is put back after its answer, not before: the answer
+	// does not wait for that round trip (held here).
+	holdClose := make(chan struct{})
+	putBack := f.Add(&restest.FaultRule{Match: "autocommit = 1", Hold: holdClose})
 	if _, _, err := v.call("reserve", int64(shop), "beside", restest.LinesJSON(2003, 1, 1), int64(600)); err != nil {
 		t.Fatalf("reserve beside a running batch: %v", err)
 	}
+	if trips.hasEnded("autocommit = 1") {
+		t.Error("the reserve beside a running batch was answered only after its session was put back")
+	}
+	close(holdClose)
 	if got := trips.take(); !slices.ContainsFunc(got, func(q string) bool { return strings.Contains(q, "autocommit = 0") }) {
 		t.Errorf("a batch beside a running one sent, want a session opened first:\n%s", strings.Join(got, "\n"))
 	}
+	dbtest.Eventually(t, "the session to be put back", func() bool { return f.Fired(putBack) == 1 })
 	close(hold)
 	if err := <-first; err != nil {
 		t.Fatalf("held reserve: %v", err)

@@ -14,7 +14,8 @@ import (
 // its pool is busy (reserves queued behind its batch, or another batch of
 // the pool running): opening and closing cost a round trip each, which a
 // lone batch, run on a connection borrowed for its transaction, does not
-// pay. For its lifetime the
+// pay; the last leader puts the session back after its own answer. For its
+// lifetime the
 // connection runs at
 //
 //	SET SESSION <isolation> = 'READ-COMMITTED', autocommit = 0
