@@ -368,7 +368,8 @@ func (c tripConn) Query(ctx context.Context, q string, args ...any) ([][][]byte,
 // TestLoneReserveOneRoundTrip: a reserve nobody queues behind commits in
 // one round trip; it opens no session (a round trip to set the connection
 // up, another to put it back) that no later batch would use. A batch that
-// starts while another of its pool runs does open one.
+// starts while another of its pool runs does open one, set up in the round
+// trip of its first statement, and put back after its answer.
 func TestLoneReserveOneRoundTrip(t *testing.T) {
 	trips := &tripConns{tag: reservation.TagReserve}
 	var f *restest.FaultConns
@@ -413,8 +414,10 @@ func TestLoneReserveOneRoundTrip(t *testing.T) {
 		t.Error("the reserve beside a running batch was answered only after its session was put back")
 	}
 	close(holdClose)
-	if got := trips.take(); !slices.ContainsFunc(got, func(q string) bool { return strings.Contains(q, "autocommit = 0") }) {
-		t.Errorf("a batch beside a running one sent, want a session opened first:\n%s", strings.Join(got, "\n"))
+	if got := trips.take(); !slices.ContainsFunc(got, func(q string) bool {
+		return strings.HasPrefix(q, "SET SESSION ") && strings.Contains(q, "autocommit = 0; ") && strings.Contains(q, stmtReserveLock)
+	}) {
+		t.Errorf("a batch beside a running one sent, want a session set up in front of its first statement:\n%s", strings.Join(got, "\n"))
 	}
 	dbtest.Eventually(t, "the session to be put back", func() bool { return f.Fired(putBack) == 1 })
 	close(hold)
@@ -422,4 +425,68 @@ func TestLoneReserveOneRoundTrip(t *testing.T) {
 		t.Fatalf("held reserve: %v", err)
 	}
 	v.checkInvariant(2003, 1)
+}
+
+// TestSessionPutBack: a session whose first batch rolls back (the pool is
+// short, so the one-round-trip attempt fails its guard after the session
+// SET ran) sends the SET again with the retry, and the connection goes
+// back to the pool at the server's defaults.
+func TestSessionPutBack(t *testing.T) {
+	var f *restest.FaultConns
+	v := newEnv(t, envOpts{maxConns: 2, wrap: func(c reservation.Conns) reservation.Conns {
+		f = restest.NewFaultConns(c)
+		return f
+	}})
+	v.receive(2004, 1, 1)
+	var globalIso string
+	if err := v.db.QueryRow("SELECT @@GLOBAL.tx_isolation").Scan(&globalIso); err != nil {
+		if err := v.db.QueryRow("SELECT @@GLOBAL.transaction_isolation").Scan(&globalIso); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first reserve (one unit) is held before its statement is sent;
+	// the second (two units, one on hand) leads a batch on a session.
+	hold := make(chan struct{})
+	f.Add(&restest.FaultRule{Match: stmtReserveLock, Hold: hold})
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := v.call("reserve", int64(shop), "held", restest.LinesJSON(2004, 1, 1), int64(600))
+		first <- err
+	}()
+	dbtest.Eventually(t, "the first batch to start", func() bool { return v.eng.Stats().Batches == 1 })
+	if _, _, err := v.call("reserve", int64(shop), "two", restest.LinesJSON(2004, 2, 1), int64(600)); restest.Code(err) != reservation.CodeInsufficientStock {
+		t.Fatalf("reserve of 2 with 1 on hand: %v, want %d", err, reservation.CodeInsufficientStock)
+	}
+	if s := v.eng.Stats(); s.OneTripFallbacks != 1 {
+		t.Errorf("%d one-trip fallbacks, want 1 (the session's first batch)", s.OneTripFallbacks)
+	}
+	close(hold)
+	if err := <-first; err != nil {
+		t.Fatalf("held reserve: %v", err)
+	}
+	// Both connections of the pool: at the defaults (a connection the
+	// session is still putting back is handed out once it is back).
+	ctx := context.Background()
+	var held []*sql.Conn
+	for range 2 {
+		c, err := v.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		var ac int64
+		var iso string
+		if err := c.QueryRowContext(ctx, "SELECT @@SESSION.autocommit, @@SESSION.tx_isolation").Scan(&ac, &iso); err != nil {
+			if err := c.QueryRowContext(ctx, "SELECT @@SESSION.autocommit, @@SESSION.transaction_isolation").Scan(&ac, &iso); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ac != 1 || iso != globalIso {
+			t.Errorf("a connection back in the pool has autocommit %d, isolation %s; want 1, %s", ac, iso, globalIso)
+		}
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	v.checkInvariant(2004, 1)
 }

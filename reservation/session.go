@@ -30,9 +30,17 @@ import (
 // connection has; if that fails, or any statement's outcome is unknown, the
 // connection is released broken. The borrow is attributed to
 // holdfast:reserve for as long as the batches run.
+//
+// The SET that puts the connection in session mode travels with the first
+// batch's statements (setup), not in a round trip of its own; until a
+// transaction carrying it has succeeded it is sent again with the next
+// attempt (it is idempotent), since a failed round trip may have stopped
+// before it.
 type session struct {
 	c      Conn
-	broken bool // the session state is unknown: release the connection broken
+	setup  string // sent in front of the next transaction's first statement, until one succeeds
+	dirty  bool   // setup was sent: the connection may be off the server's defaults
+	broken bool   // the session state is unknown: release the connection broken
 }
 
 // isoVar learns, once per engine, the isolation variable's name: MySQL 8
@@ -86,15 +94,12 @@ func (e *Engine) openSession(ctx context.Context) (*session, error) {
 		return nil, err
 	}
 	name, err := e.iso.get(ctx, c)
-	if err == nil {
-		_, err = c.Exec(ctx, "SET SESSION "+name+" = 'READ-COMMITTED', autocommit = 0")
-	}
 	if err != nil {
 		c.Release(true)
 		<-e.sessions
 		return nil, err
 	}
-	return &session{c: c}, nil
+	return &session{c: c, setup: "SET SESSION " + name + " = 'READ-COMMITTED', autocommit = 0; "}, nil
 }
 
 // closeSession restores the connection's defaults and releases it.
@@ -102,7 +107,7 @@ func (e *Engine) closeSession(s *session) {
 	if s == nil {
 		return
 	}
-	if !s.broken {
+	if !s.broken && s.dirty {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		name := e.iso.known() // set: the session was opened with it
@@ -119,12 +124,22 @@ func (e *Engine) closeSession(s *session) {
 // retrying deadlocks and lock-wait timeouts like TxRunner.
 func (e *Engine) sessionTx(ctx context.Context, s *session, fn func(ctx context.Context, c Conn) error) error {
 	for attempt := 0; ; attempt++ {
-		tc := &txConn{Conn: s.c} // autocommit is off: no START TRANSACTION
+		// Autocommit is off (or set off by setup, in front of the first
+		// statement): no START TRANSACTION.
+		tc := &txConn{Conn: s.c, begin: s.setup}
 		err := fn(ctx, tc)
+		sent := s.setup == "" || tc.begin == ""
+		if s.setup != "" && sent {
+			s.dirty = true
+		}
 		if tc.unsure {
 			s.broken = true
 		}
 		if err == nil {
+			if !sent {
+				return nil // no statement sent
+			}
+			s.setup = ""
 			if tc.ended {
 				return nil // CommitWith committed
 			}
