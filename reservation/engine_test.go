@@ -395,18 +395,18 @@ func TestLoneReserveOneRoundTrip(t *testing.T) {
 	// The first reserve's batch is held before its statement is sent; the
 	// second, arriving meanwhile, leads a batch of its own on a session.
 	hold := make(chan struct{})
-	f.Add(&restest.FaultRule{Match: stmtReserveLock, Hold: hold})
+	held := f.Add(&restest.FaultRule{Match: stmtReserveLock, Hold: hold})
 	first := make(chan error, 1)
 	go func() {
 		_, _, err := v.call("reserve", int64(shop), "held", restest.LinesJSON(2003, 1, 1), int64(600))
 		first <- err
 	}()
-	dbtest.Eventually(t, "the first batch to start", func() bool { return v.eng.Stats().Batches == 4 })
+	dbtest.Eventually(t, "the first batch's statement to be held", func() bool { return f.Fired(held) == 1 })
 	trips.take()
 	// Its session is put back after its answer, not before: the answer
 	// does not wait for that round trip (held here).
 	holdClose := make(chan struct{})
-	putBack := f.Add(&restest.FaultRule{Match: "autocommit = 1", Hold: holdClose})
+	f.Add(&restest.FaultRule{Match: "autocommit = 1", Hold: holdClose})
 	if _, _, err := v.call("reserve", int64(shop), "beside", restest.LinesJSON(2003, 1, 1), int64(600)); err != nil {
 		t.Fatalf("reserve beside a running batch: %v", err)
 	}
@@ -419,7 +419,7 @@ func TestLoneReserveOneRoundTrip(t *testing.T) {
 	}) {
 		t.Errorf("a batch beside a running one sent, want a session set up in front of its first statement:\n%s", strings.Join(got, "\n"))
 	}
-	dbtest.Eventually(t, "the session to be put back", func() bool { return f.Fired(putBack) == 1 })
+	dbtest.Eventually(t, "the session to be put back", func() bool { return trips.hasEnded("autocommit = 1") })
 	close(hold)
 	if err := <-first; err != nil {
 		t.Fatalf("held reserve: %v", err)
@@ -433,9 +433,11 @@ func TestLoneReserveOneRoundTrip(t *testing.T) {
 // back to the pool at the server's defaults.
 func TestSessionPutBack(t *testing.T) {
 	var f *restest.FaultConns
+	trips := &tripConns{tag: reservation.TagReserve}
 	v := newEnv(t, envOpts{maxConns: 2, wrap: func(c reservation.Conns) reservation.Conns {
 		f = restest.NewFaultConns(c)
-		return f
+		trips.Conns = f
+		return trips
 	}})
 	v.receive(2004, 1, 1)
 	var globalIso string
@@ -447,18 +449,28 @@ func TestSessionPutBack(t *testing.T) {
 	// The first reserve (one unit) is held before its statement is sent;
 	// the second (two units, one on hand) leads a batch on a session.
 	hold := make(chan struct{})
-	f.Add(&restest.FaultRule{Match: stmtReserveLock, Hold: hold})
+	held := f.Add(&restest.FaultRule{Match: stmtReserveLock, Hold: hold})
 	first := make(chan error, 1)
 	go func() {
 		_, _, err := v.call("reserve", int64(shop), "held", restest.LinesJSON(2004, 1, 1), int64(600))
 		first <- err
 	}()
-	dbtest.Eventually(t, "the first batch to start", func() bool { return v.eng.Stats().Batches == 1 })
+	dbtest.Eventually(t, "the first batch's statement to be held", func() bool { return f.Fired(held) == 1 })
+	trips.take()
 	if _, _, err := v.call("reserve", int64(shop), "two", restest.LinesJSON(2004, 2, 1), int64(600)); restest.Code(err) != reservation.CodeInsufficientStock {
 		t.Fatalf("reserve of 2 with 1 on hand: %v, want %d", err, reservation.CodeInsufficientStock)
 	}
 	if s := v.eng.Stats(); s.OneTripFallbacks != 1 {
 		t.Errorf("%d one-trip fallbacks, want 1 (the session's first batch)", s.OneTripFallbacks)
+	}
+	sets := 0
+	for _, q := range trips.take() {
+		if strings.HasPrefix(q, "SET SESSION ") && strings.Contains(q, "autocommit = 0; ") && strings.Contains(q, stmtReserveLock) {
+			sets++
+		}
+	}
+	if sets != 2 {
+		t.Errorf("the session's SET went in front of %d locking reads, want 2 (the one-trip attempt, then its retry)", sets)
 	}
 	close(hold)
 	if err := <-first; err != nil {
@@ -467,13 +479,13 @@ func TestSessionPutBack(t *testing.T) {
 	// Both connections of the pool: at the defaults (a connection the
 	// session is still putting back is handed out once it is back).
 	ctx := context.Background()
-	var held []*sql.Conn
+	var open []*sql.Conn
 	for range 2 {
 		c, err := v.db.Conn(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, c)
+		open = append(open, c)
 		var ac int64
 		var iso string
 		if err := c.QueryRowContext(ctx, "SELECT @@SESSION.autocommit, @@SESSION.tx_isolation").Scan(&ac, &iso); err != nil {
@@ -485,7 +497,7 @@ func TestSessionPutBack(t *testing.T) {
 			t.Errorf("a connection back in the pool has autocommit %d, isolation %s; want 1, %s", ac, iso, globalIso)
 		}
 	}
-	for _, c := range held {
+	for _, c := range open {
 		c.Close()
 	}
 	v.checkInvariant(2004, 1)

@@ -150,6 +150,9 @@ func (e *Engine) sessionTx(ctx context.Context, s *session, fn func(ctx context.
 			}
 			return err
 		}
+		if !sent {
+			return err // nothing was sent: nothing to roll back
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_, rerr := s.c.Exec(rctx, "ROLLBACK"+tc.cleanup)
 		cancel()
