@@ -50,8 +50,8 @@ func main() {
 		fail(err)
 	}
 	o.Workloads = strings.Split(*workloads, ",")
-	if (len(o.Settings) > 0 || o.ERepo != "") && !slices.Contains(o.Workloads, bench.WorkloadCallSet) {
-		o.Workloads = append(o.Workloads, bench.WorkloadCallSet)
+	if (len(o.Settings) > 0 || o.ERepo != "") && !slices.Contains(o.Workloads, bench.WorkloadVariant) {
+		o.Workloads = append(o.Workloads, bench.WorkloadVariant)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -79,10 +79,8 @@ type ReserveOptions struct {
 	RedisServer string
 }
 
-// hasVariant reports whether o describes workload (e)'s holdfast.
-func (o ReserveOptions) hasVariant() bool { return len(o.Settings) > 0 || o.ERepo != "" }
-
-// Variant describes workload (e)'s holdfast against (c)'s.
+// Variant describes workload (e)'s holdfast against (c)'s; empty when o
+// has none.
 func (o ReserveOptions) Variant() string {
 	var parts []string
 	if o.ERepo != "" {
@@ -132,7 +130,7 @@ func (o ReserveOptions) validate() error {
 		return errors.New("bench: no workloads")
 	}
 	for _, w := range o.Workloads {
-		if !slices.Contains(ReserveWorkloads, w) && w != WorkloadCallSet {
+		if !slices.Contains(ReserveWorkloads, w) && w != WorkloadVariant {
 			return fmt.Errorf("bench: unknown workload %q (want a, b, c, d or e)", w)
 		}
 	}
@@ -146,7 +144,7 @@ func (o ReserveOptions) validate() error {
 			return fmt.Errorf("bench: -e-repo %s is not a holdfast checkout: %w", o.ERepo, err)
 		}
 	}
-	if hasE := slices.Contains(o.Workloads, WorkloadCallSet); hasE != o.hasVariant() {
+	if hasE := slices.Contains(o.Workloads, WorkloadVariant); hasE != (o.Variant() != "") {
 		return errors.New("bench: workload e runs holdfast with the -set settings or built from -e-repo: give e with one of them, or neither")
 	}
 	return nil
@@ -172,41 +170,54 @@ const reserveUser = "reserver"
 // reserveRunner holds what one RunReserve has started, so cleanup can stop
 // it.
 type reserveRunner struct {
-	o       ReserveOptions
-	w       io.Writer
-	dir     string
-	bin     string
-	admin   *sql.DB // no default database
-	db      *sql.DB // the bench database, directly (not through the relay)
-	relay   *netrelay.Relay
-	hf      *Holdfast
-	ep      Endpoint // holdfast, for the clients
-	metrics string   // holdfast's /metrics URL
-	dbPid   int      // MariaDB's process, 0 when not local
-	shop    int64    // the last shop used by WorkloadCall, WorkloadShadow or WorkloadCallSet
+	o     ReserveOptions
+	w     io.Writer
+	dir   string
+	bin   string
+	admin *sql.DB // no default database
+	db    *sql.DB // the bench database, directly (not through the relay)
+	relay *netrelay.Relay
+	hf    *reserveTarget // holdfast on its defaults: workloads (c) and the verdicts
+	dbPid int            // MariaDB's process, 0 when not local
+	shop  int64          // the last shop used by WorkloadCall, WorkloadShadow or WorkloadVariant
 
 	// Workload (d): a second holdfast with a Redis beside its engine.
-	redis         *exec.Cmd
-	shadow        *Holdfast
-	shadowEp      Endpoint
-	shadowMetrics string
+	redis  *exec.Cmd
+	shadow *reserveTarget
 
-	// Workload (e): a second holdfast with the -set settings.
-	set        *Holdfast
-	setEp      Endpoint
-	setMetrics string
+	// Workload (e): a holdfast with the -set settings, or built from -e-repo.
+	variant *reserveTarget
 }
 
-// target is the holdfast a workload runs through: its endpoint, its
-// /metrics and its process.
-func (b *reserveRunner) target(wl string) (Endpoint, string, *Holdfast) {
+// reserveTarget is one holdfast process the workloads run through.
+type reserveTarget struct {
+	h       *Holdfast
+	ep      Endpoint // for the clients
+	metrics string   // its /metrics URL
+	label   string   // what it is, for the printout
+}
+
+// startTarget starts a holdfast from bin on hc (whose listeners are chosen)
+// and prints what it runs with.
+func (b *reserveRunner) startTarget(ctx context.Context, bin, name, label string, hc HoldfastConfig) (*reserveTarget, error) {
+	h, err := StartHoldfast(ctx, bin, b.dir, name, hc)
+	if err != nil {
+		return nil, err
+	}
+	b.printf("%s: %s (pid %d; %s; %s; log %s)\n", label, h.Cmdline, h.Pid(), hc.Describe(), h.Chosen(), h.LogPath)
+	return &reserveTarget{h: h, label: label, metrics: "http://" + hc.AdminListen + "/metrics",
+		ep: Endpoint{Name: TargetHoldfast, Addr: hc.Listen, User: reserveUser, Password: reserveUser}}, nil
+}
+
+// target is the holdfast a workload runs through.
+func (b *reserveRunner) target(wl string) *reserveTarget {
 	switch wl {
 	case WorkloadShadow:
-		return b.shadowEp, b.shadowMetrics, b.shadow
-	case WorkloadCallSet:
-		return b.setEp, b.setMetrics, b.set
+		return b.shadow
+	case WorkloadVariant:
+		return b.variant
 	}
-	return b.ep, b.metrics, b.hf
+	return b.hf
 }
 
 func (b *reserveRunner) printf(format string, a ...any) { fmt.Fprintf(b.w, format, a...) }
@@ -240,8 +251,8 @@ func RunReserve(ctx context.Context, o ReserveOptions, w io.Writer) (err error) 
 				s := b.runOne(ctx, round, wl, n)
 				samples = append(samples, s)
 				b.printSample(s)
-				if _, _, hf := b.target(wl); hf.Exited() {
-					return fmt.Errorf("bench: holdfast exited; see %s", hf.LogPath)
+				if h := b.target(wl).h; h.Exited() {
+					return fmt.Errorf("bench: holdfast exited; see %s", h.LogPath)
 				}
 				if o.Pause > 0 {
 					select {
@@ -362,7 +373,7 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	if err := hc.freeListen(); err != nil {
 		return err
 	}
-	addr, adminAddr := hc.Listen, hc.AdminListen
+	addr := hc.Listen
 	migrateCfg := filepath.Join(b.dir, "holdfast-migrate.yaml")
 	if err := os.WriteFile(migrateCfg, hc.YAML(), 0o600); err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -374,22 +385,18 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bench: holdfast migrate: %w", err)
 	}
-	if b.hf, err = StartHoldfast(ctx, b.bin, b.dir, "holdfast-reserve", hc); err != nil {
+	if b.hf, err = b.startTarget(ctx, b.bin, "holdfast-reserve", "holdfast (backend = the relay)", hc); err != nil {
 		return err
 	}
-	b.ep = Endpoint{Name: TargetHoldfast, Addr: addr, User: reserveUser, Password: reserveUser}
-	b.metrics = "http://" + adminAddr + "/metrics"
-	b.printf("holdfast: %s (pid %d; backend = the relay; %s; %s; log %s)\n",
-		b.hf.Cmdline, b.hf.Pid(), hc.Describe(), b.hf.Chosen(), b.hf.LogPath)
 	if slices.Contains(o.Workloads, WorkloadShadow) {
 		if err := b.setupShadow(ctx, hc); err != nil {
 			return err
 		}
 	}
-	if o.hasVariant() {
-		sc := hc
-		sc.Settings = o.Settings
-		if err := sc.freeListen(); err != nil {
+	if o.Variant() != "" {
+		vc := hc
+		vc.Settings = o.Settings
+		if err := vc.freeListen(); err != nil {
 			return err
 		}
 		bin := b.bin
@@ -401,13 +408,9 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 				return err
 			}
 		}
-		if b.set, err = StartHoldfast(ctx, bin, b.dir, "holdfast-e", sc); err != nil {
+		if b.variant, err = b.startTarget(ctx, bin, "holdfast-e", "holdfast of workload e ("+o.Variant()+")", vc); err != nil {
 			return err
 		}
-		b.setEp = Endpoint{Name: TargetHoldfast, Addr: sc.Listen, User: reserveUser, Password: reserveUser}
-		b.setMetrics = "http://" + sc.AdminListen + "/metrics"
-		b.printf("holdfast of workload e (%s): %s (pid %d; %s; %s; log %s)\n",
-			o.Variant(), b.set.Cmdline, b.set.Pid(), sc.Describe(), b.set.Chosen(), b.set.LogPath)
 	}
 
 	k := PoolKey{Shop: 1, Item: o.Item, Location: o.Location}
@@ -419,7 +422,7 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	b.printf("  (b) %s   (autocommit; no reservation record)\n", sqlTakeCounter)
 	b.printf("  (c) %s\n      (a fresh shop_id per run, stocked with CALL holdfast.receive(<shop>, %d, %d, %d))\n",
 		ReserveCall(k.Shop, o.Item, o.Location, "<run>-<client>-<seq>", o.TTL), o.Item, o.Location, o.OnHand)
-	if b.set != nil {
+	if b.variant != nil {
 		b.printf("  (e) the same CALL through the holdfast %s (a fresh shop per run)\n", o.Variant())
 	}
 	if b.shadow != nil {
@@ -494,16 +497,16 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 		if wl == WorkloadTxn {
 			op = TxnOp(runTag, o.Item, o.TTL)
 		}
-	case WorkloadCall, WorkloadShadow, WorkloadCallSet:
+	case WorkloadCall, WorkloadShadow, WorkloadVariant:
 		b.shop++
 		k = PoolKey{Shop: b.shop, Item: o.Item, Location: o.Location}
-		ep, _, _ := b.target(wl)
-		if s.Err = b.receive(rctx, ep, k, o.OnHand); s.Err != nil {
+		if s.Err = b.receive(rctx, b.target(wl).ep, k, o.OnHand); s.Err != nil {
 			return s
 		}
 		op = CallOp(runTag, k, o.TTL)
 	}
-	ep, metricsURL, hf := b.target(wl)
+	t := b.target(wl)
+	ep, metricsURL, hf := t.ep, t.metrics, t.h
 
 	m0, merr := b.scrape(ctx, metricsURL)
 	inno0, ierr := b.innodbStatus(rctx)
@@ -563,7 +566,7 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 		if wl == WorkloadTxn {
 			s.CheckNote += fmt.Sprintf(", %d reservations_baseline rows", c.BaselineRows)
 		}
-	case WorkloadCall, WorkloadShadow, WorkloadCallSet:
+	case WorkloadCall, WorkloadShadow, WorkloadVariant:
 		c, err := CheckPool(cctx, b.db, k, res.IDs)
 		if err != nil {
 			s.Err = errors.Join(s.Err, err)
@@ -703,18 +706,15 @@ func localPid(pidFile string) int {
 // cleanup stops everything; the scratch directory is kept with -keep and
 // when the bench failed (holdfast's log is in it).
 func (b *reserveRunner) cleanup(failed bool) {
-	for _, p := range []struct {
-		h    *Holdfast
-		name string
-	}{{b.hf, "holdfast"}, {b.shadow, "holdfast with Redis"}, {b.set, "holdfast of workload e"}} {
-		if p.h == nil {
+	for _, t := range []*reserveTarget{b.hf, b.shadow, b.variant} {
+		if t == nil {
 			continue
 		}
-		if err := p.h.Stop(); err != nil {
-			b.printf("%s (pid %d) stopped uncleanly: %v\n", p.name, p.h.Pid(), err)
+		if err := t.h.Stop(); err != nil {
+			b.printf("%s (pid %d) stopped uncleanly: %v\n", t.label, t.h.Pid(), err)
 		}
-		if log := strings.TrimSpace(readFile(p.h.LogPath)); log != "" {
-			b.printf("%s's log (%s), last lines:\n%s\n", p.name, p.h.LogPath, tail(log, 20))
+		if log := strings.TrimSpace(readFile(t.h.LogPath)); log != "" {
+			b.printf("%s's log (%s), last lines:\n%s\n", t.label, t.h.LogPath, tail(log, 20))
 		}
 	}
 	if b.redis != nil {

@@ -29,11 +29,11 @@ const (
 	// authority redis (shadow mode): Redis decides each reserve, the engine
 	// runs it too. Against (c), the cost of the dual write.
 	WorkloadShadow = "d"
-	// WorkloadCallSet (e): the same CALL as (c) through a second holdfast
+	// WorkloadVariant (e): the same CALL as (c) through a second holdfast
 	// that differs from the first by ReserveOptions.Settings, or is built
 	// from ReserveOptions.ERepo: an experiment measured against (c) in the
 	// same rounds, rotated with it, and never judged.
-	WorkloadCallSet = "e"
+	WorkloadVariant = "e"
 )
 
 // ReserveWorkloads is the order of the workloads in the first round; later
@@ -51,7 +51,7 @@ func workloadName(w string) string {
 		return "(c) holdfast.reserve"
 	case WorkloadShadow:
 		return "(d) reserve, redis shadow"
-	case WorkloadCallSet:
+	case WorkloadVariant:
 		return "(e) reserve, variant"
 	}
 	return w

@@ -58,14 +58,8 @@ func (b *reserveRunner) setupShadow(ctx context.Context, hc HoldfastConfig) erro
 		return err
 	}
 	hc.Redis = redisAddr
-	if b.shadow, err = StartHoldfast(ctx, b.bin, b.dir, "holdfast-shadow", hc); err != nil {
-		return err
-	}
-	b.shadowEp = Endpoint{Name: TargetHoldfast, Addr: hc.Listen, User: reserveUser, Password: reserveUser}
-	b.shadowMetrics = "http://" + hc.AdminListen + "/metrics"
-	b.printf("holdfast with Redis (workload d): %s (pid %d; %s; log %s)\n",
-		b.shadow.Cmdline, b.shadow.Pid(), hc.Describe(), b.shadow.LogPath)
-	return nil
+	b.shadow, err = b.startTarget(ctx, b.bin, "holdfast-shadow", "holdfast with Redis (workload d)", hc)
+	return err
 }
 
 // shadowDigest summarises the shadow's comparisons and each side's mean
@@ -115,7 +109,7 @@ func PrintShadowCost(w io.Writer, sums []ReserveSummary, clients []int) {
 // PrintVariantEffect writes, per client count, (e) against (c): what the
 // variant (ReserveOptions.Variant) changes, measured in the same rounds.
 func PrintVariantEffect(w io.Writer, sums []ReserveSummary, clients []int, variant string) {
-	printAgainstCall(w, sums, clients, WorkloadCallSet, "holdfast "+variant)
+	printAgainstCall(w, sums, clients, WorkloadVariant, "holdfast "+variant)
 }
 
 func printAgainstCall(w io.Writer, sums []ReserveSummary, clients []int, wl, what string) {

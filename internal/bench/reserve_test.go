@@ -256,9 +256,9 @@ func TestSummarizeAndJudgeReserve(t *testing.T) {
 	if none[0].Pass || !strings.HasPrefix(none[0].String(), "n/a") {
 		t.Errorf("verdict without data: %s", none[0])
 	}
-	e := append(slices.Clone(samples), run(1, WorkloadCallSet, 64, 5000, 30*time.Millisecond))
+	e := append(slices.Clone(samples), run(1, WorkloadVariant, 64, 5000, 30*time.Millisecond))
 	var eb strings.Builder
-	PrintVariantEffect(&eb, SummarizeReserve(e, []string{WorkloadCall, WorkloadCallSet}, []int{64, 256}), []int{64, 256}, "-set a.b=1")
+	PrintVariantEffect(&eb, SummarizeReserve(e, []string{WorkloadCall, WorkloadVariant}, []int{64, 256}), []int{64, 256}, "-set a.b=1")
 	if want := "holdfast -set a.b=1 at 64 clients: (e) 5000.0 reservations/s = 1.25× (c) 4000.0; p99 30.00 ms vs 60.00 ms\n"; eb.String() != want {
 		t.Errorf("(e) against (c): %q, want %q", eb.String(), want)
 	}
@@ -278,10 +278,10 @@ func TestReserveOptions(t *testing.T) {
 		"time":           func(o *ReserveOptions) { o.Time = time.Millisecond },
 		"clients":        func(o *ReserveOptions) { o.Clients = []int{8, 0} },
 		"workload":       func(o *ReserveOptions) { o.Workloads = []string{"f"} },
-		"e without -set": func(o *ReserveOptions) { o.Workloads = []string{WorkloadCall, WorkloadCallSet} },
+		"e without -set": func(o *ReserveOptions) { o.Workloads = []string{WorkloadCall, WorkloadVariant} },
 		"-set without e": func(o *ReserveOptions) { o.Settings = []string{"reservation.max_batch=64"} },
 		"bad -set": func(o *ReserveOptions) {
-			o.Workloads, o.Settings = []string{WorkloadCallSet}, []string{"reservation.max_batch"}
+			o.Workloads, o.Settings = []string{WorkloadVariant}, []string{"reservation.max_batch"}
 		},
 		"database": func(o *ReserveOptions) { o.Database = "x`; DROP" },
 		"on hand":  func(o *ReserveOptions) { o.OnHand = 0 },
@@ -293,7 +293,7 @@ func TestReserveOptions(t *testing.T) {
 		}
 	}
 	o := DefaultReserveOptions()
-	o.Workloads, o.Settings = []string{WorkloadCall, WorkloadCallSet}, []string{"reservation.max_batch=64"}
+	o.Workloads, o.Settings = []string{WorkloadCall, WorkloadVariant}, []string{"reservation.max_batch=64"}
 	if err := o.validate(); err != nil {
 		t.Errorf("workload e with -set: %v", err)
 	}
