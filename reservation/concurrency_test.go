@@ -254,12 +254,7 @@ func TestMixedWorkloadConservation(t *testing.T) {
 // HOLDFAST_SOAK=1 (go test -run TestNoDeadlockAtRepeatableRead).
 func TestNoDeadlockAtRepeatableRead(t *testing.T) {
 	admin := restest.Admin(t)
-	var iso string
-	if err := admin.QueryRow("SELECT @@GLOBAL.tx_isolation").Scan(&iso); err != nil {
-		if err := admin.QueryRow("SELECT @@GLOBAL.transaction_isolation").Scan(&iso); err != nil {
-			t.Fatal(err)
-		}
-	}
+	iso := isolation(t, admin.QueryRow, "GLOBAL")
 	if iso != "REPEATABLE-READ" {
 		t.Fatalf("server default isolation is %s; this test must run at REPEATABLE-READ", iso)
 	}

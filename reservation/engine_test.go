@@ -365,6 +365,29 @@ func (c tripConn) Query(ctx context.Context, q string, args ...any) ([][][]byte,
 	return c.Conn.Query(ctx, q, args...)
 }
 
+// setsUpSession reports whether q is a locking read with a session's SET
+// in front of it.
+func setsUpSession(q string) bool {
+	return strings.HasPrefix(q, "SET SESSION ") && strings.Contains(q, "autocommit = 0; ") && strings.Contains(q, stmtReserveLock)
+}
+
+// holdFirstReserve starts a reserve of one unit of item at location 1
+// whose batch is held before its locking read is sent, and returns once
+// it is held: with it the pool has a batch running. release lets it go on;
+// done then carries its answer.
+func (v *env) holdFirstReserve(f *restest.FaultConns, item int64) (release func(), done <-chan error) {
+	v.t.Helper()
+	hold := make(chan struct{})
+	held := f.Add(&restest.FaultRule{Match: stmtReserveLock, Hold: hold})
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := v.call("reserve", int64(shop), "held", restest.LinesJSON(item, 1, 1), int64(600))
+		first <- err
+	}()
+	dbtest.Eventually(v.t, "the first batch's statement to be held", func() bool { return f.Fired(held) == 1 })
+	return func() { close(hold) }, first
+}
+
 // TestLoneReserveOneRoundTrip: a reserve nobody queues behind commits in
 // one round trip; it opens no session (a round trip to set the connection
 // up, another to put it back) that no later batch would use. A batch that
@@ -394,14 +417,7 @@ func TestLoneReserveOneRoundTrip(t *testing.T) {
 
 	// The first reserve's batch is held before its statement is sent; the
 	// second, arriving meanwhile, leads a batch of its own on a session.
-	hold := make(chan struct{})
-	held := f.Add(&restest.FaultRule{Match: stmtReserveLock, Hold: hold})
-	first := make(chan error, 1)
-	go func() {
-		_, _, err := v.call("reserve", int64(shop), "held", restest.LinesJSON(2003, 1, 1), int64(600))
-		first <- err
-	}()
-	dbtest.Eventually(t, "the first batch's statement to be held", func() bool { return f.Fired(held) == 1 })
+	release, first := v.holdFirstReserve(f, 2003)
 	trips.take()
 	// Its session is put back after its answer, not before: the answer
 	// does not wait for that round trip (held here).
@@ -414,13 +430,11 @@ func TestLoneReserveOneRoundTrip(t *testing.T) {
 		t.Error("the reserve beside a running batch was answered only after its session was put back")
 	}
 	close(holdClose)
-	if got := trips.take(); !slices.ContainsFunc(got, func(q string) bool {
-		return strings.HasPrefix(q, "SET SESSION ") && strings.Contains(q, "autocommit = 0; ") && strings.Contains(q, stmtReserveLock)
-	}) {
+	if got := trips.take(); !slices.ContainsFunc(got, setsUpSession) {
 		t.Errorf("a batch beside a running one sent, want a session set up in front of its first statement:\n%s", strings.Join(got, "\n"))
 	}
 	dbtest.Eventually(t, "the session to be put back", func() bool { return trips.hasEnded("autocommit = 1") })
-	close(hold)
+	release()
 	if err := <-first; err != nil {
 		t.Fatalf("held reserve: %v", err)
 	}
@@ -440,22 +454,10 @@ func TestSessionPutBack(t *testing.T) {
 		return trips
 	}})
 	v.receive(2004, 1, 1)
-	var globalIso string
-	if err := v.db.QueryRow("SELECT @@GLOBAL.tx_isolation").Scan(&globalIso); err != nil {
-		if err := v.db.QueryRow("SELECT @@GLOBAL.transaction_isolation").Scan(&globalIso); err != nil {
-			t.Fatal(err)
-		}
-	}
+	globalIso := isolation(t, v.db.QueryRow, "GLOBAL")
 	// The first reserve (one unit) is held before its statement is sent;
 	// the second (two units, one on hand) leads a batch on a session.
-	hold := make(chan struct{})
-	held := f.Add(&restest.FaultRule{Match: stmtReserveLock, Hold: hold})
-	first := make(chan error, 1)
-	go func() {
-		_, _, err := v.call("reserve", int64(shop), "held", restest.LinesJSON(2004, 1, 1), int64(600))
-		first <- err
-	}()
-	dbtest.Eventually(t, "the first batch's statement to be held", func() bool { return f.Fired(held) == 1 })
+	release, first := v.holdFirstReserve(f, 2004)
 	trips.take()
 	if _, _, err := v.call("reserve", int64(shop), "two", restest.LinesJSON(2004, 2, 1), int64(600)); restest.Code(err) != reservation.CodeInsufficientStock {
 		t.Fatalf("reserve of 2 with 1 on hand: %v, want %d", err, reservation.CodeInsufficientStock)
@@ -465,14 +467,14 @@ func TestSessionPutBack(t *testing.T) {
 	}
 	sets := 0
 	for _, q := range trips.take() {
-		if strings.HasPrefix(q, "SET SESSION ") && strings.Contains(q, "autocommit = 0; ") && strings.Contains(q, stmtReserveLock) {
+		if setsUpSession(q) {
 			sets++
 		}
 	}
 	if sets != 2 {
 		t.Errorf("the session's SET went in front of %d locking reads, want 2 (the one-trip attempt, then its retry)", sets)
 	}
-	close(hold)
+	release()
 	if err := <-first; err != nil {
 		t.Fatalf("held reserve: %v", err)
 	}
@@ -486,14 +488,12 @@ func TestSessionPutBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		open = append(open, c)
+		row := func(q string, args ...any) *sql.Row { return c.QueryRowContext(ctx, q, args...) }
 		var ac int64
-		var iso string
-		if err := c.QueryRowContext(ctx, "SELECT @@SESSION.autocommit, @@SESSION.tx_isolation").Scan(&ac, &iso); err != nil {
-			if err := c.QueryRowContext(ctx, "SELECT @@SESSION.autocommit, @@SESSION.transaction_isolation").Scan(&ac, &iso); err != nil {
-				t.Fatal(err)
-			}
+		if err := row("SELECT @@SESSION.autocommit").Scan(&ac); err != nil {
+			t.Fatal(err)
 		}
-		if ac != 1 || iso != globalIso {
+		if iso := isolation(t, row, "SESSION"); ac != 1 || iso != globalIso {
 			t.Errorf("a connection back in the pool has autocommit %d, isolation %s; want 1, %s", ac, iso, globalIso)
 		}
 	}

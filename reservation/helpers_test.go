@@ -179,3 +179,17 @@ func (v *env) checkInvariant(item, group int64) {
 		v.t.Fatalf("invariant broken for item %d at %d: pool %d + reserved %d > on_hand %d", item, group, pooled, reserved, onHand)
 	}
 }
+
+// isolation reads the GLOBAL or SESSION isolation level through row
+// (a DB's QueryRow, or a Conn's bound to a context): tx_isolation on
+// MariaDB before 11.1, transaction_isolation elsewhere.
+func isolation(t testing.TB, row func(q string, args ...any) *sql.Row, scope string) string {
+	t.Helper()
+	var iso string
+	if err := row("SELECT @@" + scope + ".tx_isolation").Scan(&iso); err != nil {
+		if err := row("SELECT @@" + scope + ".transaction_isolation").Scan(&iso); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return iso
+}
