@@ -110,6 +110,13 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, ps 
 		var err error
 		if s != nil {
 			err = e.sessionTx(ctx, s, fn)
+			if s.broken {
+				// The session's connection is in an unknown state (a
+				// lost ROLLBACK or COMMIT): it is released, broken,
+				// before the rest of the batch borrows one of its own.
+				e.closeSession(s)
+				s, read = nil, e.reader(TagReserve)
+			}
 		} else {
 			err = e.tx.Run(ctx, TagReserve, fn)
 		}
@@ -126,7 +133,7 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, ps 
 			round--
 			continue
 		}
-		if (err == nil || errors.Is(err, errNoneFit)) && (s == nil || !s.broken) {
+		if err == nil || errors.Is(err, errNoneFit) {
 			e.diagnoseShort(ctx, read, run)
 		}
 		switch {

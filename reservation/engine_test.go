@@ -502,3 +502,33 @@ func TestSessionPutBack(t *testing.T) {
 	}
 	v.checkInvariant(2004, 1)
 }
+
+// TestBrokenSessionNotReused: when a session's ROLLBACK is lost (the
+// one-round-trip attempt of its first batch found the pool short), the
+// session's connection is in an unknown state. The batch's retry in two
+// round trips runs on a connection of its own, so the reserve gets its
+// true answer (insufficient stock) without losing a connection on the way.
+func TestBrokenSessionNotReused(t *testing.T) {
+	v, f := oneTripFaultEnv(t, envOpts{maxConns: 3})
+	v.receive(2005, 1, 1)
+	release, first := v.holdFirstReserve(f, 2005)
+	lost := f.Inject("ROLLBACK; SET @holdfast_batch_units", false)
+	if _, _, err := v.call("reserve", int64(shop), "two", restest.LinesJSON(2005, 2, 1), int64(600)); restest.Code(err) != reservation.CodeInsufficientStock {
+		t.Errorf("reserve of 2 with 1 on hand: %v, want %d", err, reservation.CodeInsufficientStock)
+	}
+	if f.Fired(lost) != 1 {
+		t.Fatal("the one-trip attempt's ROLLBACK was not sent on the session")
+	}
+	s := v.eng.Stats()
+	if s.OneTripFallbacks != 1 {
+		t.Errorf("%d one-trip fallbacks, want 1", s.OneTripFallbacks)
+	}
+	if n := s.Recoveries["reserve"]; n != 0 {
+		t.Errorf("%d reserve recoveries after the lost ROLLBACK, want 0: the retry ran on the broken session", n)
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("held reserve: %v", err)
+	}
+	v.checkInvariant(2005, 1)
+}

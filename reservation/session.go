@@ -102,9 +102,10 @@ func (e *Engine) openSession(ctx context.Context) (*session, error) {
 	return &session{c: c, setup: "SET SESSION " + name + " = 'READ-COMMITTED', autocommit = 0; "}, nil
 }
 
-// closeSession restores the connection's defaults and releases it.
+// closeSession restores the connection's defaults and releases it. A
+// closed session stays closed: closing it again does nothing.
 func (e *Engine) closeSession(s *session) {
-	if s == nil {
+	if s == nil || s.c == nil {
 		return
 	}
 	if !s.broken && s.dirty {
@@ -116,6 +117,7 @@ func (e *Engine) closeSession(s *session) {
 		}
 	}
 	s.c.Release(s.broken)
+	s.c = nil
 	<-e.sessions
 }
 
