@@ -97,6 +97,159 @@ func BenchmarkReserveHotItem(b *testing.B) {
 	}
 }
 
+// BenchmarkClaimHotItem measures claims of reservations of ONE hot
+// item/location (a sale's checkouts completing) with N concurrent clients,
+// through the same relay as BenchmarkReserveHotItem, for the claim's
+// transaction in one round trip (one_trip, the default) and in two
+// (two_trip, Config.DisableOneTrip), alternating in the same run. Every
+// claim locks the item's ledger row, so the rate is bounded by how long
+// each holds it. Each round reserves HOLDFAST_BENCH_CLAIMS reservations
+// per mode (default 2000, untimed), then times claiming them all; it
+// reports claims/s, p50, p99 per mode (medians over rounds) and the ratio
+// one_trip/two_trip. Not part of the default test run:
+//
+//	go test -run '^$' -bench BenchmarkClaimHotItem -benchtime 1x ./reservation/
+//
+// Knobs: HOLDFAST_BENCH_CLIENTS (default 1,16), HOLDFAST_BENCH_ROUNDS
+// (default 3), HOLDFAST_BENCH_CLAIMS, HOLDFAST_BENCH_DELAY (default 500us).
+func BenchmarkClaimHotItem(b *testing.B) {
+	clientsList := envList("HOLDFAST_BENCH_CLIENTS", "1,16")
+	rounds, _ := strconv.Atoi(envOr("HOLDFAST_BENCH_ROUNDS", "3"))
+	claims, _ := strconv.Atoi(envOr("HOLDFAST_BENCH_CLAIMS", "2000"))
+	delay, err := time.ParseDuration(envOr("HOLDFAST_BENCH_DELAY", "500us"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, name := restest.NewDB(b, 4)
+	relay := dbtest.StartRelay(b, restest.Target(b), delay).Addr().String()
+	direct := restest.OpenVia(b, name, restest.Target(b), 8)
+	if _, err := direct.Exec("INSERT INTO inventory_ledger VALUES (1, 1, 1, 1000000000, UTC_TIMESTAMP(6))"); err != nil {
+		b.Fatal(err)
+	}
+	modes := []string{"one_trip", "two_trip"}
+	engines := map[string]*reservation.Engine{}
+	for _, mode := range modes {
+		db := restest.OpenVia(b, name, relay, 64)
+		b.Cleanup(func() { db.Close() })
+		engines[mode] = benchClaimEngine(b, db, mode == "two_trip")
+	}
+	lines := restest.LinesJSON(1, 1, 1)
+	b.ResetTimer()
+	for range b.N {
+		for _, cs := range clientsList {
+			clients, _ := strconv.Atoi(cs)
+			res := map[string][]benchResult{}
+			for round := range rounds {
+				order := modes
+				if round%2 == 1 {
+					order = []string{modes[1], modes[0]}
+				}
+				for _, mode := range order {
+					eng := engines[mode]
+					toks := make(chan string, claims)
+					var wg sync.WaitGroup
+					var seq atomic.Int64
+					for range 64 {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for i := seq.Add(1); i <= int64(claims); i = seq.Add(1) {
+								_, rows, err := eng.Call(context.Background(), "reserve", []any{int64(1), fmt.Sprintf("claim-%s-%d-%d-%d", mode, clients, round, i), lines, int64(600)})
+								if err != nil {
+									b.Error(err)
+									return
+								}
+								toks <- rows[0][0].(string)
+							}
+						}()
+					}
+					wg.Wait()
+					close(toks)
+					var mu sync.Mutex // guards lat
+					var lat []time.Duration
+					var errs atomic.Int64
+					start := time.Now()
+					for range clients {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							var mine []time.Duration
+							for tok := range toks {
+								t0 := time.Now()
+								if _, rows, err := eng.Call(context.Background(), "claim", []any{tok}); err != nil || rows[0][1] != "claimed" {
+									if errs.Add(1) == 1 {
+										fmt.Printf("  %s: claim answered %v, %v\n", mode, rows, err)
+									}
+									continue
+								}
+								mine = append(mine, time.Since(t0))
+							}
+							mu.Lock()
+							lat = append(lat, mine...)
+							mu.Unlock()
+						}()
+					}
+					wg.Wait()
+					elapsed := time.Since(start)
+					slices.Sort(lat)
+					q := func(p float64) time.Duration {
+						if len(lat) == 0 {
+							return 0
+						}
+						return lat[int(math.Min(float64(len(lat)-1), p*float64(len(lat))))]
+					}
+					r := benchResult{rate: float64(len(lat)) / elapsed.Seconds(), p50: q(0.5), p99: q(0.99), ok: int64(len(lat)), errs: errs.Load()}
+					res[mode] = append(res[mode], r)
+					fmt.Printf("clients=%-3d round %d %-8s %8.0f claims/s  p50 %6.2fms  p99 %6.2fms  (%d ok, %d errors)\n",
+						clients, round+1, mode, r.rate, ms(r.p50), ms(r.p99), r.ok, r.errs)
+				}
+			}
+			med := func(mode string, f func(benchResult) float64) float64 {
+				v := make([]float64, 0, len(res[mode]))
+				for _, r := range res[mode] {
+					v = append(v, f(r))
+				}
+				slices.Sort(v)
+				return v[len(v)/2]
+			}
+			rate := func(r benchResult) float64 { return r.rate }
+			for _, mode := range modes {
+				fmt.Printf("clients=%-3d %-8s median %8.0f claims/s  p50 %6.2fms  p99 %6.2fms\n", clients, mode, med(mode, rate),
+					med(mode, func(r benchResult) float64 { return ms(r.p50) }), med(mode, func(r benchResult) float64 { return ms(r.p99) }))
+				b.ReportMetric(med(mode, rate), fmt.Sprintf("%s_c%d_claims/s", mode, clients))
+			}
+			ratio := med("one_trip", rate) / med("two_trip", rate)
+			fmt.Printf("clients=%-3d one_trip/two_trip = %.2f\n", clients, ratio)
+			b.ReportMetric(ratio, fmt.Sprintf("one_trip/two_trip_c%d", clients))
+		}
+	}
+}
+
+// benchClaimEngine is benchEngine's coalescing engine, with claims (and
+// reserve batches) in two round trips when twoTrip.
+func benchClaimEngine(b *testing.B, db *sql.DB, twoTrip bool) *reservation.Engine {
+	conns := reservation.SQLConns(db)
+	ref, err := refiller.New(conns, refiller.Config{ScanInterval: -1}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := restest.Config()
+	cfg.DisableOneTrip = twoTrip
+	cfg.CallTimeout = 30 * time.Second
+	eng, err := reservation.New(cfg, reservation.Options{Conns: conns, Refiller: ref})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ref.Start(ctx)
+	b.Cleanup(func() {
+		cancel()
+		eng.Close()
+		ref.Close()
+	})
+	return eng
+}
+
 type benchResult struct {
 	rate     float64
 	p50, p99 time.Duration

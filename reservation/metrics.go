@@ -150,6 +150,8 @@ type metrics struct {
 	batches          atomic.Uint64
 	oneTrip          atomic.Uint64
 	oneTripFallbacks atomic.Uint64
+	claimOneTrip     atomic.Uint64
+	claimOneTripBack atomic.Uint64
 	deadlocks        atomic.Uint64
 	lockWaits        atomic.Uint64
 	swept            atomic.Uint64
@@ -211,6 +213,11 @@ type Stats struct {
 	// that tried, found the pool short (or the statement refused), and ran
 	// again in two.
 	OneTrip, OneTripFallbacks uint64
+	// ClaimOneTrip counts claims committed in one round trip after the
+	// reservation's read (it was active); ClaimOneTripFallbacks those whose
+	// guards found it otherwise (expired, released, claimed meanwhile, the
+	// ledger short) and that ran the two-round-trip transaction instead.
+	ClaimOneTrip, ClaimOneTripFallbacks uint64
 	// Deadlocks and LockWaitTimeouts count transactions retried after 1213
 	// and 1205.
 	Deadlocks, LockWaitTimeouts uint64
@@ -236,28 +243,30 @@ type Stats struct {
 func (e *Engine) Stats() Stats {
 	m := &e.m
 	s := Stats{
-		Reserves:            m.reserves.snapshot(reserveOutcomes),
-		Claims:              m.claims.snapshot(claimOutcomes),
-		Ops:                 map[string]map[string]uint64{},
-		Recoveries:          m.recoveries.snapshot(procNames),
-		Backoffs:            m.backoffs.Load(),
-		InlineRefills:       m.inlineRefills.Load(),
-		Rejected:            m.rejected.Load(),
-		Batches:             m.batches.Load(),
-		OneTrip:             m.oneTrip.Load(),
-		OneTripFallbacks:    m.oneTripFallbacks.Load(),
-		Deadlocks:           m.deadlocks.Load(),
-		LockWaitTimeouts:    m.lockWaits.Load(),
-		Swept:               m.swept.Load(),
-		Pruned:              m.pruned.Load(),
-		ReconcileCycles:     m.reconCycles.Load(),
-		ReconcileErrors:     m.reconErrors.Load(),
-		ReconcileViolations: m.reconViolations.Load(),
-		ReconcileAlerting:   m.reconAlerting.Load(),
-		ReconcileAlerts:     m.reconAlerts.Load(),
-		ReserveDuration:     m.reserveDur.Snapshot(),
-		ClaimDuration:       m.claimDur.Snapshot(),
-		BatchSize:           m.batchSize.Snapshot(),
+		Reserves:              m.reserves.snapshot(reserveOutcomes),
+		Claims:                m.claims.snapshot(claimOutcomes),
+		Ops:                   map[string]map[string]uint64{},
+		Recoveries:            m.recoveries.snapshot(procNames),
+		Backoffs:              m.backoffs.Load(),
+		InlineRefills:         m.inlineRefills.Load(),
+		Rejected:              m.rejected.Load(),
+		Batches:               m.batches.Load(),
+		OneTrip:               m.oneTrip.Load(),
+		OneTripFallbacks:      m.oneTripFallbacks.Load(),
+		ClaimOneTrip:          m.claimOneTrip.Load(),
+		ClaimOneTripFallbacks: m.claimOneTripBack.Load(),
+		Deadlocks:             m.deadlocks.Load(),
+		LockWaitTimeouts:      m.lockWaits.Load(),
+		Swept:                 m.swept.Load(),
+		Pruned:                m.pruned.Load(),
+		ReconcileCycles:       m.reconCycles.Load(),
+		ReconcileErrors:       m.reconErrors.Load(),
+		ReconcileViolations:   m.reconViolations.Load(),
+		ReconcileAlerting:     m.reconAlerting.Load(),
+		ReconcileAlerts:       m.reconAlerts.Load(),
+		ReserveDuration:       m.reserveDur.Snapshot(),
+		ClaimDuration:         m.claimDur.Snapshot(),
+		BatchSize:             m.batchSize.Snapshot(),
 	}
 	for i, n := range opNames {
 		s.Ops[n] = m.ops[i].snapshot(opOutcomes)
