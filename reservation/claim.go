@@ -149,10 +149,12 @@ func (e *Engine) callClaim(ctx context.Context, args []any, o *CallOptions) ([]s
 }
 
 // claim deducts a reservation from the ledger: an unlocked read of the
-// reservation, then one transaction that locks the ledger rows (key order),
-// re-checks the reservation's lines FOR UPDATE and its row FOR UPDATE,
-// deducts each line with the guard on_hand >= qty, deletes the lines and
-// records the claim (state, claimed_at, claim_kind, and claimed_by, the
+// reservation, then one transaction. For a reservation that read active,
+// the transaction is sent whole, its writes guarded (claimOneTrip); when a
+// guard finds it changed, or it read otherwise, the transaction locks the
+// ledger rows (key order), re-checks the reservation's lines FOR UPDATE
+// and its row FOR UPDATE, then deducts each line with the guard on_hand >=
+// qty, deletes the lines and records the claim (state, claimed_at, claim_kind, and claimed_by, the
 // call's id) — the claim log that makes a repeated claim a reported
 // duplicate, and lets a claim whose connection was lost during COMMIT find
 // its own claim and answer it as made (recovery.go).
@@ -324,19 +326,20 @@ func (e *Engine) claimOnce(ctx context.Context, callID, id uint64) (int, *header
 
 // claimOneTrip is claimOnce's transaction in one round trip, for a
 // reservation that was active and unexpired when read, as almost every
-// claim finds it. Nothing is read first; every write is guarded instead,
-// in the global lock order:
+// claim finds it. Nothing is read first; every write is guarded instead:
 //
 //   - per item/location, in ledger key order: each line's deduction
 //     (deductSQL), guarded to have changed the ledger row, and the pool's
-//     issued counter, down by the lines' quantity;
+//     issued counter, down by the lines' quantity (a pool_counters row is
+//     only ever locked under its ledger row's lock, so taking one before
+//     the next item's ledger row makes no lock cycle);
 //   - the DELETE of the reservation's unexpired lines, guarded to have
-//     deleted all of them;
-//   - the claim record, guarded to have found the reservation active;
+//     deleted all of them: a line that expired, or was swept, released or
+//     claimed meanwhile, fails it;
+//   - the claim record, guarded to have found the reservation active (a
+//     backstop: whatever ends a reservation deletes its lines first);
 //
-// then COMMIT. Any guard failing (the ledger does not cover a line; a
-// line expired, or was swept or released; another claim committed first)
-// rolls it all back and returns errOneTripRolledBack: the caller runs the
+// then COMMIT. Any guard failing rolls it all back and returns errOneTripRolledBack: the caller runs the
 // two-round-trip transaction, which reads what it found and answers it
 // (late, forced, duplicate, refused).
 func (e *Engine) claimOneTrip(ctx context.Context, callID uint64, h *header, keys []PoolKey) error {

@@ -2,6 +2,7 @@ package reservation_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -196,4 +197,66 @@ func TestOneTripClaimFaultsTellTheTruth(t *testing.T) {
 		}
 	})
 	v.checkInvariant(2104, 1)
+}
+
+// TestClaimOneTripWaitsOnRelease: a claim's one round trip that has
+// deducted and then waits for the lines a release holds (the release has
+// locked them and not yet committed) finds them gone once the release
+// commits, rolls its deduction back, and answers what the two-round-trip
+// claim finds: a forced claim of the released reservation, deducted once.
+func TestClaimOneTripWaitsOnRelease(t *testing.T) {
+	v, f := oneTripFaultEnv(t, envOpts{})
+	v.receive(2105, 1, 100)
+	ctx := context.Background()
+	tok, err := reserve(ctx, v.eng, "waits-on-release", 600, 2105, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onHand, _, _ := v.pool(2105, 1)
+	hold := make(chan struct{})
+	held := f.Add(&restest.FaultRule{Match: stmtReleaseCommit, Hold: hold})
+	released := make(chan error, 1)
+	go func() {
+		_, rows, err := v.eng.Call(ctx, "release", []any{tok})
+		if err == nil && (rows[0][1] != "released" || rows[0][2] != int64(2)) {
+			err = fmt.Errorf("release answered %v; want released 2", rows[0])
+		}
+		released <- err
+	}()
+	dbtest.Eventually(t, "the release to hold its locks", func() bool { return f.Fired(held) == 1 })
+	type answer struct {
+		rows [][]any
+		err  error
+	}
+	claimed := make(chan answer, 1)
+	go func() {
+		_, rows, err := v.eng.Call(ctx, "claim", []any{tok})
+		claimed <- answer{rows, err}
+	}()
+	// INNODB_TRX is a cache InnoDB refreshes only when it has not been
+	// read for 0.1 s: poll it more slowly than that.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		time.Sleep(200 * time.Millisecond)
+		if v.scalar("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'") == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the claim never waited for the release's locks")
+		}
+	}
+	close(hold)
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	a := <-claimed
+	if a.err != nil || a.rows[0][1] != "forced" {
+		t.Fatalf("claim answered %v, %v; want forced (the release committed first)", a.rows, a.err)
+	}
+	if after, _, _ := v.pool(2105, 1); after != onHand-2 {
+		t.Errorf("on_hand %d -> %d; want one deduction of 2", onHand, after)
+	}
+	if s := v.eng.Stats(); s.ClaimOneTripFallbacks != 1 {
+		t.Errorf("%d one-trip claim fallbacks, want 1", s.ClaimOneTripFallbacks)
+	}
+	v.checkInvariant(2105, 1)
 }

@@ -509,15 +509,25 @@ func TestSessionPutBack(t *testing.T) {
 // round trips runs on a connection of its own, so the reserve gets its
 // true answer (insufficient stock) without losing a connection on the way.
 func TestBrokenSessionNotReused(t *testing.T) {
-	v, f := oneTripFaultEnv(t, envOpts{maxConns: 3})
+	var f *restest.FaultConns
+	trips := &tripConns{tag: reservation.TagReserve}
+	v := newEnv(t, envOpts{maxConns: 3, wrap: func(c reservation.Conns) reservation.Conns {
+		f = restest.NewFaultConns(c)
+		trips.Conns = f
+		return trips
+	}})
 	v.receive(2005, 1, 1)
 	release, first := v.holdFirstReserve(f, 2005)
+	trips.take()
 	lost := f.Inject("ROLLBACK; SET @holdfast_batch_units", false)
 	if _, _, err := v.call("reserve", int64(shop), "two", restest.LinesJSON(2005, 2, 1), int64(600)); restest.Code(err) != reservation.CodeInsufficientStock {
 		t.Errorf("reserve of 2 with 1 on hand: %v, want %d", err, reservation.CodeInsufficientStock)
 	}
 	if f.Fired(lost) != 1 {
-		t.Fatal("the one-trip attempt's ROLLBACK was not sent on the session")
+		t.Fatal("the one-trip attempt's ROLLBACK was not sent")
+	}
+	if !slices.ContainsFunc(trips.take(), setsUpSession) {
+		t.Fatal("the batch did not run on a session")
 	}
 	s := v.eng.Stats()
 	if s.OneTripFallbacks != 1 {

@@ -217,19 +217,37 @@ func TestAnotherCallBetweenCommitAndRecovery(t *testing.T) {
 		t.Fatalf("the replay in between answered %v, %v; want token %s replayed", other, otherErr, tok)
 	}
 
-	r = f.Add(&restest.FaultRule{Match: stmtClaimCommit, After: true, Then: func() {
-		_, other, otherErr = v.eng.Call(ctx, "claim", []any{tok})
-	}})
-	_, rows, err = v.eng.Call(ctx, "claim", []any{tok})
-	checkFired(t, f, r)
-	if err != nil || rows[0][1] != "claimed" {
-		t.Fatalf("the claim whose answer was lost answered %v, %v; want claimed", rows, err)
-	}
-	if otherErr != nil || other[0][1] != "duplicate" {
-		t.Fatalf("the claim in between answered %v, %v; want duplicate", other, otherErr)
-	}
-	if onHand, _, _ := v.pool(43, 1); onHand != 99 {
-		t.Fatalf("on_hand %d; want 99 (one deduction)", onHand)
+	// The claim, in two round trips (faultEnv) and in one.
+	for _, oneTrip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("claim one_trip=%v", oneTrip), func(t *testing.T) {
+			cv, cf, ctok := v, f, tok
+			if oneTrip {
+				cv, cf = oneTripFaultEnv(t, envOpts{})
+				cv.receive(43, 1, 100)
+				if ctok, err = reserve(ctx, cv.eng, "between", 600, 43, 1, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var other [][]any
+			var otherErr error
+			r := cf.Add(&restest.FaultRule{Match: stmtClaimCommit, After: true, Then: func() {
+				_, other, otherErr = cv.eng.Call(ctx, "claim", []any{ctok})
+			}})
+			_, rows, err := cv.eng.Call(ctx, "claim", []any{ctok})
+			checkFired(t, cf, r)
+			if err != nil || rows[0][1] != "claimed" {
+				t.Fatalf("the claim whose answer was lost answered %v, %v; want claimed", rows, err)
+			}
+			if otherErr != nil || other[0][1] != "duplicate" {
+				t.Fatalf("the claim in between answered %v, %v; want duplicate", other, otherErr)
+			}
+			if onHand, _, _ := cv.pool(43, 1); onHand != 99 {
+				t.Fatalf("on_hand %d; want 99 (one deduction)", onHand)
+			}
+			if s := cv.eng.Stats(); oneTrip && s.ClaimOneTripFallbacks != 0 {
+				t.Errorf("%d one-trip claim fallbacks, want 0: the lost answer was not the one round trip's", s.ClaimOneTripFallbacks)
+			}
+		})
 	}
 }
 
