@@ -131,7 +131,7 @@ func BenchmarkClaimHotItem(b *testing.B) {
 	for _, mode := range modes {
 		db := restest.OpenVia(b, name, relay, 64)
 		b.Cleanup(func() { db.Close() })
-		engines[mode] = benchClaimEngine(b, db, mode == "two_trip")
+		engines[mode] = benchEngine(b, db, mode, func(c *reservation.Config) { c.DisableOneTrip = mode == "two_trip" })
 	}
 	lines := restest.LinesJSON(1, 1, 1)
 	b.ResetTimer()
@@ -192,13 +192,7 @@ func BenchmarkClaimHotItem(b *testing.B) {
 					wg.Wait()
 					elapsed := time.Since(start)
 					slices.Sort(lat)
-					q := func(p float64) time.Duration {
-						if len(lat) == 0 {
-							return 0
-						}
-						return lat[int(math.Min(float64(len(lat)-1), p*float64(len(lat))))]
-					}
-					r := benchResult{rate: float64(len(lat)) / elapsed.Seconds(), p50: q(0.5), p99: q(0.99), ok: int64(len(lat)), errs: errs.Load()}
+					r := benchResult{rate: float64(len(lat)) / elapsed.Seconds(), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99), ok: int64(len(lat)), errs: errs.Load()}
 					res[mode] = append(res[mode], r)
 					fmt.Printf("clients=%-3d round %d %-8s %8.0f claims/s  p50 %6.2fms  p99 %6.2fms  (%d ok, %d errors)\n",
 						clients, round+1, mode, r.rate, ms(r.p50), ms(r.p99), r.ok, r.errs)
@@ -223,31 +217,6 @@ func BenchmarkClaimHotItem(b *testing.B) {
 			b.ReportMetric(ratio, fmt.Sprintf("one_trip/two_trip_c%d", clients))
 		}
 	}
-}
-
-// benchClaimEngine is benchEngine's coalescing engine, with claims (and
-// reserve batches) in two round trips when twoTrip.
-func benchClaimEngine(b *testing.B, db *sql.DB, twoTrip bool) *reservation.Engine {
-	conns := reservation.SQLConns(db)
-	ref, err := refiller.New(conns, refiller.Config{ScanInterval: -1}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := restest.Config()
-	cfg.DisableOneTrip = twoTrip
-	cfg.CallTimeout = 30 * time.Second
-	eng, err := reservation.New(cfg, reservation.Options{Conns: conns, Refiller: ref})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ref.Start(ctx)
-	b.Cleanup(func() {
-		cancel()
-		eng.Close()
-		ref.Close()
-	})
-	return eng
 }
 
 type benchResult struct {
@@ -282,7 +251,10 @@ func runMode(b *testing.B, mode, name, addr string, clients int, dur time.Durati
 			return tx.Commit()
 		}
 	case "naive", "coalesced", "coalesced_tx":
-		eng := benchEngine(b, db, mode == "naive", mode == "coalesced_tx")
+		eng := benchEngine(b, db, mode, func(c *reservation.Config) {
+			c.DisableCoalescing = mode == "naive"
+			c.DisableSessions = mode == "coalesced_tx"
+		})
 		lines := restest.LinesJSON(1, 1, 1)
 		op = func(ctx context.Context, i int) error {
 			_, _, err := eng.Call(ctx, "reserve", []any{int64(1), fmt.Sprintf("%s-%d-%d", mode, clients, i), lines, int64(600)})
@@ -334,16 +306,13 @@ func runMode(b *testing.B, mode, name, addr string, clients int, dur time.Durati
 	}
 	db.Close()
 	slices.Sort(lat)
-	q := func(p float64) time.Duration {
-		if len(lat) == 0 {
-			return 0
-		}
-		return lat[int(math.Min(float64(len(lat)-1), p*float64(len(lat))))]
-	}
-	return benchResult{rate: float64(ok.Load()) / elapsed.Seconds(), p50: q(0.5), p99: q(0.99), ok: ok.Load(), errs: errs.Load()}
+	return benchResult{rate: float64(ok.Load()) / elapsed.Seconds(), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99), ok: ok.Load(), errs: errs.Load()}
 }
 
-func benchEngine(b *testing.B, db *sql.DB, naive, noSessions bool) *reservation.Engine {
+// benchEngine starts an engine (and its refiller) over db with the tests'
+// configuration, changed by set and the HOLDFAST_BENCH_* tuning knobs, and
+// prints its batch statistics, under name, when the benchmark ends.
+func benchEngine(b *testing.B, db *sql.DB, name string, set func(*reservation.Config)) *reservation.Engine {
 	conns := reservation.SQLConns(db)
 	rc := refiller.Config{ScanInterval: -1}
 	if v, err := strconv.ParseFloat(os.Getenv("HOLDFAST_BENCH_WATERMARK"), 64); err == nil {
@@ -354,8 +323,7 @@ func benchEngine(b *testing.B, db *sql.DB, naive, noSessions bool) *reservation.
 		b.Fatal(err)
 	}
 	cfg := restest.Config()
-	cfg.DisableCoalescing = naive
-	cfg.DisableSessions = noSessions
+	set(&cfg)
 	if v, err := strconv.Atoi(os.Getenv("HOLDFAST_BENCH_BATCHES_PER_POOL")); err == nil {
 		cfg.BatchesPerPool = v
 	}
@@ -371,10 +339,18 @@ func benchEngine(b *testing.B, db *sql.DB, naive, noSessions bool) *reservation.
 		eng.Close()
 		ref.Close()
 		s, rs := eng.Stats(), ref.Stats()
-		fmt.Printf("  engine naive=%v sessions=%v: %d reserve transactions, batch size p50 %v p99 %v, %d backoffs, %d reserves waited for inline refills, refills %v\n",
-			naive, !noSessions, s.Batches, s.BatchSize.Quantile(0.5), s.BatchSize.Quantile(0.99), s.Backoffs, s.InlineRefills, rs.Refills)
+		fmt.Printf("  engine %s: %d reserve transactions, batch size p50 %v p99 %v, %d backoffs, %d reserves waited for inline refills, refills %v\n",
+			name, s.Batches, s.BatchSize.Quantile(0.5), s.BatchSize.Quantile(0.99), s.Backoffs, s.InlineRefills, rs.Refills)
 	})
 	return eng
+}
+
+// quantile is the p quantile of sorted; 0 when it is empty.
+func quantile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(math.Min(float64(len(sorted)-1), p*float64(len(sorted))))]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -371,6 +371,21 @@ func setsUpSession(q string) bool {
 	return strings.HasPrefix(q, "SET SESSION ") && strings.Contains(q, "autocommit = 0; ") && strings.Contains(q, stmtReserveLock)
 }
 
+// reserveTripEnv is an env (with maxConns backend connections; 0: the
+// default) whose engine borrows through a FaultConns, and whose reserve
+// connections' round trips are recorded.
+func reserveTripEnv(t *testing.T, maxConns int) (*env, *restest.FaultConns, *tripConns) {
+	t.Helper()
+	var f *restest.FaultConns
+	trips := &tripConns{tag: reservation.TagReserve}
+	v := newEnv(t, envOpts{maxConns: maxConns, wrap: func(c reservation.Conns) reservation.Conns {
+		f = restest.NewFaultConns(c)
+		trips.Conns = f
+		return trips
+	}})
+	return v, f, trips
+}
+
 // holdFirstReserve starts a reserve of one unit of item at location 1
 // whose batch is held before its locking read is sent, and returns once
 // it is held: with it the pool has a batch running. release lets it go on;
@@ -394,13 +409,7 @@ func (v *env) holdFirstReserve(f *restest.FaultConns, item int64) (release func(
 // starts while another of its pool runs does open one, set up in the round
 // trip of its first statement, and put back after its answer.
 func TestLoneReserveOneRoundTrip(t *testing.T) {
-	trips := &tripConns{tag: reservation.TagReserve}
-	var f *restest.FaultConns
-	v := newEnv(t, envOpts{wrap: func(c reservation.Conns) reservation.Conns {
-		f = restest.NewFaultConns(c)
-		trips.Conns = f
-		return trips
-	}})
+	v, f, trips := reserveTripEnv(t, 0)
 	v.receive(2003, 1, 10)
 	for i := range 3 {
 		trips.take()
@@ -446,13 +455,7 @@ func TestLoneReserveOneRoundTrip(t *testing.T) {
 // SET ran) sends the SET again with the retry, and the connection goes
 // back to the pool at the server's defaults.
 func TestSessionPutBack(t *testing.T) {
-	var f *restest.FaultConns
-	trips := &tripConns{tag: reservation.TagReserve}
-	v := newEnv(t, envOpts{maxConns: 2, wrap: func(c reservation.Conns) reservation.Conns {
-		f = restest.NewFaultConns(c)
-		trips.Conns = f
-		return trips
-	}})
+	v, f, trips := reserveTripEnv(t, 2)
 	v.receive(2004, 1, 1)
 	globalIso := isolation(t, v.db.QueryRow, "GLOBAL")
 	// The first reserve (one unit) is held before its statement is sent;
@@ -509,13 +512,7 @@ func TestSessionPutBack(t *testing.T) {
 // round trips runs on a connection of its own, so the reserve gets its
 // true answer (insufficient stock) without losing a connection on the way.
 func TestBrokenSessionNotReused(t *testing.T) {
-	var f *restest.FaultConns
-	trips := &tripConns{tag: reservation.TagReserve}
-	v := newEnv(t, envOpts{maxConns: 3, wrap: func(c reservation.Conns) reservation.Conns {
-		f = restest.NewFaultConns(c)
-		trips.Conns = f
-		return trips
-	}})
+	v, f, trips := reserveTripEnv(t, 3)
 	v.receive(2005, 1, 1)
 	release, first := v.holdFirstReserve(f, 2005)
 	trips.take()
