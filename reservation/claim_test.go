@@ -2,6 +2,7 @@ package reservation_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -259,4 +260,128 @@ func TestClaimOneTripWaitsOnRelease(t *testing.T) {
 		t.Errorf("%d one-trip claim fallbacks, want 1", s.ClaimOneTripFallbacks)
 	}
 	v.checkInvariant(2105, 1)
+}
+
+// stmtExtendOneTrip is in the one-round-trip extend's statement alone.
+const stmtExtendOneTrip = "SET @holdfast_extend_exp = UTC_TIMESTAMP(6)"
+
+// TestExtendOneTrip: an extend of an active reservation reads it, then
+// locks its ledger rows and sets the new expiry on its lines and on the
+// reservation in one round trip: two in all (it took three). The expiry
+// it answers is the one the database has.
+func TestExtendOneTrip(t *testing.T) {
+	trips := &tripConns{tag: reservation.TagExtend}
+	v := newEnv(t, envOpts{wrap: func(c reservation.Conns) reservation.Conns {
+		trips.Conns = c
+		return trips
+	}})
+	v.receive(2111, 1, 10)
+	v.receive(2112, 1, 10)
+	ctx := context.Background()
+	js := `[{"item":2112,"qty":2,"locations":[1]},{"item":2111,"qty":1,"locations":[1]}]`
+	_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), "extend-one-trip", js, int64(600)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := rows[0][0].(string)
+	was := v.reservationByToken(tok).expiresAt
+	trips.take()
+	_, rows, err = v.eng.Call(ctx, "extend", []any{tok, int64(3000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := trips.take(); len(got) != 2 {
+		t.Errorf("extend took %d round trips, want 2:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	exp := rows[0][1].(time.Time)
+	got := v.reservationByToken(tok)
+	if !exp.Equal(got.expiresAt) || exp.Sub(was) < 2000*time.Second {
+		t.Errorf("extend answered %v; the reservation has %v (was %v)", exp, got.expiresAt, was)
+	}
+	if n := v.scalar("SELECT COUNT(*) FROM reserved_quantities WHERE reservation_id = ? AND expires_at = ?", tokenID(t, tok), exp.Format("2006-01-02 15:04:05.999999")); n != 2 {
+		t.Errorf("%d of 2 lines carry the answered expiry", n)
+	}
+	if s := v.eng.Stats(); s.ExtendOneTrip != 1 || s.ExtendOneTripFallbacks != 0 {
+		t.Errorf("%d one-trip extends and %d fallbacks, want 1 and 0", s.ExtendOneTrip, s.ExtendOneTripFallbacks)
+	}
+}
+
+// TestExtendOneTripExpiredMeanwhile: a reservation that expires between an
+// extend's read and its one round trip fails the lines' guard; the extend
+// rolls back and answers 9104 (expired) from the two-round-trip form, and
+// no connection goes back to the pool with the extend's variable set.
+func TestExtendOneTripExpiredMeanwhile(t *testing.T) {
+	v, f := oneTripFaultEnv(t, envOpts{maxConns: 2})
+	v.receive(2113, 1, 10)
+	ctx := context.Background()
+	tok, err := reserve(ctx, v.eng, "extend-expired", 600, 2113, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	r := f.Add(&restest.FaultRule{Match: stmtExtendOneTrip, Hold: hold})
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := v.eng.Call(ctx, "extend", []any{tok, int64(3000)})
+		done <- err
+	}()
+	dbtest.Eventually(t, "the extend's one round trip to be held", func() bool { return f.Fired(r) == 1 })
+	v.expireAll()
+	close(hold)
+	if err := <-done; restest.Code(err) != reservation.CodeExpired {
+		t.Fatalf("extend of a reservation expired meanwhile: %v, want %d", err, reservation.CodeExpired)
+	}
+	if s := v.eng.Stats(); s.ExtendOneTripFallbacks != 1 {
+		t.Errorf("%d one-trip extend fallbacks, want 1", s.ExtendOneTripFallbacks)
+	}
+	// Both of the pool's connections, one of them the extend's.
+	var open []*sql.Conn
+	for range 2 {
+		c, err := v.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, c)
+		var set bool
+		if err := c.QueryRowContext(ctx, "SELECT @holdfast_extend_exp IS NOT NULL").Scan(&set); err != nil {
+			t.Fatal(err)
+		}
+		if set {
+			t.Error("a connection back in the pool still has the extend's variable set")
+		}
+	}
+	for _, c := range open {
+		c.Close()
+	}
+}
+
+// TestOneTripExtendFaultsTellTheTruth: an extend whose one round trip loses
+// its connection (before the database ran it, or after) answers the
+// expiry the database has, set once, by its recovery.
+func TestOneTripExtendFaultsTellTheTruth(t *testing.T) {
+	v, f := oneTripFaultEnv(t, envOpts{})
+	v.receive(2114, 1, 100)
+	ctx := context.Background()
+	for _, after := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after=%v", after), func(t *testing.T) {
+			tok, err := reserve(ctx, v.eng, fmt.Sprintf("extend-fault-%v", after), 600, 2114, 1, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := v.eng.Stats().Recoveries["extend"]
+			r := f.Inject(stmtExtendOneTrip, after)
+			_, rows, err := v.eng.Call(ctx, "extend", []any{tok, int64(3000)})
+			checkFired(t, f, r)
+			f.Clear()
+			if err != nil {
+				t.Fatalf("extend: %v", err)
+			}
+			if exp, got := rows[0][1].(time.Time), v.reservationByToken(tok).expiresAt; !exp.Equal(got) {
+				t.Errorf("extend answered %v; the database has %v", exp, got)
+			}
+			if got := v.eng.Stats().Recoveries["extend"]; got <= before {
+				t.Errorf("recoveries of extend: %d before, %d after; want more", before, got)
+			}
+		})
+	}
 }
