@@ -23,11 +23,7 @@ const stmtClaimOneTrip = "WHERE reservation_id = ? AND state = 0"
 // writes). Each line is deducted once, lines of several items in the
 // ledger's key order, and the pool counters stay true.
 func TestClaimOneTrip(t *testing.T) {
-	trips := &tripConns{tag: reservation.TagClaim}
-	v := newEnv(t, envOpts{wrap: func(c reservation.Conns) reservation.Conns {
-		trips.Conns = c
-		return trips
-	}})
+	v, _, trips := tripEnv(t, reservation.TagClaim, 0)
 	v.receive(2101, 1, 10)
 	v.receive(2102, 1, 10)
 	ctx := context.Background()
@@ -270,11 +266,7 @@ const stmtExtendOneTrip = "SET @holdfast_extend_exp = UTC_TIMESTAMP(6)"
 // reservation in one round trip: two in all (it took three). The expiry
 // it answers is the one the database has.
 func TestExtendOneTrip(t *testing.T) {
-	trips := &tripConns{tag: reservation.TagExtend}
-	v := newEnv(t, envOpts{wrap: func(c reservation.Conns) reservation.Conns {
-		trips.Conns = c
-		return trips
-	}})
+	v, _, trips := tripEnv(t, reservation.TagExtend, 0)
 	v.receive(2111, 1, 10)
 	v.receive(2112, 1, 10)
 	ctx := context.Background()
@@ -335,24 +327,15 @@ func TestExtendOneTripExpiredMeanwhile(t *testing.T) {
 		t.Errorf("%d one-trip extend fallbacks, want 1", s.ExtendOneTripFallbacks)
 	}
 	// Both of the pool's connections, one of them the extend's.
-	var open []*sql.Conn
-	for range 2 {
-		c, err := v.db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		open = append(open, c)
+	v.eachPoolConn(2, func(row func(q string, args ...any) *sql.Row) {
 		var set bool
-		if err := c.QueryRowContext(ctx, "SELECT @holdfast_extend_exp IS NOT NULL").Scan(&set); err != nil {
+		if err := row("SELECT @holdfast_extend_exp IS NOT NULL").Scan(&set); err != nil {
 			t.Fatal(err)
 		}
 		if set {
 			t.Error("a connection back in the pool still has the extend's variable set")
 		}
-	}
-	for _, c := range open {
-		c.Close()
-	}
+	})
 }
 
 // TestOneTripExtendFaultsTellTheTruth: an extend whose one round trip loses

@@ -371,13 +371,13 @@ func setsUpSession(q string) bool {
 	return strings.HasPrefix(q, "SET SESSION ") && strings.Contains(q, "autocommit = 0; ") && strings.Contains(q, stmtReserveLock)
 }
 
-// reserveTripEnv is an env (with maxConns backend connections; 0: the
-// default) whose engine borrows through a FaultConns, and whose reserve
-// connections' round trips are recorded.
-func reserveTripEnv(t *testing.T, maxConns int) (*env, *restest.FaultConns, *tripConns) {
+// tripEnv is an env (with maxConns backend connections; 0: the default)
+// whose engine borrows through a FaultConns, and whose connections borrowed
+// under tag have their round trips recorded.
+func tripEnv(t *testing.T, tag string, maxConns int) (*env, *restest.FaultConns, *tripConns) {
 	t.Helper()
 	var f *restest.FaultConns
-	trips := &tripConns{tag: reservation.TagReserve}
+	trips := &tripConns{tag: tag}
 	v := newEnv(t, envOpts{maxConns: maxConns, wrap: func(c reservation.Conns) reservation.Conns {
 		f = restest.NewFaultConns(c)
 		trips.Conns = f
@@ -409,7 +409,7 @@ func (v *env) holdFirstReserve(f *restest.FaultConns, item int64) (release func(
 // starts while another of its pool runs does open one, set up in the round
 // trip of its first statement, and put back after its answer.
 func TestLoneReserveOneRoundTrip(t *testing.T) {
-	v, f, trips := reserveTripEnv(t, 0)
+	v, f, trips := tripEnv(t, reservation.TagReserve, 0)
 	v.receive(2003, 1, 10)
 	for i := range 3 {
 		trips.take()
@@ -455,7 +455,7 @@ func TestLoneReserveOneRoundTrip(t *testing.T) {
 // SET ran) sends the SET again with the retry, and the connection goes
 // back to the pool at the server's defaults.
 func TestSessionPutBack(t *testing.T) {
-	v, f, trips := reserveTripEnv(t, 2)
+	v, f, trips := tripEnv(t, reservation.TagReserve, 2)
 	v.receive(2004, 1, 1)
 	globalIso := isolation(t, v.db.QueryRow, "GLOBAL")
 	// The first reserve (one unit) is held before its statement is sent;
@@ -483,15 +483,7 @@ func TestSessionPutBack(t *testing.T) {
 	}
 	// Both connections of the pool: at the defaults (a connection the
 	// session is still putting back is handed out once it is back).
-	ctx := context.Background()
-	var open []*sql.Conn
-	for range 2 {
-		c, err := v.db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		open = append(open, c)
-		row := func(q string, args ...any) *sql.Row { return c.QueryRowContext(ctx, q, args...) }
+	v.eachPoolConn(2, func(row func(q string, args ...any) *sql.Row) {
 		var ac int64
 		if err := row("SELECT @@SESSION.autocommit").Scan(&ac); err != nil {
 			t.Fatal(err)
@@ -499,10 +491,7 @@ func TestSessionPutBack(t *testing.T) {
 		if iso := isolation(t, row, "SESSION"); ac != 1 || iso != globalIso {
 			t.Errorf("a connection back in the pool has autocommit %d, isolation %s; want 1, %s", ac, iso, globalIso)
 		}
-	}
-	for _, c := range open {
-		c.Close()
-	}
+	})
 	v.checkInvariant(2004, 1)
 }
 
@@ -512,7 +501,7 @@ func TestSessionPutBack(t *testing.T) {
 // round trips runs on a connection of its own, so the reserve gets its
 // true answer (insufficient stock) without losing a connection on the way.
 func TestBrokenSessionNotReused(t *testing.T) {
-	v, f, trips := reserveTripEnv(t, 3)
+	v, f, trips := tripEnv(t, reservation.TagReserve, 3)
 	v.receive(2005, 1, 1)
 	release, first := v.holdFirstReserve(f, 2005)
 	trips.take()

@@ -193,3 +193,19 @@ func isolation(t testing.TB, row func(q string, args ...any) *sql.Row, scope str
 	}
 	return iso
 }
+
+// eachPoolConn takes n of the env's pool connections at once (so with a
+// pool of n, every one of them) and runs check on each, reading through
+// row.
+func (v *env) eachPoolConn(n int, check func(row func(q string, args ...any) *sql.Row)) {
+	v.t.Helper()
+	ctx := context.Background()
+	for range n {
+		c, err := v.db.Conn(ctx)
+		if err != nil {
+			v.t.Fatal(err)
+		}
+		defer c.Close()
+		check(func(q string, args ...any) *sql.Row { return c.QueryRowContext(ctx, q, args...) })
+	}
+}
