@@ -155,6 +155,11 @@ type hotPool struct {
 	winStart time.Time
 	winTaken int64
 	rate     float64
+	// The same over short windows, unsmoothed: a burst shows in them
+	// within milliseconds (see rateAt).
+	burstStart time.Time
+	burstTaken int64
+	burstRate  float64
 }
 
 // rateWindow is how long the take rate is counted before it is folded in.
@@ -174,28 +179,47 @@ func (h *hotPool) observe(depth int64, at time.Time) {
 func (h *hotPool) take(n int, now time.Time) {
 	h.depth -= int64(n)
 	if h.winStart.IsZero() {
-		h.winStart = now
+		h.winStart, h.burstStart = now, now
 	}
 	if d := now.Sub(h.winStart); d >= rateWindow {
 		cur := float64(h.winTaken) / d.Seconds()
-		if d > 10*rateWindow {
-			h.rate = cur // idle for long: start over
+		if d > 10*rateWindow || h.rate == 0 {
+			h.rate = cur // the first window, or idle for long: start over
 		} else {
 			h.rate = 0.5*h.rate + 0.5*cur
 		}
 		h.winStart, h.winTaken = now, 0
 	}
 	h.winTaken += int64(n)
+	if d := now.Sub(h.burstStart); d >= burstWindow {
+		h.burstRate = float64(h.burstTaken) / d.Seconds()
+		h.burstStart, h.burstTaken = now, 0
+	}
+	h.burstTaken += int64(n)
 }
 
-// rateAt is the take rate as of now: it decays when no take was reported
-// for a while.
+// rateAt is the take rate as of now: the smoothed rate, decaying when no
+// take was reported for a while, or the rate of the last short window (or
+// of the one counting, once it spans half a window) when that is higher,
+// so that a burst, a sale opening, raises the refill threshold within
+// milliseconds instead of after a window or two of smoothing.
 func (h *hotPool) rateAt(now time.Time) float64 {
+	r := h.rate
 	if idle := now.Sub(h.winStart); idle > 2*rateWindow {
-		return h.rate * float64(2*rateWindow) / float64(idle)
+		r = h.rate * float64(2*rateWindow) / float64(idle)
 	}
-	return h.rate
+	d := now.Sub(h.burstStart)
+	if d <= 2*burstWindow {
+		r = max(r, h.burstRate)
+	}
+	if d >= burstWindow/2 {
+		r = max(r, float64(h.burstTaken)/d.Seconds())
+	}
+	return r
 }
+
+// burstWindow is the span of the short windows rateAt looks at.
+const burstWindow = 20 * time.Millisecond
 
 // New builds a refiller over conns. logger nil means slog.Default().
 func New(conns reservation.Conns, cfg Config, logger *slog.Logger) (*Refiller, error) {
