@@ -106,20 +106,13 @@ func BenchmarkReserveHotItem(b *testing.B) {
 // each holds it. Each round reserves HOLDFAST_BENCH_CLAIMS reservations
 // per mode (default 2000, untimed), then times claiming them all; it
 // reports claims/s, p50, p99 per mode (medians over rounds) and the ratio
-// one_trip/two_trip. HOLDFAST_BENCH_OP=extend times extends (ttl 3000 s)
-// of the reservations instead, which lock the same ledger row. Not part of
-// the default test run:
+// one_trip/two_trip. Not part of the default test run:
 //
 //	go test -run '^$' -bench BenchmarkClaimHotItem -benchtime 1x ./reservation/
 //
 // Knobs: HOLDFAST_BENCH_CLIENTS (default 1,16), HOLDFAST_BENCH_ROUNDS
-// (default 3), HOLDFAST_BENCH_CLAIMS, HOLDFAST_BENCH_DELAY (default 500us),
-// HOLDFAST_BENCH_OP (claim or extend).
+// (default 3), HOLDFAST_BENCH_CLAIMS, HOLDFAST_BENCH_DELAY (default 500us).
 func BenchmarkClaimHotItem(b *testing.B) {
-	op := envOr("HOLDFAST_BENCH_OP", "claim")
-	if op != "claim" && op != "extend" {
-		b.Fatalf("HOLDFAST_BENCH_OP=%q: claim or extend", op)
-	}
 	clientsList := envList("HOLDFAST_BENCH_CLIENTS", "1,16")
 	rounds, _ := strconv.Atoi(envOr("HOLDFAST_BENCH_ROUNDS", "3"))
 	claims, _ := strconv.Atoi(envOr("HOLDFAST_BENCH_CLAIMS", "2000"))
@@ -183,13 +176,9 @@ func BenchmarkClaimHotItem(b *testing.B) {
 							var mine []time.Duration
 							for tok := range toks {
 								t0 := time.Now()
-								args := []any{tok}
-								if op == "extend" {
-									args = append(args, int64(3000))
-								}
-								if _, rows, err := eng.Call(context.Background(), op, args); err != nil || (op == "claim" && rows[0][1] != "claimed") {
+								if _, rows, err := eng.Call(context.Background(), "claim", []any{tok}); err != nil || rows[0][1] != "claimed" {
 									if errs.Add(1) == 1 {
-										fmt.Printf("  %s: %s answered %v, %v\n", mode, op, rows, err)
+										fmt.Printf("  %s: claim answered %v, %v\n", mode, rows, err)
 									}
 									continue
 								}
@@ -205,8 +194,8 @@ func BenchmarkClaimHotItem(b *testing.B) {
 					slices.Sort(lat)
 					r := benchResult{rate: float64(len(lat)) / elapsed.Seconds(), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99), ok: int64(len(lat)), errs: errs.Load()}
 					res[mode] = append(res[mode], r)
-					fmt.Printf("clients=%-3d round %d %-8s %8.0f %ss/s  p50 %6.2fms  p99 %6.2fms  (%d ok, %d errors)\n",
-						clients, round+1, mode, r.rate, op, ms(r.p50), ms(r.p99), r.ok, r.errs)
+					fmt.Printf("clients=%-3d round %d %-8s %8.0f claims/s  p50 %6.2fms  p99 %6.2fms  (%d ok, %d errors)\n",
+						clients, round+1, mode, r.rate, ms(r.p50), ms(r.p99), r.ok, r.errs)
 				}
 			}
 			med := func(mode string, f func(benchResult) float64) float64 {
@@ -219,9 +208,9 @@ func BenchmarkClaimHotItem(b *testing.B) {
 			}
 			rate := func(r benchResult) float64 { return r.rate }
 			for _, mode := range modes {
-				fmt.Printf("clients=%-3d %-8s median %8.0f %ss/s  p50 %6.2fms  p99 %6.2fms\n", clients, mode, med(mode, rate), op,
+				fmt.Printf("clients=%-3d %-8s median %8.0f claims/s  p50 %6.2fms  p99 %6.2fms\n", clients, mode, med(mode, rate),
 					med(mode, func(r benchResult) float64 { return ms(r.p50) }), med(mode, func(r benchResult) float64 { return ms(r.p99) }))
-				b.ReportMetric(med(mode, rate), fmt.Sprintf("%s_c%d_%ss/s", mode, clients, op))
+				b.ReportMetric(med(mode, rate), fmt.Sprintf("%s_c%d_claims/s", mode, clients))
 			}
 			ratio := med("one_trip", rate) / med("two_trip", rate)
 			fmt.Printf("clients=%-3d one_trip/two_trip = %.2f\n", clients, ratio)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -528,9 +527,7 @@ func (e *Engine) callExtend(ctx context.Context, args []any, o *CallOptions) ([]
 // rows first: the refiller decides which lines are expired under the ledger
 // lock and deletes them in the same transaction, so an extend must not slip
 // in between. It records the call's id, so an extend whose connection was
-// lost during COMMIT answers the expiry it set (recovery.go). An extend of a
-// reservation that read active takes one round trip after the read
-// (extendOneTrip), others two.
+// lost during COMMIT answers the expiry it set (recovery.go).
 func (e *Engine) extend(ctx context.Context, id uint64, ttl time.Duration) (time.Time, error) {
 	call := e.newCall(procOp(opExtend))
 	for {
@@ -555,13 +552,6 @@ func (e *Engine) extendOnce(ctx context.Context, callID, id uint64, ttl time.Dur
 	tok := formatToken(id)
 	if h.state == "claimed" || h.state == "released" {
 		return time.Time{}, newError(CodeExpired, "45000", "holdfast.extend: reservation %s is %s, not active", tok, h.state)
-	}
-	if h.state == "active" && !e.cfg.DisableOneTrip {
-		exp, err := e.extendOneTrip(ctx, callID, h, ttl)
-		if !errors.Is(err, errOneTripRolledBack) {
-			return exp, err
-		}
-		e.m.extendOneTripBack.Add(1)
 	}
 	var exp time.Time
 	err = e.tx.Run(ctx, TagExtend, func(ctx context.Context, c Conn) error {
@@ -598,52 +588,6 @@ func (e *Engine) extendOnce(ctx context.Context, callID, id uint64, ttl time.Dur
 	})
 	if errors.Is(err, errDoneByThisCall) {
 		err = nil
-	}
-	return exp, err
-}
-
-// clearExtendVar clears the one-round-trip extend's user variable.
-const clearExtendVar = "SET @holdfast_extend_exp = NULL"
-
-// extendOneTrip is extendOnce's transaction in one round trip, for a
-// reservation that was active and unexpired when read: it locks the ledger
-// rows (key order, as the two-round-trip form does), sets the new expiry,
-// database time + ttl, on the reservation's unexpired lines, guarded to
-// have changed all of them, and on the reservation, guarded to have found
-// it active; then a SELECT of the expiry, the variable cleared, COMMIT. A
-// guard failing (a line expired or went, the reservation ended) rolls it
-// back and returns errOneTripRolledBack: the caller runs the two-round-trip
-// transaction, which answers what it finds.
-func (e *Engine) extendOneTrip(ctx context.Context, callID uint64, h *header, ttl time.Duration) (time.Time, error) {
-	q := lockLedgerSQL(headerPools(h)) +
-		"; SET @holdfast_extend_exp = UTC_TIMESTAMP(6) + INTERVAL " + strconv.FormatInt(ttl.Microseconds(), 10) + " MICROSECOND" +
-		"; UPDATE " + TableReserved + " SET expires_at = @holdfast_extend_exp WHERE reservation_id = ? AND expires_at > UTC_TIMESTAMP(6)" +
-		"; " + GuardRowCount(int64(len(h.lines))) +
-		"; UPDATE reservations SET expires_at = @holdfast_extend_exp, extended_by = ? WHERE reservation_id = ? AND state = 0" +
-		"; " + GuardRowCount(1) +
-		"; SELECT 'E', @holdfast_extend_exp; " + clearExtendVar
-	var exp time.Time
-	err := e.tx.Run(ctx, TagExtend, func(ctx context.Context, c Conn) error {
-		if !onRollback(c, clearExtendVar) {
-			return errOneTripRolledBack // not a transaction's Conn: no cleanup on rollback
-		}
-		rows, err := commitQuery(ctx, c, q, h.id, callID, h.id)
-		if err != nil {
-			return err
-		}
-		// Committed; the expiry is the 'E' row.
-		if er := byTag(rows)["E"]; len(er) == 1 && len(er[0]) == 1 {
-			if exp, err = colTime(er[0][0]); err == nil {
-				return nil
-			}
-		}
-		return &commitUnknownError{markLost(fmt.Errorf("a one-trip extend committed but did not return the expiry it set (%d rows)", len(rows)))}
-	})
-	if IsDBError(err, errNumGuard) {
-		return time.Time{}, fmt.Errorf("%w: %w", errOneTripRolledBack, err)
-	}
-	if err == nil {
-		e.m.extendOneTrip.Add(1)
 	}
 	return exp, err
 }

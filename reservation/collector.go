@@ -9,7 +9,7 @@ type Collector struct {
 
 	reserves, claims, ops, lateClaims, recoveries         *prometheus.Desc
 	backoffs, inlineRefills, rejected, batches, txRetries *prometheus.Desc
-	swept, pruned, oneTrip, callOneTrip                   *prometheus.Desc
+	swept, pruned, oneTrip, claimOneTrip                  *prometheus.Desc
 	reconCycles, reconErrors, reconViolating              *prometheus.Desc
 	reconAlerting, reconAlerts                            *prometheus.Desc
 	reserveDur, claimDur, batchSize                       *prometheus.Desc
@@ -33,7 +33,7 @@ func NewCollector(e *Engine) *Collector {
 		rejected:       d("rejected_total", "Reserves refused at once because too many waited on one pool."),
 		batches:        d("reserve_transactions_total", "Reserve transactions run (each may carry several coalesced reserves)."),
 		oneTrip:        d("reserve_one_trip_total", "Reserve transactions of one pool sent in one round trip: committed, or fell_back (the pool had fewer free units than the batch wanted, or the database refused the statement, and it ran again in two).", "result"),
-		callOneTrip:    d("one_trip_total", "Claims and extends of an active reservation sent in one round trip after its read, by procedure: committed, or fell_back (a guard found the reservation expired, released or claimed meanwhile, or the ledger short, and the call ran again in two).", "procedure", "result"),
+		claimOneTrip:   d("claim_one_trip_total", "Claims of an active reservation sent in one round trip after its read: committed, or fell_back (a guard found the reservation expired, released or claimed meanwhile, or the ledger short, and the claim ran again in two).", "result"),
 		txRetries:      d("tx_retries_total", "Transactions retried after a deadlock (1213) or lock-wait timeout (1205).", "reason"),
 		swept:          d("swept_lines_total", "Expired reserved lines deleted by the sweeper."),
 		pruned:         d("pruned_reservations_total", "Finished reservations deleted after the retention window."),
@@ -51,7 +51,7 @@ func NewCollector(e *Engine) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.reserves, c.claims, c.ops, c.recoveries, c.lateClaims, c.backoffs, c.inlineRefills,
-		c.rejected, c.batches, c.oneTrip, c.callOneTrip, c.txRetries, c.swept, c.pruned, c.reconCycles, c.reconErrors, c.reconViolating,
+		c.rejected, c.batches, c.oneTrip, c.claimOneTrip, c.txRetries, c.swept, c.pruned, c.reconCycles, c.reconErrors, c.reconViolating,
 		c.reconAlerting, c.reconAlerts, c.reserveDur, c.claimDur, c.batchSize} {
 		ch <- d
 	}
@@ -89,10 +89,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.batches, s.Batches)
 	counter(c.oneTrip, s.OneTrip, "committed")
 	counter(c.oneTrip, s.OneTripFallbacks, "fell_back")
-	counter(c.callOneTrip, s.ClaimOneTrip, "claim", "committed")
-	counter(c.callOneTrip, s.ClaimOneTripFallbacks, "claim", "fell_back")
-	counter(c.callOneTrip, s.ExtendOneTrip, "extend", "committed")
-	counter(c.callOneTrip, s.ExtendOneTripFallbacks, "extend", "fell_back")
+	counter(c.claimOneTrip, s.ClaimOneTrip, "committed")
+	counter(c.claimOneTrip, s.ClaimOneTripFallbacks, "fell_back")
 	counter(c.txRetries, s.Deadlocks, "deadlock")
 	counter(c.txRetries, s.LockWaitTimeouts, "lock_wait_timeout")
 	counter(c.swept, s.Swept)

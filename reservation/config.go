@@ -84,9 +84,8 @@ type Config struct {
 	// SKIP LOCKED select; then the DELETE, INSERTs and COMMIT) instead of
 	// one while its pool has units to spare (see batchOneTrip, which keeps
 	// the locked ids in user variables between its statements), and every
-	// claim's and extend's transaction two (the locking reads; then the
-	// writes and COMMIT) instead of one for an active reservation
-	// (claimOneTrip, extendOneTrip).
+	// claim's transaction two (the locking reads; then the writes and
+	// COMMIT) instead of one for an active reservation (claimOneTrip).
 	DisableOneTrip bool `yaml:"disable_one_trip"`
 	// MaxWaitersPerPool caps the reserves queued on one pool; beyond it a
 	// reserve fails fast with 9107 and is counted as rejected. Zero means 4096.

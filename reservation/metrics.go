@@ -140,27 +140,25 @@ func (c counterVec) snapshot(names []string) map[string]uint64 {
 
 // metrics are the engine's counters; Stats copies them.
 type metrics struct {
-	reserves          counterVec
-	claims            counterVec
-	ops               []counterVec // by op, then outcome
-	recoveries        counterVec   // by procNames
-	backoffs          atomic.Uint64
-	inlineRefills     atomic.Uint64
-	rejected          atomic.Uint64
-	batches           atomic.Uint64
-	oneTrip           atomic.Uint64
-	oneTripFallbacks  atomic.Uint64
-	claimOneTrip      atomic.Uint64
-	claimOneTripBack  atomic.Uint64
-	extendOneTrip     atomic.Uint64
-	extendOneTripBack atomic.Uint64
-	deadlocks         atomic.Uint64
-	lockWaits         atomic.Uint64
-	swept             atomic.Uint64
-	pruned            atomic.Uint64
-	reserveDur        *Histogram
-	claimDur          *Histogram
-	batchSize         *Histogram
+	reserves         counterVec
+	claims           counterVec
+	ops              []counterVec // by op, then outcome
+	recoveries       counterVec   // by procNames
+	backoffs         atomic.Uint64
+	inlineRefills    atomic.Uint64
+	rejected         atomic.Uint64
+	batches          atomic.Uint64
+	oneTrip          atomic.Uint64
+	oneTripFallbacks atomic.Uint64
+	claimOneTrip     atomic.Uint64
+	claimOneTripBack atomic.Uint64
+	deadlocks        atomic.Uint64
+	lockWaits        atomic.Uint64
+	swept            atomic.Uint64
+	pruned           atomic.Uint64
+	reserveDur       *Histogram
+	claimDur         *Histogram
+	batchSize        *Histogram
 
 	reconCycles     atomic.Uint64
 	reconErrors     atomic.Uint64
@@ -220,8 +218,6 @@ type Stats struct {
 	// guards found it otherwise (expired, released, claimed meanwhile, the
 	// ledger short) and that ran the two-round-trip transaction instead.
 	ClaimOneTrip, ClaimOneTripFallbacks uint64
-	// ExtendOneTrip and ExtendOneTripFallbacks are the same for extend.
-	ExtendOneTrip, ExtendOneTripFallbacks uint64
 	// Deadlocks and LockWaitTimeouts count transactions retried after 1213
 	// and 1205.
 	Deadlocks, LockWaitTimeouts uint64
@@ -247,32 +243,30 @@ type Stats struct {
 func (e *Engine) Stats() Stats {
 	m := &e.m
 	s := Stats{
-		Reserves:               m.reserves.snapshot(reserveOutcomes),
-		Claims:                 m.claims.snapshot(claimOutcomes),
-		Ops:                    map[string]map[string]uint64{},
-		Recoveries:             m.recoveries.snapshot(procNames),
-		Backoffs:               m.backoffs.Load(),
-		InlineRefills:          m.inlineRefills.Load(),
-		Rejected:               m.rejected.Load(),
-		Batches:                m.batches.Load(),
-		OneTrip:                m.oneTrip.Load(),
-		OneTripFallbacks:       m.oneTripFallbacks.Load(),
-		ClaimOneTrip:           m.claimOneTrip.Load(),
-		ClaimOneTripFallbacks:  m.claimOneTripBack.Load(),
-		ExtendOneTrip:          m.extendOneTrip.Load(),
-		ExtendOneTripFallbacks: m.extendOneTripBack.Load(),
-		Deadlocks:              m.deadlocks.Load(),
-		LockWaitTimeouts:       m.lockWaits.Load(),
-		Swept:                  m.swept.Load(),
-		Pruned:                 m.pruned.Load(),
-		ReconcileCycles:        m.reconCycles.Load(),
-		ReconcileErrors:        m.reconErrors.Load(),
-		ReconcileViolations:    m.reconViolations.Load(),
-		ReconcileAlerting:      m.reconAlerting.Load(),
-		ReconcileAlerts:        m.reconAlerts.Load(),
-		ReserveDuration:        m.reserveDur.Snapshot(),
-		ClaimDuration:          m.claimDur.Snapshot(),
-		BatchSize:              m.batchSize.Snapshot(),
+		Reserves:              m.reserves.snapshot(reserveOutcomes),
+		Claims:                m.claims.snapshot(claimOutcomes),
+		Ops:                   map[string]map[string]uint64{},
+		Recoveries:            m.recoveries.snapshot(procNames),
+		Backoffs:              m.backoffs.Load(),
+		InlineRefills:         m.inlineRefills.Load(),
+		Rejected:              m.rejected.Load(),
+		Batches:               m.batches.Load(),
+		OneTrip:               m.oneTrip.Load(),
+		OneTripFallbacks:      m.oneTripFallbacks.Load(),
+		ClaimOneTrip:          m.claimOneTrip.Load(),
+		ClaimOneTripFallbacks: m.claimOneTripBack.Load(),
+		Deadlocks:             m.deadlocks.Load(),
+		LockWaitTimeouts:      m.lockWaits.Load(),
+		Swept:                 m.swept.Load(),
+		Pruned:                m.pruned.Load(),
+		ReconcileCycles:       m.reconCycles.Load(),
+		ReconcileErrors:       m.reconErrors.Load(),
+		ReconcileViolations:   m.reconViolations.Load(),
+		ReconcileAlerting:     m.reconAlerting.Load(),
+		ReconcileAlerts:       m.reconAlerts.Load(),
+		ReserveDuration:       m.reserveDur.Snapshot(),
+		ClaimDuration:         m.claimDur.Snapshot(),
+		BatchSize:             m.batchSize.Snapshot(),
 	}
 	for i, n := range opNames {
 		s.Ops[n] = m.ops[i].snapshot(opOutcomes)
