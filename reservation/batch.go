@@ -251,10 +251,11 @@ func refusedSQL(n uint16) bool {
 	return false
 }
 
-// errOneTripRolledBack is batchOneTrip's answer when the pool had fewer
-// free units than the batch wants, or the server refused the statement:
-// it rolled back, and the batch runs again in two round trips.
-var errOneTripRolledBack = errors.New("reservation: the one-round-trip batch rolled back; it runs again in two")
+// errOneTripRolledBack is the answer of a one-round-trip transaction
+// (batchOneTrip, claimOneTrip) that rolled back because a guard found the
+// rows otherwise than expected (or the server refused the statement): the
+// caller runs it again in two round trips.
+var errOneTripRolledBack = errors.New("reservation: the one-round-trip transaction rolled back; it runs again in two")
 
 // batchOneTrip runs the transaction of a batch of one pool, pd, in one round
 // trip, when every reserve in it is expected to fit:

@@ -149,55 +149,8 @@ func BenchmarkClaimHotItem(b *testing.B) {
 					order = []string{modes[1], modes[0]}
 				}
 				for _, mode := range order {
-					eng := engines[mode]
-					toks := make(chan string, claims)
-					var wg sync.WaitGroup
-					var seq atomic.Int64
-					for range 64 {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							for i := seq.Add(1); i <= int64(claims); i = seq.Add(1) {
-								lines := restest.LinesJSON(1+i%int64(items), 1, 1)
-								_, rows, err := eng.Call(context.Background(), "reserve", []any{int64(1), fmt.Sprintf("claim-%s-%d-%d-%d", mode, clients, round, i), lines, int64(600)})
-								if err != nil {
-									b.Error(err)
-									return
-								}
-								toks <- rows[0][0].(string)
-							}
-						}()
-					}
-					wg.Wait()
-					close(toks)
-					var mu sync.Mutex // guards lat
-					var lat []time.Duration
-					var errs atomic.Int64
-					start := time.Now()
-					for range clients {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							var mine []time.Duration
-							for tok := range toks {
-								t0 := time.Now()
-								if _, rows, err := eng.Call(context.Background(), "claim", []any{tok}); err != nil || rows[0][1] != "claimed" {
-									if errs.Add(1) == 1 {
-										fmt.Printf("  %s: claim answered %v, %v\n", mode, rows, err)
-									}
-									continue
-								}
-								mine = append(mine, time.Since(t0))
-							}
-							mu.Lock()
-							lat = append(lat, mine...)
-							mu.Unlock()
-						}()
-					}
-					wg.Wait()
-					elapsed := time.Since(start)
-					slices.Sort(lat)
-					r := benchResult{rate: float64(len(lat)) / elapsed.Seconds(), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99), ok: int64(len(lat)), errs: errs.Load()}
+					toks := reserveTokens(b, engines[mode], claims, items, fmt.Sprintf("claim-%s-%d-%d", mode, clients, round))
+					r := timeClaims(engines[mode], toks, clients, mode)
 					res[mode] = append(res[mode], r)
 					fmt.Printf("clients=%-3d round %d %-8s %8.0f claims/s  p50 %6.2fms  p99 %6.2fms  (%d ok, %d errors)\n",
 						clients, round+1, mode, r.rate, ms(r.p50), ms(r.p99), r.ok, r.errs)
@@ -222,6 +175,69 @@ func BenchmarkClaimHotItem(b *testing.B) {
 			b.ReportMetric(ratio, fmt.Sprintf("one_trip/two_trip_c%d", clients))
 		}
 	}
+}
+
+// reserveTokens makes n reservations of one unit on eng, over items items
+// (shop 1, location 1), keyed prefix-<i>, 64 at a time, and returns their
+// tokens.
+func reserveTokens(b *testing.B, eng *reservation.Engine, n, items int, prefix string) []string {
+	toks := make([]string, n)
+	var wg sync.WaitGroup
+	var seq atomic.Int64
+	for range 64 {
+		wg.Go(func() {
+			for i := seq.Add(1); i <= int64(n); i = seq.Add(1) {
+				lines := restest.LinesJSON(1+i%int64(items), 1, 1)
+				_, rows, err := eng.Call(context.Background(), "reserve", []any{int64(1), fmt.Sprintf("%s-%d", prefix, i), lines, int64(600)})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				toks[i-1] = rows[0][0].(string)
+			}
+		})
+	}
+	wg.Wait()
+	return toks
+}
+
+// timeClaims claims every token on eng with clients concurrent callers and
+// returns the rate and latencies of the claims answered "claimed".
+func timeClaims(eng *reservation.Engine, toks []string, clients int, mode string) benchResult {
+	next := make(chan string, len(toks))
+	for _, tok := range toks {
+		if tok != "" {
+			next <- tok
+		}
+	}
+	close(next)
+	var mu sync.Mutex // guards lat
+	var lat []time.Duration
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			var mine []time.Duration
+			for tok := range next {
+				t0 := time.Now()
+				if _, rows, err := eng.Call(context.Background(), "claim", []any{tok}); err != nil || rows[0][1] != "claimed" {
+					if errs.Add(1) == 1 {
+						fmt.Printf("  %s: claim answered %v, %v\n", mode, rows, err)
+					}
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	return benchResult{rate: float64(len(lat)) / elapsed.Seconds(), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99), ok: int64(len(lat)), errs: errs.Load()}
 }
 
 type benchResult struct {

@@ -154,10 +154,11 @@ func (e *Engine) callClaim(ctx context.Context, args []any, o *CallOptions) ([]s
 // guard finds it changed, or it read otherwise, the transaction locks the
 // ledger rows (key order), re-checks the reservation's lines FOR UPDATE
 // and its row FOR UPDATE, then deducts each line with the guard on_hand >=
-// qty, deletes the lines and records the claim (state, claimed_at, claim_kind, and claimed_by, the
-// call's id) — the claim log that makes a repeated claim a reported
-// duplicate, and lets a claim whose connection was lost during COMMIT find
-// its own claim and answer it as made (recovery.go).
+// qty, deletes the lines and records the claim (state, claimed_at,
+// claim_kind, and claimed_by, the call's id) — the claim log that makes a
+// repeated claim a reported duplicate, and lets a claim whose connection
+// was lost during COMMIT find its own claim and answer it as made
+// (recovery.go).
 //
 // If the reservation expired (or was released) the deduction is forced: the
 // same guarded UPDATE, which may push pool + reserved above on_hand (the
@@ -208,14 +209,13 @@ func (e *Engine) claimOnce(ctx context.Context, callID, id uint64) (int, *header
 	}
 	keys := headerPools(h)
 	if h.state == "active" && !e.cfg.DisableOneTrip {
-		err := e.claimOneTrip(ctx, callID, h, keys)
-		if !errors.Is(err, errOneTripRolledBack) {
-			if err != nil {
-				return 0, nil, err
-			}
+		switch err := e.claimOneTrip(ctx, callID, h, keys); {
+		case err == nil:
 			return claimClaimed, h, nil
+		case !errors.Is(err, errOneTripRolledBack):
+			return 0, nil, err
 		}
-		e.m.claimOneTripBack.Add(1)
+		e.m.claimOneTripFallbacks.Add(1)
 	}
 	var (
 		outcome   int
@@ -339,9 +339,10 @@ func (e *Engine) claimOnce(ctx context.Context, callID, id uint64) (int, *header
 //   - the claim record, guarded to have found the reservation active (a
 //     backstop: whatever ends a reservation deletes its lines first);
 //
-// then COMMIT. Any guard failing rolls it all back and returns errOneTripRolledBack: the caller runs the
-// two-round-trip transaction, which reads what it found and answers it
-// (late, forced, duplicate, refused).
+// then COMMIT. Any guard failing rolls it all back and returns
+// errOneTripRolledBack: the caller runs the two-round-trip transaction,
+// which reads what it finds and answers it (late, forced, duplicate,
+// refused).
 func (e *Engine) claimOneTrip(ctx context.Context, callID uint64, h *header, keys []PoolKey) error {
 	stmts := make([]string, 0, 2*len(h.lines)+len(keys)+4)
 	for _, k := range keys {

@@ -2,7 +2,6 @@ package reservation_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -109,15 +108,7 @@ func TestClaimOneTripRaces(t *testing.T) {
 			// The claim's one round trip is held until the change is made.
 			hold := make(chan struct{})
 			r := f.Add(&restest.FaultRule{Match: stmtClaimOneTrip, Hold: hold})
-			type answer struct {
-				rows [][]any
-				err  error
-			}
-			done := make(chan answer, 1)
-			go func() {
-				_, rows, err := v.eng.Call(ctx, "claim", []any{tok})
-				done <- answer{rows, err}
-			}()
+			done := goCall(v.eng, "claim", tok)
 			dbtest.Eventually(t, "the claim's one round trip to be held", func() bool { return f.Fired(r) == 1 })
 			c.between(tok)
 			close(hold)
@@ -167,9 +158,7 @@ func TestOneTripClaimFaultsTellTheTruth(t *testing.T) {
 			if got, _, _ := v.pool(2104, 1); got != onHand-3 {
 				t.Errorf("on_hand %d -> %d; want one deduction of 3", onHand, got)
 			}
-			if got := v.eng.Stats().Recoveries["claim"]; got <= before {
-				t.Errorf("recoveries of claim: %d before, %d after; want more", before, got)
-			}
+			v.checkRecovered(t, "claim", before)
 		})
 	}
 	t.Run("ran, answer lost, then down", func(t *testing.T) {
@@ -211,24 +200,9 @@ func TestClaimOneTripWaitsOnRelease(t *testing.T) {
 	onHand, _, _ := v.pool(2105, 1)
 	hold := make(chan struct{})
 	held := f.Add(&restest.FaultRule{Match: stmtReleaseCommit, Hold: hold})
-	released := make(chan error, 1)
-	go func() {
-		_, rows, err := v.eng.Call(ctx, "release", []any{tok})
-		if err == nil && (rows[0][1] != "released" || rows[0][2] != int64(2)) {
-			err = fmt.Errorf("release answered %v; want released 2", rows[0])
-		}
-		released <- err
-	}()
+	released := goCall(v.eng, "release", tok)
 	dbtest.Eventually(t, "the release to hold its locks", func() bool { return f.Fired(held) == 1 })
-	type answer struct {
-		rows [][]any
-		err  error
-	}
-	claimed := make(chan answer, 1)
-	go func() {
-		_, rows, err := v.eng.Call(ctx, "claim", []any{tok})
-		claimed <- answer{rows, err}
-	}()
+	claimed := goCall(v.eng, "claim", tok)
 	// INNODB_TRX is a cache InnoDB refreshes only when it has not been
 	// read for 0.1 s: poll it more slowly than that.
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -241,8 +215,8 @@ func TestClaimOneTripWaitsOnRelease(t *testing.T) {
 		}
 	}
 	close(hold)
-	if err := <-released; err != nil {
-		t.Fatal(err)
+	if r := <-released; r.err != nil || r.rows[0][1] != "released" || r.rows[0][2] != int64(2) {
+		t.Fatalf("release answered %v, %v; want released 2", r.rows, r.err)
 	}
 	a := <-claimed
 	if a.err != nil || a.rows[0][1] != "forced" {

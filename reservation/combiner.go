@@ -152,9 +152,9 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 		rest := cb.queue[:0:0]
 		mine := false
 		// A session pays for itself over consecutive batches, but costs a
-		// round trip to open and one to close: a batch with no other
-		// batch of its pool running and nobody queued behind it runs on a
-		// connection borrowed for its transaction alone, in one round trip.
+		// round trip to put back: a batch with no other batch of its pool
+		// running and nobody queued behind it runs on a connection
+		// borrowed for its transaction alone, in one round trip.
 		busy := cb.running > 1
 		for _, p := range cb.queue {
 			if len(batch) < e.cfg.MaxBatch && (p == me || p.state == stQueued) {

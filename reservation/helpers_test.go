@@ -209,3 +209,29 @@ func (v *env) eachPoolConn(n int, check func(row func(q string, args ...any) *sq
 		check(func(q string, args ...any) *sql.Row { return c.QueryRowContext(ctx, q, args...) })
 	}
 }
+
+// callAnswer is what a call started by goCall answered.
+type callAnswer struct {
+	rows [][]any
+	err  error
+}
+
+// goCall starts CALL holdfast.<name>(args) on e and returns where its
+// answer will arrive.
+func goCall(e *reservation.Engine, name string, args ...any) <-chan callAnswer {
+	done := make(chan callAnswer, 1)
+	go func() {
+		_, rows, err := e.Call(context.Background(), name, args)
+		done <- callAnswer{rows, err}
+	}()
+	return done
+}
+
+// checkRecovered fails t unless the engine counted a recovery of proc
+// since it counted before.
+func (v *env) checkRecovered(t *testing.T, proc string, before uint64) {
+	t.Helper()
+	if got := v.eng.Stats().Recoveries[proc]; got <= before {
+		t.Errorf("recoveries of %s: %d before, %d after; want more", proc, before, got)
+	}
+}

@@ -140,25 +140,25 @@ func (c counterVec) snapshot(names []string) map[string]uint64 {
 
 // metrics are the engine's counters; Stats copies them.
 type metrics struct {
-	reserves         counterVec
-	claims           counterVec
-	ops              []counterVec // by op, then outcome
-	recoveries       counterVec   // by procNames
-	backoffs         atomic.Uint64
-	inlineRefills    atomic.Uint64
-	rejected         atomic.Uint64
-	batches          atomic.Uint64
-	oneTrip          atomic.Uint64
-	oneTripFallbacks atomic.Uint64
-	claimOneTrip     atomic.Uint64
-	claimOneTripBack atomic.Uint64
-	deadlocks        atomic.Uint64
-	lockWaits        atomic.Uint64
-	swept            atomic.Uint64
-	pruned           atomic.Uint64
-	reserveDur       *Histogram
-	claimDur         *Histogram
-	batchSize        *Histogram
+	reserves              counterVec
+	claims                counterVec
+	ops                   []counterVec // by op, then outcome
+	recoveries            counterVec   // by procNames
+	backoffs              atomic.Uint64
+	inlineRefills         atomic.Uint64
+	rejected              atomic.Uint64
+	batches               atomic.Uint64
+	oneTrip               atomic.Uint64
+	oneTripFallbacks      atomic.Uint64
+	claimOneTrip          atomic.Uint64
+	claimOneTripFallbacks atomic.Uint64
+	deadlocks             atomic.Uint64
+	lockWaits             atomic.Uint64
+	swept                 atomic.Uint64
+	pruned                atomic.Uint64
+	reserveDur            *Histogram
+	claimDur              *Histogram
+	batchSize             *Histogram
 
 	reconCycles     atomic.Uint64
 	reconErrors     atomic.Uint64
@@ -254,7 +254,7 @@ func (e *Engine) Stats() Stats {
 		OneTrip:               m.oneTrip.Load(),
 		OneTripFallbacks:      m.oneTripFallbacks.Load(),
 		ClaimOneTrip:          m.claimOneTrip.Load(),
-		ClaimOneTripFallbacks: m.claimOneTripBack.Load(),
+		ClaimOneTripFallbacks: m.claimOneTripFallbacks.Load(),
 		Deadlocks:             m.deadlocks.Load(),
 		LockWaitTimeouts:      m.lockWaits.Load(),
 		Swept:                 m.swept.Load(),

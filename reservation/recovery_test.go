@@ -100,12 +100,6 @@ func TestFaultsTellTheTruth(t *testing.T) {
 				}
 				return tok
 			}
-			recovered := func(t *testing.T, proc string, before uint64) {
-				t.Helper()
-				if got := v.eng.Stats().Recoveries[proc]; got <= before {
-					t.Errorf("recoveries of %s: %d before, %d after; want more", proc, before, got)
-				}
-			}
 			for _, p := range faultPoints["reserve"] {
 				for _, lines := range []int{1, 2} {
 					t.Run(fmt.Sprintf("reserve %d lines %s", lines, p.name), func(t *testing.T) {
@@ -122,7 +116,7 @@ func TestFaultsTellTheTruth(t *testing.T) {
 							t.Fatalf("reserve: %v", err)
 						}
 						v.checkReservation(rows, key, lines, map[int]int64{1: 3, 2: 5}[lines])
-						recovered(t, "reserve", before)
+						v.checkRecovered(t, "reserve", before)
 					})
 				}
 			}
@@ -146,7 +140,7 @@ func TestFaultsTellTheTruth(t *testing.T) {
 					if _, rows, err := v.eng.Call(ctx, "claim", []any{tok}); err != nil || rows[0][1] != "duplicate" {
 						t.Fatalf("the next claim answered %v, %v; want duplicate", rows, err)
 					}
-					recovered(t, "claim", before)
+					v.checkRecovered(t, "claim", before)
 				})
 			}
 			for _, p := range faultPoints["release"] {
@@ -165,7 +159,7 @@ func TestFaultsTellTheTruth(t *testing.T) {
 					if _, rows, err := v.eng.Call(ctx, "release", []any{tok}); err != nil || rows[0][1] != "duplicate" {
 						t.Fatalf("the next release answered %v, %v; want duplicate", rows, err)
 					}
-					recovered(t, "release", before)
+					v.checkRecovered(t, "release", before)
 				})
 			}
 			for _, p := range faultPoints["extend"] {
@@ -183,7 +177,7 @@ func TestFaultsTellTheTruth(t *testing.T) {
 					if exp := rows[0][1].(time.Time); !exp.Equal(got.expiresAt) || !exp.After(was) {
 						t.Fatalf("extend answered expires_at %v; the database has %v (was %v)", exp, got.expiresAt, was)
 					}
-					recovered(t, "extend", before)
+					v.checkRecovered(t, "extend", before)
 				})
 			}
 			v.checkInvariant(41, 1)
@@ -535,9 +529,7 @@ func TestOneTripFaultsTellTheTruth(t *testing.T) {
 				t.Fatalf("reserve: %v", err)
 			}
 			v.checkReservation(rows, key, 1, 3)
-			if got := v.eng.Stats().Recoveries["reserve"]; got <= before {
-				t.Errorf("recoveries of reserve: %d before, %d after; want more", before, got)
-			}
+			v.checkRecovered(t, "reserve", before)
 		})
 	}
 	t.Run("ran, answer lost, then down", func(t *testing.T) {

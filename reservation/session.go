@@ -12,19 +12,19 @@ import (
 // batches of one pool, passed from leader to leader while reserves keep
 // queuing, and released when the queue drains. A leader opens one only when
 // its pool is busy (reserves queued behind its batch, or another batch of
-// the pool running): opening and closing cost a round trip each, which a
-// lone batch, run on a connection borrowed for its transaction, does not
-// pay; the last leader puts the session back after its own answer. For its
-// lifetime the
-// connection runs at
+// the pool running): putting it back costs a round trip, which a lone
+// batch, run on a connection borrowed for its transaction, does not pay;
+// the last leader puts the session back after its own answer. For its
+// lifetime the connection runs at
 //
 //	SET SESSION <isolation> = 'READ-COMMITTED', autocommit = 0
 //
 // so each batch needs no SET TRANSACTION / START TRANSACTION in front of its
 // first statement (the round trips are the same either way: one, or two
 // when the pool is short; see runBatch), and the connection is not
-// borrowed and returned for every batch; every transaction is still READ COMMITTED, and
-// the server default is untouched.
+// borrowed and returned for every batch; every transaction is still READ
+// COMMITTED, and the server default is untouched.
+//
 // Before Release the session is put back to the server's defaults
 // (isolation = @@GLOBAL value, autocommit = 1), the state a pooled backend
 // connection has; if that fails, or any statement's outcome is unknown, the
