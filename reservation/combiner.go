@@ -13,11 +13,13 @@ import (
 // pool in this process take their units with one SKIP LOCKED select and one
 // DELETE and INSERT per table, and the round trips are paid once per batch.
 //
-// There is no goroutine per pool: the reserver that finds fewer than
-// Config.BatchesPerPool batches running becomes a leader and runs batches
-// from the queue until its own request is answered, then hands leadership to
-// the oldest waiter still queued. Every request waits for at most its own
-// batch plus the batches queued ahead of it.
+// There is no goroutine per pool: the reserver that finds no batch running
+// becomes a leader and runs batches from the queue until its own request is
+// answered, then hands leadership to the oldest waiter still queued. Every
+// request waits for at most its own batch plus the batches queued ahead of
+// it. A further batch (up to Config.BatchesPerPool) starts beside a running
+// one only when it is worth its fixed cost in the database (overlapLocked):
+// when Config.SecondBatchMin reserves wait, or when the pool is quiet.
 
 type pendingState uint8
 
@@ -37,6 +39,22 @@ type combiner struct {
 	queue   []*pending
 	running int  // leaders running or handed leadership
 	dead    bool // removed from Engine.combiners; use a new one
+	// avgBatch is a moving average of the sizes of the pool's batches
+	// (each new batch weighs 1/5): what overlapLocked calls recent.
+	avgBatch float64
+}
+
+// overlapLocked reports whether a batch should start beside the one
+// already running when queued reserves wait, need being
+// Config.SecondBatchMin. A batch costs the database the same fixed work
+// (about half a millisecond of CPU on MariaDB: the commit, each
+// statement's overhead) however many reserves it carries, so on a busy
+// pool, where the database's CPU is the bound, two batches carrying what
+// one would waste it: the next one waits for need reserves. A quiet pool,
+// whose recent batches carried fewer than need/2, overlaps at once: there
+// the round trips, not the database, are the bound.
+func (cb *combiner) overlapLocked(queued, need int) bool {
+	return queued >= need || 2*cb.avgBatch < float64(need)
 }
 
 // poolState is what one pool's consecutive batches remember.
@@ -89,7 +107,7 @@ func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, fron
 	} else {
 		cb.queue = append(cb.queue, p)
 	}
-	lead := cb.running < e.cfg.BatchesPerPool
+	lead := cb.running == 0 || cb.running < e.cfg.BatchesPerPool && cb.overlapLocked(len(cb.queue), e.cfg.SecondBatchMin)
 	if lead {
 		cb.running++
 		p.state = stLead
@@ -118,7 +136,7 @@ func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, fron
 				// Leadership (and maybe a session) was handed to us: pass
 				// them on.
 				cb.removeLocked(p)
-				s := cb.handOffLocked(p.sess)
+				s := cb.handOffLocked(p.sess, e.cfg.SecondBatchMin)
 				cb.mu.Unlock()
 				e.closeSession(s)
 				e.dropIfIdle(cb)
@@ -168,6 +186,9 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 		}
 		cb.queue = rest
 		n := len(batch)
+		if n > 0 {
+			cb.avgBatch = 0.8*cb.avgBatch + 0.2*float64(n)
+		}
 		cb.mu.Unlock()
 
 		if n > 0 {
@@ -196,7 +217,7 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 		}
 		if mine || n == 0 {
 			cb.mu.Lock()
-			sess = cb.handOffLocked(sess)
+			sess = cb.handOffLocked(sess, e.cfg.SecondBatchMin)
 			cb.mu.Unlock()
 			if sess != nil {
 				// Nobody queued: release the connection, after the
@@ -219,9 +240,23 @@ func noneGotUnits(batch []*pending) bool {
 }
 
 // handOffLocked passes the caller's leadership, and its session, to the
-// oldest queued waiter. If nobody waits it gives leadership up and returns
-// the session for the caller to close (outside the lock: it is I/O).
-func (cb *combiner) handOffLocked(s *session) *session {
+// oldest queued waiter. If nobody waits, or another batch is running and
+// the waiters are too few to run beside it (overlapLocked; that batch's
+// leader takes them next), it gives leadership up and returns the session
+// for the caller to close (outside the lock: it is I/O).
+func (cb *combiner) handOffLocked(s *session, need int) *session {
+	if cb.running > 1 {
+		queued := 0
+		for _, p := range cb.queue {
+			if p.state == stQueued {
+				queued++
+			}
+		}
+		if !cb.overlapLocked(queued, need) {
+			cb.running--
+			return s
+		}
+	}
 	for _, p := range cb.queue {
 		if p.state == stQueued {
 			p.state = stLead

@@ -67,6 +67,16 @@ type Config struct {
 	// BatchesPerPool is how many coalesced transactions may run at once on
 	// one pool in this process. Zero means 2.
 	BatchesPerPool int `yaml:"batches_per_pool"`
+	// SecondBatchMin is how many reserves must wait before a pool's next
+	// coalesced transaction starts beside one already running, while the
+	// pool's recent transactions carried at least half that many each.
+	// Every transaction costs the database the same fixed work (a commit,
+	// the statements' overhead) before its first reserve, so on a busy
+	// pool fewer, larger transactions reserve more per CPU second; a quiet
+	// pool (small recent transactions) overlaps at once, as round trips,
+	// not the database, bound it. 1 overlaps whenever a reserve waits.
+	// Zero means 32.
+	SecondBatchMin int `yaml:"second_batch_min"`
 	// MaxSessions bounds the connections the combiners keep across
 	// consecutive batches (see session.go), engine-wide, so the engine never
 	// holds more than this many backend connections between transactions.
@@ -146,6 +156,7 @@ func (c *Config) fillDefaults() {
 	orDefault(&c.MaxTxRetries, 5)
 	orDefault(&c.MaxBatch, 128)
 	orDefault(&c.BatchesPerPool, 2)
+	orDefault(&c.SecondBatchMin, 32)
 	orDefault(&c.MaxWaitersPerPool, 4096)
 	orDefault(&c.MaxSessions, 8)
 	orDefault(&c.SweepInterval, time.Second)
@@ -212,6 +223,8 @@ func (c Config) Validate() error {
 		return bad("max_batch", "must be positive, got %d", c.MaxBatch)
 	case c.BatchesPerPool < 1:
 		return bad("batches_per_pool", "must be positive, got %d", c.BatchesPerPool)
+	case c.SecondBatchMin < 1:
+		return bad("second_batch_min", "must be positive, got %d", c.SecondBatchMin)
 	case c.MaxSessions < 0:
 		return bad("max_sessions", "must not be negative, got %d", c.MaxSessions)
 	case c.MaxWaitersPerPool < 1:

@@ -18,3 +18,28 @@ func Queued(e *Engine, key PoolKey) int {
 	defer cb.mu.Unlock()
 	return len(cb.queue)
 }
+
+// HoldCombiner makes key's combiner act as if a batch of it were running
+// and its recent batches had carried avg reserves each, until end is
+// called: end finishes that pretend batch as a leader does, handing
+// leadership on (or giving it up).
+func HoldCombiner(e *Engine, key PoolKey, avg float64) (end func()) {
+	e.combMu.Lock()
+	cb := e.combiners[key]
+	if cb == nil {
+		cb = &combiner{key: key}
+		e.combiners[key] = cb
+	}
+	e.combMu.Unlock()
+	cb.mu.Lock()
+	cb.running++
+	cb.avgBatch = avg
+	cb.mu.Unlock()
+	return func() {
+		cb.mu.Lock()
+		s := cb.handOffLocked(nil, e.cfg.SecondBatchMin)
+		cb.mu.Unlock()
+		e.closeSession(s)
+		e.dropIfIdle(cb)
+	}
+}

@@ -166,6 +166,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Retention = time.Hour }, "config retention: 1h0m0s must exceed max_ttl"},
 		{func(c *Config) { c.PoolCap = -1 }, "config pool_cap"},
 		{func(c *Config) { c.MaxBatch = -3 }, "config max_batch"},
+		{func(c *Config) { c.SecondBatchMin = -1 }, "config second_batch_min"},
 		{func(c *Config) { c.SweepRate = -1 }, "config sweep_rate"},
 		{func(c *Config) { c.BackoffMin, c.BackoffMax = time.Second, time.Millisecond }, "config backoff_max"},
 		{func(c *Config) { c.ReconcileAlertAfter = -1 }, "config reconcile_alert_after"},
