@@ -220,8 +220,9 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 			sess = cb.handOffLocked(sess, e.cfg.SecondBatchMin)
 			cb.mu.Unlock()
 			if sess != nil {
-				// Nobody queued: release the connection, after the
-				// leader's answer rather than before it.
+				// Leadership given up (nobody queued, or the batch
+				// running beside takes them): release the connection,
+				// after the leader's answer rather than before it.
 				go e.closeSession(sess)
 			}
 			e.dropIfIdle(cb)
