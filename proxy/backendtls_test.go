@@ -325,7 +325,12 @@ func TestBackendTLS(t *testing.T) {
 				cfg.Listen, cfg.Admin.Listen = "127.0.0.1:0", ""
 				cfg.Backend.Address, cfg.Backend.User, cfg.Backend.Password, cfg.Backend.Database = tc.addr, m.user, m.user, ""
 				cfg.Backend.TLS = tc.tls
-				cfg.Backend.DialTimeout = 2 * time.Second
+				// Serve refuses to start only when its first dial fails
+				// within dial_timeout; one that times out (a TLS
+				// handshake under -race on a loaded machine) starts it.
+				// The timeout is generous, and a Serve that starts anyway
+				// fails the test rather than hanging it.
+				cfg.Backend.DialTimeout = 30 * time.Second
 				srv, err := New(cfg, testLogger(t))
 				if err != nil {
 					t.Fatal(err)
@@ -334,7 +339,14 @@ func TestBackendTLS(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				err = srv.Serve(ln)
+				served := make(chan error, 1)
+				go func() { served <- srv.Serve(ln) }()
+				select {
+				case err = <-served:
+				case <-time.After(cfg.Backend.DialTimeout + 10*time.Second):
+					srv.Close()
+					t.Fatalf("Serve started (or is still starting) after %v; want a start-up error", cfg.Backend.DialTimeout+10*time.Second)
+				}
 				srv.Close()
 				for _, w := range tc.want {
 					if err == nil || !strings.Contains(err.Error(), w) {
