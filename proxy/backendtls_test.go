@@ -341,11 +341,12 @@ func TestBackendTLS(t *testing.T) {
 				}
 				served := make(chan error, 1)
 				go func() { served <- srv.Serve(ln) }()
+				bound := cfg.Backend.DialTimeout + 10*time.Second
 				select {
 				case err = <-served:
-				case <-time.After(cfg.Backend.DialTimeout + 10*time.Second):
+				case <-time.After(bound):
 					srv.Close()
-					t.Fatalf("Serve started (or is still starting) after %v; want a start-up error", cfg.Backend.DialTimeout+10*time.Second)
+					t.Fatalf("Serve started (or is still starting) after %v; want a start-up error", bound)
 				}
 				srv.Close()
 				for _, w := range tc.want {

@@ -80,21 +80,7 @@ type poolState struct {
 // short keeps its age instead of queuing behind newcomers.
 func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, front bool) outcome {
 	p := &pending{req: req, pools: []PoolKey{pool}, wake: make(chan bool, 1)}
-	var cb *combiner
-	for {
-		e.combMu.Lock()
-		cb = e.combiners[pool]
-		if cb == nil {
-			cb = &combiner{key: pool}
-			e.combiners[pool] = cb
-		}
-		cb.mu.Lock()
-		e.combMu.Unlock()
-		if !cb.dead {
-			break
-		}
-		cb.mu.Unlock()
-	}
+	cb := e.lockCombiner(pool)
 	if len(cb.queue) >= e.cfg.MaxWaitersPerPool {
 		cb.mu.Unlock()
 		e.m.rejected.Add(1)
@@ -150,6 +136,25 @@ func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, fron
 				return outcome{err: &commitUnknownError{&lostError{ctx.Err()}}}
 			}
 		}
+	}
+}
+
+// lockCombiner returns pool's live combiner, made if there is none, with
+// its mu held.
+func (e *Engine) lockCombiner(pool PoolKey) *combiner {
+	for {
+		e.combMu.Lock()
+		cb := e.combiners[pool]
+		if cb == nil {
+			cb = &combiner{key: pool}
+			e.combiners[pool] = cb
+		}
+		cb.mu.Lock()
+		e.combMu.Unlock()
+		if !cb.dead {
+			return cb
+		}
+		cb.mu.Unlock()
 	}
 }
 

@@ -24,14 +24,7 @@ func Queued(e *Engine, key PoolKey) int {
 // called: end finishes that pretend batch as a leader does, handing
 // leadership on (or giving it up).
 func HoldCombiner(e *Engine, key PoolKey, avg float64) (end func()) {
-	e.combMu.Lock()
-	cb := e.combiners[key]
-	if cb == nil {
-		cb = &combiner{key: key}
-		e.combiners[key] = cb
-	}
-	e.combMu.Unlock()
-	cb.mu.Lock()
+	cb := e.lockCombiner(key)
 	cb.running++
 	cb.avgBatch = avg
 	cb.mu.Unlock()
