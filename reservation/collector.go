@@ -7,12 +7,12 @@ import "github.com/prometheus/client_golang/prometheus"
 type Collector struct {
 	e *Engine
 
-	reserves, claims, ops, lateClaims, recoveries         *prometheus.Desc
-	backoffs, inlineRefills, rejected, batches, txRetries *prometheus.Desc
-	swept, pruned, oneTrip, claimOneTrip                  *prometheus.Desc
-	reconCycles, reconErrors, reconViolating              *prometheus.Desc
-	reconAlerting, reconAlerts                            *prometheus.Desc
-	reserveDur, claimDur, batchSize                       *prometheus.Desc
+	reserves, claims, ops, lateClaims, recoveries                       *prometheus.Desc
+	backoffs, inlineRefills, rejected, stallEscapes, batches, txRetries *prometheus.Desc
+	swept, pruned, oneTrip, claimOneTrip                                *prometheus.Desc
+	reconCycles, reconErrors, reconViolating                            *prometheus.Desc
+	reconAlerting, reconAlerts                                          *prometheus.Desc
+	reserveDur, claimDur, batchSize                                     *prometheus.Desc
 }
 
 // NewCollector returns a collector for e's metrics, all named
@@ -31,6 +31,7 @@ func NewCollector(e *Engine) *Collector {
 		backoffs:       d("backoffs_total", "Jittered retries after a shortfall caused by rows other transactions held."),
 		inlineRefills:  d("inline_refills_total", "Reserves that had to wait for an inline refill because their pool was really short; the leading indicator of reserve p99."),
 		rejected:       d("rejected_total", "Reserves refused at once because too many waited on one pool."),
+		stallEscapes:   d("stall_escapes_total", "Reserves that stopped waiting for a reserve transaction of their item/location that had run longer than 100 ms (a connection that stopped answering, or an overloaded database) and started one of their own beside it."),
 		batches:        d("reserve_transactions_total", "Reserve transactions run (each may carry several coalesced reserves)."),
 		oneTrip:        d("reserve_one_trip_total", "Reserve transactions of one pool sent in one round trip: committed, or fell_back (the pool had fewer free units than the batch wanted, or the database refused the statement, and it ran again in two).", "result"),
 		claimOneTrip:   d("claim_one_trip_total", "Claims of an active reservation sent in one round trip after its read: committed, or fell_back (a guard found the reservation expired, released or claimed meanwhile, or the ledger short, and the claim ran again in two).", "result"),
@@ -51,7 +52,7 @@ func NewCollector(e *Engine) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.reserves, c.claims, c.ops, c.recoveries, c.lateClaims, c.backoffs, c.inlineRefills,
-		c.rejected, c.batches, c.oneTrip, c.claimOneTrip, c.txRetries, c.swept, c.pruned, c.reconCycles, c.reconErrors, c.reconViolating,
+		c.rejected, c.stallEscapes, c.batches, c.oneTrip, c.claimOneTrip, c.txRetries, c.swept, c.pruned, c.reconCycles, c.reconErrors, c.reconViolating,
 		c.reconAlerting, c.reconAlerts, c.reserveDur, c.claimDur, c.batchSize} {
 		ch <- d
 	}
@@ -86,6 +87,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.backoffs, s.Backoffs)
 	counter(c.inlineRefills, s.InlineRefills)
 	counter(c.rejected, s.Rejected)
+	counter(c.stallEscapes, s.StallEscapes)
 	counter(c.batches, s.Batches)
 	counter(c.oneTrip, s.OneTrip, "committed")
 	counter(c.oneTrip, s.OneTripFallbacks, "fell_back")

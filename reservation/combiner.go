@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The combiner coalesces concurrent single-line reserves of one pool into
@@ -19,7 +20,8 @@ import (
 // request waits for at most its own batch plus the batches queued ahead of
 // it. A further batch (up to Config.BatchesPerPool) starts beside a running
 // one only when it is worth its fixed cost in the database (overlapLocked):
-// when Config.SecondBatchMin reserves wait, or when the pool is quiet.
+// when Config.SecondBatchMin reserves wait, when the pool is quiet, or
+// when the running batch has stalled (stallAfter).
 
 type pendingState uint8
 
@@ -42,7 +44,23 @@ type combiner struct {
 	// avgBatch is a moving average of the sizes of the pool's batches
 	// (each new batch weighs 1/5): what overlapLocked calls recent.
 	avgBatch float64
+	// runs has one entry per leader: when its running batch started
+	// (zero between batches).
+	runs []*batchRun
+	// stallAfter is Engine.stallAfter.
+	stallAfter time.Duration
 }
+
+// batchRun is one leader's entry in combiner.runs.
+type batchRun struct{ start time.Time }
+
+// stallAfter is how long a batch may run before the reserves queued
+// behind it stop waiting for it and start one of their own beside it. A
+// batch takes milliseconds (a round trip and a few of the database's);
+// one that runs a hundred times as long is stuck on a connection that
+// stopped answering, or the database is overloaded, and in either case
+// waiting for it is worse than the fixed cost of a second batch.
+const stallAfter = 100 * time.Millisecond
 
 // overlapLocked reports whether a batch should start beside the one
 // already running when queued reserves wait, need being
@@ -52,9 +70,36 @@ type combiner struct {
 // pool, where the database's CPU is the bound, two batches carrying what
 // one would waste it: the next one waits for need reserves. A quiet pool,
 // whose recent batches carried fewer than need/2, overlaps at once: there
-// the round trips, not the database, are the bound.
+// the round trips, not the database, are the bound. So does a pool whose
+// running batch has stalled: its leader would take the waiters next, but
+// not soon.
 func (cb *combiner) overlapLocked(queued, need int) bool {
-	return queued >= need || 2*cb.avgBatch < float64(need)
+	return queued >= need || 2*cb.avgBatch < float64(need) || cb.stalledLocked()
+}
+
+// stalledLocked reports whether a batch of the pool has run longer than
+// stallAfter.
+func (cb *combiner) stalledLocked() bool {
+	if len(cb.runs) == 0 {
+		return false
+	}
+	now := time.Now()
+	for _, r := range cb.runs {
+		if !r.start.IsZero() && now.Sub(r.start) > cb.stallAfter {
+			return true
+		}
+	}
+	return false
+}
+
+// endRunLocked removes a leader's entry from runs.
+func (cb *combiner) endRunLocked(run *batchRun) {
+	for i, r := range cb.runs {
+		if r == run {
+			cb.runs = append(cb.runs[:i], cb.runs[i+1:]...)
+			return
+		}
+	}
 }
 
 // poolState is what one pool's consecutive batches remember.
@@ -100,6 +145,15 @@ func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, fron
 	}
 	cb.mu.Unlock()
 
+	// A reserve held back while a batch runs looks again every stallAfter:
+	// a batch that stalled does not keep it waiting (overlapLocked).
+	var stall <-chan time.Time
+	var t *time.Timer
+	if !lead {
+		t = time.NewTimer(e.stallAfter)
+		defer t.Stop()
+		stall = t.C
+	}
 	for {
 		if lead {
 			e.lead(ctx, cb, p)
@@ -111,6 +165,17 @@ func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, fron
 				return p.out
 			}
 			lead = true
+		case <-stall:
+			cb.mu.Lock()
+			if p.state == stQueued && cb.running < e.cfg.BatchesPerPool && cb.stalledLocked() {
+				cb.running++
+				p.state = stLead
+				lead = true
+				e.m.stallEscapes.Add(1)
+			} else if p.state == stQueued {
+				t.Reset(e.stallAfter)
+			}
+			cb.mu.Unlock()
 		case <-ctx.Done():
 			cb.mu.Lock()
 			switch p.state {
@@ -146,7 +211,7 @@ func (e *Engine) lockCombiner(pool PoolKey) *combiner {
 		e.combMu.Lock()
 		cb := e.combiners[pool]
 		if cb == nil {
-			cb = &combiner{key: pool}
+			cb = &combiner{key: pool, stallAfter: e.stallAfter}
 			e.combiners[pool] = cb
 		}
 		cb.mu.Lock()
@@ -167,6 +232,7 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 	defer cancel()
 	sess := me.sess
 	me.sess = nil
+	var run *batchRun // this leader's entry in cb.runs
 	for {
 		// Take up to MaxBatch requests in arrival order, leaving those that
 		// were handed leadership: they lead their own batch.
@@ -191,8 +257,14 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 		}
 		cb.queue = rest
 		n := len(batch)
+		if run == nil {
+			run = &batchRun{}
+			cb.runs = append(cb.runs, run)
+		}
+		run.start = time.Time{}
 		if n > 0 {
 			cb.avgBatch = 0.8*cb.avgBatch + 0.2*float64(n)
+			run.start = time.Now()
 		}
 		cb.mu.Unlock()
 
@@ -222,6 +294,7 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 		}
 		if mine || n == 0 {
 			cb.mu.Lock()
+			cb.endRunLocked(run)
 			sess = cb.handOffLocked(sess, e.cfg.SecondBatchMin)
 			cb.mu.Unlock()
 			if sess != nil {

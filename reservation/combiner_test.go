@@ -23,6 +23,7 @@ func TestSecondBatchWaitsForEnough(t *testing.T) {
 		c.BatchesPerPool = 2
 		c.SecondBatchMin = 4
 	}})
+	reservation.SetStallAfter(v.eng, time.Hour) // the pretend batch does not count as stalled
 	v.receive(46, 1, 100)
 	key := reservation.PoolKey{ShopID: shop, ItemID: 46, GroupID: 1}
 	ctx := context.Background()
@@ -90,4 +91,47 @@ func TestSecondBatchWaitsForEnough(t *testing.T) {
 		t.Errorf("%d units reserved; want %d", reserved, n)
 	}
 	v.checkInvariant(46, 1)
+}
+
+// TestStalledBatchDoesNotHoldItsPool: reserves held back beside a busy
+// pool's running batch (fewer than second_batch_min wait) do not wait for
+// it once it has run longer than the stall bound: they start a batch of
+// their own beside it and are answered while it is still stuck.
+func TestStalledBatchDoesNotHoldItsPool(t *testing.T) {
+	v, _ := faultEnv(t, envOpts{cfg: func(c *reservation.Config) {
+		c.BatchesPerPool = 2
+		c.SecondBatchMin = 32
+		c.CallTimeout = 3 * time.Second
+	}})
+	reservation.SetStallAfter(v.eng, 50*time.Millisecond)
+	v.receive(47, 1, 100)
+	key := reservation.PoolKey{ShopID: shop, ItemID: 47, GroupID: 1}
+
+	// A batch of a busy pool (recent batches of 40) that never ends, as on
+	// a connection that stopped answering.
+	end := reservation.HoldCombiner(v.eng, key, 40)
+	const n = 3
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, errs[i] = v.eng.Call(context.Background(), "reserve", []any{int64(shop), fmt.Sprintf("st-%d", i), restest.LinesJSON(47, 1, 1), int64(600)})
+		}()
+	}
+	wg.Wait() // the stuck batch is still "running": end has not been called
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("reserve %d behind a stalled batch: %v", i, err)
+		}
+	}
+	if s := v.eng.Stats(); s.StallEscapes == 0 || s.Batches == 0 {
+		t.Errorf("%d stall escapes, %d batches; want at least one of each", s.StallEscapes, s.Batches)
+	}
+	end()
+	if _, _, reserved := v.pool(47, 1); reserved != n {
+		t.Errorf("%d units reserved; want %d", reserved, n)
+	}
+	v.checkInvariant(47, 1)
 }

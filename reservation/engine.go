@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
@@ -117,6 +118,9 @@ type Engine struct {
 	// hookLocked, when set (tests only), runs inside a reserve transaction
 	// right after the units were locked, on the transaction's connection.
 	hookLocked func(ctx context.Context, c Conn)
+
+	// stallAfter is the package's stallAfter (combiner.go); tests change it.
+	stallAfter time.Duration
 }
 
 // New validates cfg and builds an engine. It starts nothing and does no I/O.
@@ -136,12 +140,13 @@ func New(cfg Config, opts Options) (*Engine, error) {
 	}
 	conns := markConns{opts.Conns} // tells lost connections from the database's answers
 	e := &Engine{
-		cfg:       cfg,
-		conns:     conns,
-		replica:   opts.ReplicaConns,
-		refiller:  opts.Refiller,
-		log:       opts.Logger,
-		combiners: map[PoolKey]*combiner{},
+		cfg:        cfg,
+		conns:      conns,
+		replica:    opts.ReplicaConns,
+		refiller:   opts.Refiller,
+		log:        opts.Logger,
+		combiners:  map[PoolKey]*combiner{},
+		stallAfter: stallAfter,
 	}
 	if e.replica == nil {
 		e.replica = conns

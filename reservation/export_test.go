@@ -1,6 +1,13 @@
 package reservation
 
-import "context"
+import (
+	"context"
+	"time"
+)
+
+// SetStallAfter sets how long a batch runs before the reserves queued
+// behind it start their own. Set it before the engine is used.
+func SetStallAfter(e *Engine, d time.Duration) { e.stallAfter = d }
 
 // SetHookLocked makes every reserve transaction call f right after its
 // units are locked (nil removes it). Set it before the engine is used.
@@ -19,17 +26,20 @@ func Queued(e *Engine, key PoolKey) int {
 	return len(cb.queue)
 }
 
-// HoldCombiner makes key's combiner act as if a batch of it were running
-// and its recent batches had carried avg reserves each, until end is
-// called: end finishes that pretend batch as a leader does, handing
-// leadership on (or giving it up).
+// HoldCombiner makes key's combiner act as if a batch of it had started
+// now and were running, and its recent batches had carried avg reserves
+// each, until end is called: end finishes that pretend batch as a leader
+// does, handing leadership on (or giving it up).
 func HoldCombiner(e *Engine, key PoolKey, avg float64) (end func()) {
 	cb := e.lockCombiner(key)
 	cb.running++
 	cb.avgBatch = avg
+	run := &batchRun{start: time.Now()}
+	cb.runs = append(cb.runs, run)
 	cb.mu.Unlock()
 	return func() {
 		cb.mu.Lock()
+		cb.endRunLocked(run)
 		s := cb.handOffLocked(nil, e.cfg.SecondBatchMin)
 		cb.mu.Unlock()
 		e.closeSession(s)

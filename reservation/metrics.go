@@ -147,6 +147,7 @@ type metrics struct {
 	backoffs              atomic.Uint64
 	inlineRefills         atomic.Uint64
 	rejected              atomic.Uint64
+	stallEscapes          atomic.Uint64
 	batches               atomic.Uint64
 	oneTrip               atomic.Uint64
 	oneTripFallbacks      atomic.Uint64
@@ -208,6 +209,10 @@ type Stats struct {
 	Rejected uint64
 	// Batches counts reserve transactions (coalesced or not).
 	Batches uint64
+	// StallEscapes counts reserves that stopped waiting for a batch of
+	// their pool that had run longer than 100 ms and led one of their own
+	// beside it.
+	StallEscapes uint64
 	// OneTrip counts reserve transactions committed in one round trip (a
 	// batch of one pool whose every reserve fitted); OneTripFallbacks those
 	// that tried, found the pool short (or the statement refused), and ran
@@ -251,6 +256,7 @@ func (e *Engine) Stats() Stats {
 		InlineRefills:         m.inlineRefills.Load(),
 		Rejected:              m.rejected.Load(),
 		Batches:               m.batches.Load(),
+		StallEscapes:          m.stallEscapes.Load(),
 		OneTrip:               m.oneTrip.Load(),
 		OneTripFallbacks:      m.oneTripFallbacks.Load(),
 		ClaimOneTrip:          m.claimOneTrip.Load(),
