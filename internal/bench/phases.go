@@ -84,11 +84,23 @@ func (b *runner) scalePhase(ctx context.Context) (*ScaleReport, error) {
 	if m, merr := ReadProcMem(pid); merr == nil {
 		rep.PeakRSS = m.HWM
 	}
+	exited := h.Exited()
+	b.stopHoldfast()
+	if err == nil {
+		// The baseline: the same clients and statements straight to
+		// MariaDB, right after, so that the latency is read against what
+		// this machine gives without holdfast at that moment.
+		b.printf("baseline: the same %d connections and statements straight to MariaDB (%s as %s)\n", o.ScaleConns, b.direct.Addr, b.direct.User)
+		var d ScaleResult
+		d, err = RunScale(ctx, ScaleOptions{Endpoint: b.direct, Database: o.Database, Conns: o.ScaleConns,
+			Interval: o.ScaleInterval, Duration: o.ScaleTime, Query: query})
+		rep.Direct = &d
+	}
 	rep.Print(b.w)
 	switch {
 	case err != nil:
 		return rep, err
-	case h.Exited():
+	case exited:
 		return rep, fmt.Errorf("holdfast exited during the run; see %s", h.LogPath)
 	case res.Opened == 0:
 		return rep, fmt.Errorf("no connection could log in: %s", res.FirstErr)

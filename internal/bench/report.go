@@ -224,6 +224,9 @@ type ScaleReport struct {
 	// BaseRSS is VmRSS before any client connected, IdleRSS once every
 	// connection had logged in (idle, before the statement phase).
 	BaseRSS, IdleRSS int64
+	// Direct is the baseline: the same run straight to MariaDB, right
+	// after holdfast's; nil when it did not run.
+	Direct *ScaleResult
 }
 
 // PerIdleConn is the resident memory each idle client connection costs.
@@ -250,6 +253,17 @@ func (r ScaleReport) Print(w io.Writer) {
 		res.Statements, res.Errors, res.Late, res.Wall.Round(time.Millisecond))
 	fmt.Fprintf(w, "  %s latency:   p50 %v  p99 %v (target ≤ %v)  max %v\n", verdict(res.Statements > 0 && res.P99 <= r.P99Target),
 		roundDur(res.P50), roundDur(res.P99), r.P99Target, roundDur(res.Max))
+	if d := r.Direct; d != nil {
+		fmt.Fprintf(w, "  baseline:    direct to MariaDB, right after: p50 %v  p99 %v  max %v (%d of %d logged in, %d statements ok, %d errors, %d late)",
+			roundDur(d.P50), roundDur(d.P99), roundDur(d.Max), d.Opened, r.Conns, d.Statements, d.Errors, d.Late)
+		if d.Opened == res.Opened && d.Statements > 0 && res.Statements > 0 {
+			fmt.Fprintf(w, "; holdfast adds p50 %v, p99 %v", roundDur(res.P50-d.P50), roundDur(res.P99-d.P99))
+		}
+		fmt.Fprintln(w)
+		if d.FirstErr != "" {
+			fmt.Fprintf(w, "  ! baseline's first error: %s\n", d.FirstErr)
+		}
+	}
 	fmt.Fprintf(w, "  %s holdfast peak RSS (VmHWM) %s vs target ≤ %s; VmRSS with all connections open %s\n",
 		verdict(r.PeakRSS > 0 && r.PeakRSS <= r.RSSTarget), mib(r.PeakRSS), mib(r.RSSTarget), mib(r.EndRSS))
 	if per := r.PerIdleConn(); per > 0 {

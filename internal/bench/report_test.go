@@ -124,3 +124,25 @@ func TestPercentile(t *testing.T) {
 		t.Fatalf("p50 of none %v", p)
 	}
 }
+
+func TestScaleReportBaseline(t *testing.T) {
+	r := ScaleReport{Conns: 10, P99Target: 2 * time.Millisecond,
+		Result: ScaleResult{Opened: 10, Statements: 100, P50: 400 * time.Microsecond, P99: 9 * time.Millisecond}}
+	var b strings.Builder
+	r.Print(&b)
+	if strings.Contains(b.String(), "baseline") {
+		t.Fatalf("a baseline printed without one:\n%s", b.String())
+	}
+	r.Direct = &ScaleResult{Opened: 10, Statements: 100, P50: 300 * time.Microsecond, P99: 5 * time.Millisecond}
+	b.Reset()
+	r.Print(&b)
+	if want := "direct to MariaDB, right after: p50 300µs  p99 5ms  max 0s (10 of 10 logged in, 100 statements ok, 0 errors, 0 late); holdfast adds p50 100µs, p99 4ms\n"; !strings.Contains(b.String(), want) {
+		t.Fatalf("baseline line missing; want %q in:\n%s", want, b.String())
+	}
+	r.Direct.Opened = 4 // not the same clients: no difference printed
+	b.Reset()
+	r.Print(&b)
+	if strings.Contains(b.String(), "holdfast adds") {
+		t.Fatalf("a difference printed against a baseline of fewer clients:\n%s", b.String())
+	}
+}

@@ -452,10 +452,13 @@ func (b *runner) setup(ctx context.Context) error {
 			fmt.Sprintf("ALTER USER '%s'@'%%' IDENTIFIED BY '%[1]s'", u),
 			fmt.Sprintf("GRANT ALL ON `%s`.* TO '%s'@'%%'", o.Database, u))
 	}
-	if maxConns < 2000 && o.Mode == ModeProxy {
-		// 256 sysbench threads straight to MariaDB exceed its default 151.
+	want := 2000 // 256 sysbench threads straight to MariaDB exceed its default 151
+	if !o.SkipScale {
+		want = max(want, o.ScaleConns+200) // the scale run's direct baseline
+	}
+	if maxConns < want && o.Mode == ModeProxy {
 		// Left raised: other runs on this server may depend on it.
-		stmts = append(stmts, "SET GLOBAL max_connections = 2000")
+		stmts = append(stmts, fmt.Sprintf("SET GLOBAL max_connections = %d", want))
 	}
 	for _, q := range stmts {
 		if _, err := b.admin.ExecContext(ctx, q); err != nil {
