@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,11 +95,8 @@ func (cb *combiner) stalledLocked() bool {
 
 // endRunLocked removes a leader's entry from runs.
 func (cb *combiner) endRunLocked(run *batchRun) {
-	for i, r := range cb.runs {
-		if r == run {
-			cb.runs = append(cb.runs[:i], cb.runs[i+1:]...)
-			return
-		}
+	if i := slices.Index(cb.runs, run); i >= 0 {
+		cb.runs = slices.Delete(cb.runs, i, i+1)
 	}
 }
 
@@ -349,11 +347,8 @@ func (cb *combiner) handOffLocked(s *session, need int) *session {
 }
 
 func (cb *combiner) removeLocked(p *pending) {
-	for i, q := range cb.queue {
-		if q == p {
-			cb.queue = append(cb.queue[:i], cb.queue[i+1:]...)
-			return
-		}
+	if i := slices.Index(cb.queue, p); i >= 0 {
+		cb.queue = slices.Delete(cb.queue, i, i+1)
 	}
 }
 
