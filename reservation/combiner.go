@@ -45,15 +45,16 @@ type combiner struct {
 	// avgBatch is a moving average of the sizes of the pool's batches
 	// (each new batch weighs 1/5): what overlapLocked calls recent.
 	avgBatch float64
-	// runs has one entry per leader: when its running batch started
-	// (zero between batches).
+	// runs has one entry per leader, for stalledLocked.
 	runs []*batchRun
-	// stallAfter is Engine.stallAfter.
-	stallAfter time.Duration
 }
 
 // batchRun is one leader's entry in combiner.runs.
-type batchRun struct{ start time.Time }
+type batchRun struct {
+	start   time.Time   // when its running batch started; zero between batches
+	stalled bool        // the running batch has run longer than stallAfter
+	timer   *time.Timer // fires stallAfter after start (batchStalled)
+}
 
 // stallAfter is how long a batch may run before the reserves queued
 // behind it stop waiting for it and start one of their own beside it. A
@@ -81,22 +82,50 @@ func (cb *combiner) overlapLocked(queued, need int) bool {
 // stalledLocked reports whether a batch of the pool has run longer than
 // stallAfter.
 func (cb *combiner) stalledLocked() bool {
-	if len(cb.runs) == 0 {
-		return false
+	return slices.ContainsFunc(cb.runs, func(r *batchRun) bool { return r.stalled })
+}
+
+// beginBatchLocked marks run's batch started now, and arms its stall
+// timer: one timer per batch, however many reserves wait behind it.
+func (e *Engine) beginBatchLocked(cb *combiner, run *batchRun) {
+	run.start, run.stalled = time.Now(), false
+	if run.timer == nil {
+		run.timer = time.AfterFunc(e.stallAfter, func() { e.batchStalled(cb, run) })
+	} else {
+		run.timer.Reset(e.stallAfter)
 	}
-	now := time.Now()
-	for _, r := range cb.runs {
-		if !r.start.IsZero() && now.Sub(r.start) > cb.stallAfter {
-			return true
-		}
+}
+
+// endBatchLocked marks run between batches.
+func (run *batchRun) endBatchLocked() {
+	run.start, run.stalled = time.Time{}, false
+	if run.timer != nil {
+		run.timer.Stop()
 	}
-	return false
 }
 
 // endRunLocked removes a leader's entry from runs.
 func (cb *combiner) endRunLocked(run *batchRun) {
+	run.endBatchLocked()
 	if i := slices.Index(cb.runs, run); i >= 0 {
 		cb.runs = slices.Delete(cb.runs, i, i+1)
+	}
+}
+
+// batchStalled is run's stall timer: its batch has run stallAfter. From
+// now on overlapLocked lets batches start beside it, and the oldest
+// reserve already waiting is handed leadership of one at once (reserves
+// that come later lead one themselves, in submit).
+func (e *Engine) batchStalled(cb *combiner, run *batchRun) {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	if run.start.IsZero() || time.Since(run.start) < e.stallAfter {
+		return // the batch ended, or the timer was re-armed for the next
+	}
+	run.stalled = true
+	if cb.running < e.cfg.BatchesPerPool && cb.wakeLeaderLocked(nil) {
+		cb.running++
+		e.m.stallEscapes.Add(1)
 	}
 }
 
@@ -143,15 +172,6 @@ func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, fron
 	}
 	cb.mu.Unlock()
 
-	// A reserve held back while a batch runs looks again every stallAfter:
-	// a batch that stalled does not keep it waiting (overlapLocked).
-	var stall <-chan time.Time
-	var t *time.Timer
-	if !lead {
-		t = time.NewTimer(e.stallAfter)
-		defer t.Stop()
-		stall = t.C
-	}
 	for {
 		if lead {
 			e.lead(ctx, cb, p)
@@ -163,17 +183,6 @@ func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, fron
 				return p.out
 			}
 			lead = true
-		case <-stall:
-			cb.mu.Lock()
-			if p.state == stQueued && cb.running < e.cfg.BatchesPerPool && cb.stalledLocked() {
-				cb.running++
-				p.state = stLead
-				lead = true
-				e.m.stallEscapes.Add(1)
-			} else if p.state == stQueued {
-				t.Reset(e.stallAfter)
-			}
-			cb.mu.Unlock()
 		case <-ctx.Done():
 			cb.mu.Lock()
 			switch p.state {
@@ -209,7 +218,7 @@ func (e *Engine) lockCombiner(pool PoolKey) *combiner {
 		e.combMu.Lock()
 		cb := e.combiners[pool]
 		if cb == nil {
-			cb = &combiner{key: pool, stallAfter: e.stallAfter}
+			cb = &combiner{key: pool}
 			e.combiners[pool] = cb
 		}
 		cb.mu.Lock()
@@ -259,10 +268,10 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 			run = &batchRun{}
 			cb.runs = append(cb.runs, run)
 		}
-		run.start = time.Time{}
+		run.endBatchLocked()
 		if n > 0 {
 			cb.avgBatch = 0.8*cb.avgBatch + 0.2*float64(n)
-			run.start = time.Now()
+			e.beginBatchLocked(cb, run)
 		}
 		cb.mu.Unlock()
 
@@ -334,16 +343,25 @@ func (cb *combiner) handOffLocked(s *session, need int) *session {
 			return s
 		}
 	}
+	if cb.wakeLeaderLocked(s) {
+		return nil
+	}
+	cb.running--
+	return s
+}
+
+// wakeLeaderLocked hands leadership, and the session s (may be nil), to the
+// oldest queued waiter; false when nobody waits.
+func (cb *combiner) wakeLeaderLocked(s *session) bool {
 	for _, p := range cb.queue {
 		if p.state == stQueued {
 			p.state = stLead
 			p.sess = s
 			p.wake <- true
-			return nil
+			return true
 		}
 	}
-	cb.running--
-	return s
+	return false
 }
 
 func (cb *combiner) removeLocked(p *pending) {

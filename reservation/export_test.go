@@ -34,8 +34,9 @@ func HoldCombiner(e *Engine, key PoolKey, avg float64) (end func()) {
 	cb := e.lockCombiner(key)
 	cb.running++
 	cb.avgBatch = avg
-	run := &batchRun{start: time.Now()}
+	run := &batchRun{}
 	cb.runs = append(cb.runs, run)
+	e.beginBatchLocked(cb, run)
 	cb.mu.Unlock()
 	return func() {
 		cb.mu.Lock()
