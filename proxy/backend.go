@@ -134,6 +134,11 @@ type backendConn struct {
 	stmts      *stmtCache
 
 	scratch []byte
+
+	// pipe is the connection's pipe while pipelined statements share it,
+	// reset for each run (see joinPipe), so that its buffers serve the
+	// next run. Nobody refers to it once the last statement has left.
+	pipe pipe
 }
 
 // dialBackend opens and initialises one backend connection.

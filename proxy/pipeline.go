@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -197,15 +198,19 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 // channel that signals this statement's turn to read its response; a nil
 // pipe when neither is possible without waiting.
 func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
-	turn = make(chan struct{}, 1)
+	if s.turn == nil {
+		s.turn = make(chan struct{}, 1)
+	}
+	turn = s.turn
 	// An idle connection first: no statement waits behind another then.
 	bc, ok, other := srv.pool.TryAcquire(s.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, cs) })
 	if ok {
 		if bc.vars == nil {
 			bc.vars = srv.baseVars()
 		}
-		p = &pipe{bc: bc, srv: srv, headSince: time.Now()}
+		p = &bc.pipe
 		p.mu.Lock()
+		p.reset(bc, srv)
 		srv.pipes.mu.Lock()
 		srv.pipes.open = append(srv.pipes.open, p)
 		srv.pipes.mu.Unlock()
@@ -317,6 +322,27 @@ func (p *pipe) enqueueLocked(turn chan struct{}, cmd []byte) {
 	p.mu.Unlock()
 }
 
+// maxPipeBuffer bounds the write buffers a pipe keeps between runs: a
+// run of long statements does not leave its connection holding their
+// size.
+const maxPipeBuffer = 16 << 10
+
+// reset (p.mu held) readies the connection's pipe for a new run, keeping
+// its buffers when they are not large.
+func (p *pipe) reset(bc *backendConn, srv *Server) {
+	pending, spare, queue := p.pending[:0], p.spare[:0], p.queue[:0]
+	if cap(pending) > maxPipeBuffer {
+		pending = nil
+	}
+	if cap(spare) > maxPipeBuffer {
+		spare = nil
+	}
+	p.bc, p.srv = bc, srv
+	p.pending, p.spare, p.queue = pending, spare, queue
+	p.flushing, p.closed, p.err, p.poisoned, p.killing = false, false, nil, false, 0
+	p.headSince = time.Now()
+}
+
 func (p *pipe) fail(err error) {
 	p.mu.Lock()
 	if p.err == nil {
@@ -330,31 +356,33 @@ func (p *pipe) fail(err error) {
 // returns the connection.
 func (p *pipe) leave() {
 	p.mu.Lock()
-	p.queue = p.queue[1:]
-	if len(p.queue) > 0 {
+	// Shifted, not resliced, so that the queue's array serves the next run.
+	n := copy(p.queue, p.queue[1:])
+	clear(p.queue[n:])
+	p.queue = p.queue[:n]
+	if n > 0 {
 		p.headSince = time.Now()
 		p.queue[0] <- struct{}{}
 	}
-	last := len(p.queue) == 0
+	last := n == 0
 	if last {
 		p.closed = true
 	}
+	// Read before unlocking: once the last statement has left, the
+	// connection and its pipe may be another run's.
+	srv, bc := p.srv, p.bc
 	broken, poisoned := p.err != nil, p.poisoned
 	p.mu.Unlock()
 	if !last {
-		p.srv.pipes.wakeOne()
+		srv.pipes.wakeOne()
 		return
 	}
-	srv := p.srv
 	srv.pipes.mu.Lock()
-	for i, x := range srv.pipes.open {
-		if x == p {
-			srv.pipes.open = append(srv.pipes.open[:i], srv.pipes.open[i+1:]...)
-			break
-		}
+	if i := slices.Index(srv.pipes.open, p); i >= 0 {
+		srv.pipes.open = slices.Delete(srv.pipes.open, i, i+1)
 	}
 	srv.pipes.mu.Unlock()
-	srv.pool.Release(p.bc, !broken && !poisoned)
+	srv.pool.Release(bc, !broken && !poisoned)
 	// The pipe is gone: everyone waiting for a place in it tries again
 	// (another pipe, an idle connection, or the pool's queue); waiters for
 	// other pipes re-queue in their turn.

@@ -76,7 +76,12 @@ type session struct {
 	digest        []byte
 	lastSQL       []byte // the last statement, truncated (for holders and logs)
 	pipeBuf       []byte // a pipelined COM_STMT_EXECUTE
-	rewrite       []byte // a statement with CONNECTION_ID() replaced
+	// turn signals the session's pipelined statement that its response is
+	// next to read (see joinPipe). Made at the first pipelined statement
+	// and reused: each statement on a pipe takes exactly the one signal
+	// it is sent.
+	turn    chan struct{}
+	rewrite []byte // a statement with CONNECTION_ID() replaced
 
 	cw      writeClock // the client socket under w (see timeouts.go)
 	buf     []byte     // command buffer

@@ -74,10 +74,13 @@ func BenchmarkStatement(b *testing.B) {
 }
 
 // maxStatementAllocs bounds the allocations of one pipelined text
-// statement (BenchmarkStatement measures 5 today): TestStatementAllocs
-// fails above it, so the statement path does not grow allocations
-// unnoticed. Raise it only for a reason worth its cost.
-const maxStatementAllocs = 7
+// statement (BenchmarkStatement measures none today; the bound leaves
+// room for what the process's other goroutines allocate meanwhile):
+// TestStatementAllocs fails above it, so the statement path does not grow
+// allocations unnoticed. Garbage per statement is what makes the collector
+// run under steady load, and its cycles are the proxy's tail latency with
+// one P. Raise it only for a reason worth its cost.
+const maxStatementAllocs = 1
 
 // TestStatementAllocs counts allocations per statement over many (the
 // whole process's: holdfast's session and server, and the reader, which
