@@ -287,6 +287,7 @@ func RunReserve(ctx context.Context, o ReserveOptions, w io.Writer) (err error) 
 	for _, v := range ReserveVerdicts(sums) {
 		b.printf("%s\n", v)
 	}
+	PrintClosedLoop(w, sums, o.Clients)
 	PrintShadowCost(w, sums, o.Clients)
 	PrintVariantEffect(w, sums, o.Clients, o.Variant())
 	if verified == len(samples) {

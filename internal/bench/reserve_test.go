@@ -243,6 +243,8 @@ func TestSummarizeAndJudgeReserve(t *testing.T) {
 		{false, "(c)@256 / (c)@64 reservations/s = 0.75×"},
 		{false, "(c) p99 at 64 clients (median of rounds) = 60.00 ms (target ≤ 50 ms)"},
 		{true, "(c) p99 at 256 clients (median of rounds) = 45.00 ms"},
+		{false, "(c)/(b) reservations/s at 64 clients, performance target = 1.00× (target ≥ 2×)"},
+		{false, "(c) p99 at 256 clients, performance target = 45.00 ms (target ≤ 30 ms)"},
 	}
 	if len(vs) != len(want) {
 		t.Fatalf("%d verdicts", len(vs))
@@ -266,6 +268,11 @@ func TestSummarizeAndJudgeReserve(t *testing.T) {
 	PrintReserveSummaries(&b, sums)
 	if !strings.Contains(b.String(), "(c) holdfast.reserve") || !strings.Contains(b.String(), "3500 4000 4500") {
 		t.Errorf("table:\n%s", b.String())
+	}
+	var cl strings.Builder
+	PrintClosedLoop(&cl, sums, []int{8, 64})
+	if want := "closed loop: (c) at 64 clients, 4000.0 reservations/s: mean 16.00 ms per reservation (= 64 / rate); p99 60.00 ms\n"; cl.String() != want {
+		t.Errorf("closed loop: %q, want %q", cl.String(), want)
 	}
 }
 
