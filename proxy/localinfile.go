@@ -72,7 +72,7 @@ func (s *session) relayLocalInfile(bc *backendConn, n int, rr *relayResult) erro
 	if err := s.stream(bc, n); err != nil {
 		return err
 	}
-	s.clientWrote(s.w.bw.Flush())
+	s.clientWrote(s.w.flush())
 	bc.w.seq = bc.r.seq
 	if s.gone {
 		return bc.endLocalFile()

@@ -248,7 +248,7 @@ func copyN(s *session, bc *backendConn, n int) error {
 		if err != nil {
 			return err
 		}
-		_, err = s.w.bw.Write(b)
+		_, err = s.w.out().Write(b)
 		s.clientWrote(err)
 		_, _ = br.Discard(len(b))
 		n -= len(b)
@@ -261,7 +261,7 @@ func copyN(s *session, bc *backendConn, n int) error {
 func (s *session) clientWrote(err error) {
 	if err != nil && !s.gone {
 		s.gone = true
-		s.w.bw.Reset(io.Discard) // the pooled writer, now dropping what it is given
+		s.w.out().Reset(io.Discard) // the pooled writer, now dropping what it is given
 	}
 }
 

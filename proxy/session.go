@@ -133,6 +133,9 @@ type session struct {
 // connection without a socket of its own (TLS) holds it for its life.
 const clientReadBuffer = 1 << 10
 
+// A session takes its write buffer from writerPool when a reply starts
+// (packetWriter.dst), so a session queued for a connection holds none, and
+// gives it back once the reply is out.
 var (
 	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
 	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, clientReadBuffer) }}
@@ -171,6 +174,7 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 	}
 	s.watch.s = s
 	s.cw.conn, s.cw.srv = nc, srv
+	s.w.dst = &s.cw
 	s.connTag = srv.connTag(u, h.attrs)
 	s.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
 	s.setKept(srv.keptBase.Load())
@@ -214,13 +218,8 @@ func (s *session) serve() {
 			return
 		}
 		s.w.seq = s.r.seq
-		s.w.bw = writerPool.Get().(*bufio.Writer)
-		s.w.bw.Reset(&s.cw)
 		keep := s.dispatch(p)
-		ferr := s.w.bw.Flush()
-		s.w.bw.Reset(nil)
-		writerPool.Put(s.w.bw)
-		s.w.bw = nil
+		ferr := s.w.release()
 		if s.raw != nil && s.r.br.Buffered() == 0 {
 			s.r.br.Reset(nil)
 			readerPool.Put(s.r.br)

@@ -107,12 +107,39 @@ type packetWriter struct {
 	bw  *bufio.Writer
 	seq uint8
 	hdr [4]byte
+	// dst, when set, makes the buffer lazy: bw is nil until the first
+	// write, which takes one from writerPool over dst (the owner puts it
+	// back). A session that waits for a connection holds no buffer.
+	dst io.Writer
+}
+
+// out is the buffered writer, taken from writerPool if the writer is lazy
+// and has none yet.
+func (w *packetWriter) out() *bufio.Writer {
+	if w.bw == nil {
+		w.bw = writerPool.Get().(*bufio.Writer)
+		w.bw.Reset(w.dst)
+	}
+	return w.bw
+}
+
+// release gives a lazy writer's buffer back to writerPool, flushing it
+// first; it returns the flush's error.
+func (w *packetWriter) release() error {
+	if w.bw == nil {
+		return nil
+	}
+	err := w.bw.Flush()
+	w.bw.Reset(nil)
+	writerPool.Put(w.bw)
+	w.bw = nil
+	return err
 }
 
 func (w *packetWriter) writeHeader(n int) error {
 	w.hdr[0], w.hdr[1], w.hdr[2], w.hdr[3] = byte(n), byte(n>>8), byte(n>>16), w.seq
 	w.seq++
-	_, err := w.bw.Write(w.hdr[:])
+	_, err := w.out().Write(w.hdr[:])
 	return err
 }
 
@@ -123,7 +150,7 @@ func (w *packetWriter) writePacket(payload []byte) error {
 		if err := w.writeHeader(n); err != nil {
 			return err
 		}
-		if _, err := w.bw.Write(payload[:n]); err != nil {
+		if _, err := w.out().Write(payload[:n]); err != nil {
 			return err
 		}
 		payload = payload[n:]
@@ -133,7 +160,12 @@ func (w *packetWriter) writePacket(payload []byte) error {
 	}
 }
 
-func (w *packetWriter) flush() error { return w.bw.Flush() }
+func (w *packetWriter) flush() error {
+	if w.bw == nil {
+		return nil // a lazy writer that has written nothing
+	}
+	return w.bw.Flush()
+}
 
 // flushTurn flushes and hands the turn to r, the reader of the same
 // exchange: the peer's reply continues the sequence where w left it.
