@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -115,6 +117,7 @@ type backendConn struct {
 	threadID uint32
 	version  string
 	nc       net.Conn
+	sock     io.ReadWriter   // nc's bytes (sockIO over a TCP socket)
 	raw      syscall.RawConn // for alive(); nil when nc has none
 	// peek is alive's probe of raw, made once per connection (a closure
 	// made per call would be two allocations per statement), and peekLive
@@ -209,12 +212,14 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 	}
 	nc := sniff.under // the TLS connection, or the TCP one
 	_ = nc.SetDeadline(time.Time{})
+	sock := newSockIO(nc)
 	bc := &backendConn{
 		threadID:   cc.GetConnectionID(),
 		version:    cc.GetServerVersion(),
 		nc:         nc,
-		r:          packetReader{br: bufio.NewReaderSize(nc, 64<<10)},
-		w:          packetWriter{bw: bufio.NewWriterSize(nc, 64<<10)},
+		sock:       sock,
+		r:          packetReader{br: bufio.NewReaderSize(sock, 64<<10)},
+		w:          packetWriter{bw: bufio.NewWriterSize(sock, 64<<10)},
 		variant:    v,
 		info:       backendInfo{mariaDB: sniff.srvCaps&mysql.CLIENT_LONG_PASSWORD == 0, extCaps: sniff.srvExt},
 		db:         s.Database,
@@ -325,8 +330,12 @@ func (bc *backendConn) peekFD(fd uintptr) bool {
 // its next command both use it.
 func peekSocket(fd uintptr) (int, error) {
 	var b [1]byte
-	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	return n, err
+	// A raw system call: it cannot block (see sockIO).
+	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // writeCommand sends one command packet, starting a new exchange.

@@ -312,7 +312,7 @@ func (p *pipe) enqueueLocked(turn chan struct{}, cmd []byte) {
 		buf := p.pending
 		p.pending = p.spare[:0]
 		p.mu.Unlock()
-		_, err := p.bc.nc.Write(buf)
+		_, err := p.bc.sock.Write(buf)
 		p.mu.Lock()
 		p.spare = buf
 		if err != nil {

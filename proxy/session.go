@@ -83,9 +83,10 @@ type session struct {
 	turn    chan struct{}
 	rewrite []byte // a statement with CONNECTION_ID() replaced
 
-	cw      writeClock // the client socket under w (see timeouts.go)
-	buf     []byte     // command buffer
-	out     []byte     // scratch for packets holdfast builds
+	cw      writeClock    // the client socket under w (see timeouts.go)
+	sock    io.ReadWriter // the client's bytes (sockIO over a TCP socket)
+	buf     []byte        // command buffer
+	out     []byte        // scratch for packets holdfast builds
 	watch   clientWatch
 	gone    bool        // a write to the client failed; responses are dropped
 	holding atomic.Bool // bc != nil, for the drainer
@@ -173,7 +174,8 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 		s.ready = s.socketReady
 	}
 	s.watch.s = s
-	s.cw.conn, s.cw.srv = nc, srv
+	s.sock = newSockIO(nc)
+	s.cw.conn, s.cw.srv = s.sock, srv
 	s.w.dst = &s.cw
 	s.connTag = srv.connTag(u, h.attrs)
 	s.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
@@ -243,7 +245,7 @@ func (s *session) readCommand() ([]byte, error) {
 			return nil, err
 		}
 		s.r.br = readerPool.Get().(*bufio.Reader)
-		s.r.br.Reset(s.nc)
+		s.r.br.Reset(s.sock)
 	}
 	return s.r.readPacket(s.buf, s.srv.maxPacket())
 }
