@@ -25,18 +25,18 @@ import (
 type sockIO struct {
 	nc net.Conn
 	rc syscall.RawConn
+	r  sockOp // Read's
+	w  sockOp // Write's
+}
 
-	rmu   sync.Mutex // guards rbuf, rn, rerr: Read's operands
-	rbuf  []byte
-	rn    int
-	rerr  syscall.Errno
-	readf func(fd uintptr) bool
-
-	wmu    sync.Mutex // guards wbuf, wn, werr: Write's operands
-	wbuf   []byte
-	wn     int
-	werr   syscall.Errno
-	writef func(fd uintptr) bool
+// sockOp is one direction's operands: the buffer, what the system calls
+// did with it, and the callback given to the RawConn (made once).
+type sockOp struct {
+	mu    sync.Mutex // held for a whole Read (or Write)
+	buf   []byte
+	n     int
+	errno syscall.Errno
+	f     func(fd uintptr) bool
 }
 
 // newSockIO returns the socket I/O for nc: a sockIO for a TCP connection,
@@ -51,82 +51,86 @@ func newSockIO(nc net.Conn) io.ReadWriter {
 		return nc
 	}
 	s := &sockIO{nc: nc, rc: rc}
-	s.readf, s.writef = s.readFD, s.writeFD
+	s.r.f, s.w.f = s.r.readFD, s.w.writeFD
 	return s
+}
+
+// run gives p to o's system calls through the RawConn's Read (or Write)
+// and reports what they did.
+func (s *sockIO) run(o *sockOp, p []byte, write bool) (int, syscall.Errno, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.buf, o.n, o.errno = p, 0, 0
+	var err error
+	if write {
+		err = s.rc.Write(o.f)
+	} else {
+		err = s.rc.Read(o.f)
+	}
+	o.buf = nil
+	return o.n, o.errno, err
 }
 
 func (s *sockIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	s.rmu.Lock()
-	defer s.rmu.Unlock()
-	s.rbuf, s.rn, s.rerr = p, 0, 0
-	err := s.rc.Read(s.readf)
-	n, errno := s.rn, s.rerr
-	s.rbuf = nil
-	switch {
-	case err != nil:
-		return 0, err // a deadline, or the connection closed
-	case errno != 0:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: s.nc.LocalAddr(), Addr: s.nc.RemoteAddr(), Err: os.NewSyscallError("read", errno)}
-	case n == 0:
+	n, errno, err := s.run(&s.r, p, false)
+	if err == nil && errno == 0 && n == 0 {
 		return 0, io.EOF
 	}
-	return n, nil
-}
-
-// readFD is Read's system call; false asks the poller to wait.
-func (s *sockIO) readFD(fd uintptr) bool {
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&s.rbuf[0])), uintptr(len(s.rbuf)))
-		switch e {
-		case 0:
-			s.rn = int(n)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		}
-		s.rerr = e
-		return true
-	}
+	return n, s.fail("read", errno, err)
 }
 
 func (s *sockIO) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.wbuf, s.wn, s.werr = p, 0, 0
-	err := s.rc.Write(s.writef)
-	n, errno := s.wn, s.werr
-	s.wbuf = nil
-	switch {
-	case err != nil:
-		return n, err
-	case errno != 0:
-		return n, &net.OpError{Op: "write", Net: "tcp", Source: s.nc.LocalAddr(), Addr: s.nc.RemoteAddr(), Err: os.NewSyscallError("write", errno)}
+	n, errno, err := s.run(&s.w, p, true)
+	return n, s.fail("write", errno, err)
+}
+
+// fail is the error of a Read or Write: the RawConn's (a deadline, the
+// connection closed), else the system call's, as net reports it.
+func (s *sockIO) fail(op string, errno syscall.Errno, err error) error {
+	if err != nil || errno == 0 {
+		return err
 	}
-	return n, nil
+	return &net.OpError{Op: op, Net: "tcp", Source: s.nc.LocalAddr(), Addr: s.nc.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
+}
+
+// readFD is Read's system call; false asks the poller to wait.
+func (o *sockOp) readFD(fd uintptr) bool {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&o.buf[0])), uintptr(len(o.buf)))
+		switch e {
+		case 0:
+			o.n = int(n)
+			return true
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		o.errno = e
+		return true
+	}
 }
 
 // writeFD is Write's system call, repeated until everything is written;
 // false asks the poller to wait for room.
-func (s *sockIO) writeFD(fd uintptr) bool {
-	for s.wn < len(s.wbuf) {
-		b := s.wbuf[s.wn:]
+func (o *sockOp) writeFD(fd uintptr) bool {
+	for o.n < len(o.buf) {
+		b := o.buf[o.n:]
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 		switch e {
 		case 0:
-			s.wn += int(n)
+			o.n += int(n)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false
 		default:
-			s.werr = e
+			o.errno = e
 			return true
 		}
 	}
