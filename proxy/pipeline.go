@@ -175,9 +175,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		// Interrupted by a kill meant for the statement queued before ours
 		// on the pipe, and nothing of the answer has left yet: drop it and
 		// run the statement again on a connection of its own.
-		if s.w.bw != nil {
-			s.w.bw.Reset(s.w.dst)
-		}
+		s.w.drop()
 		s.w.seq = seq
 		s.srv.pipeReruns.Add(1)
 		return false, true

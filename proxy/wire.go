@@ -136,6 +136,13 @@ func (w *packetWriter) release() error {
 	return err
 }
 
+// drop forgets what a lazy writer has buffered and not yet flushed.
+func (w *packetWriter) drop() {
+	if w.bw != nil {
+		w.bw.Reset(w.dst)
+	}
+}
+
 func (w *packetWriter) writeHeader(n int) error {
 	w.hdr[0], w.hdr[1], w.hdr[2], w.hdr[3] = byte(n), byte(n>>8), byte(n>>16), w.seq
 	w.seq++

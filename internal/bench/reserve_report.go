@@ -161,27 +161,20 @@ func ReserveVerdicts(sums []ReserveSummary) []ReserveVerdict {
 		ratio("(c)/(b) reservations/s at 64 clients", c64, b64, okC64, okB64, targetOverUpdate),
 		ratio("(c)@256 / (c)@64 reservations/s", c256, c64, okC256, okC64, targetScale),
 	}
-	for _, x := range []struct {
-		s  ReserveSummary
-		ok bool
-		n  int
-	}{{c64, okC64, 64}, {c256, okC256, 256}} {
-		v := ReserveVerdict{What: fmt.Sprintf("(c) p99 at %d clients (median of rounds)", x.n),
-			Target: ms(targetP99), AtMost: true, Unit: " ms", Have: x.ok}
-		if x.ok {
-			v.Value = ms(x.s.P99)
-			v.Pass = x.s.P99 <= targetP99
+	p99 := func(what string, s ReserveSummary, ok bool, target time.Duration) ReserveVerdict {
+		v := ReserveVerdict{What: what, Target: ms(target), AtMost: true, Unit: " ms", Have: ok}
+		if ok {
+			v.Value = ms(s.P99)
+			v.Pass = s.P99 <= target
 		}
-		out = append(out, v)
+		return v
 	}
-	perf := ratio("(c)/(b) reservations/s at 64 clients, performance target", c64, b64, okC64, okB64, perfOverUpdate)
-	p := ReserveVerdict{What: "(c) p99 at 256 clients, performance target",
-		Target: ms(perfP99At256), AtMost: true, Unit: " ms", Have: okC256}
-	if okC256 {
-		p.Value = ms(c256.P99)
-		p.Pass = c256.P99 <= perfP99At256
-	}
-	return append(out, perf, p)
+	return append(out,
+		p99("(c) p99 at 64 clients (median of rounds)", c64, okC64, targetP99),
+		p99("(c) p99 at 256 clients (median of rounds)", c256, okC256, targetP99),
+		ratio("(c)/(b) reservations/s at 64 clients, performance target", c64, b64, okC64, okB64, perfOverUpdate),
+		p99("(c) p99 at 256 clients, performance target", c256, okC256, perfP99At256),
+	)
 }
 
 // PrintClosedLoop writes, for each client count of (c), the mean time a
