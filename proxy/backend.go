@@ -137,6 +137,9 @@ type backendConn struct {
 	stmts      *stmtCache
 
 	scratch []byte
+	// cmd holds a command handed to the socket by sendCommand until the
+	// reply's first read writes it.
+	cmd []byte
 
 	// pipe is the connection's pipe while pipelined statements share it,
 	// reset for each run (see joinPipe), so that its buffers serve the
@@ -345,6 +348,29 @@ func (bc *backendConn) writeCommand(payload []byte) error {
 		return err
 	}
 	return bc.w.flushTurn(&bc.r)
+}
+
+// maxSentBeforeRead is the largest command sendCommand leaves for the
+// reply's first read to write; a larger one is written at once.
+const maxSentBeforeRead = 16 << 10
+
+// sendCommand is writeCommand for a command whose reply the caller reads
+// next on this goroutine: over a TCP socket the command is written by the
+// reply's first read, which then waits without a read of its own (see
+// sockIO.sendBeforeRead). Anything already buffered to either side, a
+// large command or a socket without sockIO takes writeCommand's way.
+func (bc *backendConn) sendCommand(payload []byte) error {
+	sio, ok := bc.sock.(*sockIO)
+	if !ok || len(payload) > maxSentBeforeRead || bc.r.br.Buffered() > 0 || bc.w.bw != nil && bc.w.bw.Buffered() > 0 {
+		return bc.writeCommand(payload)
+	}
+	n := len(payload)
+	bc.cmd = append(bc.cmd[:0], byte(n), byte(n>>8), byte(n>>16), 0)
+	bc.cmd = append(bc.cmd, payload...)
+	sio.sendBeforeRead(bc.cmd, nil)
+	bc.w.seq = 1
+	bc.r.seq = 1
+	return nil
 }
 
 func (bc *backendConn) writeCommandString(cmd byte, arg string) error {

@@ -44,6 +44,8 @@ type pipe struct {
 	poisoned  bool            // a statement changed session state: close at the end
 	killing   int             // kills in flight on the connection: no newcomers
 	spare     []byte          // a written buffer, reused for pending
+	writing   []byte          // the buffer the head's first read is writing
+	next      func() []byte   // nextWrite, made once
 	headSince time.Time       // when the current head statement got its turn
 }
 
@@ -306,6 +308,16 @@ func (p *pipe) enqueueLocked(turn chan struct{}, cmd []byte) {
 		return
 	}
 	p.flushing = true
+	if sio, ok := p.bc.sock.(*sockIO); ok && len(p.queue) == 1 && p.bc.r.br.Buffered() == 0 {
+		// The sender is the head, which reads the response next: its
+		// read writes the commands before it waits (sockIO.sendBeforeRead),
+		// and those queued meanwhile after them (nextWrite).
+		p.writing = p.pending
+		p.pending = p.spare[:0]
+		sio.sendBeforeRead(p.writing, p.next)
+		p.mu.Unlock()
+		return
+	}
 	for len(p.pending) > 0 && p.err == nil {
 		buf := p.pending
 		p.pending = p.spare[:0]
@@ -320,6 +332,22 @@ func (p *pipe) enqueueLocked(turn chan struct{}, cmd []byte) {
 	}
 	p.flushing = false
 	p.mu.Unlock()
+}
+
+// nextWrite is the head's read's sendBeforeRead more: the written buffer
+// becomes the spare, and commands queued meanwhile are written next;
+// none left ends the flush.
+func (p *pipe) nextWrite() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.spare, p.writing = p.writing, nil
+	if len(p.pending) == 0 || p.err != nil {
+		p.flushing = false
+		return nil
+	}
+	p.writing = p.pending
+	p.pending = p.spare[:0]
+	return p.writing
 }
 
 // maxPipeBuffer bounds the write buffers a pipe keeps between runs: a
@@ -338,7 +366,10 @@ func (p *pipe) reset(bc *backendConn, srv *Server) {
 		spare = nil
 	}
 	p.bc, p.srv = bc, srv
-	p.pending, p.spare, p.queue = pending, spare, queue
+	p.pending, p.spare, p.queue, p.writing = pending, spare, queue, nil
+	if p.next == nil {
+		p.next = p.nextWrite // made once: a method value allocates
+	}
 	p.flushing, p.closed, p.err, p.poisoned, p.killing = false, false, nil, false, 0
 	p.headSince = time.Now()
 }

@@ -89,7 +89,7 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.setExec(bc, nil)
 	s.watch.arm()
 	var rr relayResult
-	err := bc.writeCommand(p)
+	err := bc.sendCommand(p)
 	if err == nil {
 		rr, err = s.relay(bc, cmd)
 	}

@@ -37,6 +37,13 @@ type sockOp struct {
 	n     int
 	errno syscall.Errno
 	f     func(fd uintptr) bool
+	// pre (Read's only) is a command to write before the read, and more
+	// what gives the bytes to write after it (see sendBeforeRead); after
+	// the Read, pre is what is left when the socket had no room, preErr
+	// what a write failed with.
+	pre    []byte
+	more   func() []byte
+	preErr syscall.Errno
 }
 
 // newSockIO returns the socket I/O for nc: a sockIO for a TCP connection,
@@ -71,15 +78,54 @@ func (s *sockIO) run(o *sockOp, p []byte, write bool) (int, syscall.Errno, error
 	return o.n, o.errno, err
 }
 
+// sendBeforeRead makes the next Read write p first, in the same wait for
+// readiness as the reply: for a command whose reply is read next, this
+// saves the read that would find nothing between them. RawConn.Read
+// resets the socket's readiness before its callback runs, so a read
+// made there must be tried before waiting, since data that came before
+// the reset would not wake it; a reply can only come after its command,
+// written after that reset, so the callback that writes the command may
+// wait at once. The caller keeps p unchanged until that Read.
+//
+// more, when not nil, is called after each buffer is written, before the
+// wait, and returns the next one to write (nil: done): a pipe's senders
+// add to the command while it is being written. Only the goroutine that
+// Reads next may call sendBeforeRead, and no Write may come between.
+func (s *sockIO) sendBeforeRead(p []byte, more func() []byte) { s.r.pre, s.r.more = p, more }
+
 func (s *sockIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, errno, err := s.run(&s.r, p, false)
-	if err == nil && errno == 0 && n == 0 {
-		return 0, io.EOF
+	for {
+		sending := s.r.pre != nil
+		n, errno, err := s.run(&s.r, p, false)
+		if sending {
+			rest, more, werr := s.r.pre, s.r.more, s.r.preErr
+			s.r.pre, s.r.more, s.r.preErr = nil, nil, 0
+			if err != nil || werr != 0 {
+				return 0, s.fail("write", werr, err)
+			}
+			if rest != nil {
+				// The socket had no room: the rest, and what follows it,
+				// wait for room the usual way; then the read.
+				for rest != nil {
+					if _, err := s.Write(rest); err != nil {
+						return 0, err
+					}
+					rest = nil
+					if more != nil {
+						rest = more()
+					}
+				}
+				continue
+			}
+		}
+		if err == nil && errno == 0 && n == 0 {
+			return 0, io.EOF
+		}
+		return n, s.fail("read", errno, err)
 	}
-	return n, s.fail("read", errno, err)
 }
 
 func (s *sockIO) Write(p []byte) (int, error) {
@@ -99,8 +145,12 @@ func (s *sockIO) fail(op string, errno syscall.Errno, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: s.nc.LocalAddr(), Addr: s.nc.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
 }
 
-// readFD is Read's system call; false asks the poller to wait.
+// readFD is Read's system call; false asks the poller to wait. With a
+// command to send first (pre), its first call writes it and waits.
 func (o *sockOp) readFD(fd uintptr) bool {
+	if o.pre != nil {
+		return o.sendFD(fd)
+	}
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&o.buf[0])), uintptr(len(o.buf)))
 		switch e {
@@ -115,6 +165,36 @@ func (o *sockOp) readFD(fd uintptr) bool {
 		o.errno = e
 		return true
 	}
+}
+
+// sendFD writes pre, and what more gives, before Read waits for the
+// reply. It leaves in pre what the socket had no room for (nil when all
+// went) and in preErr a failure, and then returns true for Read to deal
+// with them.
+func (o *sockOp) sendFD(fd uintptr) bool {
+	b := o.pre
+	for b != nil {
+		for len(b) > 0 {
+			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+			switch e {
+			case 0:
+				b = b[n:]
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				o.pre = b
+				return true
+			default:
+				o.preErr = e
+				return true
+			}
+		}
+		b = nil
+		if o.more != nil {
+			b = o.more()
+		}
+	}
+	o.pre = nil
+	return false
 }
 
 // writeFD is Write's system call, repeated until everything is written;

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -121,5 +122,88 @@ func TestSockIO(t *testing.T) {
 	}
 	if !errors.Is(werr, syscall.ECONNRESET) && !errors.Is(werr, syscall.EPIPE) {
 		t.Fatalf("I/O on a reset connection: %v", werr)
+	}
+}
+
+// TestSockIOSendBeforeRead: a command left for the next Read goes out
+// before that Read waits, followed by what its more gives, and whole when
+// it is larger than the socket buffers (the rest waits for room); a peer
+// gone before the command is an error, not a hang.
+func TestSockIOSendBeforeRead(t *testing.T) {
+	a, b := tcpPair(t)
+	sa := newSockIO(a).(*sockIO)
+	buf := make([]byte, 16)
+
+	// The peer answers each command it reads; the Read that sent the
+	// command gets the answer.
+	go func() {
+		in := make([]byte, 64)
+		for {
+			n, err := b.Read(in)
+			if err != nil {
+				return
+			}
+			if _, err := b.Write(bytes.ToUpper(in[:n])); err != nil {
+				return
+			}
+		}
+	}()
+	for _, cmd := range []string{"one", "two", "three"} {
+		sa.sendBeforeRead([]byte(cmd), nil)
+		n, err := sa.Read(buf)
+		if err != nil || string(buf[:n]) != strings.ToUpper(cmd) {
+			t.Fatalf("reply to %q: %q, %v", cmd, buf[:n], err)
+		}
+	}
+
+	// What more gives goes out after the command, in order, before the
+	// wait.
+	chunks := []string{"b", "c"}
+	sa.sendBeforeRead([]byte("a"), func() []byte {
+		if len(chunks) == 0 {
+			return nil
+		}
+		c := chunks[0]
+		chunks = chunks[1:]
+		return []byte(c)
+	})
+	var got []byte
+	for len(got) < 3 {
+		n, err := sa.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if string(got) != "ABC" {
+		t.Fatalf("command and what followed came back as %q", got)
+	}
+
+	// 8 MiB does not fit the socket buffers: sent in part by the Read,
+	// the rest as a Write does, then the reply is read.
+	c, d := tcpPair(t)
+	sc := newSockIO(c).(*sockIO)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 8<<20/16)
+	go func() {
+		if got, err := io.ReadAll(io.LimitReader(d, int64(len(big)))); err == nil && bytes.Equal(got, big) {
+			_, _ = d.Write([]byte("ok"))
+		} else {
+			_, _ = d.Write([]byte("bad"))
+		}
+	}()
+	sc.sendBeforeRead(big, nil)
+	if n, err := sc.Read(buf); err != nil || string(buf[:n]) != "ok" {
+		t.Fatalf("reply to a large command: %q, %v", buf[:n], err)
+	}
+
+	// A peer that reset the connection before the command.
+	e, f := tcpPair(t)
+	se := newSockIO(e).(*sockIO)
+	_ = f.SetLinger(0)
+	f.Close()
+	time.Sleep(10 * time.Millisecond)
+	se.sendBeforeRead([]byte("x"), nil)
+	if _, err := se.Read(buf); !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) && err != io.EOF {
+		t.Fatalf("command to a reset connection: %v", err)
 	}
 }

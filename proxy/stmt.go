@@ -413,7 +413,7 @@ func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, n
 	}
 	out := appendExecute(bc.scratch[:0], bs.id, flags, iter, cs, nullMap, values)
 	bc.scratch = out[:0]
-	if err := bc.writeCommand(out); err != nil {
+	if err := bc.sendCommand(out); err != nil {
 		return relayResult{}, nil, err
 	}
 	rr, err := s.relay(bc, comStmtExecute)
