@@ -379,3 +379,82 @@ func clientLoop(p *testProxy, stop <-chan struct{}, wg *sync.WaitGroup, fn func(
 		}
 	}()
 }
+
+// TestPipeRerunsStatementAKillHit: a KILL QUERY lands after its target
+// has finished, on the statement queued behind it on the same pipe (one
+// backend connection; the kill is held back by killDelay until the target
+// is done). That statement's client never asked for a kill: holdfast runs
+// it again on a connection of its own and answers with its result, not
+// with error 1317.
+func TestPipeRerunsStatementAKillHit(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
+		c.Pool.PipelineDepth = 8
+	})
+	p.srv.slowHead.Store(int64(time.Hour))
+	p.srv.killDelay = 500 * time.Millisecond
+	target := p.raw(t, rawOpts{})
+	tid := target.value("SELECT CONNECTION_ID()")
+	bystander := p.raw(t, rawOpts{})
+	killer := p.raw(t, rawOpts{})
+	// The backend connection's first statement takes the borrowing path
+	// (holdfast learns the connection's state); later SELECTs pipeline.
+	target.value("SELECT 'warm-up'")
+
+	type answer struct {
+		res []rawResult
+		err error
+	}
+	targetDone, bystanderDone := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		res, err := target.query("SELECT SLEEP(0.2), 'target'")
+		targetDone <- answer{res, err}
+	}()
+	waitFor(t, "the target's statement on a pipe", func() bool { return pipeOpen(p) })
+	go func() {
+		// About a second of work, queued behind the target's statement;
+		// the kill lands while it runs.
+		res, err := bystander.query("SELECT SUM(seq), 'bystander' FROM seq_1_to_30000000")
+		bystanderDone <- answer{res, err}
+	}()
+	waitFor(t, "the bystander's statement queued on the pipe", func() bool { return pipeQueued(p) == 2 })
+	if _, err := killer.query("KILL QUERY " + tid); err != nil {
+		t.Fatalf("KILL QUERY: %v", err)
+	}
+	ta := <-targetDone
+	if ta.err != nil {
+		t.Fatalf("the target's statement, finished before the kill landed: %v", ta.err)
+	}
+	ba := <-bystanderDone
+	if ba.err != nil {
+		t.Fatalf("the statement behind the target got %v (code %d): a kill meant for another client reached it", ba.err, errCode(ba.err))
+	}
+	if len(ba.res) != 1 || len(ba.res[0].rows) != 1 || ba.res[0].rows[0][1].String != "bystander" {
+		t.Fatalf("the statement behind the target answered %+v", ba.res)
+	}
+	if n := p.srv.Stats().PipelineReruns; n != 1 {
+		t.Fatalf("%d statements run again, want 1 (the kill did not hit the bystander: the test showed nothing)", n)
+	}
+}
+
+// pipeOpen reports whether a pipe is open.
+func pipeOpen(p *testProxy) bool {
+	ps := p.srv.pipes
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return len(ps.open) > 0
+}
+
+// pipeQueued is how many statements the open pipes hold.
+func pipeQueued(p *testProxy) int {
+	ps := p.srv.pipes
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	n := 0
+	for _, x := range ps.open {
+		x.mu.Lock()
+		n += len(x.queue)
+		x.mu.Unlock()
+	}
+	return n
+}

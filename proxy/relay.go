@@ -67,10 +67,7 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 			// A single string packet.
 			return rr, s.stream(bc, n)
 		case first[0] == hdrErr:
-			rr.failed = true
-			if b, err := bc.r.br.Peek(3); err == nil {
-				rr.errCode = binary.LittleEndian.Uint16(b[1:])
-			}
+			rr.sawErr(bc)
 			return rr, s.stream(bc, n)
 		case first[0] == hdrOK && cmd != comFieldList:
 			more, err := s.relayOK(bc, n, &rr)
@@ -93,6 +90,18 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 				return rr, err
 			}
 		}
+	}
+}
+
+// sawErr notes an ERR packet at the head of bc's reader: the statement
+// failed, and errCode is the first ERR's code.
+func (rr *relayResult) sawErr(bc *backendConn) {
+	rr.failed = true
+	if rr.errCode != 0 {
+		return
+	}
+	if b, err := bc.r.br.Peek(3); err == nil {
+		rr.errCode = binary.LittleEndian.Uint16(b[1:])
 	}
 }
 
@@ -211,7 +220,9 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 			s.clientWrote(s.w.writePacket(p))
 			return rr.status&statusMoreResults != 0, nil
 		case first[0] == hdrErr:
-			rr.failed = true
+			// After the columns, or after some rows: a statement killed
+			// or failing while it runs.
+			rr.sawErr(bc)
 			return false, s.stream(bc, n)
 		}
 		if err := s.stream(bc, n); err != nil {
