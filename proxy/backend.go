@@ -364,9 +364,7 @@ func (bc *backendConn) sendCommand(payload []byte) error {
 	if !ok || len(payload) > maxSentBeforeRead || bc.r.br.Buffered() > 0 || bc.w.bw != nil && bc.w.bw.Buffered() > 0 {
 		return bc.writeCommand(payload)
 	}
-	n := len(payload)
-	bc.cmd = append(bc.cmd[:0], byte(n), byte(n>>8), byte(n>>16), 0)
-	bc.cmd = append(bc.cmd, payload...)
+	bc.cmd = appendCommand(bc.cmd[:0], payload)
 	sio.sendBeforeRead(bc.cmd, nil)
 	bc.w.seq = 1
 	bc.r.seq = 1

@@ -300,9 +300,7 @@ func (p *pipe) enqueueLocked(turn chan struct{}, cmd []byte) {
 	if len(p.queue) == 1 {
 		turn <- struct{}{}
 	}
-	n := len(cmd)
-	p.pending = append(p.pending, byte(n), byte(n>>8), byte(n>>16), 0)
-	p.pending = append(p.pending, cmd...)
+	p.pending = appendCommand(p.pending, cmd)
 	if p.flushing || p.err != nil {
 		p.mu.Unlock()
 		return

@@ -109,13 +109,9 @@ func (s *sockIO) Read(p []byte) (int, error) {
 			if rest != nil {
 				// The socket had no room: the rest, and what follows it,
 				// wait for room the usual way; then the read.
-				for rest != nil {
+				for ; rest != nil; rest = next(more) {
 					if _, err := s.Write(rest); err != nil {
 						return 0, err
-					}
-					rest = nil
-					if more != nil {
-						rest = more()
 					}
 				}
 				continue
@@ -172,47 +168,58 @@ func (o *sockOp) readFD(fd uintptr) bool {
 // went) and in preErr a failure, and then returns true for Read to deal
 // with them.
 func (o *sockOp) sendFD(fd uintptr) bool {
-	b := o.pre
-	for b != nil {
-		for len(b) > 0 {
-			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-			switch e {
-			case 0:
-				b = b[n:]
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				o.pre = b
-				return true
-			default:
-				o.preErr = e
-				return true
-			}
-		}
-		b = nil
-		if o.more != nil {
-			b = o.more()
+	for b := o.pre; b != nil; b = next(o.more) {
+		n, e := writeAll(fd, b)
+		switch e {
+		case 0:
+		case syscall.EAGAIN:
+			o.pre = b[n:]
+			return true
+		default:
+			o.preErr = e
+			return true
 		}
 	}
 	o.pre = nil
 	return false
 }
 
+// next is what more gives, nil when there is no more.
+func next(more func() []byte) []byte {
+	if more == nil {
+		return nil
+	}
+	return more()
+}
+
 // writeFD is Write's system call, repeated until everything is written;
 // false asks the poller to wait for room.
 func (o *sockOp) writeFD(fd uintptr) bool {
-	for o.n < len(o.buf) {
-		b := o.buf[o.n:]
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	n, e := writeAll(fd, o.buf[o.n:])
+	o.n += n
+	switch e {
+	case 0:
+		return true
+	case syscall.EAGAIN:
+		return false
+	}
+	o.errno = e
+	return true
+}
+
+// writeAll writes b to socket fd until all of it is written, the socket
+// has no room (EAGAIN) or the write fails; it returns how much went.
+func writeAll(fd uintptr, b []byte) (int, syscall.Errno) {
+	done := 0
+	for done < len(b) {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[done])), uintptr(len(b)-done))
 		switch e {
 		case 0:
-			o.n += int(n)
+			done += int(n)
 		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
 		default:
-			o.errno = e
-			return true
+			return done, e
 		}
 	}
-	return true
+	return done, 0
 }

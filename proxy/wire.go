@@ -184,6 +184,14 @@ func (w *packetWriter) flushTurn(r *packetReader) error {
 	return nil
 }
 
+// appendCommand appends a command as the one packet that starts an
+// exchange (sequence 0); payload must be shorter than maxPayload.
+func appendCommand(dst, payload []byte) []byte {
+	n := len(payload)
+	dst = append(dst, byte(n), byte(n>>8), byte(n>>16), 0)
+	return append(dst, payload...)
+}
+
 func newSmallWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 512) }
 
 func newSmallReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 512) }
