@@ -25,6 +25,10 @@ type RedisConfig struct {
 	// Timeout bounds each Redis command (dial, write, read). Zero means
 	// 200ms. A Redis that does not answer within it counts as failed.
 	Timeout time.Duration `yaml:"timeout"`
+	// PoolSize is how many connections to Redis are open at most. A
+	// CALL holds one for each command's round trip; one that finds them
+	// all busy waits for one, up to Timeout. Zero means 64.
+	PoolSize int `yaml:"pool_size"`
 
 	// Authority seeds the authority switch when its table is empty: "redis"
 	// (the default: shadow mode, the legacy counter decides reserves) or
@@ -94,6 +98,7 @@ func (c RedisConfig) WithDefaults(retention time.Duration) RedisConfig {
 	orDefault(&c.ExpiryKey, "reservations:expiring")
 	orDefault(&c.HeldKey, "reservations:held:{shop}:{item}:{location}")
 	orDefault(&c.Timeout, 200*time.Millisecond)
+	orDefault(&c.PoolSize, 64)
 	orDefault(&c.SwitchPollInterval, time.Second)
 	orDefault(&c.RecordRetention, retention)
 	orDefault(&c.SweepInterval, time.Second)
@@ -142,6 +147,8 @@ func (c RedisConfig) Validate() error {
 	switch {
 	case c.Timeout < 0:
 		return bad("timeout", "must not be negative, got %v", c.Timeout)
+	case c.PoolSize < 0:
+		return bad("pool_size", "must not be negative, got %d", c.PoolSize)
 	case c.SwitchPollInterval < 0:
 		return bad("switch_poll_interval", "must not be negative, got %v", c.SwitchPollInterval)
 	case c.RecordRetention < 0:

@@ -23,6 +23,8 @@ func TestRedisConfig(t *testing.T) {
 		{"address: r:6379\ncounter_key: 'stock:{item}'", "redis.counter_key"},
 		{"address: r:6379\nreservation_key: 'reservation'", "redis.reservation_key"},
 		{"address: r:6379\ntimeout: -1s", "redis.timeout"},
+		{"address: r:6379\npool_size: 8", ""},
+		{"address: r:6379\npool_size: -1", "redis.pool_size"},
 		{"address: r:6379\ndrift_alert_after: -2", "redis.drift_alert_after"},
 	} {
 		c := reservation.DefaultConfig()
@@ -38,7 +40,7 @@ func TestRedisConfig(t *testing.T) {
 		}
 	}
 	d := reservation.RedisConfig{Address: "x"}.WithDefaults(0)
-	if d.Authority != "redis" || d.CounterKey != "stock:{shop}:{item}:{location}" || d.SwitchPollInterval.Seconds() != 1 {
+	if d.Authority != "redis" || d.CounterKey != "stock:{shop}:{item}:{location}" || d.SwitchPollInterval.Seconds() != 1 || d.PoolSize != 64 {
 		t.Fatalf("defaults: %+v", d)
 	}
 }

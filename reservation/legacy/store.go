@@ -37,6 +37,7 @@ func NewStore(cfg reservation.RedisConfig, now func() time.Time) *Store {
 		Addr: cfg.Address, Password: cfg.Password, DB: cfg.DB,
 		DialTimeout: cfg.Timeout, ReadTimeout: cfg.Timeout, WriteTimeout: cfg.Timeout,
 		PoolTimeout: cfg.Timeout, MaxRetries: -1, // a retry is the caller's decision: it knows what is idempotent
+		PoolSize:              cfg.PoolSize,
 		DialerRetries:         1, // a Redis that refuses connections costs a call one attempt
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,
