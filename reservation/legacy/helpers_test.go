@@ -35,6 +35,7 @@ type envOpts struct {
 	authority string // seed; "" means redis
 	percent   int
 	ttlRule   bool // keep the payment-side TTL rule (default: zeroed so tests use short TTLs)
+	redisPool int  // reservation.redis.pool_size; 0 means the default
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -46,7 +47,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	v.cfg = reservation.RedisConfig{Address: v.redis.Addr, Authority: o.authority, Percent: o.percent,
 		SwitchPollInterval: 50 * time.Millisecond, SweepInterval: 50 * time.Millisecond, DriftInterval: -1,
-		Timeout: 500 * time.Millisecond}.WithDefaults(72 * time.Hour)
+		Timeout: 500 * time.Millisecond, PoolSize: o.redisPool}.WithDefaults(72 * time.Hour)
 	v.r = v.addInstance()
 	return v
 }

@@ -2,10 +2,13 @@ package legacy_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/reservation"
@@ -171,5 +174,54 @@ func TestLegacyClaimOfAReservationOnlyRedisHas(t *testing.T) {
 	}
 	if kind := v.scalar("SELECT COUNT(*) FROM reservations WHERE claim_kind = 'legacy' AND authority = 2"); kind != 1 {
 		t.Fatal("the claim was not recorded as a legacy claim")
+	}
+}
+
+// TestRedisPoolBusyUnderRedisAuthority: with authority redis, a reserve
+// that finds every connection to Redis in use for the whole timeout is
+// answered 9107 (busy, nothing was done, retry), not 2003 (Redis could not
+// be reached): Redis is up. Nothing is reserved on either side, and once
+// the connection is free the same CALL reserves.
+func TestRedisPoolBusyUnderRedisAuthority(t *testing.T) {
+	v := newEnv(t, envOpts{authority: "redis", redisPool: 1})
+	stock(v, v.r, []int64{1}, []int64{401}, 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st := v.r.Store()
+	key := st.CounterKey(reservation.PoolKey{ShopID: 1, ItemID: 401, GroupID: 1})
+	before, err := st.Client().Get(ctx, key).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The pool's only connection waits in a BLPOP on a list nobody fills;
+	// another client sees it there.
+	held := make(chan error, 1)
+	go func() { held <- st.Client().BLPop(ctx, 2*time.Second, "holdfast-test-empty").Err() }()
+	watch := redis.NewClient(&redis.Options{Addr: v.redis.Addr})
+	defer watch.Close()
+	for !strings.Contains(watch.ClientList(ctx).Val(), "cmd=blpop") {
+		if ctx.Err() != nil {
+			t.Fatal("the BLPOP never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	_, _, err = v.call(v.r, "reserve", int64(1), "busy", restest.LinesJSON(401, 1, 1), int64(600))
+	if restest.Code(err) != reservation.CodeBusy || !strings.Contains(err.Error(), "reservation.redis.pool_size") {
+		t.Fatalf("reserve with every Redis connection busy: %v, want 9107 naming reservation.redis.pool_size", err)
+	}
+	if err := <-held; !errors.Is(err, redis.Nil) {
+		t.Fatalf("BLPOP: %v, want its timeout", err)
+	}
+	if n := v.scalar("SELECT COUNT(*) FROM reservations WHERE idempotency_key = 'busy'"); n != 0 {
+		t.Fatal("the refused reserve left a reservation in MySQL")
+	}
+	if after, err := st.Client().Get(ctx, key).Int64(); err != nil || after != before {
+		t.Fatalf("counter %d (%v) after the refused reserve, want %d", after, err, before)
+	}
+	v.must(v.r, "reserve", int64(1), "busy", restest.LinesJSON(401, 1, 1), int64(600))
+	if after, err := st.Client().Get(ctx, key).Int64(); err != nil || after != before-1 {
+		t.Fatalf("counter %d (%v) after the retried reserve, want %d", after, err, before-1)
 	}
 }

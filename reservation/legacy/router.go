@@ -143,9 +143,15 @@ func (r *Router) redisFailed(op string, err error, stale bool, attrs ...any) {
 }
 
 // legacyUnreachable is the answer of a call whose decider, Redis, failed:
-// 2003 when the command cannot have reached it, 9108 when it may have run.
-func legacyUnreachable(proc string, err error) error {
+// 9107 when every connection to it stayed busy, 2003 when the command
+// cannot have reached it otherwise, 9108 when it may have run.
+func (r *Router) legacyUnreachable(proc string, err error) error {
 	var se *StoreError
+	if errors.As(err, &se) && se.Busy {
+		return &reservation.Error{Code: reservation.CodeBusy, State: "HY000",
+			Msg: fmt.Sprintf("holdfast.%s: all %d connections to the legacy counter (Redis), which decides this call, stayed busy for %v "+
+				"(reservation.redis.pool_size, timeout); nothing was done, retry", proc, r.cfg.PoolSize, r.cfg.Timeout)}
+	}
 	if errors.As(err, &se) && !se.Sent {
 		return &reservation.Error{Code: reservation.CodeUnavailable, State: "HY000",
 			Msg: "holdfast." + proc + ": the legacy counter (Redis), which decides this call, could not be reached; nothing was done, retry"}
@@ -227,7 +233,7 @@ func (r *Router) reserveRedis(ctx context.Context, args []any, req *reservation.
 	r.m.observe("reserve", "redis", time.Since(t0))
 	if err != nil {
 		r.redisFailed("reserve", err, false, firstPool(req, nil)...)
-		return nil, nil, legacyUnreachable("reserve", err)
+		return nil, nil, r.legacyUnreachable("reserve", err)
 	}
 	switch d.Kind {
 	case "conflict":
@@ -380,7 +386,7 @@ func (r *Router) claim(ctx context.Context, args []any) ([]string, [][]any, erro
 	r.m.observe("claim", "holdfast", time.Since(t1))
 	if err != nil && recErr != nil && errors.Is(err, reservation.ErrUnknownToken) {
 		// Only Redis may know this reservation, and it did not answer.
-		return nil, nil, legacyUnreachable("claim", &StoreError{Op: "get", Err: recErr})
+		return nil, nil, r.legacyUnreachable("claim", &StoreError{Op: "get", Err: recErr})
 	}
 	hc := engineClass(err)
 	if err == nil && len(rows) > 0 {
@@ -486,7 +492,7 @@ func (r *Router) extend(ctx context.Context, args []any) ([]string, [][]any, err
 		r.m.observe("extend", "redis", time.Since(t0))
 		if rerr != nil {
 			r.redisFailed("extend", rerr, false, "token", tok)
-			return nil, nil, legacyUnreachable("extend", rerr)
+			return nil, nil, r.legacyUnreachable("extend", rerr)
 		}
 		if out != "absent" && out != "resynced" {
 			t1 := time.Now()

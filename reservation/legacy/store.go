@@ -61,10 +61,13 @@ func (s *Store) Client() *redis.Client { return s.c }
 
 // StoreError is a failed Redis command. Sent says whether the command may
 // have reached Redis (and so may have been applied): false only when no
-// connection could be made.
+// connection could be made. Busy says why not, when it was that every
+// connection of the pool (RedisConfig.PoolSize) stayed in use for the
+// whole timeout.
 type StoreError struct {
 	Op   string
 	Sent bool
+	Busy bool
 	Err  error
 }
 
@@ -77,10 +80,11 @@ func (e *StoreError) Unwrap() error { return e.Err }
 func (s *Store) fail(op string, err error) error {
 	sent := true
 	var oe *net.OpError
-	if (errors.As(err, &oe) && oe.Op == "dial") || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {
+	busy := errors.Is(err, redis.ErrPoolTimeout)
+	if (errors.As(err, &oe) && oe.Op == "dial") || busy || errors.Is(err, redis.ErrClosed) {
 		sent = false
 	}
-	return &StoreError{Op: op, Sent: sent, Err: err}
+	return &StoreError{Op: op, Sent: sent, Busy: busy, Err: err}
 }
 
 func sub(tpl string, pairs ...string) string {
