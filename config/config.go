@@ -337,7 +337,7 @@ func Default() Config {
 			AcquireTimeout: 5 * time.Second,
 			MaxWaiters:     10000,
 			PingAfterIdle:  30 * time.Second,
-			PipelineDepth:  8,
+			PipelineDepth:  16,
 		},
 		Log:         Log{Level: "info", Format: "text"},
 		Admin:       Admin{Listen: "127.0.0.1:6034"},
