@@ -385,8 +385,11 @@ func (r *Router) claim(ctx context.Context, args []any) ([]string, [][]any, erro
 	cols, rows, err := r.eng.CallWith(ctx, "claim", args, opts)
 	r.m.observe("claim", "holdfast", time.Since(t1))
 	if err != nil && recErr != nil && errors.Is(err, reservation.ErrUnknownToken) {
-		// Only Redis may know this reservation, and it did not answer.
-		return nil, nil, r.legacyUnreachable("claim", &StoreError{Op: "get", Err: recErr})
+		// Only Redis may know this reservation, and it did not answer
+		// (the read did nothing either way: not Sent).
+		var se *StoreError
+		busy := errors.As(recErr, &se) && se.Busy
+		return nil, nil, r.legacyUnreachable("claim", &StoreError{Op: "get", Busy: busy, Err: recErr})
 	}
 	hc := engineClass(err)
 	if err == nil && len(rows) > 0 {
