@@ -178,8 +178,8 @@ func TestLegacyClaimOfAReservationOnlyRedisHas(t *testing.T) {
 }
 
 // TestRedisPoolBusyUnderRedisAuthority: with authority redis, a reserve
-// that finds every connection to Redis in use for the whole timeout is
-// answered 9107 (busy, nothing was done, retry), not 2003 (Redis could not
+// (and a claim only Redis could answer) that finds every connection to
+// Redis in use for the whole timeout is answered 9107 (busy, nothing was done, retry), not 2003 (Redis could not
 // be reached): Redis is up. Nothing is reserved on either side, and once
 // the connection is free the same CALL reserves.
 func TestRedisPoolBusyUnderRedisAuthority(t *testing.T) {
@@ -197,7 +197,7 @@ func TestRedisPoolBusyUnderRedisAuthority(t *testing.T) {
 	// The pool's only connection waits in a BLPOP on a list nobody fills;
 	// another client sees it there.
 	held := make(chan error, 1)
-	go func() { held <- st.Client().BLPop(ctx, 2*time.Second, "holdfast-test-empty").Err() }()
+	go func() { held <- st.Client().BLPop(ctx, 3*time.Second, "holdfast-test-empty").Err() }()
 	watch := redis.NewClient(&redis.Options{Addr: v.redis.Addr})
 	defer watch.Close()
 	for !strings.Contains(watch.ClientList(ctx).Val(), "cmd=blpop") {
@@ -210,6 +210,12 @@ func TestRedisPoolBusyUnderRedisAuthority(t *testing.T) {
 	_, _, err = v.call(v.r, "reserve", int64(1), "busy", restest.LinesJSON(401, 1, 1), int64(600))
 	if restest.Code(err) != reservation.CodeBusy || !strings.Contains(err.Error(), "reservation.redis.pool_size") {
 		t.Fatalf("reserve with every Redis connection busy: %v, want 9107 naming reservation.redis.pool_size", err)
+	}
+	// A claim of a reservation the engine does not know, which only Redis
+	// could: the same answer.
+	only := reservation.FormatToken(reservation.NewReservationID(reservation.AuthorityRedis))
+	if _, _, err := v.call(v.r, "claim", only); restest.Code(err) != reservation.CodeBusy {
+		t.Fatalf("claim with every Redis connection busy: %v, want 9107", err)
 	}
 	if err := <-held; !errors.Is(err, redis.Nil) {
 		t.Fatalf("BLPOP: %v, want its timeout", err)
