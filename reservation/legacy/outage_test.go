@@ -179,9 +179,10 @@ func TestLegacyClaimOfAReservationOnlyRedisHas(t *testing.T) {
 
 // TestRedisPoolBusyUnderRedisAuthority: with authority redis, a reserve
 // (and a claim only Redis could answer) that finds every connection to
-// Redis in use for the whole timeout is answered 9107 (busy, nothing was done, retry), not 2003 (Redis could not
-// be reached): Redis is up. Nothing is reserved on either side, and once
-// the connection is free the same CALL reserves.
+// Redis in use for the whole timeout is answered 9107 (busy, nothing was
+// done, retry), not 2003 (Redis could not be reached): Redis is up.
+// Nothing is reserved on either side, and once the connection is free the
+// same CALL reserves.
 func TestRedisPoolBusyUnderRedisAuthority(t *testing.T) {
 	v := newEnv(t, envOpts{authority: "redis", redisPool: 1})
 	stock(v, v.r, []int64{1}, []int64{401}, 100)

@@ -146,12 +146,12 @@ func (r *Router) redisFailed(op string, err error, stale bool, attrs ...any) {
 // 9107 when every connection to it stayed busy, 2003 when the command
 // cannot have reached it otherwise, 9108 when it may have run.
 func (r *Router) legacyUnreachable(proc string, err error) error {
-	var se *StoreError
-	if errors.As(err, &se) && se.Busy {
+	if poolBusy(err) {
 		return &reservation.Error{Code: reservation.CodeBusy, State: "HY000",
 			Msg: fmt.Sprintf("holdfast.%s: all %d connections to the legacy counter (Redis), which decides this call, stayed busy for %v "+
 				"(reservation.redis.pool_size, timeout); nothing was done, retry", proc, r.cfg.PoolSize, r.cfg.Timeout)}
 	}
+	var se *StoreError
 	if errors.As(err, &se) && !se.Sent {
 		return &reservation.Error{Code: reservation.CodeUnavailable, State: "HY000",
 			Msg: "holdfast." + proc + ": the legacy counter (Redis), which decides this call, could not be reached; nothing was done, retry"}
@@ -385,11 +385,8 @@ func (r *Router) claim(ctx context.Context, args []any) ([]string, [][]any, erro
 	cols, rows, err := r.eng.CallWith(ctx, "claim", args, opts)
 	r.m.observe("claim", "holdfast", time.Since(t1))
 	if err != nil && recErr != nil && errors.Is(err, reservation.ErrUnknownToken) {
-		// Only Redis may know this reservation, and it did not answer
-		// (the read did nothing either way: not Sent).
-		var se *StoreError
-		busy := errors.As(recErr, &se) && se.Busy
-		return nil, nil, r.legacyUnreachable("claim", &StoreError{Op: "get", Busy: busy, Err: recErr})
+		// Only Redis may know this reservation, and it did not answer.
+		return nil, nil, r.legacyUnreachable("claim", &StoreError{Op: "get", Err: recErr})
 	}
 	hc := engineClass(err)
 	if err == nil && len(rows) > 0 {

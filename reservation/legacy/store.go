@@ -61,13 +61,10 @@ func (s *Store) Client() *redis.Client { return s.c }
 
 // StoreError is a failed Redis command. Sent says whether the command may
 // have reached Redis (and so may have been applied): false only when no
-// connection could be made. Busy says why not, when it was that every
-// connection of the pool (RedisConfig.PoolSize) stayed in use for the
-// whole timeout.
+// connection could be made.
 type StoreError struct {
 	Op   string
 	Sent bool
-	Busy bool
 	Err  error
 }
 
@@ -80,12 +77,16 @@ func (e *StoreError) Unwrap() error { return e.Err }
 func (s *Store) fail(op string, err error) error {
 	sent := true
 	var oe *net.OpError
-	busy := errors.Is(err, redis.ErrPoolTimeout)
-	if (errors.As(err, &oe) && oe.Op == "dial") || busy || errors.Is(err, redis.ErrClosed) {
+	if (errors.As(err, &oe) && oe.Op == "dial") || poolBusy(err) || errors.Is(err, redis.ErrClosed) {
 		sent = false
 	}
-	return &StoreError{Op: op, Sent: sent, Busy: busy, Err: err}
+	return &StoreError{Op: op, Sent: sent, Err: err}
 }
+
+// poolBusy reports whether err is a command that was never sent because
+// every connection of the pool (RedisConfig.PoolSize) stayed in use for
+// the whole timeout.
+func poolBusy(err error) bool { return errors.Is(err, redis.ErrPoolTimeout) }
 
 func sub(tpl string, pairs ...string) string {
 	return strings.NewReplacer(pairs...).Replace(tpl)
