@@ -510,22 +510,22 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 	ep, metricsURL, hf := t.ep, t.metrics, t.h
 
 	m0, merr := b.scrape(ctx, metricsURL)
-	inno0, ierr := b.innodbStatus(rctx)
+	st0, ierr := b.serverStatus(rctx)
 	var hf0, hf1, db0, db1, self0, self1 time.Duration
-	var st0, st1 netrelay.Stats
+	var rs0, rs1 netrelay.Stats
 	res, err := RunLoad(ctx, LoadSpec{Endpoint: ep, Database: o.Database, Clients: n, Duration: o.Time, Op: op,
 		Started: func() {
-			st0, db0, self0 = b.relay.Stats(), b.dbCPU(), SelfCPU()
+			rs0, db0, self0 = b.relay.Stats(), b.dbCPU(), SelfCPU()
 			hf0, _ = ProcCPU(hf.Pid())
 		},
 		Finished: func() {
-			st1, db1, self1 = b.relay.Stats(), b.dbCPU(), SelfCPU()
+			rs1, db1, self1 = b.relay.Stats(), b.dbCPU(), SelfCPU()
 			hf1, _ = ProcCPU(hf.Pid())
 		},
 	})
 	s.Load, s.LoadAvg = res, loadAvg()
 	s.HoldfastCPU, s.MariaDBCPU, s.SelfCPU = hf1-hf0, db1-db0, self1-self0
-	s.RelayChunks, s.RelayLate = st1.Chunks-st0.Chunks, st1.Late-st0.Late
+	s.RelayChunks, s.RelayLate = rs1.Chunks-rs0.Chunks, rs1.Late-rs0.Late
 	// After the run, on a context of its own: a cancelled bench still
 	// reports and checks what it measured.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -539,8 +539,10 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 		}
 	}
 	if ierr == nil {
-		if inno1, err := b.innodbStatus(cctx); err == nil {
-			s.Deadlocks, s.LockWaits = inno1[0]-inno0[0], inno1[1]-inno0[1]
+		if st1, err := b.serverStatus(cctx); err == nil {
+			d := func(name string) int64 { return st1[name] - st0[name] }
+			s.Deadlocks, s.LockWaits = d("Innodb_deadlocks"), d("Innodb_row_lock_waits")
+			s.Statements, s.Commits, s.Fsyncs = d("Questions"), d("Com_commit"), d("Innodb_data_fsyncs")
 		}
 	}
 	switch {
@@ -621,27 +623,26 @@ func (b *reserveRunner) receive(ctx context.Context, ep Endpoint, k PoolKey, qty
 	return nil
 }
 
-// innodbStatus reads the server's Innodb_deadlocks and
-// Innodb_row_lock_waits (server-wide counters).
-func (b *reserveRunner) innodbStatus(ctx context.Context) ([2]int64, error) {
-	var out [2]int64
+// serverCounters are the server-wide status counters a run reports the
+// change of, by SHOW GLOBAL STATUS name.
+var serverCounters = []string{"Innodb_deadlocks", "Innodb_row_lock_waits", "Questions", "Com_commit", "Innodb_data_fsyncs"}
+
+// serverStatus reads serverCounters.
+func (b *reserveRunner) serverStatus(ctx context.Context) (map[string]int64, error) {
 	rows, err := b.admin.QueryContext(ctx,
-		"SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_deadlocks', 'Innodb_row_lock_waits')")
+		"SHOW GLOBAL STATUS WHERE Variable_name IN ('"+strings.Join(serverCounters, "', '")+"')")
 	if err != nil {
-		return out, fmt.Errorf("bench: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer rows.Close()
+	out := make(map[string]int64, len(serverCounters))
 	for rows.Next() {
 		var name string
 		var v int64
 		if err := rows.Scan(&name, &v); err != nil {
-			return out, fmt.Errorf("bench: %w", err)
+			return nil, fmt.Errorf("bench: %w", err)
 		}
-		if name == "Innodb_deadlocks" {
-			out[0] = v
-		} else {
-			out[1] = v
-		}
+		out[name] = v
 	}
 	return out, rows.Err()
 }

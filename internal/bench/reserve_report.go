@@ -27,10 +27,12 @@ type ReserveSample struct {
 	RelayChunks int64
 	RelayLate   time.Duration
 	LoadAvg     string // at the end of the run
-	// Deadlocks and LockWaits are the changes of MariaDB's
-	// Innodb_deadlocks and Innodb_row_lock_waits over the run: server-wide,
-	// so they include anything else the server ran meanwhile.
-	Deadlocks, LockWaits int64
+	// Deadlocks, LockWaits, Statements, Commits and Fsyncs are the changes
+	// of MariaDB's Innodb_deadlocks, Innodb_row_lock_waits, Questions,
+	// Com_commit (COMMIT statements) and Innodb_data_fsyncs over the run:
+	// server-wide, so they include anything else the server ran meanwhile.
+	Deadlocks, LockWaits        int64
+	Statements, Commits, Fsyncs int64
 	// Checked is set when the consistency check ran; Problems are what it
 	// found: oversell, lost or unknown reservations, counts that do not
 	// match.
@@ -316,6 +318,31 @@ func metricsDigest(before, after map[string]float64, reservations bool) string {
 	return strings.Join(parts, "; ")
 }
 
+// serverDigest is the report line of what MariaDB did over a run: its
+// server-wide counters and, when its CPU was measured, that CPU per
+// reservation made and per COMMIT statement (an autocommit statement
+// commits without one). The database's CPU per reservation is the cost a
+// change to the reserve path must lower to raise the reserve rate where
+// MariaDB shares the machine's cores.
+func serverDigest(s ReserveSample, cpuMeasured bool) string {
+	out := fmt.Sprintf("deadlocks +%d, row lock waits +%d, statements +%d (COMMIT +%d), data fsyncs +%d",
+		s.Deadlocks, s.LockWaits, s.Statements, s.Commits, s.Fsyncs)
+	if !cpuMeasured {
+		return out
+	}
+	var per []string
+	if s.Load.Reserved > 0 {
+		per = append(per, fmt.Sprintf("%.0f µs per reservation", float64(s.MariaDBCPU.Microseconds())/float64(s.Load.Reserved)))
+	}
+	if s.Commits > 0 {
+		per = append(per, fmt.Sprintf("%.2f ms per COMMIT", float64(s.MariaDBCPU.Microseconds())/1000/float64(s.Commits)))
+	}
+	if len(per) > 0 {
+		out += ";  MariaDB CPU " + strings.Join(per, ", ")
+	}
+	return out
+}
+
 func (b *reserveRunner) printSample(s ReserveSample) {
 	label := fmt.Sprintf("round %d/%d %3d clients %-22s", s.Round, b.o.Rounds, s.Clients, workloadName(s.Workload))
 	r := s.Load
@@ -332,7 +359,7 @@ func (b *reserveRunner) printSample(s ReserveSample) {
 	}
 	b.printf("    cores: holdfast %.2f, MariaDB %s, bench+relay %.2f;  relay one way %v + %v late = %v;  load %s\n",
 		cores(s.HoldfastCPU), db, cores(s.SelfCPU), b.o.RelayDelay, roundDur(s.MeanLate()), roundDur(b.o.RelayDelay+s.MeanLate()), s.LoadAvg)
-	b.printf("    MariaDB (server-wide): deadlocks +%d, row lock waits +%d\n", s.Deadlocks, s.LockWaits)
+	b.printf("    MariaDB (server-wide): %s\n", serverDigest(s, b.dbPid != 0))
 	if s.Metrics != "" {
 		b.printf("    holdfast: %s\n", s.Metrics)
 	}

@@ -393,3 +393,25 @@ func FuzzParseMetrics(f *testing.F) {
 		}
 	})
 }
+
+func TestServerDigest(t *testing.T) {
+	s := ReserveSample{
+		Load:       LoadResult{Reserved: 1000},
+		MariaDBCPU: 120 * time.Millisecond,
+		LockWaits:  7, Statements: 360, Commits: 40, Fsyncs: 41,
+	}
+	got := serverDigest(s, true)
+	for _, want := range []string{"deadlocks +0, row lock waits +7, statements +360 (COMMIT +40), data fsyncs +41",
+		"MariaDB CPU 120 µs per reservation, 3.00 ms per COMMIT"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("digest %q lacks %q", got, want)
+		}
+	}
+	if got := serverDigest(s, false); strings.Contains(got, "CPU") {
+		t.Errorf("digest %q reports a CPU that was not measured", got)
+	}
+	s.Load.Reserved, s.Commits = 0, 0
+	if got := serverDigest(s, true); strings.Contains(got, "CPU") {
+		t.Errorf("digest %q divides by nothing", got)
+	}
+}
