@@ -510,7 +510,7 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 	ep, metricsURL, hf := t.ep, t.metrics, t.h
 
 	m0, merr := b.scrape(ctx, metricsURL)
-	st0, ierr := b.serverStatus(rctx)
+	st0, sterr := b.serverStatus(rctx)
 	var hf0, hf1, db0, db1, self0, self1 time.Duration
 	var rs0, rs1 netrelay.Stats
 	res, err := RunLoad(ctx, LoadSpec{Endpoint: ep, Database: o.Database, Clients: n, Duration: o.Time, Op: op,
@@ -538,7 +538,7 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 			}
 		}
 	}
-	if ierr == nil {
+	if sterr == nil {
 		if st1, err := b.serverStatus(cctx); err == nil {
 			d := func(name string) int64 { return st1[name] - st0[name] }
 			s.Deadlocks, s.LockWaits = d("Innodb_deadlocks"), d("Innodb_row_lock_waits")
