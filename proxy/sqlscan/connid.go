@@ -259,3 +259,40 @@ func (m Mode) SetVariables(sql []byte) []string {
 	}
 	return out
 }
+
+// StatementVariables returns the variables a SET STATEMENT text assigns for
+// its one statement, lower-cased, in order: "SET STATEMENT a = 1, b = 2 FOR
+// SELECT ..." gives a, b. A text that does not start SET STATEMENT gives nil.
+func (m Mode) StatementVariables(sql []byte) []string {
+	toks := m.tokens(sql)
+	if len(toks) < 2 || toks[0].kind != tWord || !eqFold(sql[toks[0].start:toks[0].end], "set") ||
+		toks[1].kind != tWord || !eqFold(sql[toks[1].start:toks[1].end], "statement") {
+		return nil
+	}
+	var out []string
+	depth := 0
+	expect := true
+	for _, t := range toks[2:] {
+		switch {
+		case t.is('('):
+			depth++
+		case t.is(')'):
+			depth--
+		case depth > 0:
+		case t.is(','):
+			expect = true
+		case t.kind == tWord && eqFold(sql[t.start:t.end], "for") && !expect:
+			return out
+		case expect && (t.kind == tWord || t.kind == tQuoted):
+			name := sql[t.start:t.end]
+			if t.kind == tQuoted {
+				name = []byte(unquoteIdent(name))
+			}
+			out = append(out, string(bytes.ToLower(name)))
+			expect = false
+		default:
+			expect = false
+		}
+	}
+	return out
+}

@@ -42,6 +42,22 @@ func FuzzScan(f *testing.F) {
 			info.Features != FeatLastInsertID) {
 			t.Errorf("LastInsertIDColumn %q with %+v", info.LastInsertIDColumn, info)
 		}
+		// Split agrees with Scan's count, and its spans are in order,
+		// inside the text, and apart.
+		spans, _ := m.Split(sql, nil)
+		if len(spans) != info.Statements {
+			t.Errorf("Split gives %d statements, Scan %d", len(spans), info.Statements)
+		}
+		end := 0
+		for _, sp := range spans {
+			if sp.Start < end || sp.End < sp.Start || sp.End > len(sql) {
+				t.Fatalf("span %+v after %d in %d bytes", sp, end, len(sql))
+			}
+			end = sp.End
+		}
+		if !bytes.Equal(sql, orig) {
+			t.Fatalf("input modified by Split")
+		}
 	})
 }
 

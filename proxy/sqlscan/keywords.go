@@ -90,6 +90,14 @@ const (
 	kwWork
 	kwXA
 	kwXML
+	kwFunction
+	kwIndex
+	kwKey
+	kwOn
+	kwProcedure
+	kwReferences
+	kwTrigger
+	kwView
 )
 
 // kwWords are the words of the kw values, in lower case.
@@ -177,6 +185,14 @@ var kwWords = [...]string{
 	kwWork:             "work",
 	kwXA:               "xa",
 	kwXML:              "xml",
+	kwFunction:         "function",
+	kwIndex:            "index",
+	kwKey:              "key",
+	kwOn:               "on",
+	kwProcedure:        "procedure",
+	kwReferences:       "references",
+	kwTrigger:          "trigger",
+	kwView:             "view",
 }
 
 // kwHashTable is an open-addressing hash table of the kw values, indexed by

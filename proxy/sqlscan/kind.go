@@ -139,6 +139,14 @@ const (
 	FeatKill
 	// FeatConnectionID: a CONNECTION_ID( function call.
 	FeatConnectionID
+	// FeatFuncCall: a call of a function that is not built in, so possibly
+	// a stored function, which can change session state or write: a name
+	// followed by '(' that is neither a reserved word nor a built-in
+	// (see builtinNames), or a quoted or qualified one (`f`(, db.f().
+	// Table and routine names where a parenthesised list follows (INSERT
+	// INTO t (a), CREATE TABLE t (, REFERENCES t (, WITH cte (a) AS,
+	// CREATE INDEX i ON t (, CALL p() are not calls.
+	FeatFuncCall
 	numFeatures = iota
 )
 
@@ -146,7 +154,7 @@ var featureNames = [numFeatures]string{
 	"user_var_assign", "user_var_ref", "temp_table", "get_lock", "lock_tables",
 	"sql_prepare", "calc_found_rows", "handler", "xa", "set_session", "set_global",
 	"set_transaction", "local_infile", "last_insert_id", "found_rows_func", "set_statement",
-	"set_names", "kill", "connection_id",
+	"set_names", "kill", "connection_id", "func_call",
 }
 
 // String returns the set's names joined by '|' ("user_var_ref|get_lock"), or

@@ -95,9 +95,19 @@ type stmt struct {
 	kind     Kind
 	depth    int
 	pending  Feature // a function name whose feature needs a following '('
-	set      setMachine
-	flush    flushMachine
-	with     withMachine
+	// callee: the previous token is a name a '(' would call (see
+	// calleeStep); calleeTok is that token, qualified whether a '.'
+	// preceded it. intro: the previous token introduces a table or
+	// routine name (INTO, TABLE, CALL, ...); named: the name being read
+	// (across its '.') was introduced so.
+	callee    bool
+	qualified bool
+	intro     bool
+	named     bool
+	calleeTok token
+	set       setMachine
+	flush     flushMachine
+	with      withMachine
 }
 
 func (s *scanner) end() {
@@ -121,11 +131,16 @@ func (s *scanner) word(t token) kw {
 func (s *scanner) step(t token) {
 	st := &s.st
 	st.nonEmpty = true
+	qualified := st.prevDot
 	w := kwNone
-	if !st.prevDot {
+	if !qualified {
 		w = s.word(t)
 	}
 	st.prevDot = t.is('.')
+	if st.callee && t.is('(') && s.calls() {
+		s.info.Features |= FeatFuncCall
+	}
+	s.calleeStep(t, w, qualified)
 	wantHead := !st.headDone && !t.is('(')
 	wantSub := st.subHead
 	st.subHead = false
@@ -195,6 +210,45 @@ func (s *scanner) step(t token) {
 			st.subHead, st.subMain = true, false
 		}
 	}
+}
+
+// calleeStep notes whether token t is a name that a following '(' would
+// call: a word or quoted identifier, not one a table or routine name
+// follows (INTO t, TABLE t, REFERENCES t, ON t, CALL p, a CTE's name).
+func (s *scanner) calleeStep(t token, w kw, qualified bool) {
+	st := &s.st
+	intro := st.intro
+	st.intro, st.callee = false, false
+	if t.kind != tWord && t.kind != tQuoted {
+		return
+	}
+	if qualified {
+		st.callee, st.qualified, st.calleeTok = !st.named, true, t
+		return
+	}
+	switch w {
+	case kwInto, kwTable, kwReferences, kwOn, kwFunction, kwProcedure, kwView, kwIndex, kwKey, kwTrigger, kwCall, kwInsert, kwReplace:
+		st.intro, st.named = true, false
+		return
+	}
+	st.named = intro || st.with.active && st.depth == st.with.depth
+	st.callee, st.qualified, st.calleeTok = !st.named, false, t
+}
+
+// calls reports whether the name before a '(' (st.calleeTok) may call a
+// stored function: it is quoted or qualified, or a word that is neither
+// reserved nor a built-in.
+func (s *scanner) calls() bool {
+	t := s.st.calleeTok
+	if t.kind == tQuoted || s.st.qualified {
+		return true
+	}
+	b := s.lx.src[t.start:t.end]
+	var buf [maxKeyword]byte
+	if _, _, reserved := lookupKeyword(b, &buf); reserved {
+		return false
+	}
+	return !isBuiltin(b)
 }
 
 // head classifies the statement starting at token t. main says whether its
