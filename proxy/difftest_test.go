@@ -106,6 +106,7 @@ type diffRun struct {
 	diffs   int
 	track   bool
 	stmtIDs [2]uint32 // the statement of the current step, on each side
+	idSwap  [2]string // the client's connection id on each side, in a step that names it
 }
 
 // respKind says how a command's response ends.
@@ -219,7 +220,16 @@ func (r *diffRun) q(dc *diffClient, sql string) {
 // ql is q under a label of its own.
 func (r *diffRun) ql(dc *diffClient, label, sql string) {
 	r.t.Helper()
-	r.exchange(dc, label, respResults, func(side int) []byte { return append([]byte{rcQuery}, r.expand(side, sql)...) })
+	if strings.Contains(sql, "{id}") {
+		// Each side names the client by its own connection id; errors
+		// that quote the statement quote it.
+		r.idSwap = [2]string{fmt.Sprint(dc.c[sideDirect].connID), fmt.Sprint(dc.c[sideHoldfast].connID)}
+		defer func() { r.idSwap = [2]string{} }()
+	}
+	r.exchange(dc, label, respResults, func(side int) []byte {
+		q := strings.ReplaceAll(r.expand(side, sql), "{id}", fmt.Sprint(dc.c[side].connID))
+		return append([]byte{rcQuery}, q...)
+	})
 }
 
 // initDB sends COM_INIT_DB on both sides.
@@ -303,6 +313,9 @@ func (r *diffRun) compare(client, label string, resp [2][][]byte) {
 			if side == sideDirect {
 				q = bytes.ReplaceAll(q, []byte(r.db[0]), []byte(r.db[1]))
 				q = bytes.ReplaceAll(q, []byte(r.db2[0]), []byte(r.db2[1]))
+				if r.idSwap[0] != "" && len(q) > 0 && q[0] == 0xff {
+					q = bytes.ReplaceAll(q, []byte(r.idSwap[0]), []byte(r.idSwap[1]))
+				}
 			}
 			if r.track {
 				q = sortStateVars(q)
@@ -637,6 +650,37 @@ func diffCorpus(r *diffRun) {
 	r.q(a, "INSERT INTO ai (id, v) VALUES (100, 41)")
 	r.ql(a, "last_insert_id after an explicit id", "SELECT LAST_INSERT_ID()")
 
+	// KILL among other statements: translated and run in its place.
+	r.q(a, "SELECT 1; KILL QUERY {id}; SELECT 2")
+	r.q(a, "KILL QUERY {id}")
+	r.q(a, "KILL 4000000000; SELECT 1")
+	r.q(a, "DO 1; KILL QUERY 4000000000; SELECT 2")
+	r.q(a, "SELECT 1 AS one; DO 2; KILL CONNECTION 4000000000")
+
+	// One variable changed alone, then a switch of clients on the one
+	// backend connection and back: the other variables stay as each
+	// client has them.
+	b := r.login("b")
+	for _, step := range []struct{ set, check string }{
+		{"SET character_set_results = cp1251", "SELECT 'привет' AS n, @@character_set_client, @@character_set_connection, @@collation_connection"},
+		{"SET character_set_results = DEFAULT", "SELECT 'привет' AS n, @@character_set_results"},
+		{"SET character_set_client = latin1", "SELECT 'é' AS n, @@character_set_results, @@collation_connection"},
+		{"SET character_set_client = DEFAULT", "SELECT 'é' AS n"},
+		{"SET collation_connection = utf8mb4_bin", "SELECT 'a' = 'A', @@character_set_connection, @@character_set_results"},
+		{"SET character_set_connection = latin1", "SELECT 'a' = 'A', @@collation_connection, @@character_set_client"},
+		{"SET NAMES utf8mb4", "SELECT @@collation_connection"},
+		{"SET time_zone = '-02:00'", "SELECT @@time_zone, @@sql_mode"},
+		{"SET time_zone = DEFAULT", "SELECT @@time_zone"},
+		{"SET sql_mode = 'PIPES_AS_CONCAT'", "SELECT 'a' || 'b', @@time_zone"},
+		{"SET sql_mode = DEFAULT", "SELECT 'a' || 'b'"},
+	} {
+		r.q(a, step.set)
+		r.q(b, "SELECT 'b', @@character_set_client, @@character_set_results, @@collation_connection, @@time_zone, @@sql_mode")
+		r.q(a, step.check)
+		r.q(b, "SELECT 'b again', @@character_set_results, @@collation_connection")
+	}
+	r.quit(b)
+
 	// Binary protocol.
 	r.prepare(a, "by id", "SELECT * FROM types WHERE id = ?")
 	r.execute(a, "by id", 0, []rawParam{pLongLong(1)}, true)
@@ -694,6 +738,13 @@ func diffCorpus(r *diffRun) {
 		{"kept variables", []string{"SET wait_timeout = 5", "SET session_track_state_change = ON"}, []string{"SELECT @@wait_timeout, @@session_track_state_change", "SET time_zone = '+01:00'"}},
 		{"locks", []string{"SELECT GET_LOCK('{db}', 0)", "LOCK TABLES ai READ"}, []string{"SELECT IS_FREE_LOCK('{db}')", "INSERT INTO ai (v) VALUES (61)"}},
 		{"sql_select_limit", []string{"SET sql_select_limit = 1", "SET @x = 1"}, []string{"SELECT id FROM types ORDER BY id"}},
+		{"function in a select", []string{
+			"CREATE FUNCTION set_tz() RETURNS INT DETERMINISTIC BEGIN SET @@session.time_zone = '+05:00'; RETURN 1; END",
+			"SELECT set_tz()", "SELECT @@time_zone", "SET time_zone = '+06:00'", "SELECT @@time_zone"},
+			[]string{"SELECT @@time_zone", "SET time_zone = '+07:00'"}},
+		{"set statement", []string{"SET STATEMENT sort_buffer_size = 100000 FOR SELECT @@sort_buffer_size", "SELECT @@sort_buffer_size",
+			"SET STATEMENT time_zone = '+08:00' FOR SELECT @@time_zone", "SET STATEMENT max_statement_time = 10 FOR SET time_zone = '+09:00'"},
+			[]string{"SET time_zone = '+10:00'", "SELECT @@time_zone, @@sort_buffer_size"}},
 	} {
 		first := r.login("first " + seq.name)
 		for _, q := range seq.first {

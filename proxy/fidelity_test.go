@@ -22,8 +22,8 @@ func TestKillFormsNeverPassThrough(t *testing.T) {
 	tid := rawThread(victim)
 	c := p.raw(t, rawOpts{user: "admin", pass: "admin", caps: capMultiStatements})
 	for _, q := range []string{
-		"KILL " + vid + "; SELECT 1",
-		"SELECT 1; KILL " + tid,
+		"SELECT 1; KILL (" + tid + "); SELECT 2",
+		"BEGIN NOT ATOMIC KILL " + vid + "; END",
 		"KILL QUERY ID " + vid,
 		"KILL (" + tid + ")",
 		"KILL " + tid + " + 0",

@@ -10,33 +10,123 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
-// killStatement answers a text holding a KILL statement. Only the forms
-// holdfast can translate run: their ids are holdfast's connection ids, and
-// every client reaches the database as the one backend account, so no
-// KILL may reach the database as written.
-func (s *session) killStatement(info *sqlscan.Info) bool {
+// killText answers a statement text that holds a KILL. The KILL forms
+// holdfast can translate run in holdfast: their ids are holdfast's
+// connection ids, and every client reaches the database as the one
+// backend account, so no KILL may reach the database as written. In a
+// multi-statement text each KILL runs in its place and the statements
+// around it run on the backend, as MariaDB runs such a text (see
+// killAmong).
+func (s *session) killText(p []byte, info *sqlscan.Info, tag *attribution.Tag) bool {
+	switch {
+	case info.Statements <= 1:
+		return s.killStatement(info, false)
+	case !s.multiStmts:
+		// Multi-statements are off: the server refuses the whole text
+		// (1064) before running any of it, as MariaDB would.
+		return s.run(p, comQuery, info, tag)
+	}
+	return s.killAmong(p[1:], tag)
+}
+
+// errKillForm is the answer to a KILL holdfast cannot translate.
+func errKillForm() *sqlError {
+	return newErr(codeNotSupported, "42000", "holdfast: KILL must be KILL [CONNECTION|QUERY] <connection id> or KILL [CONNECTION|QUERY] USER <name>, with a literal id, as a statement of its own or among plain statements (holdfast translates its connection ids; with an expression, or inside a compound statement, the database would read them as its own)")
+}
+
+// killStatement answers one KILL statement; more says that statements of
+// the same text follow it (its OK then carries MORE_RESULTS).
+func (s *session) killStatement(info *sqlscan.Info, more bool) bool {
 	k := info.Kill
 	switch {
 	case info.Kind != sqlscan.KindKill || !k.OK:
-		s.writeErr(newErr(codeNotSupported, "42000", "holdfast: KILL must be a statement of its own: KILL [CONNECTION|QUERY] <connection id> or KILL [CONNECTION|QUERY] USER <name>, with a literal id (holdfast translates its connection ids; inside a multi-statement text or with an expression the database would read them as its own)"))
+		s.writeErr(errKillForm())
 		return true
 	case k.QueryID:
 		s.writeErr(newErr(codeNotSupported, "42000", "holdfast: KILL QUERY ID is not supported (query ids are the database's, and a pooled connection runs many clients' queries); use KILL QUERY <connection id>"))
 		return true
 	case k.User != "":
-		return s.killUser(k.User, k.Query)
+		return s.killUser(k.User, k.Query, more)
 	}
-	return s.kill(k.ID, k.Query)
+	return s.kill(k.ID, k.Query, more)
+}
+
+// killAmong runs a multi-statement text that holds KILL statements: each
+// KILL is answered by holdfast in its place, and each run of other
+// statements between them goes to the backend as one text, its last result
+// marked as followed by more. Like MariaDB, the first error ends the text.
+// A text with a KILL holdfast cannot translate, or with a compound
+// statement (whose body a split at ';' would cut), is refused before any
+// of it runs.
+func (s *session) killAmong(sql []byte, tag *attribution.Tag) bool {
+	mode := s.scanMode()
+	spans, compound := mode.Split(sql, nil)
+	if compound {
+		s.writeErr(errKillForm())
+		return true
+	}
+	type part struct {
+		kill       *sqlscan.Info // a KILL, or nil for statements from start to end
+		start, end int
+	}
+	var parts []part
+	for _, sp := range spans {
+		one := mode.Scan(sql[sp.Start:sp.End])
+		if one.Features&sqlscan.FeatKill == 0 {
+			if n := len(parts); n > 0 && parts[n-1].kill == nil {
+				parts[n-1].end = sp.End // the run of plain statements goes on
+			} else {
+				parts = append(parts, part{start: sp.Start, end: sp.End})
+			}
+			continue
+		}
+		if one.Kind != sqlscan.KindKill || !one.Kill.OK {
+			s.writeErr(errKillForm())
+			return true
+		}
+		parts = append(parts, part{kill: &one})
+	}
+	for i, pt := range parts {
+		more := i < len(parts)-1
+		s.replyErr = false
+		var keep bool
+		if pt.kill != nil {
+			keep = s.killStatement(pt.kill, more)
+		} else {
+			keep = s.runAmong(sql[pt.start:pt.end], tag, more)
+		}
+		if !keep || s.replyErr || s.gone || s.closeAfter {
+			return keep
+		}
+	}
+	return true
+}
+
+// runAmong runs statements of a multi-statement text on the backend; more
+// says that further results of the text follow theirs.
+func (s *session) runAmong(text []byte, tag *attribution.Tag, more bool) bool {
+	info := s.scanMode().Scan(text)
+	q := append(append(s.rewrite[:0], comQuery), text...)
+	if info.Features&sqlscan.FeatConnectionID != 0 {
+		if r, ok := s.scanMode().AppendConnectionID(q[:1:1], text, uint64(s.id)); ok {
+			q = r
+		}
+	}
+	s.rewrite = q
+	s.moreAfter = more
+	defer func() { s.moreAfter = false }()
+	return s.run(q, comQuery, &info, tag)
 }
 
 // killUser implements KILL [CONNECTION|QUERY] USER name: it acts on
 // holdfast's own clients logged in as name, never on the database's
 // connections (which all belong to the backend account). The OK counts the
 // connections (or statements) killed, as MariaDB's does.
-func (s *session) killUser(name string, queryOnly bool) bool {
+func (s *session) killUser(name string, queryOnly, more bool) bool {
 	if name != s.user.Name && !s.user.Admin {
 		s.writeErr(newErr(codeKillDenied, "HY000", "holdfast: you may KILL USER only your own user's connections ('%s' is not yours)", name))
 		return true
@@ -67,13 +157,13 @@ func (s *session) killUser(name string, queryOnly bool) bool {
 		n++
 		s.closeAfter = true // its own connection goes too, after the answer
 	}
-	s.writeOK(n, 0)
+	s.writeOKMore(n, 0, more)
 	return true
 }
 
 // kill implements KILL [QUERY] id and COM_PROCESS_KILL, where id is a
-// holdfast client connection id.
-func (s *session) kill(id uint64, queryOnly bool) bool {
+// holdfast client connection id; more as for killStatement.
+func (s *session) kill(id uint64, queryOnly, more bool) bool {
 	t := s.srv.session(id)
 	if t == nil {
 		s.writeErr(newErr(codeNoSuchThread, "HY000", "Unknown thread id: %d", id))
@@ -85,7 +175,9 @@ func (s *session) kill(id uint64, queryOnly bool) bool {
 	}
 	if t == s {
 		if queryOnly {
-			s.writeOK(0, 0)
+			// The statement interrupted is the KILL itself (and with it
+			// the rest of its text), as MariaDB answers.
+			s.writeErr(newErr(codeQueryInterrupted, "70100", "Query execution was interrupted"))
 			return true
 		}
 		s.writeErr(newErr(1927, "70100", "Connection was killed"))
@@ -96,7 +188,7 @@ func (s *session) kill(id uint64, queryOnly bool) bool {
 	} else {
 		t.terminate()
 	}
-	s.writeOK(0, 0)
+	s.writeOKMore(0, 0, more)
 	return true
 }
 

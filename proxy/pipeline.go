@@ -289,8 +289,11 @@ func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
 		return false
 	}
 	// A statement whose parameter count changed on this connection (the
-	// table was altered) takes the borrowing path, which reports it.
-	return cs == nil || fitsExecute(bc, cs)
+	// table was altered) takes the borrowing path, which reports it; so
+	// does one prepared in another database than the session's, whose run
+	// switches the database and back, which the server reports as a
+	// session state change (see afterStatement).
+	return cs == nil || cs.db == s.db && fitsExecute(bc, cs)
 }
 
 // enqueueLocked (p.mu held; released here) queues a command and its turn

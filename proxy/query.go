@@ -27,7 +27,7 @@ func (s *session) comQuery(p []byte) bool {
 	case s.deferTransaction(sql, &info, tag, tagged):
 		return true
 	case info.Features&sqlscan.FeatKill != 0:
-		return s.killStatement(&info)
+		return s.killText(p, &info, tag)
 	case info.LastInsertIDColumn != "" && s.bc == nil:
 		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.lastInsertID, false)
 		return true
@@ -89,10 +89,12 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.setExec(bc, nil)
 	s.watch.arm()
 	var rr relayResult
+	s.hideChange = cmd == comQuery && s.hidesStatementChange(info, p[1:])
 	err := bc.sendCommand(p)
 	if err == nil {
 		rr, err = s.relay(bc, cmd)
 	}
+	s.hideChange = false
 	if err == nil && after != "" {
 		unbound := bc.bound(s.srv.exchangeTimeout())
 		_, err = bc.queryLocked(after)
@@ -101,7 +103,7 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	if err == nil && cmd == comQuery && info.Features&sqlscan.FeatSetSession != 0 && readsKept(p[1:]) {
 		// The session tracker does not report every kept variable (not
 		// session_track_system_variables itself): read them back.
-		rr.sc.vars = dropKept(rr.sc.vars)
+		rr.sc.vars, rr.sc.kept = dropKept(rr.sc.vars), true
 		unbound := bc.bound(s.srv.exchangeTimeout())
 		err = s.syncKept(bc, s.scanMode().SetVariables(p[1:]))
 		unbound()
@@ -140,6 +142,31 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 		s.lastInsertID = rr.insertID
 	}
 	sc := &rr.sc
+	if sc.lastGTID != "" {
+		s.lastGTID = sc.lastGTID
+	}
+	if statementScoped(info) {
+		// SET STATEMENT ... FOR: its variables are back to their values
+		// now, whatever the tracker says.
+		sc.vars, sc.pin, sc.pinVar = sc.vars[:0], "", ""
+	}
+	if sc.eofChanged && !mayChangeState(info) {
+		// A result set's EOF said the state changed, but the statement
+		// cannot have changed it for good: SET STATEMENT's variables are
+		// back, and a prepared statement run in another database than it
+		// was prepared in switches the database for its run only. The
+		// tracker holds the report the EOF could not carry; take it off
+		// the connection now, or the next statement to report a change
+		// there (another client's, maybe) would be told of it.
+		unbound := bc.bound(s.srv.exchangeTimeout())
+		_, err := bc.queryLocked(flushTrackerSQL)
+		unbound()
+		if err != nil {
+			s.srv.log.Warn("could not clear the session tracker after a result set", "client", s.id, "err", err)
+			s.release(false)
+			return
+		}
+	}
 	if len(sc.vars) > 0 {
 		unbound := bc.bound(s.srv.exchangeTimeout())
 		err := readBackVars(bc, sc)
@@ -150,13 +177,15 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 				s.release(false)
 				return
 			}
-			sc.pinVar = "unreadable"
+			sc.pin, sc.pinVar = attribution.PinSessionState, "unreadable"
 		}
 	}
 	if len(sc.vars) > 0 {
 		var err error
 		unbound := bc.bound(s.srv.exchangeTimeout())
+		n := len(sc.vars)
 		sc.vars, err = s.keptChanged(bc, sc.vars)
+		sc.kept = sc.kept || len(sc.vars) < n
 		unbound()
 		if err != nil {
 			s.srv.log.Warn("could not set holdfast's session settings back after a client changed them", "client", s.id, "err", err)
@@ -225,12 +254,8 @@ func pinReason(info *sqlscan.Info, rr *relayResult) string {
 	if rr.cursor {
 		return attribution.PinCursor
 	}
-	switch rr.sc.pinVar {
-	case "":
-	case "unreadable":
-		return attribution.PinSessionState
-	default:
-		return attribution.PinSessionTrack
+	if rr.sc.pin != "" {
+		return rr.sc.pin
 	}
 	if info != nil {
 		for _, p := range featurePins {
@@ -241,15 +266,76 @@ func pinReason(info *sqlscan.Info, rr *relayResult) string {
 	}
 	if rr.sc.changed {
 		// State changed: fine only when the tracker told us everything
-		// (system variables, schema) and the statement is a SET or USE.
-		explained := info != nil && (info.Kind == sqlscan.KindSet || info.Kind == sqlscan.KindUse) &&
-			(len(rr.sc.vars) > 0 || rr.sc.schemaS)
+		// (system variables, schema) and the statement is a SET or USE,
+		// or when the change was SET STATEMENT's own and is over. A
+		// change reported by an EOF packet (a stored function called in a
+		// SELECT, a procedure's result set) is never explained: its
+		// variables reach the next OK on this connection, which is then
+		// the session's own.
+		explained := info != nil && !rr.sc.eofChanged && (info.Kind == sqlscan.KindSet || info.Kind == sqlscan.KindUse) &&
+			(len(rr.sc.vars) > 0 || rr.sc.schemaS || rr.sc.kept) || statementScoped(info) || rr.sc.eofChanged && !mayChangeState(info)
 		if !explained {
 			return attribution.PinSessionState
 		}
 	}
 	return ""
 }
+
+// statementScoped reports whether a statement's session changes all end
+// with it: SET STATEMENT ... FOR a statement that sets no variable itself
+// and calls no stored function or procedure. (A trigger that changes
+// session state is not seen.)
+func statementScoped(info *sqlscan.Info) bool {
+	if info == nil || info.Features&sqlscan.FeatSetStatement == 0 || info.Features&sqlscan.FeatFuncCall != 0 || info.Statements != 1 {
+		return false
+	}
+	switch info.Kind {
+	case sqlscan.KindCall, sqlscan.KindExecute, sqlscan.KindSet, sqlscan.KindSetTransaction:
+		return false
+	}
+	return true
+}
+
+// hidesStatementChange reports whether a SET STATEMENT text's changes,
+// which end with it, are all of variables the client's session tracking
+// does not follow. MariaDB then marks no state change on its result set
+// for this client, while holdfast's backend connection, which tracks every
+// variable, does.
+func (s *session) hidesStatementChange(info *sqlscan.Info, text []byte) bool {
+	if !statementScoped(info) || s.kept == nil {
+		return false
+	}
+	f := &s.kept.filter
+	if f.allVars || f.stateChange {
+		return false
+	}
+	for _, n := range s.scanMode().StatementVariables(text) {
+		if _, ok := f.vars[n]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// mayChangeState reports whether a statement may change session state
+// that a result set's EOF cannot report: it calls a stored function or
+// procedure, runs an SQL-level prepared statement, or is of a kind
+// holdfast does not classify (compound statements among them).
+func mayChangeState(info *sqlscan.Info) bool {
+	if info == nil || info.Features&sqlscan.FeatFuncCall != 0 {
+		return true
+	}
+	switch info.Kind {
+	case sqlscan.KindCall, sqlscan.KindExecute, sqlscan.KindOther:
+		return true
+	}
+	return false
+}
+
+// flushTrackerSQL sets a variable to the value it has on every backend
+// connection (holdfast tracks state changes there), so that its OK packet
+// carries whatever the session tracker still holds.
+const flushTrackerSQL = "SET SESSION session_track_state_change = ON"
 
 // relayFailed handles an I/O error on either side during a statement.
 // held says whether the session held the backend before the statement (a

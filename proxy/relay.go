@@ -68,6 +68,7 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 			return rr, s.stream(bc, n)
 		case first[0] == hdrErr:
 			rr.sawErr(bc)
+			s.replyErr = true
 			return rr, s.stream(bc, n)
 		case first[0] == hdrOK && cmd != comFieldList:
 			more, err := s.relayOK(bc, n, &rr)
@@ -151,9 +152,13 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 		s.out = appendOK(s.out[:0], ok, lenencInfo)
 		p = s.out
 	}
+	more := ok.status&statusMoreResults != 0
+	if !more && s.moreAfter {
+		setOKStatus(p, ok.status|statusMoreResults)
+	}
 	rr.started = true
 	s.clientWrote(s.w.writePacket(p))
-	return ok.status&statusMoreResults != 0, nil
+	return more, nil
 }
 
 // relayResultSet relays a result set whose column-count packet has length
@@ -189,8 +194,11 @@ func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResu
 	if !isEOF(p[0], len(p)) {
 		return false, fmt.Errorf("%w: no EOF after column definitions", errMalformed)
 	}
+	_, st := eofStatus(p)
+	s.clientEOF(p, st)
 	s.clientWrote(s.w.writePacket(p))
-	if _, st := eofStatus(p); cmd == comStmtExecute && st&statusCursorExists != 0 {
+	rr.sc.noteEOF(st)
+	if cmd == comStmtExecute && st&statusCursorExists != 0 {
 		rr.status, rr.cursor = st, true
 		return false, nil
 	}
@@ -217,12 +225,15 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 				return false, err
 			}
 			_, rr.status = eofStatus(p)
+			rr.sc.noteEOF(rr.status)
+			s.clientEOF(p, rr.status)
 			s.clientWrote(s.w.writePacket(p))
 			return rr.status&statusMoreResults != 0, nil
 		case first[0] == hdrErr:
 			// After the columns, or after some rows: a statement killed
 			// or failing while it runs.
 			rr.sawErr(bc)
+			s.replyErr = true
 			return false, s.stream(bc, n)
 		}
 		if err := s.stream(bc, n); err != nil {
@@ -231,6 +242,23 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 		if n, err = bc.r.header(); err != nil {
 			return false, err
 		}
+	}
+}
+
+// clientEOF adjusts the status st of EOF packet payload p for the client:
+// MORE_RESULTS when more of its statement text follows (moreAfter), and no
+// SERVER_SESSION_STATE_CHANGED when only variables the client's session
+// tracking does not follow changed (hideChange).
+func (s *session) clientEOF(p []byte, st uint16) {
+	out := st
+	if s.moreAfter {
+		out |= statusMoreResults
+	}
+	if s.hideChange {
+		out &^= statusSessionChanged
+	}
+	if out != st && len(p) >= 5 {
+		binary.LittleEndian.PutUint16(p[3:], out)
 	}
 }
 

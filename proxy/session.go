@@ -57,6 +57,9 @@ type session struct {
 	holdNext     bool         // SET TRANSACTION: keep bc through the next statement
 	status       uint16       // status flags as the client last saw them
 	lastInsertID uint64
+	// lastGTID is the GTID of the client's last commit, as the backend
+	// reported it (last_gtid; empty on a server without binary logging).
+	lastGTID string
 
 	stmts    map[uint32]*clientStmt
 	cursors  map[uint32]bool // client statements with a cursor open on bc
@@ -117,6 +120,17 @@ type session struct {
 	// lingerOnClose: the client may still be sending when the session
 	// ends (see lingerClose). Session goroutine only.
 	lingerOnClose bool
+	// moreAfter: more results of the client's statement text follow the
+	// response being relayed (a multi-statement text split around a KILL),
+	// so its last OK or EOF carries MORE_RESULTS. replyErr: an ERR packet
+	// was written to the client since it was last cleared.
+	moreAfter bool
+	replyErr  bool
+	// hideChange: the response being relayed is a SET STATEMENT's whose
+	// variables the client's session tracking does not follow; its EOFs
+	// say no state changed, as MariaDB's would for this client (see
+	// hidesStatementChange).
+	hideChange bool
 
 	mu        sync.Mutex   // guards the fields below
 	execBC    *backendConn // backend connection running our statement now, nil if none
@@ -333,7 +347,7 @@ func (s *session) dispatch(p []byte) bool {
 			s.writeErr(errMalformedPacket("COM_PROCESS_KILL needs a 4-byte id"))
 			return true
 		}
-		return s.kill(uint64(binary.LittleEndian.Uint32(p[1:])), false)
+		return s.kill(uint64(binary.LittleEndian.Uint32(p[1:])), false, false)
 	default:
 		s.writeErr(errUnknownCommand(p[0]))
 	}
@@ -369,6 +383,7 @@ func (s *session) resetSession() {
 	s.cursors = nil
 	s.lastStmt = 0
 	s.lastInsertID = 0
+	s.lastGTID = ""
 	s.vars = nil
 	s.setKept(s.srv.keptBase.Load())
 	s.multiStmts = s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
@@ -439,12 +454,21 @@ func (s *session) writePacket(p []byte) {
 }
 
 func (s *session) writeErr(e *sqlError) {
+	s.replyErr = true
 	s.out = appendErr(s.out[:0], e)
 	s.writePacket(s.out)
 }
 
-func (s *session) writeOK(affected, insertID uint64) {
-	s.out = appendOK(s.out[:0], okPacket{affectedRows: affected, insertID: insertID, status: s.status &^ statusMoreResults}, s.sessionTrack())
+func (s *session) writeOK(affected, insertID uint64) { s.writeOKMore(affected, insertID, false) }
+
+// writeOKMore is writeOK for a result that more results of the same
+// statement text follow when more is set.
+func (s *session) writeOKMore(affected, insertID uint64, more bool) {
+	st := s.status &^ statusMoreResults
+	if more {
+		st |= statusMoreResults
+	}
+	s.out = appendOK(s.out[:0], okPacket{affectedRows: affected, insertID: insertID, status: st}, s.sessionTrack())
 	s.writePacket(s.out)
 }
 

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
@@ -18,11 +20,15 @@ import (
 
 // clientStmt is a statement as one client prepared it.
 type clientStmt struct {
-	id       uint32
-	query    string
-	sql      []byte // query, truncated, for holders and logs
-	db       string // database it was prepared in
-	key      string // stmtKey(db, query)
+	id    uint32
+	query string
+	sql   []byte // query, truncated, for holders and logs
+	db    string // database it was prepared in
+	// parse is the session state its text was parsed under (parseState):
+	// literals keep the character set and collation of the prepare, and
+	// sql_mode decides what its quotes and operators mean.
+	parse    []varChange
+	key      string // stmtKey(db, parse, query)
 	params   int
 	columns  int
 	types    []byte // 2 bytes per parameter, from the last execute that sent them
@@ -55,22 +61,52 @@ func fitsExecute(bc *backendConn, cs *clientStmt) bool {
 }
 
 // stmtKey is the backend cache key of a statement: table names resolve in
-// the database current when it is prepared.
-func stmtKey(db, query string) string { return db + "\x00" + query }
+// the database current when it is prepared, and its text is parsed under
+// the session state parse (parseState).
+func stmtKey(db string, parse []varChange, query string) string {
+	var b strings.Builder
+	b.WriteString(db)
+	for _, c := range parse {
+		b.WriteByte(0)
+		b.WriteString(c.value)
+	}
+	b.WriteByte(0)
+	b.WriteString(query)
+	return b.String()
+}
 
 // prepareOn returns the statement prepared on bc, preparing it if needed in
-// database db (switching there and back when bc is elsewhere). A backend
+// database db under the session state parse (switching there and back when
+// bc's differ: a statement prepared by a client keeps the meaning its text
+// had then, as on MariaDB, wherever holdfast prepares it again). A backend
 // ERR reply comes back as errPkt (a copy, to relay verbatim). The cache
 // keeps at most sc.size statements: it makes room first (statements no
 // client holds go first), and when the server is out of statements (1461,
 // max_prepared_stmt_count, shared with everyone) it gives back all it can
 // and tries once more.
-func (bc *backendConn) prepareOn(db, query, key string, sc stmtConfig) (bs *backendStmt, errPkt []byte, err error) {
+func (bc *backendConn) prepareOn(db string, parse []varChange, query, key string, sc stmtConfig) (bs *backendStmt, errPkt []byte, err error) {
 	if bc.stmts == nil {
 		bc.stmts = newStmtCache(sc.count)
 	}
 	if bs, ok := bc.stmts.lru.Get(key); ok {
 		return bs, nil, nil
+	}
+	if have := bc.vars; have != nil && !sameParseState(have, parse) {
+		there := have.with(parse)
+		if _, err := bc.queryLocked(restoreSQL(there, have)); err != nil {
+			var se *sqlError
+			if errors.As(err, &se) {
+				return nil, appendErr(nil, se), nil
+			}
+			return nil, nil, err
+		}
+		defer func() {
+			if err == nil {
+				if _, berr := bc.queryLocked(restoreSQL(have, there)); berr != nil {
+					err = berr // the connection's state is unknown: not reused
+				}
+			}
+		}()
 	}
 	if db != "" && bc.dbKnown && bc.db != db {
 		back := bc.db
@@ -206,7 +242,8 @@ func (s *session) stmtPrepare(p []byte) bool {
 	}
 	s.setExec(bc, nil)
 	unbound := bc.bound(s.srv.exchangeTimeout())
-	bs, errPkt, err := bc.prepareOn(s.db, query, stmtKey(s.db, query), s.srv.stmtConfig())
+	parse := parseState(s.vars)
+	bs, errPkt, err := bc.prepareOn(s.db, parse, query, stmtKey(s.db, parse, query), s.srv.stmtConfig())
 	unbound()
 	s.setExec(nil, nil)
 	if err != nil {
@@ -220,7 +257,8 @@ func (s *session) stmtPrepare(p []byte) bool {
 	s.nextStmt++
 	cs := &clientStmt{id: s.nextStmt, query: query, db: s.db, params: bs.params, columns: bs.columns, info: info}
 	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
-	cs.key = stmtKey(cs.db, cs.query)
+	cs.parse = parse
+	cs.key = stmtKey(cs.db, cs.parse, cs.query)
 	s.srv.stmtRefs.add(cs.key)
 	if tagged {
 		cs.tag = tag
@@ -346,7 +384,9 @@ func (s *session) stmtExecute(p []byte) bool {
 	start := s.stmtStart(tag, cs.sql)
 	s.setExec(bc, nil)
 	s.watch.arm()
+	s.hideChange = statementScoped(&cs.info) && s.hidesStatementChange(&cs.info, []byte(cs.query))
 	rr, errPkt, err := s.executeOn(bc, cs, flags, iter, nullMap, values)
+	s.hideChange = false
 	s.watch.disarm()
 	s.setExec(nil, nil)
 	s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
@@ -390,10 +430,10 @@ func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, n
 	var err error
 	if !fitsExecute(bc, cs) {
 		unbound := bc.bound(s.srv.exchangeTimeout())
-		bs, errPkt, err = bc.prepareOn(cs.db, cs.query, cs.key, s.srv.stmtConfig())
+		bs, errPkt, err = bc.prepareOn(cs.db, cs.parse, cs.query, cs.key, s.srv.stmtConfig())
 		unbound()
 	} else {
-		bs, errPkt, err = bc.prepareOn(cs.db, cs.query, cs.key, s.srv.stmtConfig())
+		bs, errPkt, err = bc.prepareOn(cs.db, cs.parse, cs.query, cs.key, s.srv.stmtConfig())
 	}
 	if err != nil || errPkt != nil {
 		return relayResult{}, errPkt, err

@@ -334,6 +334,21 @@ func appendOK(b []byte, ok okPacket, sessionTrack bool) []byte {
 	return b
 }
 
+// setOKStatus overwrites the status flags of OK packet payload p.
+func setOKStatus(p []byte, st uint16) {
+	pos := 1
+	for range 2 { // affected rows, insert id
+		_, n, _, ok := readLenEnc(p[pos:])
+		if !ok {
+			return
+		}
+		pos += n
+	}
+	if len(p) >= pos+2 {
+		binary.LittleEndian.PutUint16(p[pos:], st)
+	}
+}
+
 // isEOF reports whether a packet (first physical chunk of length n) is an
 // EOF packet: 0xfe with fewer than 9 payload bytes. Longer 0xfe packets are
 // rows starting with an 8-byte length-encoded string.

@@ -1,0 +1,512 @@
+package proxy
+
+// Session state in production's shape: a server with binary logging on,
+// and many clients sharing few backend connections. Each test compares
+// what a client sees through holdfast with what the same client sees
+// straight from MariaDB.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+)
+
+// On a server with binary logging on, every commit's OK reports last_gtid,
+// a read-only variable: it must never be set on a pooled connection (SET
+// last_gtid fails with 1238, which once failed every statement after the
+// first write).
+func TestBinlogWritesKeepThePool(t *testing.T) {
+	srv := dbtest.StartPrivate(t) // binary logging on, ROW format
+	root := srv.Open("")
+	defer root.Close()
+	mustExec(t, root, "CREATE DATABASE hf")
+	mustExec(t, root, "CREATE TABLE hf.t (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
+	if v := queryString(t, root, "SELECT @@log_bin"); v != "1" {
+		t.Fatalf("the private server has log_bin %s", v)
+	}
+	p := startProxy(t, func(c *config.Config) {
+		c.Backend.Address, c.Backend.User, c.Backend.Password, c.Backend.Database = srv.Addr, "root", "", "hf"
+		c.Pool.Max, c.Pool.MaxIdle = 2, 2
+	})
+	const clients, steps = 6, 10
+	var failures sync.Map
+	concurrently(t, clients, func(i int) error {
+		c, err := rawDial(p.addr, rawOpts{user: "app", pass: "app", db: "hf", caps: capSessionTrack})
+		if err != nil {
+			return err
+		}
+		defer c.nc.Close()
+		ins, err := c.prepare("INSERT INTO t (v) VALUES (?)")
+		if err != nil {
+			return err
+		}
+		for j := 0; j < steps; j++ {
+			for _, q := range []string{
+				fmt.Sprintf("INSERT INTO t (v) VALUES (%d)", i*100+j),
+				"SELECT COUNT(*) FROM t",
+				fmt.Sprintf("SET time_zone = '+0%d:00'", j%9),
+				"BEGIN", fmt.Sprintf("UPDATE t SET v = v + 1 WHERE v = %d", i*100+j), "COMMIT",
+				"SELECT @@time_zone",
+			} {
+				if _, err := c.query(q); err != nil {
+					failures.Store(fmt.Sprintf("client %d: %s", i, q), err.Error())
+				}
+			}
+			if _, err := c.execute(ins.id, 0, []rawParam{pInt(int64(j))}, true); err != nil {
+				failures.Store(fmt.Sprintf("client %d: execute INSERT", i), err.Error())
+			}
+		}
+		return nil
+	})
+	n := 0
+	failures.Range(func(k, v any) bool {
+		if n++; n <= 5 {
+			t.Errorf("%s: %s", k, v)
+		}
+		return true
+	})
+	if n > 0 {
+		t.Fatalf("%d statements failed after writes on a binlog-on server", n)
+	}
+	if got := queryString(t, root, "SELECT COUNT(*) FROM hf.t"); got != fmt.Sprint(clients*steps*2) {
+		t.Fatalf("%s rows, want %d", got, clients*steps*2)
+	}
+
+	// A client that tracks last_gtid is told its commit's GTID, as
+	// MariaDB tells it, and keeps its own after moving connections.
+	c := p.raw(t, rawOpts{db: "hf", caps: capSessionTrack})
+	c.mustQuery("SET SESSION session_track_system_variables = 'last_gtid'")
+	rs := c.mustQuery("INSERT INTO t (v) VALUES (-1)")
+	st, err := decodeState(rs[0].ok.state)
+	if err != nil || len(st) != 1 || st[0].name != "last_gtid" || !strings.HasPrefix(st[0].value, "0-1-") {
+		t.Fatalf("INSERT's session state %+v (%v), want last_gtid 0-1-<n>", st, err)
+	}
+	if want := queryString(t, root, "SELECT @@gtid_binlog_pos"); st[0].value != want {
+		t.Fatalf("last_gtid %s, server's binlog position %s", st[0].value, want)
+	}
+}
+
+// A client that changes one character-set variable alone, then moves to
+// another backend connection, reads exactly what MariaDB gives it: the
+// restore must not change the client's other character-set variables
+// (SET NAMES, which the results' collation needs, sets all three).
+func TestCharsetResultsAloneMoves(t *testing.T) {
+	for _, cs := range []string{"cp1251", "koi8r", "utf8mb3", "latin1"} {
+		for _, binary := range []bool{false, true} {
+			name := cs + "/text"
+			if binary {
+				name = cs + "/binary"
+			}
+			t.Run(name, func(t *testing.T) {
+				p := twoBackends(t)
+				read := func(c *rawConn) (string, uint16) {
+					var r rawResult
+					if binary {
+						st := c.mustPrepare("SELECT ? AS n, @@character_set_client AS c")
+						r = c.mustExecute(st, []rawParam{pStr("привет")}, true)
+					} else {
+						r = c.mustQuery("SELECT 'привет' AS n, @@character_set_client AS c")[0]
+					}
+					return r.cell(0, 0) + " / " + r.cell(0, 1), r.cols[0].charset
+				}
+				set := func(c *rawConn) {
+					if binary {
+						st := c.mustPrepare("SET character_set_results = ?")
+						c.mustExecute(st, []rawParam{pStr(cs)}, true)
+					} else {
+						c.mustQuery("SET character_set_results = '" + cs + "'")
+					}
+				}
+				d := p.rawDirect(t, rawOpts{})
+				set(d)
+				want, wantCS := read(d)
+
+				c := p.raw(t, rawOpts{})
+				tid := rawThread(c)
+				set(c)
+				done := stepTo(t, p, tid) // c's next statement runs on the other connection
+				defer done()
+				if got, gotCS := read(c); got != want || gotCS != wantCS {
+					t.Fatalf("after moving: %q (charset %d), MariaDB gives %q (charset %d)", got, gotCS, want, wantCS)
+				}
+			})
+		}
+	}
+}
+
+// Many clients share a pool of two, each setting random session variables
+// (by text and by prepared statement) and reading them back, beside a twin
+// connection straight to MariaDB that runs the same statements: each must
+// read exactly what its twin reads.
+func TestSessionVariablesStress(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 2, 2 })
+	type variable struct {
+		name   string
+		values []string
+	}
+	vars := []variable{
+		{"character_set_results", []string{"utf8mb4", "cp1251", "latin1", "koi8r", "NULL"}},
+		{"character_set_client", []string{"utf8mb4", "cp1251", "latin1", "utf8mb3"}},
+		{"character_set_connection", []string{"utf8mb4", "latin1", "cp1251"}},
+		{"collation_connection", []string{"utf8mb4_general_ci", "utf8mb4_bin", "latin1_swedish_ci", "cp1251_bin", "utf8mb4_unicode_ci"}},
+		{"time_zone", []string{"SYSTEM", "+00:00", "+05:30", "-03:00"}},
+		{"sql_mode", []string{"", "ANSI_QUOTES", "STRICT_TRANS_TABLES,NO_ZERO_DATE", "TRADITIONAL"}},
+		{"max_error_count", []string{"10", "64", "200"}},
+		{"div_precision_increment", []string{"2", "4", "9"}},
+		{"group_concat_max_len", []string{"1024", "4096", "100000"}},
+	}
+	var read strings.Builder
+	read.WriteString("SELECT ")
+	for i, v := range vars {
+		if i > 0 {
+			read.WriteString(", ")
+		}
+		fmt.Fprintf(&read, "IFNULL(@@%s, 'NULL')", v.name)
+	}
+	read.WriteString(", 'привет'")
+	const clients, rounds = 24, 40
+	var mu sync.Mutex
+	var wrong []string
+	reads := 0
+	concurrently(t, clients, func(i int) error {
+		r := rand.New(rand.NewPCG(uint64(i), 7))
+		var sides [2]*rawConn
+		for side, addr := range []string{p.cfg.Backend.Address, p.addr} {
+			o := rawOpts{user: "app", pass: "app", db: p.db}
+			if side == 0 {
+				o.user, o.pass = p.user, p.user
+			}
+			c, err := rawDial(addr, o)
+			if err != nil {
+				return err
+			}
+			defer c.nc.Close()
+			sides[side] = c
+		}
+		var stmts [2]map[string]uint32
+		for side := range stmts {
+			stmts[side] = map[string]uint32{}
+		}
+		run := func(side int, q string, param *rawParam, binary bool) ([]rawResult, error) {
+			c := sides[side]
+			if !binary {
+				return c.query(q)
+			}
+			id, ok := stmts[side][q]
+			if !ok {
+				st, err := c.prepare(q)
+				if err != nil {
+					return nil, err
+				}
+				id = st.id
+				stmts[side][q] = id
+			}
+			var params []rawParam
+			if param != nil {
+				params = []rawParam{*param}
+			}
+			return c.execute(id, 0, params, true)
+		}
+		for round := 0; round < rounds; round++ {
+			for k := 1 + r.IntN(2); k > 0; k-- {
+				v := vars[r.IntN(len(vars))]
+				val := v.values[r.IntN(len(v.values))]
+				binary := r.IntN(2) == 0
+				q := "SET " + v.name + " = "
+				var param *rawParam
+				n, numErr := strconv.ParseInt(val, 10, 64)
+				switch {
+				case val == "NULL":
+					q, binary = q+"NULL", false
+				case binary && numErr == nil:
+					pr := pInt(n)
+					q, param = q+"?", &pr
+				case binary:
+					pr := pStr(val)
+					q, param = q+"?", &pr
+				case numErr == nil:
+					q += val
+				default:
+					q += "'" + val + "'"
+				}
+				for side := range sides {
+					if _, err := run(side, q, param, binary); err != nil {
+						return fmt.Errorf("client %d side %d: %s (%s): %v", i, side, q, val, err)
+					}
+				}
+			}
+			binary := r.IntN(2) == 0
+			var got [2]string
+			for side := range sides {
+				rs, err := run(side, read.String(), nil, binary)
+				if err != nil {
+					return fmt.Errorf("client %d side %d: read back: %v", i, side, err)
+				}
+				var cells []string
+				for j := range rs[0].cols {
+					cells = append(cells, rs[0].cell(0, j))
+				}
+				got[side] = strings.Join(cells, "|")
+			}
+			mu.Lock()
+			reads++
+			if got[0] != got[1] {
+				wrong = append(wrong, fmt.Sprintf("client %d round %d (binary %v):\n  MariaDB:  %s\n  holdfast: %s", i, round, binary, got[0], got[1]))
+			}
+			mu.Unlock()
+		}
+		return nil
+	})
+	for i, w := range wrong {
+		if i == 5 {
+			break
+		}
+		t.Error(w)
+	}
+	if len(wrong) > 0 {
+		t.Fatalf("%d of %d reads differ from MariaDB's", len(wrong), reads)
+	}
+	t.Logf("%d reads by %d clients on a pool of 2: each read exactly what MariaDB gave its twin", reads, clients)
+}
+
+// A stored function called in a SELECT can change the session's variables;
+// the result set's EOF says so (SERVER_SESSION_STATE_CHANGED) but carries
+// no tracker data. The caller keeps the change, as with MariaDB, and no
+// other client of that backend connection sees it: not after the SELECT,
+// and not queued behind it on a pipelined connection.
+func TestStoredFunctionChangesStateInSelect(t *testing.T) {
+	setup := func(t *testing.T, p *testProxy) {
+		mustExec(t, p.direct(t), "CREATE FUNCTION set_tz() RETURNS INT DETERMINISTIC BEGIN SET @@session.time_zone = '+05:00'; RETURN 1; END")
+	}
+	t.Run("borrowed", func(t *testing.T) {
+		p := twoBackends(t)
+		setup(t, p)
+		d := p.rawDirect(t, rawOpts{})
+		d.mustQuery("SELECT set_tz()")
+		want := d.value("SELECT @@time_zone")
+
+		c := p.raw(t, rawOpts{})
+		c.mustQuery("SELECT set_tz()")
+		// The pool lends the connection returned last first: had the
+		// caller given its connection back, b would get it.
+		b := p.conn(t)
+		if got := queryString(t, b, "SELECT @@time_zone"); got != "SYSTEM" {
+			t.Fatalf("another client sees time_zone %s after a stored function set it for the caller", got)
+		}
+		if got := c.value("SELECT @@time_zone"); got != want {
+			t.Fatalf("the caller has time_zone %s, MariaDB gives %s", got, want)
+		}
+		if pins := p.srv.Stats().Pins; pins["session_state"] != 1 {
+			t.Fatalf("pins %v, want the caller pinned (session_state)", pins)
+		}
+	})
+	t.Run("pipelined", func(t *testing.T) {
+		p := startProxy(t, func(c *config.Config) {
+			c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
+			c.Pool.PipelineDepth = 8
+		})
+		setup(t, p)
+		queryString(t, p.open(t), "SELECT 1")
+		p.srv.slowHead.Store(int64(time.Hour)) // let statements queue behind the slow head
+		head := p.conn(t)
+		others := make([]*rawConn, 4)
+		for i := range others {
+			others[i] = p.raw(t, rawOpts{})
+		}
+		caller := p.raw(t, rawOpts{})
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // the pipe's head: holds the one connection a while
+			defer wg.Done()
+			_, _ = head.ExecContext(ctx, "SELECT SLEEP(0.5)")
+		}()
+		time.Sleep(100 * time.Millisecond)
+		callerDone := make(chan error, 1)
+		go func() {
+			_, err := caller.query("SELECT set_tz()")
+			callerDone <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		got := make([]string, len(others))
+		errs := make([]error, len(others))
+		for i, o := range others {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rs, err := o.query("SELECT @@time_zone")
+				if err == nil {
+					got[i] = rs[0].cell(0, 0)
+				}
+				errs[i] = err
+			}()
+		}
+		if err := <-callerDone; err != nil {
+			t.Fatal(err)
+		}
+		if tz := caller.value("SELECT @@time_zone"); tz != "+05:00" {
+			t.Errorf("the caller has time_zone %s, want +05:00", tz)
+		}
+		caller.nc.Close() // it keeps (pins) the one connection while connected
+		wg.Wait()
+		for i := range others {
+			if errs[i] != nil || got[i] != "SYSTEM" {
+				t.Errorf("client %d queued behind the function's caller: time_zone %q (%v), want SYSTEM", i, got[i], errs[i])
+			}
+		}
+	})
+	t.Run("set_statement", func(t *testing.T) {
+		// SET STATEMENT's variables are back when its SELECT ends: no pin,
+		// and no report of them reaches the next client's OK.
+		p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1 })
+		c := p.raw(t, rawOpts{})
+		c.mustQuery("SET STATEMENT sort_buffer_size = 100000 FOR SELECT 1")
+		if pins := p.srv.Stats().Pins; len(pins) != 0 {
+			t.Fatalf("SET STATEMENT ... FOR SELECT pinned: %v", pins)
+		}
+		o := p.raw(t, rawOpts{caps: capSessionTrack})
+		o.mustQuery("SET SESSION session_track_system_variables = '*'")
+		rs := o.mustQuery("SET time_zone = '+01:00'")
+		st, _ := decodeState(rs[0].ok.state)
+		for _, e := range st {
+			if e.name == "sort_buffer_size" {
+				t.Fatalf("another client was told of SET STATEMENT's variable: %+v", st)
+			}
+		}
+	})
+}
+
+// KILL among other statements of a multi-statement text runs in its place,
+// translated, as MariaDB runs it: the statements before and after it run
+// with MORE_RESULTS, an error ends the text, and KILL QUERY of one's own
+// connection answers 1317 and ends it.
+func TestKillInMultiStatement(t *testing.T) {
+	p := startProxy(t)
+	opts := rawOpts{caps: capMultiStatements}
+	type outcome struct {
+		statuses []uint16
+		err      string
+	}
+	run := func(c *rawConn, q string) outcome {
+		rs, err := c.query(q)
+		o := outcome{statuses: statuses(rs)}
+		if err != nil {
+			o.err = err.Error()
+		}
+		return o
+	}
+	d, c := p.rawDirect(t, opts), p.raw(t, opts)
+	dv, cv := p.rawDirect(t, rawOpts{}), p.raw(t, rawOpts{user: "app", pass: "app"})
+	ids := [2]string{d.value("SELECT CONNECTION_ID()"), c.value("SELECT CONNECTION_ID()")}
+	victims := [2]string{dv.value("SELECT CONNECTION_ID()"), cv.value("SELECT CONNECTION_ID()")}
+	for _, q := range []string{
+		"SELECT 1; KILL QUERY {self}; SELECT 2",
+		"KILL QUERY {self}; SELECT 1",
+		"KILL 4000000000; SELECT 1",
+		"SELECT 1; KILL QUERY 4000000000",
+		"DO 1; KILL QUERY {victim}; SELECT 2",
+		"SELECT 1; KILL {victim}; SELECT 2; DO 3",
+	} {
+		var got [2]outcome
+		for side, cc := range []*rawConn{d, c} {
+			got[side] = run(cc, strings.NewReplacer("{self}", ids[side], "{victim}", victims[side]).Replace(q))
+		}
+		if fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
+			t.Errorf("%s:\n  MariaDB:  %+v\n  holdfast: %+v", q, got[0], got[1])
+		}
+	}
+	// The victim of KILL [CONNECTION] is gone on both sides.
+	for side, v := range []*rawConn{dv, cv} {
+		if _, err := v.query("SELECT 1"); err == nil {
+			t.Errorf("%s: the killed connection still answers", sideNames[side])
+		}
+	}
+	// Forms holdfast cannot translate are refused before anything runs.
+	for _, q := range []string{"DO 1; KILL (SELECT 1); SELECT 2", "BEGIN NOT ATOMIC KILL QUERY 4000000000; END"} {
+		if o := run(c, q); !strings.Contains(o.err, "1235") || len(o.statuses) != 0 {
+			t.Errorf("%s: %+v, want a 1235 refusal alone", q, o)
+		}
+	}
+}
+
+// Setting a variable holdfast keeps for the client (wait_timeout, the
+// session_track_* settings) is explained by the tracker's report or by
+// holdfast's read-back: it does not pin the session.
+func TestKeptVariablesDoNotPin(t *testing.T) {
+	p := twoBackends(t)
+	c := p.raw(t, rawOpts{caps: capSessionTrack})
+	for _, q := range []string{"SET wait_timeout = 100", "SET interactive_timeout = 50",
+		"SET session_track_system_variables = 'time_zone'", "SET session_track_state_change = ON"} {
+		c.mustQuery(q)
+		if pins := p.srv.Stats().Pins; len(pins) != 0 {
+			t.Fatalf("%s pinned the session: %v", q, pins)
+		}
+	}
+	tid := rawThread(c)
+	done := stepTo(t, p, tid)
+	defer done()
+	if got := c.value("SELECT CONCAT(@@wait_timeout, '/', @@interactive_timeout, '/', @@session_track_system_variables)"); got != "100/50/time_zone" {
+		t.Fatalf("after moving: %s, want 100/50/time_zone", got)
+	}
+}
+
+// A prepared statement keeps the meaning its text had when the client
+// prepared it (sql_mode, the character set of its literals), as on
+// MariaDB: holdfast's backend statements are shared by clients only when
+// they were parsed alike, and one prepared again on another connection is
+// parsed as the client's was.
+func TestPreparedStatementKeepsItsParse(t *testing.T) {
+	p := twoBackends(t)
+	mustExec(t, p.direct(t), "CREATE TABLE pq (a VARCHAR(10))")
+	mustExec(t, p.direct(t), "INSERT INTO pq VALUES ('column')")
+	const text = `SELECT "a", 'é' FROM pq`
+	type step struct {
+		before, after string // run before the prepare, and between it and the execute
+		move          bool   // execute on another backend connection
+	}
+	for _, st := range []step{
+		{before: "SET sql_mode = 'ANSI_QUOTES'"},
+		{before: "SET sql_mode = DEFAULT"},
+		{before: "SET NAMES latin1"},
+		{before: "SET NAMES utf8mb4"},
+		{before: "SET sql_mode = DEFAULT", after: "SET sql_mode = 'ANSI_QUOTES'", move: true},
+		{before: "SET sql_mode = 'ANSI_QUOTES'", after: "SET sql_mode = DEFAULT", move: true},
+		{before: "SET NAMES latin1", after: "SET NAMES utf8mb4", move: true},
+	} {
+		var got [2]string
+		for side := range got {
+			var c *rawConn
+			if side == sideDirect {
+				c = p.rawDirect(t, rawOpts{})
+			} else {
+				c = p.raw(t, rawOpts{})
+			}
+			c.mustQuery(st.before)
+			s := c.mustPrepare(text)
+			if st.after != "" {
+				c.mustQuery(st.after)
+			}
+			var done func()
+			if side == sideHoldfast && st.move {
+				done = stepTo(t, p, rawThread(c))
+			}
+			r := c.mustExecute(s, nil, true)
+			got[side] = r.cell(0, 0) + " " + fmt.Sprintf("%x", r.cell(0, 1))
+			if done != nil {
+				done()
+			}
+			c.nc.Close()
+		}
+		if got[0] != got[1] {
+			t.Errorf("%+v: holdfast %q, MariaDB %q", st, got[1], got[0])
+		}
+	}
+}
