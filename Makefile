@@ -11,10 +11,12 @@ FUZZTIME  ?= 60s
 run:
 	scripts/run-local.sh
 
-## test: every test, against a real MariaDB it starts when absent
+## test: every test, against a private MariaDB with binary logging on that it starts
+## for the run and stops after it (scripts/test-mariadb.sh)
 test:
-	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \
-	  echo "test: MariaDB at $$addr" && \
+	@scripts/tools-up.sh && addr=$$(scripts/test-mariadb.sh up) && \
+	  trap 'scripts/test-mariadb.sh down' EXIT && \
+	  echo "test: MariaDB (binary logging on) at $$addr" && \
 	  HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test $(TEST_FLAGS) ./...
 
 ## build: every command into bin/ (holdfast, holdfastctl, the bench drivers)

@@ -27,8 +27,9 @@ type Private struct {
 }
 
 // StartPrivate initialises a data directory under the test's temporary
-// directory and starts mariadbd on a free port with args added to its
-// command line (e.g. "--max-prepared-stmt-count=300"). It is stopped at
+// directory and starts mariadbd on a free port, with binary logging on
+// (ROW format, server id 1) and args added to its command line (e.g.
+// "--max-prepared-stmt-count=300"). It is stopped at
 // cleanup. It needs the mariadb-server package (installed by `make test`).
 func StartPrivate(t testing.TB, args ...string) *Private {
 	t.Helper()
@@ -94,8 +95,12 @@ func (p *Private) Restart() error {
 	args := []string{"--no-defaults", "--datadir=" + filepath.Join(p.dir, "data"), "--port=" + port,
 		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(p.dir, "mysqld.sock"),
 		"--pid-file=" + filepath.Join(p.dir, "mysqld.pid"), "--log-error=" + filepath.Join(p.dir, "error.log"),
-		"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M", "--max-connections=1000", "--skip-log-bin",
+		"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M", "--max-connections=1000",
 		"--innodb-fast-shutdown=2"}
+	// Shaped like a production primary: binary logging on, ROW format,
+	// GTIDs (MariaDB reports last_gtid on every commit). --skip-log-bin
+	// among p.args turns it off again.
+	args = append(args, "--log-bin="+filepath.Join(p.dir, "data", "binlog"), "--binlog-format=ROW", "--server-id=1")
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}
