@@ -1,5 +1,5 @@
 // Package attribution attributes backend connection time to the business flow
-// that spends it. It owns tag parsing (AppendTag), the bounded set of tag names
+// that spends it. It owns tag parsing (AppendCommentTag), the bounded set of tag names
 // (Names), and the per-tag hold, wait and query-time accounting and Prometheus
 // collectors built on them. It is pure: no I/O, no network, no SQL execution,
 // no knowledge of the wire protocol or of the pool. It must not import proxy,
@@ -32,27 +32,23 @@
 // The first conn_tag key in the statement decides, even if its value turns
 // out empty. A statement with no conn_tag key has no tag (Untagged).
 //
-// The lexer follows MySQL's defaults: '...' and "..." are strings, in which a
-// doubled quote or a backslash escapes the next byte; `...` is a quoted
-// identifier with doubled backticks only; /* */ comments do not nest; "--"
-// starts a comment only when followed by whitespace, a control byte or the
-// end of input. Text inside strings and identifiers, and outside comments, is
-// never a tag: SELECT '/* conn_tag:x */' has none. Executable comments,
-// /*! ... */ and MariaDB's /*M! ... */, are never tags: as the server does,
-// holdfast lexes their text as SQL (a "*/" inside a string in one does not
-// end it), and comments nested in them are not tags either. Optimizer hints,
-// /*+ ... */, are read like any other comment. An unterminated comment or
-// executable comment is not a tag, and nothing after its start is read.
-// Under NO_BACKSLASH_ESCAPES or ANSI_QUOTES a backslash or a double quote can
-// make holdfast lex a string differently from the server; the only effect is
-// on which tag the statement is counted under.
+// Which comments a statement has is the lexer's to say (holdfast's
+// proxy/sqlscan, in the one pass that classifies the statement, under the
+// session's sql_mode): text inside strings and identifiers, and outside
+// comments, is never a tag, so SELECT '/* conn_tag:x */' has none, also
+// under NO_BACKSLASH_ESCAPES and ANSI_QUOTES. Executable comments, /*! ...
+// */ and MariaDB's /*M! ... */, are never tags (their text is SQL), nor are
+// comments nested in them. Optimizer hints, /*+ ... */, are read like any
+// other comment. An unterminated comment is not a tag. AppendCommentTag
+// reads one comment's text; the statement's first comment holding a
+// conn_tag key decides.
 //
 // # Sanitization
 //
 // After decoding, in this order:
 //
 //  1. Surrounding whitespace (space, \t, \n, \v, \f, \r) is trimmed. A value
-//     that is empty after trimming is no tag: AppendTag returns false.
+//     that is empty after trimming is no tag: AppendCommentTag's ok is false.
 //  2. A value beginning with "holdfast:" is reserved for holdfast's own work
 //     (holdfast:reserve, holdfast:refill, ...); a client's is counted as if it
 //     began with "holdfast_" instead, so clients cannot pose as holdfast.

@@ -53,7 +53,7 @@ func NewNames(max int) *Names {
 // name is admitted while fewer than max are;
 // past the bound it returns (Other, true). A b that is not a sanitized tag
 // (empty, longer than MaxTagLen, or holding a byte outside [A-Za-z0-9_.:-],
-// which AppendTag never returns) is never admitted: it also returns
+// which AppendCommentTag never returns) is never admitted: it also returns
 // (Other, true).
 func (n *Names) Intern(b []byte) (name string, folded bool) {
 	s, folded := n.intern(b)
@@ -141,7 +141,7 @@ func (n *Names) Len() int {
 	return n.lenLocked()
 }
 
-// isTag reports whether b is a name AppendTag could return.
+// isTag reports whether b is a name AppendCommentTag could return.
 func isTag(b []byte) bool {
 	if len(b) == 0 || len(b) > MaxTagLen {
 		return false

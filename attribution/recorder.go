@@ -93,7 +93,7 @@ func NewRecorder(o Options) *Recorder {
 	return r
 }
 
-// Tag returns the accounting handle for name: a tag returned by AppendTag or
+// Tag returns the accounting handle for name: a tag returned by AppendCommentTag or
 // AppendSanitized, one of holdfast's own names such as "holdfast:reserve",
 // Untagged or Other. A name seen before gets the same *Tag back, without
 // allocating and, once it is in the lookup snapshot, without a lock. A new

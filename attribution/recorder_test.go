@@ -418,7 +418,7 @@ func benchRecorder() (*Recorder, [][]byte) {
 }
 
 // BenchmarkStatementPath is the proxy's per-statement cost: look the tag up
-// by the bytes AppendTag returned, then record the statement.
+// by the bytes AppendCommentTag returned, then record the statement.
 func BenchmarkStatementPath(b *testing.B) {
 	r, names := benchRecorder()
 	b.Run("one-tag", func(b *testing.B) {

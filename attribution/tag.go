@@ -26,7 +26,6 @@ const (
 var (
 	tagKeyBytes         = []byte(tagKey)
 	reservedPrefixBytes = []byte(reservedPrefix)
-	commentEnd          = []byte("*/")
 )
 
 // tagByte reports the bytes a sanitized tag may contain: [A-Za-z0-9_.:-].
@@ -44,156 +43,32 @@ var tagByte = func() (t [256]bool) {
 	return t
 }()
 
-// lexSpecial marks the bytes that may change the lexer's state outside
-// strings and comments ('*' only inside an executable comment).
-var lexSpecial = func() (t [256]bool) {
-	for _, c := range []byte("'\"`#-/*") {
-		t[c] = true
-	}
-	return t
-}()
-
-// AppendTag finds the conn_tag in sql, decodes and sanitizes it, appends it to
-// dst and returns (dst, true). When sql has no tag it returns (dst, false).
+// AppendCommentTag reads the body of one comment (the text between /* and
+// */, or after # or -- to the end of its line) as words and key:value,
+// key=value or key='quoted value' pairs. When it holds a conn_tag pair,
+// decided is true: the first such pair's value is decoded, sanitized and
+// appended to dst, and ok says whether anything was left of it (an empty
+// value, or a quoted one left unterminated, is no tag). When it holds none,
+// decided is false and dst comes back as it was: the statement's next
+// comment may carry the tag. Finding a statement's comments (outside
+// literals, executable comments excluded, under the session's sql_mode) is
+// the lexer's work; the first comment that decides is the tag.
 //
-// It never modifies sql, never panics and runs in O(len(sql)). It allocates
-// nothing on a statement without a tag, and nothing on a tagged one when dst
-// has MaxTagLen bytes of spare capacity. If several comments carry conn_tag,
-// the first one decides. The accepted forms and the sanitization rules are in
-// the package comment. Safe for concurrent use.
-func AppendTag(dst, sql []byte) ([]byte, bool) {
-	// Fast path: most statements do not mention the key at all.
-	next := bytes.Index(sql, tagKeyBytes)
-	if next < 0 {
-		return dst, false
+// It never modifies body, never panics and runs in O(len(body)); it
+// allocates nothing when dst has MaxTagLen bytes of spare capacity. Safe
+// for concurrent use.
+func AppendCommentTag(dst, body []byte) (out []byte, ok, decided bool) {
+	if !bytes.Contains(body, tagKeyBytes) {
+		return dst, false, false
 	}
-	// next is the first occurrence of tagKey at or after i, or it is
-	// recomputed once the lexer has passed it. Comments that cannot contain
-	// it are skipped unread, and lexing stops after the last occurrence.
-	//
-	// inExec is set inside an executable comment, whose text the server
-	// lexes as SQL: strings and comments in it are skipped like any others,
-	// its comments are not tags, and the first "*/" outside them ends it.
-	inExec := false
-	for i := 0; i < len(sql); {
-		for i < len(sql) && !lexSpecial[sql[i]] {
-			i++
-		}
-		if i == len(sql) {
-			break
-		}
-		if next < i {
-			j := bytes.Index(sql[i:], tagKeyBytes)
-			if j < 0 {
-				return dst, false
-			}
-			next = i + j
-		}
-		var body []byte // comment text, nil outside a comment
-		bodyStart := 0
-		switch sql[i] {
-		case '\'', '"':
-			i = skipQuoted(sql, i+1, sql[i], true)
-			continue
-		case '`':
-			i = skipQuoted(sql, i+1, '`', false)
-			continue
-		case '*':
-			if inExec && i+1 < len(sql) && sql[i+1] == '/' {
-				inExec = false
-				i += 2
-			} else {
-				i++
-			}
-			continue
-		case '#':
-			bodyStart = i + 1
-			body, i = lineComment(sql, bodyStart)
-		case '-':
-			// "--" starts a comment only when followed by whitespace, a
-			// control byte or the end of input, as in MySQL.
-			if i+1 >= len(sql) || sql[i+1] != '-' || (i+2 < len(sql) && sql[i+2] > ' ' && sql[i+2] != 0x7f) {
-				i++
-				continue
-			}
-			bodyStart = i + 2
-			body, i = lineComment(sql, bodyStart)
-		case '/':
-			if i+1 >= len(sql) || sql[i+1] != '*' {
-				i++
-				continue
-			}
-			bodyStart = i + 2
-			if n := execOpener(sql[bodyStart:]); n > 0 {
-				inExec = true
-				i = bodyStart + n
-				continue
-			}
-			end := bytes.Index(sql[bodyStart:], commentEnd)
-			if end < 0 {
-				// An unterminated comment runs to the end of input and is
-				// not a tag.
-				return dst, false
-			}
-			body = sql[bodyStart : bodyStart+end]
-			i = bodyStart + end + 2
-		}
-		if inExec || next+len(tagKey) > bodyStart+len(body) {
-			continue // not a tag, or no occurrence of the key in this comment
-		}
-		switch v, quoted, st := findTag(body); st {
-		case tagFound:
-			return appendValue(dst, v, quoted)
-		case tagBad:
-			return dst, false
-		}
+	switch v, quoted, st := findTag(body); st {
+	case tagFound:
+		out, ok = appendValue(dst, v, quoted)
+		return out, ok, true
+	case tagBad:
+		return dst, false, true
 	}
-	return dst, false
-}
-
-// skipQuoted returns the index just past the string or quoted identifier that
-// starts at i (just past its opening quote q), or len(sql) when it is
-// unterminated. A doubled quote stands for itself; when backslash is set, so
-// does any byte after a backslash.
-func skipQuoted(sql []byte, i int, q byte, backslash bool) int {
-	for i < len(sql) {
-		switch c := sql[i]; {
-		case c == q:
-			if i+1 < len(sql) && sql[i+1] == q {
-				i += 2
-				continue
-			}
-			return i + 1
-		case c == '\\' && backslash:
-			i += 2
-		default:
-			i++
-		}
-	}
-	return len(sql)
-}
-
-// lineComment returns the text of the line comment whose body starts at i,
-// and the index just past it.
-func lineComment(sql []byte, i int) (body []byte, next int) {
-	end := bytes.IndexByte(sql[i:], '\n')
-	if end < 0 {
-		return sql[i:], len(sql)
-	}
-	return sql[i : i+end], i + end + 1
-}
-
-// execOpener returns the length of the marker that makes a block comment
-// starting just before rest executable: "!" (MySQL, /*! ... */) or "M!"
-// (MariaDB, /*M! ... */). It returns 0 for an ordinary comment.
-func execOpener(rest []byte) int {
-	switch {
-	case len(rest) > 0 && rest[0] == '!':
-		return 1
-	case len(rest) > 1 && rest[0] == 'M' && rest[1] == '!':
-		return 2
-	}
-	return 0
+	return dst, false, false
 }
 
 type tagStatus uint8

@@ -16,29 +16,6 @@ import (
 // a driver sends) decides its tag before a connection is borrowed, and hold
 // time starts when work does.
 
-func isPlainBegin(digest []byte) bool {
-	switch string(trimSemicolon(digest)) {
-	case "BEGIN", "BEGIN WORK", "START TRANSACTION":
-		return true
-	}
-	return false
-}
-
-func isPlainEnd(digest []byte) bool {
-	switch string(trimSemicolon(digest)) {
-	case "COMMIT", "COMMIT WORK", "ROLLBACK", "ROLLBACK WORK":
-		return true
-	}
-	return false
-}
-
-func trimSemicolon(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == ';' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
 // deferTransaction answers a BEGIN / COMMIT / ROLLBACK (typed, or a
 // prepared statement's text) locally when no backend work is involved; it
 // reports whether it did. A deferred BEGIN is kept as the COM_QUERY to send.
@@ -48,8 +25,7 @@ func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribut
 	}
 	switch {
 	case info.Kind == sqlscan.KindBegin && s.status&statusInTrans == 0:
-		s.digest = sqlscan.AppendDigest(s.digest[:0], sql, 64)
-		if !isPlainBegin(s.digest) {
+		if !info.Plain {
 			return false
 		}
 		s.pendingBegin = append(append(s.pendingBegin[:0], comQuery), sql...)
@@ -60,8 +36,7 @@ func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribut
 		s.writeOK(0, 0)
 		return true
 	case (info.Kind == sqlscan.KindCommit || info.Kind == sqlscan.KindRollback) && s.pendingBegin != nil:
-		s.digest = sqlscan.AppendDigest(s.digest[:0], sql, 64)
-		if !isPlainEnd(s.digest) {
+		if !info.Plain {
 			return false
 		}
 		s.pendingBegin = nil

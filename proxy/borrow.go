@@ -34,20 +34,6 @@ type hold struct {
 // maxStmtCopy bounds the statement text kept for holders and logs.
 const maxStmtCopy = 512
 
-// statementTag resolves the tag a statement runs under: its own, else its
-// transaction's, else the connection's. tagged reports an explicit tag.
-func (s *session) statementTag(sql []byte) (tag *attribution.Tag, tagged bool) {
-	if !s.srv.attr {
-		return s.connTag, false
-	}
-	b, ok := attribution.AppendTag(s.tagBuf[:0], sql)
-	s.tagBuf = b[:0]
-	if ok {
-		return s.srv.rec.Tag(b), true
-	}
-	return s.defaultTag(), false
-}
-
 // defaultTag is the tag of a statement without its own.
 func (s *session) defaultTag() *attribution.Tag {
 	if s.txnTag != nil {

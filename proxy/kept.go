@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 	"strconv"
@@ -229,37 +228,6 @@ func keptSQL(want, have map[string]string, names []string) string {
 		writeSetValue(&sb, n, w)
 	}
 	return sb.String()
-}
-
-// readsKept reports whether a statement may read a kept variable: it names
-// one (@@wait_timeout, information_schema.SESSION_VARIABLES with its name)
-// or lists variables (SHOW VARIABLES). Cheap for statements that do not.
-func readsKept(sql []byte) bool {
-	if bytes.IndexByte(sql, '@') < 0 && !containsFold(sql, "variables") {
-		return false
-	}
-	return containsFold(sql, "_timeout") || containsFold(sql, "session_track") || containsFold(sql, "variables")
-}
-
-// containsFold reports whether s contains the lower-case ASCII text w in
-// any letter case.
-func containsFold(s []byte, w string) bool {
-	for i := 0; i+len(w) <= len(s); i++ {
-		j := 0
-		for ; j < len(w) && lowerASCII(s[i+j]) == w[j]; j++ {
-		}
-		if j == len(w) {
-			return true
-		}
-	}
-	return false
-}
-
-func lowerASCII(c byte) byte {
-	if c >= 'A' && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
 }
 
 // setKept installs the client's kept variables and the idle limit they

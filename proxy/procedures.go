@@ -30,18 +30,20 @@ const (
 	codeParseError = 1064
 )
 
-// isHoldfastCall reports whether a CALL statement names the holdfast
-// schema, judged from its digest so that comments and quoting do not matter.
-func (s *session) isHoldfastCall(sql []byte) bool {
-	s.digest = sqlscan.AppendDigest(s.digest[:0], sql, 64)
-	d := bytes.ToLower(s.digest)
-	return bytes.HasPrefix(d, []byte("call holdfast.")) || bytes.HasPrefix(d, []byte("call `holdfast`."))
+// isHoldfastCall reports whether a CALL statement, as the lexing pass saw
+// it, names a routine of the holdfast schema (in any letter case, quoted
+// or not).
+func isHoldfastCall(sql []byte, info *sqlscan.Info) bool {
+	sch := info.CallSchema
+	return info.Kind == sqlscan.KindCall && bytes.EqualFold(sql[sch.Start:sch.End], holdfastSchema)
 }
+
+var holdfastSchema = []byte("holdfast")
 
 // maybeProcedure answers a text-protocol CALL holdfast.*; it reports
 // whether the statement was one.
-func (s *session) maybeProcedure(sql []byte) bool {
-	if !s.isHoldfastCall(sql) {
+func (s *session) maybeProcedure(sql []byte, info *sqlscan.Info) bool {
+	if !isHoldfastCall(sql, info) {
 		return false
 	}
 	call, err := s.scanMode().ParseCall(sql)
@@ -189,8 +191,8 @@ func columnType(rows [][]any, i int) byte {
 
 // prepareProcedure answers COM_STMT_PREPARE of a CALL holdfast.* locally;
 // it reports whether the statement was one.
-func (s *session) prepareProcedure(p []byte) bool {
-	if s.srv.procs == nil || !s.isHoldfastCall(p[1:]) {
+func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
+	if s.srv.procs == nil || !isHoldfastCall(p[1:], info) {
 		return false
 	}
 	call, err := s.scanMode().ParseCall(p[1:])

@@ -21,7 +21,7 @@ var initDBInfo = sqlscan.Info{Kind: sqlscan.KindUse, Statements: 1}
 func (s *session) comQuery(p []byte) bool {
 	sql := p[1:]
 	info := s.scanMode().Scan(sql)
-	tag, tagged := s.statementTag(sql)
+	tag, tagged := s.statementTag(sql, &info)
 	s.noteTag(tag, tagged)
 	switch {
 	case s.deferTransaction(sql, &info, tag, tagged):
@@ -35,7 +35,7 @@ func (s *session) comQuery(p []byte) bool {
 		// The id clients KILL by is holdfast's, not a backend thread's.
 		s.writeSingleValue(connectionIDCol(info.ConnectionIDColumn), uint64(s.id), false)
 		return true
-	case info.Kind == sqlscan.KindCall && s.srv.procs != nil && s.maybeProcedure(sql):
+	case info.Kind == sqlscan.KindCall && s.srv.procs != nil && s.maybeProcedure(sql, &info):
 		return true
 	case info.Features&sqlscan.FeatConnectionID != 0:
 		if q, ok := s.scanMode().AppendConnectionID(append(s.rewrite[:0], comQuery), sql, uint64(s.id)); ok {
@@ -43,7 +43,7 @@ func (s *session) comQuery(p []byte) bool {
 			p, sql = q, q[1:]
 		}
 	}
-	if s.pipelinable(&info, len(p)) && !readsKept(sql) {
+	if s.pipelinable(&info, len(p)) && info.Vars == 0 {
 		if handled, keep := s.runPipelined(func(*backendConn) []byte { return p }, tag, nil, sql); handled {
 			return keep
 		}
@@ -76,7 +76,7 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	}
 	held := s.keepsBackend()
 	var after string // holdfast's kept values to put back after the statement
-	if cmd == comQuery && (plainSelect(info) || info.Kind == sqlscan.KindShow) && readsKept(p[1:]) {
+	if cmd == comQuery && (plainSelect(info) || info.Kind == sqlscan.KindShow) && info.Vars != 0 {
 		var err error
 		unbound := bc.bound(s.srv.exchangeTimeout())
 		after, err = s.putKept(bc)
@@ -100,7 +100,7 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 		_, err = bc.queryLocked(after)
 		unbound()
 	}
-	if err == nil && cmd == comQuery && info.Features&sqlscan.FeatSetSession != 0 && readsKept(p[1:]) {
+	if err == nil && cmd == comQuery && info.Features&sqlscan.FeatSetSession != 0 && info.Vars != 0 {
 		// The session tracker does not report every kept variable (not
 		// session_track_system_variables itself): read them back.
 		rr.sc.vars, rr.sc.kept = dropKept(rr.sc.vars), true

@@ -76,7 +76,6 @@ type session struct {
 	closeAfter    bool // close the connection once the reply is out (see beginLost)
 	h             hold
 	tagBuf        []byte
-	digest        []byte
 	lastSQL       []byte // the last statement, truncated (for holders and logs)
 	pipeBuf       []byte // a pipelined COM_STMT_EXECUTE
 	// turn signals the session's pipelined statement that its response is

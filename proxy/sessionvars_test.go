@@ -510,3 +510,36 @@ func TestPreparedStatementKeepsItsParse(t *testing.T) {
 		}
 	}
 }
+
+// A statement is counted under the tag its own comment carries, lexed as
+// the server lexes it under the session's sql_mode: a comment inside a
+// string literal is no tag (and a drain of that tag would not stop it).
+func TestTagUnderSessionSQLMode(t *testing.T) {
+	p := startProxy(t)
+	// Under ANSI_QUOTES "..." names a column.
+	mustExec(t, p.direct(t), "CREATE TABLE ansi (`x\\` INT, `/* conn_tag:evil2 */` INT)")
+	for _, tc := range []struct{ mode, sql string }{
+		{"NO_BACKSLASH_ESCAPES", `SELECT 'x\', '/* conn_tag:evil1 */' FROM dual /* conn_tag:real1 */`},
+		{"NO_BACKSLASH_ESCAPES,ANSI_QUOTES", `SELECT "x\", "/* conn_tag:evil2 */" FROM ansi /* conn_tag:real2 */`},
+	} {
+		c := p.raw(t, rawOpts{})
+		c.mustQuery("SET sql_mode = '" + tc.mode + "'")
+		c.mustQuery(tc.sql)
+		// A prepared statement too.
+		c.mustExecute(c.mustPrepare(tc.sql), nil, true)
+	}
+	counts := map[string]uint64{}
+	for _, s := range p.srv.Recorder().Snapshot() {
+		counts[s.Tag] = s.Statements
+	}
+	for _, tag := range []string{"real1", "real2"} {
+		if counts[tag] != 2 {
+			t.Errorf("tag %s counted %d statements, want 2 (tags: %v)", tag, counts[tag], counts)
+		}
+	}
+	for _, tag := range []string{"evil1", "evil2"} {
+		if counts[tag] != 0 {
+			t.Errorf("a comment inside a string literal counted %d statements under %s", counts[tag], tag)
+		}
+	}
+}

@@ -217,10 +217,10 @@ func (bc *backendConn) initDB(db string) (errPkt []byte, err error) {
 }
 
 func (s *session) stmtPrepare(p []byte) bool {
-	if s.stmtLimitReached() || s.prepareProcedure(p) {
+	info := s.scanMode().Scan(p[1:])
+	if s.stmtLimitReached() || s.prepareProcedure(p, &info) {
 		return true
 	}
-	info := s.scanMode().Scan(p[1:])
 	if info.Features&sqlscan.FeatKill != 0 {
 		s.writeErr(newErr(codeUnsupportedPS, "HY000", "holdfast: KILL cannot be prepared through holdfast (its id is holdfast's connection id, which only a plain KILL statement translates); send it as a statement"))
 		return true
@@ -234,7 +234,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 		}
 	}
 	query := string(text)
-	tag, tagged := s.statementTag(p[1:])
+	tag, tagged := s.statementTag(p[1:], &info)
 	bc, serr := s.borrow(tag, false)
 	if serr != nil {
 		s.writeErr(serr)

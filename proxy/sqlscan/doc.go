@@ -1,15 +1,22 @@
 // Package sqlscan classifies MySQL and MariaDB statement text, the payload
-// of COM_QUERY, on the proxy's hot path. It owns a cheap lexer and three
-// uses of it:
+// of COM_QUERY, on the proxy's hot path. It owns the one lexer and its uses:
 //
-//   - Scan says what kind of statement a text starts with, how many
-//     statements it holds, and which session-affecting features (user
-//     variables, temporary tables, GET_LOCK, LOCK TABLES, SET forms, ...)
-//     appear anywhere in it, so the proxy can decide connection pinning and
-//     intercept KILL and SELECT LAST_INSERT_ID(). It does not allocate.
-//   - ParseCall parses CALL statements whose arguments are literals or '?',
-//     for the procedures holdfast answers itself (CALL holdfast.reserve(...)).
-//   - AppendDigest normalizes a statement for dashboards.
+//   - Scan is the one pass over a statement on the hot path. It says what
+//     kind of statement a text starts with, how many statements it holds,
+//     which session-affecting features (user variables, temporary tables,
+//     GET_LOCK, LOCK TABLES, SET forms, calls of functions that are not
+//     built in, ...) appear anywhere in it, which comments mention the tag
+//     key (the attribution package reads them), which kinds of session
+//     variables it names, whether it is a plain BEGIN / COMMIT / ROLLBACK,
+//     and the routine a CALL names; so the proxy can decide pinning and
+//     pipelining, attribute and gate it, and intercept KILL, CALL
+//     holdfast.* and SELECT LAST_INSERT_ID(). It does not allocate.
+//   - What only some statements need is computed when asked, each in a
+//     pass of its own over those statements only: ParseCall parses the
+//     arguments of CALL holdfast.*; Split gives the statements of a text
+//     that holds a KILL among others; SetVariables and StatementVariables
+//     name what a SET assigns; AppendConnectionID rewrites CONNECTION_ID();
+//     AppendDigest normalizes a statement for the holders view and logs.
 //
 // It is pure: no I/O, no state, safe for concurrent use. It must never
 // modify the bytes it is given, never keep a reference to them, never

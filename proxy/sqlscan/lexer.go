@@ -100,15 +100,39 @@ type lexer struct {
 	unterminated bool
 	prevKind     tokKind
 	prevEnd      int
+	// tags are the bodies of the first comments that mention the tag key
+	// (see Info.TagComments); ntags counts them, and tagsNext is where
+	// lexing resumes after the last of them.
+	tags     [MaxTagComments]Span
+	ntags    uint8
+	tagsNext int
+	// haltFull makes next return a tEOF token as soon as tags is full
+	// (MoreTagComments wants nothing after them).
+	haltFull bool
+}
+
+// tagKey is the word a comment must hold to be a tag comment (the
+// attribution package decides what it says).
+var tagKey = []byte("conn_tag")
+
+// noteComment records the body src[start:end] of an ordinary comment,
+// after which lexing goes on at next, when it mentions the tag key.
+func (l *lexer) noteComment(start, end, next int) {
+	if int(l.ntags) < len(l.tags) && bytes.Contains(l.src[start:end], tagKey) {
+		l.tags[l.ntags] = Span{start, end}
+		l.ntags++
+		l.tagsNext = next
+	}
 }
 
 // next returns the next token, skipping whitespace and comments. At the end
-// of input it returns a tEOF token whose start and end are len(src).
+// of input (or, with haltFull, once tags is full) it returns a tEOF token
+// whose start and end are len(src).
 func (l *lexer) next() token {
 	src := l.src
 	var x uint16 // xSpace
 skip:
-	for l.pos < len(src) {
+	for l.pos < len(src) && !(l.haltFull && int(l.ntags) == len(l.tags)) {
 		c := src[l.pos]
 		if class[c]&clSpace != 0 {
 			l.pos++
@@ -133,6 +157,9 @@ skip:
 				l.pos = len(src)
 				l.unterminated = true
 			} else {
+				if !l.exec {
+					l.noteComment(l.pos+2, l.pos+2+i, l.pos+2+i+2)
+				}
 				l.pos += 2 + i + 2
 			}
 		case '*':
@@ -143,21 +170,21 @@ skip:
 			l.exec = false
 			x = xSpace
 		case '#':
-			l.skipLine()
+			l.skipLine(1)
 			x = xSpace
 		case '-':
 			if l.pos+2 > len(src) || src[l.pos+1] != '-' ||
 				l.pos+2 < len(src) && src[l.pos+2] > ' ' && src[l.pos+2] != 0x7f {
 				break skip
 			}
-			l.skipLine()
+			l.skipLine(2)
 			x = xSpace
 		default:
 			break skip
 		}
 	}
 	start := l.pos
-	if start >= len(src) {
+	if start >= len(src) || l.haltFull && int(l.ntags) == len(l.tags) {
 		if l.exec {
 			l.unterminated = true
 		}
@@ -252,11 +279,18 @@ func execPrefix(b []byte) int {
 	return n
 }
 
-func (l *lexer) skipLine() {
+// skipLine skips a line comment whose marker (# or --) is n bytes long.
+func (l *lexer) skipLine(n int) {
+	body := l.pos + n
+	end := len(l.src)
 	if i := bytes.IndexByte(l.src[l.pos:], '\n'); i >= 0 {
+		end = l.pos + i
 		l.pos += i + 1
 	} else {
 		l.pos = len(l.src)
+	}
+	if !l.exec {
+		l.noteComment(min(body, end), end, l.pos)
 	}
 }
 

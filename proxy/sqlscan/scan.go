@@ -48,6 +48,75 @@ type Info struct {
 	LastInsertIDColumn string
 	// ConnectionIDColumn is the same for SELECT CONNECTION_ID().
 	ConnectionIDColumn string
+	// TagComments holds the bodies (the text between /* and */, or after #
+	// or -- to the end of the line) of the first NTagComments ordinary
+	// comments that mention conn_tag, in order; comments inside literals
+	// and executable comments are code or text, never tag comments. Which
+	// of them carries the tag is the attribution package's to decide.
+	TagComments  [MaxTagComments]Span
+	NTagComments int
+	// TagResume is where the text goes on after the last tag comment, for
+	// MoreTagComments when there may be more than MaxTagComments.
+	TagResume int
+	// Vars says which kinds of session variables the text names (see
+	// VarKind): as @@name anywhere, as a name a SET assigns, or, for
+	// VarLists, the word VARIABLES (SHOW VARIABLES, *_VARIABLES tables).
+	Vars VarKind
+	// Plain is set when the text is one BEGIN [WORK], START TRANSACTION,
+	// COMMIT [WORK] or ROLLBACK [WORK] with nothing else but comments and
+	// one trailing ';'.
+	Plain bool
+	// CallSchema and CallName are the routine a CALL statement that starts
+	// the text names: the schema (empty when unqualified) and the name,
+	// without their quotes.
+	CallSchema, CallName Span
+}
+
+// MaxTagComments is how many tag comments Info keeps.
+const MaxTagComments = 4
+
+// MoreTagComments goes on lexing sql under m from resume (an Info's
+// TagResume, or a previous call's next: always just after a tag comment,
+// outside any literal) and returns the next tag comments, at most
+// MaxTagComments, and where to resume after them. It is for the text with
+// more tag comments than an Info keeps, none of which carried a tag.
+func (m Mode) MoreTagComments(sql []byte, resume int) (tags []Span, next int) {
+	lx := lexer{src: sql, mode: m, pos: resume, haltFull: true}
+	for lx.ntags < MaxTagComments {
+		if t := lx.next(); t.kind == tEOF {
+			break
+		}
+	}
+	return lx.tags[:lx.ntags], lx.tagsNext
+}
+
+// VarKind is a set of kinds of session variables.
+type VarKind uint8
+
+const (
+	// VarTimeouts: a variable whose name ends in _timeout (wait_timeout,
+	// interactive_timeout, ...).
+	VarTimeouts VarKind = 1 << iota
+	// VarTracking: a session_track_* setting.
+	VarTracking
+	// VarLists: a listing of variables (SHOW VARIABLES,
+	// information_schema.SESSION_VARIABLES, ...).
+	VarLists
+)
+
+// varKindOf returns the kind of the variable named name.
+func varKindOf(name []byte) VarKind {
+	if dot := bytes.LastIndexByte(name, '.'); dot >= 0 {
+		name = name[dot+1:]
+	}
+	name = bytes.Trim(name, "`")
+	switch {
+	case len(name) > 8 && eqFold(name[len(name)-8:], "_timeout"):
+		return VarTimeouts
+	case len(name) > 14 && eqFold(name[:14], "session_track_"):
+		return VarTracking
+	}
+	return 0
 }
 
 // Scan classifies sql, lexed with MySQL's default sql_mode. See Mode.Scan.
@@ -63,6 +132,7 @@ func (m Mode) Scan(sql []byte) Info {
 		t := s.lx.next()
 		if t.kind == tEOF {
 			s.end()
+			s.info.TagComments, s.info.NTagComments, s.info.TagResume = s.lx.tags, int(s.lx.ntags), s.lx.tagsNext
 			return s.info
 		}
 		if t.is(';') {
@@ -165,6 +235,8 @@ func (s *scanner) step(t token) {
 	s.createStep(w)
 
 	switch t.kind {
+	case tSysVar:
+		s.info.Vars |= varKindOf(s.lx.src[t.start+2 : t.end])
 	case tUserVar:
 		s.info.Features |= FeatUserVarRef
 		if st.callExec {
@@ -180,6 +252,9 @@ func (s *scanner) step(t token) {
 			st.depth--
 		}
 	case tWord:
+		if w == kwNone && t.end-t.start >= 9 && eqFold(s.lx.src[t.end-9:t.end], "variables") {
+			s.info.Vars |= VarLists
+		}
 		switch w {
 		case kwSQLCalcFoundRows:
 			s.info.Features |= FeatCalcFoundRows
@@ -292,12 +367,15 @@ func (s *scanner) head(t token, w kw, main, exact bool) {
 		if s.word(p.next()) == kwNot {
 			k = KindOther
 		}
+		s.info.Plain = exact && s.plainTail(s.lx, kwWork)
 	case kwStart:
 		if s.word(p.next()) == kwTransaction {
 			k = KindBegin
+			s.info.Plain = exact && s.plainTail(p, kwNone)
 		}
 	case kwCommit:
 		k = KindCommit
+		s.info.Plain = exact && s.plainTail(s.lx, kwWork)
 	case kwRollback:
 		k = KindRollback
 		n := s.word(p.next())
@@ -307,6 +385,7 @@ func (s *scanner) head(t token, w kw, main, exact bool) {
 		if n == kwTo {
 			k = KindOther
 		}
+		s.info.Plain = exact && s.plainTail(s.lx, kwWork)
 	case kwKill:
 		k = KindKill
 		*f |= FeatKill
@@ -328,6 +407,9 @@ func (s *scanner) head(t token, w kw, main, exact bool) {
 	case kwCall:
 		k = KindCall
 		st.callExec = true
+		if exact {
+			s.info.CallSchema, s.info.CallName = s.callTarget(p)
+		}
 	case kwPrepare:
 		k = KindPrepare
 		*f |= FeatSQLPrepare
@@ -383,6 +465,42 @@ func (s *scanner) head(t token, w kw, main, exact bool) {
 	if main {
 		st.kind = k
 	}
+}
+
+// plainTail reports whether the rest of the text after p is, apart from
+// comments, an optional word opt and an optional ';'.
+func (s *scanner) plainTail(p lexer, opt kw) bool {
+	t := p.next()
+	if opt != kwNone && s.word(t) == opt {
+		t = p.next()
+	}
+	if t.is(';') {
+		t = p.next()
+	}
+	return t.kind == tEOF && !p.unterminated
+}
+
+// callTarget returns the schema (empty when none) and name of the routine
+// a CALL names, p being just after CALL; quotes are left out.
+func (s *scanner) callTarget(p lexer) (schema, name Span) {
+	unq := func(t token) Span {
+		if t.kind == tQuoted && t.end-t.start >= 2 && !t.open() {
+			return Span{t.start + 1, t.end - 1}
+		}
+		return Span{t.start, t.end}
+	}
+	t := p.next()
+	if t.kind != tWord && t.kind != tQuoted {
+		return Span{}, Span{}
+	}
+	name = unq(t)
+	if p.next().is('.') {
+		if n := p.next(); n.kind == tWord || n.kind == tQuoted {
+			return name, unq(n)
+		}
+		return Span{}, Span{}
+	}
+	return Span{}, name
 }
 
 // handlerOpen reports whether p is at "name [. name] OPEN".
@@ -695,10 +813,12 @@ func (s *scanner) setStep(t token, w kw) {
 		if !m.stmt {
 			*f |= sysVarScope(s.lx.src[t.start+2 : t.end])
 		}
+		// (its kind was noted in step)
 	case tQuoted:
 		if !m.stmt {
 			*f |= m.scope()
 		}
+		s.info.Vars |= varKindOf(s.lx.src[t.start:t.end])
 	case tWord:
 		switch w {
 		case kwGlobal, kwPersist, kwPersistOnly, kwSession, kwLocal:
@@ -742,6 +862,7 @@ func (s *scanner) setStep(t token, w kw) {
 		if !m.stmt {
 			*f |= m.scope()
 		}
+		s.info.Vars |= varKindOf(s.lx.src[t.start:t.end])
 	}
 }
 

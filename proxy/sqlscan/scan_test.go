@@ -2,6 +2,7 @@ package sqlscan
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -542,6 +543,75 @@ func TestNothingInsideLiteralsOrComments(t *testing.T) {
 				t.Errorf("Scan(%q) = %v, %d statements, features %v; want select, 1, none",
 					sql, got.Kind, got.Statements, got.Features)
 			}
+		}
+	}
+}
+
+func TestScanTagCommentsVarsPlainCall(t *testing.T) {
+	body := func(sql string, info Info) []string {
+		var out []string
+		for _, sp := range info.TagComments[:info.NTagComments] {
+			out = append(out, sql[sp.Start:sp.End])
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		mode Mode
+		sql  string
+		tags []string
+	}{
+		{0, "SELECT 1 /* conn_tag:x */", []string{" conn_tag:x "}},
+		{0, "/* a */ SELECT '/* conn_tag:evil */' -- conn_tag:y\n# conn_tag:z", []string{" conn_tag:y", " conn_tag:z"}},
+		{0, "SELECT 1 /*! conn_tag:x */ /*M!100100 /* conn_tag:y */ */", nil},
+		{0, "SELECT 1 /* conn_tag:x", nil},
+		{NoBackslashEscapes, `SELECT 'x\', '/* conn_tag:evil */' /* conn_tag:real */`, []string{" conn_tag:real "}},
+		{0, `SELECT 'x\', '/* conn_tag:evil */' /* conn_tag:real */`, []string{" conn_tag:evil "}},
+		{ANSIQuotes, `SELECT "/* conn_tag:evil */" /* conn_tag:real */`, []string{" conn_tag:real "}},
+	} {
+		info := tc.mode.Scan([]byte(tc.sql))
+		if got := body(tc.sql, info); !slices.Equal(got, tc.tags) {
+			t.Errorf("mode %d: Scan(%q) tag comments %q, want %q", tc.mode, tc.sql, got, tc.tags)
+		}
+	}
+
+	for sql, want := range map[string]VarKind{
+		"SELECT @@wait_timeout":                                      VarTimeouts,
+		"SELECT @@session.interactive_timeout, @@GLOBAL.x":           VarTimeouts,
+		"SELECT @@session_track_system_variables":                    VarTracking,
+		"SHOW SESSION VARIABLES LIKE 'x'":                            VarLists,
+		"SELECT * FROM information_schema.SESSION_VARIABLES":         VarLists,
+		"SET wait_timeout = 5":                                       VarTimeouts,
+		"SET SESSION `session_track_state_change` = ON":              VarTracking,
+		"SELECT '@@wait_timeout', `variables` FROM t -- @@x_timeout": 0,
+		"SELECT @@time_zone, wait_timeout FROM t":                    0,
+	} {
+		if got := Scan([]byte(sql)).Vars; got != want {
+			t.Errorf("Scan(%q).Vars = %b, want %b", sql, got, want)
+		}
+	}
+
+	for sql, want := range map[string]bool{
+		"BEGIN": true, "begin work;": true, "/* conn_tag:x */ START TRANSACTION": true, "COMMIT": true,
+		"ROLLBACK WORK ;": true, "BEGIN; SELECT 1": false, "START TRANSACTION READ ONLY": false,
+		"COMMIT AND CHAIN": false, "ROLLBACK TO s": false, "BEGIN NOT ATOMIC SELECT 1; END": false, "SELECT 1": false,
+		"BEGIN /* unterminated": false,
+	} {
+		if got := Scan([]byte(sql)).Plain; got != want {
+			t.Errorf("Scan(%q).Plain = %v, want %v", sql, got, want)
+		}
+	}
+
+	for sql, want := range map[string][2]string{
+		"CALL holdfast.reserve(1)":          {"holdfast", "reserve"},
+		"call `HoldFast`.`claim`('x')":      {"HoldFast", "claim"},
+		"/* conn_tag:a */ CALL p()":         {"", "p"},
+		"CALL db . p":                       {"db", "p"},
+		"SELECT 1; CALL holdfast.reserve()": {"", ""},
+	} {
+		info := Scan([]byte(sql))
+		got := [2]string{sql[info.CallSchema.Start:info.CallSchema.End], sql[info.CallName.Start:info.CallName.End]}
+		if got != want {
+			t.Errorf("Scan(%q) calls %q, want %q", sql, got, want)
 		}
 	}
 }
