@@ -208,6 +208,13 @@ func (s *session) interrupt() {
 	defer s.killMu.Unlock()
 	s.mu.Lock()
 	bc, p := s.execBC, s.execPipe
+	if s.execCall != nil {
+		// A CALL holdfast.*: the engine runs it on connections of its
+		// own; cancelling its context ends it, and its answer says what
+		// it did.
+		s.execCall(errCallInterrupted)
+		s.interrupted.Store(true)
+	}
 	held := bc != nil && s.srv.pool.Hold(bc)
 	if held {
 		s.interrupted.Store(true)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -99,7 +100,7 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool) {
 		s.writeErr(newErr(1312, "0A000", "PROCEDURE holdfast.%s can't return a result set in the given context", name))
 		return
 	}
-	cols, rows, err := s.srv.procs.Call(s.srv.ctx, name, args)
+	cols, rows, err := s.callProcedure(name, args)
 	if err != nil {
 		s.writeErr(procErr(name, err))
 		return
@@ -112,6 +113,31 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool) {
 		s.writeResultSet(&rs, binaryRows)
 	}
 	s.writeOK(0, 0)
+}
+
+// errCallInterrupted is the cause a call's context ends with when the
+// call is interrupted: KILL QUERY or KILL of its session, or its client
+// hanging up (every kill takes interrupt, see kill.go).
+var errCallInterrupted = errors.New("KILL QUERY, KILL, or the client hanging up")
+
+// callProcedure runs one engine call under a context of its own, which
+// interrupt cancels, so that a kill or the client's disconnect ends it as
+// they end a statement on the backend; the engine answers such a call
+// with what it did (nothing, or an outcome it cannot know).
+func (s *session) callProcedure(name string, args []any) ([]string, [][]any, error) {
+	ctx, cancel := context.WithCancelCause(s.srv.ctx)
+	defer cancel(nil)
+	s.mu.Lock()
+	s.execCall = cancel
+	s.mu.Unlock()
+	s.interrupted.Store(false)
+	s.watch.arm()
+	cols, rows, err := s.srv.procs.Call(ctx, name, args)
+	s.watch.disarm()
+	s.mu.Lock()
+	s.execCall = nil
+	s.mu.Unlock()
+	return cols, rows, err
 }
 
 // procRefused returns the error for a CALL holdfast.* this session may not

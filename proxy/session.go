@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -131,10 +132,12 @@ type session struct {
 	// hidesStatementChange).
 	hideChange bool
 
-	mu        sync.Mutex   // guards the fields below
-	execBC    *backendConn // backend connection running our statement now, nil if none
-	execPipe  *pipe        // ... when it is a pipe's
-	holdSince time.Time    // zero when no backend connection is held
+	mu       sync.Mutex   // guards the fields below
+	execBC   *backendConn // backend connection running our statement now, nil if none
+	execPipe *pipe        // ... when it is a pipe's
+	// execCall cancels the CALL holdfast.* the session runs now (nil: none).
+	execCall  context.CancelCauseFunc
+	holdSince time.Time // zero when no backend connection is held
 	holdTag   string
 	inTxn     bool
 	stmtText  []byte

@@ -1,6 +1,10 @@
 package reservation
 
-import "fmt"
+import (
+	"context"
+	"errors"
+	"fmt"
+)
 
 // Error codes the engine reports to clients. Each is documented, with its
 // SQLSTATE, in docs/reservation.md. 9101..9108 are in MySQL's range for
@@ -16,6 +20,7 @@ const (
 	CodeOutcomeUnknown      uint16 = 9108 // SQLSTATE 08S01: the database stayed unreachable; repeating the CALL is safe
 	CodeUnavailable         uint16 = 2003 // SQLSTATE HY000, as the client's CR_CONN_HOST_ERROR: nothing was done
 	CodeShutdown            uint16 = 1053 // SQLSTATE 08S01, as MySQL's ER_SERVER_SHUTDOWN
+	CodeInterrupted         uint16 = 1317 // SQLSTATE 70100, as MySQL's ER_QUERY_INTERRUPTED: the caller's KILL QUERY, KILL or disconnect; nothing was done
 	CodeNoProcedure         uint16 = 1305 // SQLSTATE 42000, as MySQL's ER_SP_DOES_NOT_EXIST
 	CodeWrongArgCount       uint16 = 1318 // SQLSTATE 42000, as MySQL's ER_SP_WRONG_NO_OF_ARGS
 )
@@ -106,4 +111,27 @@ func newError(code uint16, state, format string, a ...any) *Error {
 
 func badArg(proc string, pos int, name, format string, a ...any) *Error {
 	return newError(CodeBadArgument, "22023", "holdfast.%s: argument %d (%s) %s", proc, pos, name, fmt.Sprintf(format, a...))
+}
+
+// Interrupted turns the answer err of a call whose caller interrupted it
+// (ctx ended with a cause of its own: a KILL QUERY, a KILL, the client
+// hanging up) and that did nothing into 1317, interrupted, so that the
+// caller is not told the database or the legacy counter failed. Answers
+// that say something happened, or may have (9108), stay as they are.
+func Interrupted(ctx context.Context, proc string, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	cause := context.Cause(ctx)
+	if cause == nil || errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+		return err
+	}
+	var e *Error
+	var u *UnavailableError
+	switch {
+	case errors.As(err, &e) && (e.Code == CodeUnavailable || e.Code == CodeBusy || e.Code == CodeShutdown),
+		errors.As(err, &u):
+		return &Error{Code: CodeInterrupted, State: "70100", Msg: "holdfast." + proc + ": interrupted (" + cause.Error() + "); nothing was done", err: err}
+	}
+	return err
 }

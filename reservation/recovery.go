@@ -104,7 +104,9 @@ func (c *callRun) again(ctx context.Context, err error, own bool) bool {
 //
 //   - an *Error (a business answer, decided on a live connection) as it is;
 //   - when a COMMIT's answer was lost and never found, 9108;
-//   - when the call's context was cancelled (holdfast shutting down), 1053;
+//   - when the call's context was cancelled: 1317 when with a cause (the
+//     caller's KILL QUERY, KILL or disconnect), else 1053 (holdfast
+//     shutting down);
 //   - when no connection could be borrowed, UnavailableError carrying the
 //     Borrow error;
 //   - when the deadline passed: UnavailableError if the database kept
@@ -122,6 +124,11 @@ func (c *callRun) answer(ctx context.Context, err error) error {
 	case c.unsure:
 		return c.outcomeUnknown(err)
 	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			// The caller's context ended with a cause of its own: the
+			// statement was killed, or its client hung up.
+			return &Error{Code: CodeInterrupted, State: "70100", Msg: "holdfast." + c.name() + ": interrupted (" + cause.Error() + "); nothing was done", err: err}
+		}
 		return &Error{Code: CodeShutdown, State: "08S01", Msg: "holdfast." + c.name() + ": holdfast is shutting down; nothing was done", err: err}
 	case isBorrowError(err) && !errors.Is(err, context.DeadlineExceeded):
 		return &UnavailableError{Proc: c.name(), Err: err, borrow: true}

@@ -404,3 +404,108 @@ func TestCallOutcomeUnknownThroughProxy(t *testing.T) {
 		t.Fatalf("on_hand %d after the repeated claim; want 7 (one deduction)", n)
 	}
 }
+
+// A CALL holdfast.* runs under a context of its own: KILL QUERY from
+// another client, or its client hanging up, ends it within moments, not
+// at call_timeout, and nothing is done. Here a reserve finds every unit
+// of its item locked by another transaction, so it backs off and tries
+// again until call_timeout (5 s), as it would under contention.
+func TestCallInterrupted(t *testing.T) {
+	p := startWithSchema(t)
+	if out, err := p.cli(t, "CALL holdfast.receive(7, 2001, 1, 10);\n"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	direct := dbtest.Open(t, p.db)
+	db, err := sql.Open("mysql", fmt.Sprintf("app:app@tcp(%s)/%s", p.addr, p.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	reservations := func(key string) string {
+		var n string
+		if err := direct.QueryRow("SELECT COUNT(*) FROM reservations WHERE shop_id = 7 AND idempotency_key = ?", key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, how := range []string{"kill_query", "disconnect"} {
+		t.Run(how, func(t *testing.T) {
+			lock, err := direct.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lock.Close()
+			mustExecCtx(t, lock, "BEGIN")
+			mustExecCtx(t, lock, "SELECT id FROM reservation_units WHERE shop_id = 7 AND inventory_item_id = 2001 FOR UPDATE")
+			unlocked := false
+			unlock := func() {
+				if !unlocked {
+					unlocked = true
+					mustExecCtx(t, lock, "ROLLBACK")
+				}
+			}
+			defer unlock()
+
+			caller, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer caller.Close()
+			var id string
+			if err := caller.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			key := "interrupted-" + how
+			callCtx, hangUp := context.WithCancel(ctx)
+			defer hangUp()
+			done := make(chan error, 1)
+			go func() {
+				_, err := caller.ExecContext(callCtx, `CALL holdfast.reserve(7, '`+key+`', '[{"item":2001,"qty":1,"locations":[1]}]', 1800)`)
+				done <- err
+			}()
+			time.Sleep(500 * time.Millisecond)
+			select {
+			case err := <-done:
+				t.Fatalf("the reserve ended before it was interrupted (the units are locked): %v", err)
+			default:
+			}
+			interrupted := time.Now()
+			if how == "kill_query" {
+				if _, err := db.ExecContext(ctx, "KILL QUERY "+id); err != nil {
+					t.Fatalf("KILL QUERY %s: %v", id, err)
+				}
+				select {
+				case err := <-done:
+					var me *mysql.MySQLError
+					if !errors.As(err, &me) || me.Number != 1317 || string(me.SQLState[:]) != "70100" || !strings.Contains(me.Message, "nothing was done") {
+						t.Fatalf("the interrupted reserve answered %v, want 1317 (70100) saying nothing was done", err)
+					}
+					t.Logf("KILL QUERY ended the reserve after %v: %v", time.Since(interrupted).Round(time.Millisecond), err)
+				case <-time.After(time.Second):
+					t.Fatalf("the reserve ran on for more than a second after KILL QUERY")
+				}
+			} else {
+				hangUp() // the driver closes the connection
+				<-done
+			}
+			// Were the call still running, it would take the units now.
+			unlock()
+			time.Sleep(1500 * time.Millisecond)
+			if n := reservations(key); n != "0" {
+				t.Fatalf("the %s reserve made %s reservations once the units were free", how, n)
+			}
+			var held string
+			if err := direct.QueryRow("SELECT COUNT(*) FROM reservation_units WHERE shop_id = 7 AND inventory_item_id = 2001").Scan(&held); err != nil || held != "10" {
+				t.Fatalf("pool of item 2001: %s units (%v), want all 10 back", held, err)
+			}
+		})
+	}
+}
+
+func mustExecCtx(t *testing.T, c *sql.Conn, q string) {
+	t.Helper()
+	if _, err := c.ExecContext(context.Background(), q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}

@@ -108,6 +108,11 @@ func (r *Router) Close() error {
 func (r *Router) Call(ctx context.Context, name string, args []any) ([]string, [][]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.eng.Config().CallTimeout)
 	defer cancel()
+	cols, rows, err := r.call(ctx, name, args)
+	return cols, rows, reservation.Interrupted(ctx, name, err)
+}
+
+func (r *Router) call(ctx context.Context, name string, args []any) ([]string, [][]any, error) {
 	switch name {
 	case "reserve":
 		return r.reserve(ctx, args)
