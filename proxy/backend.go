@@ -14,7 +14,9 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
+	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // Command bytes (client → server).
@@ -130,7 +132,7 @@ type backendConn struct {
 	info     backendInfo
 
 	// Session state on this connection as holdfast last set or observed it.
-	vars       *varState
+	vars       *varstate.State
 	db         string
 	dbKnown    bool
 	multiStmts bool
@@ -469,7 +471,7 @@ func (bc *backendConn) readOneResult(res *textResult) (bool, error) {
 	case hdrLocalInf:
 		return false, fmt.Errorf("%w: unexpected LOCAL INFILE request", errMalformed)
 	}
-	ncols, _, _, ok := readLenEnc(p)
+	ncols, _, _, ok := mysqlwire.ReadLenEnc(p)
 	if !ok {
 		return false, fmt.Errorf("%w: bad column count", errMalformed)
 	}
@@ -506,7 +508,7 @@ func (bc *backendConn) readOneResult(res *textResult) (bool, error) {
 				pos++
 				continue
 			}
-			v, n, ok := readLenEncString(p[pos:])
+			v, n, ok := mysqlwire.ReadLenEncString(p[pos:])
 			if !ok {
 				return false, fmt.Errorf("%w: bad row", errMalformed)
 			}
@@ -521,13 +523,13 @@ func (bc *backendConn) readOneResult(res *textResult) (bool, error) {
 func columnName(p []byte) string {
 	pos := 0
 	for i := 0; i < 4; i++ { // catalog, schema, table, org_table
-		_, n, ok := readLenEncString(p[pos:])
+		_, n, ok := mysqlwire.ReadLenEncString(p[pos:])
 		if !ok {
 			return ""
 		}
 		pos += n
 	}
-	name, _, ok := readLenEncString(p[pos:])
+	name, _, ok := mysqlwire.ReadLenEncString(p[pos:])
 	if !ok {
 		return ""
 	}
@@ -556,7 +558,7 @@ func (bc *backendConn) ping(timeout time.Duration) error {
 
 // reset returns the connection to a fresh session (COM_RESET_CONNECTION),
 // then re-applies holdfast's own session settings and character set.
-func (bc *backendConn) reset(base *varState, timeout time.Duration) error {
+func (bc *backendConn) reset(base *varstate.State, timeout time.Duration) error {
 	_ = bc.nc.SetDeadline(time.Now().Add(timeout))
 	defer bc.nc.SetDeadline(time.Time{})
 	if err := bc.writeCommand([]byte{comResetConnection}); err != nil {
@@ -567,8 +569,8 @@ func (bc *backendConn) reset(base *varState, timeout time.Duration) error {
 	}
 	sql := backendInitSQL
 	if base != nil {
-		if cs, ok := base.vals["character_set_connection"]; ok {
-			sql += ", NAMES '" + cs + "' COLLATE '" + base.vals["collation_connection"] + "'"
+		if cs, ok := base.Lookup("character_set_connection"); ok {
+			sql += ", NAMES '" + cs + "' COLLATE '" + base.Get("collation_connection") + "'"
 		}
 	}
 	if _, err := bc.queryLocked(sql); err != nil {

@@ -28,6 +28,8 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // More capability flags (see rawclient_test.go for the rest).
@@ -368,11 +370,11 @@ func sortStateVars(p []byte) []byte {
 	var entries, vars [][]byte
 	var slots []int
 	for info := ok.stateInfo; len(info) > 0; {
-		_, n, good := readLenEncString(info[1:])
+		_, n, good := mysqlwire.ReadLenEncString(info[1:])
 		if !good {
 			return p
 		}
-		if info[0] == trackSystemVariables {
+		if info[0] == varstate.TrackSystemVariables {
 			slots = append(slots, len(entries))
 			vars = append(vars, info[:1+n])
 		}

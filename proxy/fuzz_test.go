@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // FuzzParseOK: parseOK never panics, and a packet it accepts survives
@@ -72,42 +73,40 @@ func sameOK(a, b okPacket) bool {
 		a.warnings == b.warnings && bytes.Equal(a.info, b.info) && bytes.Equal(a.stateInfo, b.stateInfo)
 }
 
-// FuzzParseStateInfo: parseStateInfo never panics; what it accepts,
-// encoded again by an independent encoder, parses to the same changes; and
-// whatever the strict independent decoder accepts, it accepts too, with
-// the same variables and schema.
+// FuzzParseStateInfo: AddStateInfo never panics; what it accepts, encoded
+// again by an independent encoder, parses to the same report; and whatever
+// the strict independent decoder accepts, it accepts too, with each
+// variable recorded as its class says and the same schema.
 func FuzzParseStateInfo(f *testing.F) {
 	f.Fuzz(func(t *testing.T, info []byte) {
-		var sc stateChanges
-		good := parseStateInfo(info, &sc)
+		var sc varstate.Report
+		good := sc.AddStateInfo(info)
 		if es, err := decodeState(info); err == nil {
 			if !good {
-				t.Fatalf("parseStateInfo rejects well-formed state % x (%+v)", info, es)
+				t.Fatalf("AddStateInfo rejects well-formed state % x (%+v)", info, es)
 			}
-			var want stateChanges
+			var schema string
+			var schemaSet bool
 			for _, e := range es {
 				switch e.typ {
 				case 0:
-					want.vars = append(want.vars, varChange{e.name, e.value})
+					if !hasVar(sc, e.name, e.value) {
+						t.Fatalf("state % x: variable %s=%q missing from %+v", info, e.name, e.value, sc)
+					}
 				case 1:
-					want.schema, want.schemaS = e.value, true
+					schema, schemaSet = e.value, true
 				}
 			}
-			for _, v := range want.vars {
-				if !hasVar(sc, v) {
-					t.Fatalf("state % x: variable %s=%q missing from %+v", info, v.name, v.value, sc)
-				}
-			}
-			if sc.schema != want.schema || sc.schemaS != want.schemaS {
-				t.Fatalf("state % x: schema %q (%v), want %q", info, sc.schema, sc.schemaS, want.schema)
+			if sc.Schema != schema || sc.SchemaSet != schemaSet {
+				t.Fatalf("state % x: schema %q (%v), want %q", info, sc.Schema, sc.SchemaSet, schema)
 			}
 		}
 		if !good {
 			return
 		}
 		enc := encodeState(sc)
-		var again stateChanges
-		if !parseStateInfo(enc, &again) {
+		var again varstate.Report
+		if !again.AddStateInfo(enc) {
 			t.Fatalf("re-encoded state % x rejected", enc)
 		}
 		if !reflect.DeepEqual(again, sc) {
@@ -116,38 +115,46 @@ func FuzzParseStateInfo(f *testing.F) {
 	})
 }
 
-// hasVar reports whether sc recorded v (lower-cased, or as a pin).
-func hasVar(sc stateChanges, v varChange) bool {
-	if lower(v.name) == "session_track_transaction_info" {
-		return sc.pinVar != ""
+// hasVar reports whether sc recorded variable name=value as its class says:
+// among the restored ones, as last_gtid, or as a pin.
+func hasVar(sc varstate.Report, name, value string) bool {
+	n := lower(name)
+	switch varstate.Classify(n) {
+	case varstate.Record:
+		return sc.LastGTID != ""
+	case varstate.Pin:
+		return sc.PinVar != ""
 	}
-	for _, x := range sc.vars {
-		if x.value == v.value && x.name == lower(v.name) {
+	for _, x := range sc.Vars {
+		if x.Value == value && x.Name == n {
 			return true
 		}
 	}
-	return sc.pinVar != "" && sc.pinVar == lower(v.name)
+	return false
 }
 
 func lower(s string) string { return string(bytes.ToLower([]byte(s))) }
 
 // encodeState writes session state information in the wire format.
-func encodeState(sc stateChanges) []byte {
+func encodeState(sc varstate.Report) []byte {
 	var b []byte
 	entry := func(typ byte, data []byte) {
 		b = append(b, typ)
 		b = putLenEncStr(b, string(data))
 	}
-	for _, v := range sc.vars {
-		entry(0, putLenEncStr(putLenEncStr(nil, v.name), v.value))
+	for _, v := range sc.Vars {
+		entry(0, putLenEncStr(putLenEncStr(nil, v.Name), v.Value))
 	}
-	if sc.pinVar != "" {
-		entry(0, putLenEncStr(putLenEncStr(nil, sc.pinVar), "OFF"))
+	if sc.LastGTID != "" {
+		entry(0, putLenEncStr(putLenEncStr(nil, "last_gtid"), sc.LastGTID))
 	}
-	if sc.schemaS {
-		entry(1, putLenEncStr(nil, sc.schema))
+	if sc.PinVar != "" {
+		entry(0, putLenEncStr(putLenEncStr(nil, sc.PinVar), "OFF"))
 	}
-	if sc.changed {
+	if sc.SchemaSet {
+		entry(1, putLenEncStr(nil, sc.Schema))
+	}
+	if sc.Changed {
 		entry(2, []byte("1"))
 	}
 	return b

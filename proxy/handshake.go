@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // The connection phase is holdfast's own (the protocol's "Handshake V10"):
@@ -277,10 +280,10 @@ func (s *Server) connect(nc net.Conn, id uint32, release func()) (*clientHello, 
 	}
 	welcome := okPacket{status: statusAutocommit}
 	track := hello.caps&mysql.CLIENT_SESSION_TRACK != 0
-	if kb := s.keptBase.Load(); track && hello.db != "" && kb != nil && kb.filter.schema {
+	if kb := s.keptBase(); track && hello.db != "" && kb != nil && kb.Track.Schema {
 		// As MariaDB: the schema the client named, tracked from the start.
 		welcome.status |= statusSessionChanged
-		welcome.stateInfo = appendStateEntry(nil, trackSchema, appendLenEncString(nil, []byte(hello.db)))
+		welcome.stateInfo = varstate.AppendStateEntry(nil, varstate.TrackSchema, mysqlwire.AppendLenEncString(nil, []byte(hello.db)))
 	}
 	okp := appendOK(nil, welcome, track)
 	if err := h.write(okp); err != nil {
@@ -321,7 +324,7 @@ func parseHello(p []byte, g *greeting) (*clientHello, error) {
 	h.user, rest = string(rest[:i]), rest[i+1:]
 	switch {
 	case h.caps&mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0:
-		a, n, ok := readLenEncString(rest)
+		a, n, ok := mysqlwire.ReadLenEncString(rest)
 		if !ok {
 			return nil, errHandshake
 		}
@@ -365,18 +368,18 @@ func parseHello(p []byte, g *greeting) (*clientHello, error) {
 // parseAttrs decodes connection attributes; a malformed block yields the
 // pairs read before the fault (attributes are advisory).
 func parseAttrs(b []byte) map[string]string {
-	total, n, null, ok := readLenEnc(b)
+	total, n, null, ok := mysqlwire.ReadLenEnc(b)
 	if !ok || null || uint64(len(b)-n) < total {
 		return nil
 	}
 	b = b[n : n+int(total)]
 	m := map[string]string{}
 	for len(b) > 0 && len(m) < 256 {
-		k, n, ok := readLenEncString(b)
+		k, n, ok := mysqlwire.ReadLenEncString(b)
 		if !ok {
 			break
 		}
-		v, n2, ok := readLenEncString(b[n:])
+		v, n2, ok := mysqlwire.ReadLenEncString(b[n:])
 		if !ok {
 			break
 		}

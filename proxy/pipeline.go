@@ -158,7 +158,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		switch {
 		case err != nil && !errors.Is(err, errClientGone):
 			p.fail(err)
-		case rr.sc.changed || len(rr.sc.vars) > 0 || rr.sc.schemaS:
+		case rr.sc.Changed || len(rr.sc.Vars) > 0 || rr.sc.SchemaSet:
 			p.mu.Lock()
 			p.poisoned = true
 			p.mu.Unlock()
@@ -285,7 +285,7 @@ func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
 	if vars == nil {
 		vars = s.srv.baseVars()
 	}
-	if bc.variant != s.variant || !bc.dbKnown || bc.db != s.db || bc.multiStmts != s.multiStmts || !s.vars.equal(vars) {
+	if bc.variant != s.variant || !bc.dbKnown || bc.db != s.db || bc.multiStmts != s.multiStmts || !s.vars.Equal(vars) {
 		return false
 	}
 	// A statement whose parameter count changed on this connection (the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -309,7 +310,7 @@ func decodeParams(cs *clientStmt, nullMap, values []byte) ([]any, error) {
 			}
 			n = 1 + int(values[0])
 		default: // strings, decimals, blobs, JSON: length-encoded
-			v, k, ok := readLenEncString(values)
+			v, k, ok := mysqlwire.ReadLenEncString(values)
 			if !ok {
 				return nil, fmt.Errorf("parameter %d truncated", i+1)
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // Statement routing: what a COM_QUERY is (a deferred BEGIN, a KILL, a CALL
@@ -60,7 +61,7 @@ func (s *session) scanMode() sqlscan.Mode {
 		m |= sqlscan.NoBackslashEscapes
 	}
 	if s.vars != nil {
-		if mode := s.vars.vals["sql_mode"]; strings.Contains(mode, "ANSI_QUOTES") {
+		if mode := s.vars.Get("sql_mode"); strings.Contains(mode, "ANSI_QUOTES") {
 			m |= sqlscan.ANSIQuotes
 		}
 	}
@@ -103,7 +104,7 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	if err == nil && cmd == comQuery && info.Features&sqlscan.FeatSetSession != 0 && info.Vars != 0 {
 		// The session tracker does not report every kept variable (not
 		// session_track_system_variables itself): read them back.
-		rr.sc.vars, rr.sc.kept = dropKept(rr.sc.vars), true
+		rr.sc.Vars, rr.sc.KeptSet = varstate.DropKept(rr.sc.Vars), true
 		unbound := bc.bound(s.srv.exchangeTimeout())
 		err = s.syncKept(bc, s.scanMode().SetVariables(p[1:]))
 		unbound()
@@ -142,15 +143,15 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 		s.lastInsertID = rr.insertID
 	}
 	sc := &rr.sc
-	if sc.lastGTID != "" {
-		s.lastGTID = sc.lastGTID
+	if sc.LastGTID != "" {
+		s.lastGTID = sc.LastGTID
 	}
 	if statementScoped(info) {
 		// SET STATEMENT ... FOR: its variables are back to their values
 		// now, whatever the tracker says.
-		sc.vars, sc.pin, sc.pinVar = sc.vars[:0], "", ""
+		sc.Vars, sc.Pin, sc.PinVar = sc.Vars[:0], "", ""
 	}
-	if sc.eofChanged && !mayChangeState(info) {
+	if sc.EOFChanged && !mayChangeState(info) {
 		// A result set's EOF said the state changed, but the statement
 		// cannot have changed it for good: SET STATEMENT's variables are
 		// back, and a prepared statement run in another database than it
@@ -167,7 +168,7 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 			return
 		}
 	}
-	if len(sc.vars) > 0 {
+	if len(sc.Vars) > 0 {
 		unbound := bc.bound(s.srv.exchangeTimeout())
 		err := readBackVars(bc, sc)
 		unbound()
@@ -177,15 +178,15 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 				s.release(false)
 				return
 			}
-			sc.pin, sc.pinVar = attribution.PinSessionState, "unreadable"
+			sc.Pin, sc.PinVar = attribution.PinSessionState, "unreadable"
 		}
 	}
-	if len(sc.vars) > 0 {
+	if len(sc.Vars) > 0 {
 		var err error
 		unbound := bc.bound(s.srv.exchangeTimeout())
-		n := len(sc.vars)
-		sc.vars, err = s.keptChanged(bc, sc.vars)
-		sc.kept = sc.kept || len(sc.vars) < n
+		n := len(sc.Vars)
+		sc.Vars, err = s.keptChanged(bc, sc.Vars)
+		sc.KeptSet = sc.KeptSet || len(sc.Vars) < n
 		unbound()
 		if err != nil {
 			s.srv.log.Warn("could not set holdfast's session settings back after a client changed them", "client", s.id, "err", err)
@@ -193,13 +194,13 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 			return
 		}
 	}
-	if len(sc.vars) > 0 {
+	if len(sc.Vars) > 0 {
 		s.noteResultsCollation(sc, info)
-		s.vars = s.vars.with(sc.vars)
+		s.vars = s.vars.With(sc.Vars)
 		bc.vars = s.vars
 	}
-	if sc.schemaS {
-		s.db, bc.db, bc.dbKnown = sc.schema, sc.schema, true
+	if sc.SchemaSet {
+		s.db, bc.db, bc.dbKnown = sc.Schema, sc.Schema, true
 	}
 	if s.pinReason == "" {
 		if reason := pinReason(info, rr); reason != "" {
@@ -254,8 +255,8 @@ func pinReason(info *sqlscan.Info, rr *relayResult) string {
 	if rr.cursor {
 		return attribution.PinCursor
 	}
-	if rr.sc.pin != "" {
-		return rr.sc.pin
+	if rr.sc.Pin != "" {
+		return rr.sc.Pin
 	}
 	if info != nil {
 		for _, p := range featurePins {
@@ -264,7 +265,7 @@ func pinReason(info *sqlscan.Info, rr *relayResult) string {
 			}
 		}
 	}
-	if rr.sc.changed {
+	if rr.sc.Changed {
 		// State changed: fine only when the tracker told us everything
 		// (system variables, schema) and the statement is a SET or USE,
 		// or when the change was SET STATEMENT's own and is over. A
@@ -272,8 +273,8 @@ func pinReason(info *sqlscan.Info, rr *relayResult) string {
 		// SELECT, a procedure's result set) is never explained: its
 		// variables reach the next OK on this connection, which is then
 		// the session's own.
-		explained := info != nil && !rr.sc.eofChanged && (info.Kind == sqlscan.KindSet || info.Kind == sqlscan.KindUse) &&
-			(len(rr.sc.vars) > 0 || rr.sc.schemaS || rr.sc.kept) || statementScoped(info) || rr.sc.eofChanged && !mayChangeState(info)
+		explained := info != nil && !rr.sc.EOFChanged && (info.Kind == sqlscan.KindSet || info.Kind == sqlscan.KindUse) &&
+			(len(rr.sc.Vars) > 0 || rr.sc.SchemaSet || rr.sc.KeptSet) || statementScoped(info) || rr.sc.EOFChanged && !mayChangeState(info)
 		if !explained {
 			return attribution.PinSessionState
 		}
@@ -305,12 +306,12 @@ func (s *session) hidesStatementChange(info *sqlscan.Info, text []byte) bool {
 	if !statementScoped(info) || s.kept == nil {
 		return false
 	}
-	f := &s.kept.filter
-	if f.allVars || f.stateChange {
+	f := &s.kept.Track
+	if f.AllVars || f.StateChange {
 		return false
 	}
 	for _, n := range s.scanMode().StatementVariables(text) {
-		if _, ok := f.vars[n]; ok {
+		if _, ok := f.Vars[n]; ok {
 			return false
 		}
 	}

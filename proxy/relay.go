@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // relayResult is what relaying one response learned.
@@ -21,7 +24,7 @@ type relayResult struct {
 	errCode  uint16 // ... with this code (first ERR of the response)
 	cursor   bool   // a server-side cursor is open (COM_STMT_EXECUTE)
 	started  bool   // bytes of this response reached the client
-	sc       stateChanges
+	sc       varstate.Report
 }
 
 // relay copies the backend's response to the command cmd to the client,
@@ -123,17 +126,17 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 		rr.insertID = ok.insertID
 	}
 	if ok.status&statusSessionChanged != 0 && len(ok.stateInfo) > 0 {
-		n := len(rr.sc.vars)
-		if !parseStateInfo(ok.stateInfo, &rr.sc) {
+		n := len(rr.sc.Vars)
+		if !rr.sc.AddStateInfo(ok.stateInfo) {
 			return false, fmt.Errorf("%w: bad session state information", errMalformed)
 		}
 		if s.sessionTrack() && s.kept != nil {
 			// Tell the client only what its own tracking settings ask
 			// for, as they stand after this statement.
-			if kept := keptOnly(rr.sc.vars[n:]); len(kept) > 0 {
-				s.setKept(s.kept.with(kept))
+			if kept := varstate.KeptOnly(rr.sc.Vars[n:]); len(kept) > 0 {
+				s.setKept(s.kept.With(kept))
 			}
-			s.stateBuf = s.kept.filter.filterStateInfo(s.stateBuf[:0], ok.stateInfo)
+			s.stateBuf = s.kept.Track.Apply(s.stateBuf[:0], ok.stateInfo)
 			if !bytes.Equal(s.stateBuf, ok.stateInfo) {
 				ok.stateInfo = s.stateBuf
 				s.out = appendOK(s.out[:0], ok, true)
@@ -168,7 +171,7 @@ func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResu
 	if err != nil {
 		return false, err
 	}
-	ncols, _, _, ok := readLenEnc(p)
+	ncols, _, _, ok := mysqlwire.ReadLenEnc(p)
 	if !ok || ncols == 0 {
 		return false, fmt.Errorf("%w: bad column count", errMalformed)
 	}
@@ -197,7 +200,9 @@ func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResu
 	_, st := eofStatus(p)
 	s.clientEOF(p, st)
 	s.clientWrote(s.w.writePacket(p))
-	rr.sc.noteEOF(st)
+	if st&statusSessionChanged != 0 {
+		rr.sc.NoteEOFChange()
+	}
 	if cmd == comStmtExecute && st&statusCursorExists != 0 {
 		rr.status, rr.cursor = st, true
 		return false, nil
@@ -225,7 +230,9 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 				return false, err
 			}
 			_, rr.status = eofStatus(p)
-			rr.sc.noteEOF(rr.status)
+			if rr.status&statusSessionChanged != 0 {
+				rr.sc.NoteEOFChange()
+			}
 			s.clientEOF(p, rr.status)
 			s.clientWrote(s.w.writePacket(p))
 			return rr.status&statusMoreResults != 0, nil
@@ -346,12 +353,12 @@ type resultSet struct {
 // appendColumnDef encodes a column definition; typeInfo adds MariaDB's
 // (empty) extended type info, for clients that negotiated it.
 func appendColumnDef(b []byte, c column, typeInfo bool) []byte {
-	b = appendLenEncString(b, []byte("def"))
-	b = appendLenEncString(b, nil) // schema
-	b = appendLenEncString(b, nil) // table
-	b = appendLenEncString(b, nil) // org_table
-	b = appendLenEncString(b, []byte(c.name))
-	b = appendLenEncString(b, nil) // org_name
+	b = mysqlwire.AppendLenEncString(b, []byte("def"))
+	b = mysqlwire.AppendLenEncString(b, nil) // schema
+	b = mysqlwire.AppendLenEncString(b, nil) // table
+	b = mysqlwire.AppendLenEncString(b, nil) // org_table
+	b = mysqlwire.AppendLenEncString(b, []byte(c.name))
+	b = mysqlwire.AppendLenEncString(b, nil) // org_name
 	if typeInfo {
 		b = append(b, 0) // no extended type info
 	}
@@ -383,7 +390,7 @@ func appendColumnDef(b []byte, c column, typeInfo bool) []byte {
 // COM_STMT_EXECUTE) when binary is set.
 func (s *session) writeResultSet(rs *resultSet, binaryRows bool) {
 	st := s.status &^ (statusMoreResults | statusSessionChanged)
-	s.out = appendLenEnc(s.out[:0], uint64(len(rs.cols)))
+	s.out = mysqlwire.AppendLenEnc(s.out[:0], uint64(len(rs.cols)))
 	s.writePacket(s.out)
 	for _, c := range rs.cols {
 		s.out = appendColumnDef(s.out[:0], c, s.variant&varTypeInfo != 0)
@@ -412,19 +419,19 @@ func appendTextRow(b []byte, row []any) []byte {
 		case nil:
 			b = append(b, 0xfb)
 		case int64:
-			b = appendLenEncString(b, strconv.AppendInt(nil, x, 10))
+			b = mysqlwire.AppendLenEncString(b, strconv.AppendInt(nil, x, 10))
 		case uint64:
-			b = appendLenEncString(b, strconv.AppendUint(nil, x, 10))
+			b = mysqlwire.AppendLenEncString(b, strconv.AppendUint(nil, x, 10))
 		case float64:
-			b = appendLenEncString(b, strconv.AppendFloat(nil, x, 'g', -1, 64))
+			b = mysqlwire.AppendLenEncString(b, strconv.AppendFloat(nil, x, 'g', -1, 64))
 		case string:
-			b = appendLenEncString(b, []byte(x))
+			b = mysqlwire.AppendLenEncString(b, []byte(x))
 		case []byte:
-			b = appendLenEncString(b, x)
+			b = mysqlwire.AppendLenEncString(b, x)
 		case time.Time:
-			b = appendLenEncString(b, []byte(x.UTC().Format("2006-01-02 15:04:05.000000")))
+			b = mysqlwire.AppendLenEncString(b, []byte(x.UTC().Format("2006-01-02 15:04:05.000000")))
 		default:
-			b = appendLenEncString(b, fmt.Appendf(nil, "%v", x))
+			b = mysqlwire.AppendLenEncString(b, fmt.Appendf(nil, "%v", x))
 		}
 	}
 	return b

@@ -8,6 +8,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // Session state restore: bringing a borrowed backend connection's
@@ -21,7 +22,7 @@ func (s *session) sync(bc *backendConn) error {
 	return syncConn(bc, s.db, s.vars, s.multiStmts)
 }
 
-func syncConn(bc *backendConn, db string, vars *varState, multiStmts bool) error {
+func syncConn(bc *backendConn, db string, vars *varstate.State, multiStmts bool) error {
 	if db != "" && (!bc.dbKnown || bc.db != db) {
 		if err := bc.writeCommandString(comInitDB, db); err != nil {
 			return err
@@ -31,8 +32,8 @@ func syncConn(bc *backendConn, db string, vars *varState, multiStmts bool) error
 		}
 		bc.db, bc.dbKnown = db, true
 	}
-	if !vars.equal(bc.vars) {
-		if sql := restoreSQL(vars, bc.vars); sql != "" {
+	if !vars.Equal(bc.vars) {
+		if sql := varstate.RestoreSQL(vars, bc.vars); sql != "" {
 			if _, err := bc.queryLocked(sql); err != nil {
 				var se *sqlError
 				if errors.As(err, &se) {
@@ -52,29 +53,29 @@ func syncConn(bc *backendConn, db string, vars *varState, multiStmts bool) error
 }
 
 // noteResultsCollation adds to sc the collation results are now marked
-// with (see resultsCollation) when the statement changed the character set:
+// with (see varstate.ResultsCollation) when the statement changed the character set:
 // SET NAMES ... gives the connection collation, any other change of
 // character_set_results that character set's default collation.
-func (s *session) noteResultsCollation(sc *stateChanges, info *sqlscan.Info) {
+func (s *session) noteResultsCollation(sc *varstate.Report, info *sqlscan.Info) {
 	var results, conn string
 	var resultsSet, connSet bool
-	for _, c := range sc.vars {
-		switch c.name {
+	for _, c := range sc.Vars {
+		switch c.Name {
 		case "character_set_results":
-			results, resultsSet = c.value, true
+			results, resultsSet = c.Value, true
 		case "collation_connection":
-			conn, connSet = c.value, true
+			conn, connSet = c.Value, true
 		}
 	}
 	switch {
-	case info != nil && info.Features&sqlscan.FeatSetNames != 0 && connSet && (resultsSet || conn != s.vars.vals[resultsCollation]):
-		sc.vars = append(sc.vars, varChange{resultsCollation, conn})
+	case info != nil && info.Features&sqlscan.FeatSetNames != 0 && connSet && (resultsSet || conn != s.vars.Get(varstate.ResultsCollation)):
+		sc.Vars = append(sc.Vars, varstate.Change{Name: varstate.ResultsCollation, Value: conn})
 	case resultsSet:
 		coll := ""
-		if d := s.srv.defaultColl.Load(); d != nil {
-			coll = (*d)[results]
+		if b := s.srv.base.Load(); b != nil {
+			coll = b.DefaultCollation(results)
 		}
-		sc.vars = append(sc.vars, varChange{resultsCollation, coll})
+		sc.Vars = append(sc.Vars, varstate.Change{Name: varstate.ResultsCollation, Value: coll})
 	}
 }
 
@@ -83,16 +84,16 @@ func (s *session) noteResultsCollation(sc *stateChanges, info *sqlscan.Info) {
 // MariaDB 10.11 can report a stale value (time_zone after a second SET
 // reports the previous zone) and reports SET NAMES ... COLLATE without
 // collation_connection; one SELECT on the same connection is exact.
-func readBackVars(bc *backendConn, sc *stateChanges) error {
-	names := make([]string, 0, len(sc.vars)+1)
+func readBackVars(bc *backendConn, sc *varstate.Report) error {
+	names := make([]string, 0, len(sc.Vars)+1)
 	seen := map[string]bool{}
 	charset := false
-	for _, v := range sc.vars {
-		if !seen[v.name] {
-			seen[v.name] = true
-			names = append(names, v.name)
+	for _, v := range sc.Vars {
+		if !seen[v.Name] {
+			seen[v.Name] = true
+			names = append(names, v.Name)
 		}
-		if strings.HasPrefix(v.name, "character_set_") {
+		if strings.HasPrefix(v.Name, "character_set_") {
 			charset = true
 		}
 	}
@@ -117,19 +118,19 @@ func readBackVars(bc *backendConn, sc *stateChanges) error {
 	if len(res.rows) != 1 || len(res.rows[0]) != len(names) {
 		return fmt.Errorf("proxy: reading back %d session variables got %d rows", len(names), len(res.rows))
 	}
-	sc.vars = sc.vars[:0]
+	sc.Vars = sc.Vars[:0]
 	for i, n := range names {
 		v := res.rows[0][i]
 		val := string(v)
 		if v == nil {
-			val = nullValue
+			val = varstate.NullValue
 		}
-		sc.vars = append(sc.vars, varChange{name: n, value: val})
+		sc.Vars = append(sc.Vars, varstate.Change{Name: n, Value: val})
 	}
 	return nil
 }
 
 // initialVars is the session state this client starts with.
-func (s *session) initialVars() *varState {
-	return s.srv.initialVars(s.coll, s.caps&mysql.CLIENT_IGNORE_SPACE != 0)
+func (s *session) initialVars() *varstate.State {
+	return s.srv.base.Load().InitialVars(s.coll, s.caps&mysql.CLIENT_IGNORE_SPACE != 0)
 }

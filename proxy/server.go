@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/proxy/pool"
+	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // fallbackVersion is advertised until the backend's own version is known.
@@ -76,12 +77,13 @@ type Server struct {
 	cfg         atomic.Pointer[config.Config]
 	tlsConf     atomic.Pointer[tls.Config]
 	version     atomic.Pointer[string]
-	backendInfo atomic.Pointer[backendInfo]       // learned from the first backend connection
-	keptBase    atomic.Pointer[keptVars]          // kept variables a client session starts with
-	hfKept      atomic.Pointer[map[string]string] // kept variables on backend connections
-	nextConnID  atomic.Uint32
-	salt        func() []byte // nil: random salts (tests fix them)
-	clock       atomic.Int64  // UnixNano, advanced by the janitor (see now)
+	backendInfo atomic.Pointer[backendInfo] // learned from the first backend connection
+	// base is the backend's session variables as a fresh connection has
+	// them, and what holdfast keeps there; nil until learned (learnBackend).
+	base       atomic.Pointer[varstate.Base]
+	nextConnID atomic.Uint32
+	salt       func() []byte // nil: random salts (tests fix them)
+	clock      atomic.Int64  // UnixNano, advanced by the janitor (see now)
 	// Prepared statements (see stmtcache.go).
 	maxPrepared  atomic.Int64  // the backend's max_prepared_stmt_count; 0 until known
 	backendStmts atomic.Int64  // statements open on backend connections
@@ -90,10 +92,6 @@ type Server struct {
 	killer       killer
 	slowHead     atomic.Int64  // nanoseconds; see defaultSlowHead
 	killDelay    time.Duration // tests: a pause before each kill is sent, widening its window
-	base         atomic.Pointer[varState]
-	charsets     atomic.Pointer[map[uint8][2]string] // collation id -> charset, collation
-	defaultColl  atomic.Pointer[map[string]string]   // charset -> its default collation
-	initVars     sync.Map                            // collation id -> *varState
 
 	// Backend accounts (the pool keys' high bits), and the logins that
 	// reach them.
@@ -270,100 +268,82 @@ func (s *Server) learnBackend(bc *backendConn) error {
 	if len(res.rows) != 1 || len(res.rows[0]) != 5 {
 		return fmt.Errorf("proxy: unexpected reply reading session character set")
 	}
-	base := &varState{vals: map[string]string{}}
-	for i, name := range charsetVars {
-		base.vals[name] = string(res.rows[0][i])
+	fresh := map[string]string{}
+	for i, name := range varstate.CharsetVars {
+		fresh[name] = string(res.rows[0][i])
 	}
-	// A fresh connection's results are in its handshake collation.
-	base.vals[resultsCollation] = base.vals["collation_connection"]
-	base.vals["sql_mode"] = string(res.rows[0][4])
+	fresh["sql_mode"] = string(res.rows[0][4])
 	// The kept variables' global values: what a client's session starts
-	// with (see kept.go).
-	res, err = bc.query(ctx, selectKept("global"))
+	// with (see varstate.KeptVars).
+	res, err = bc.query(ctx, varstate.SelectKept("global"))
 	if err != nil {
 		return err
 	}
-	if len(res.rows) != 1 || len(res.rows[0]) != len(keptNames) {
+	if len(res.rows) != 1 || len(res.rows[0]) != len(varstate.KeptNames) {
 		return fmt.Errorf("proxy: unexpected reply reading global session defaults")
 	}
 	global := map[string]string{}
-	for i, n := range keptNames {
+	for i, n := range varstate.KeptNames {
 		global[n] = string(res.rows[0][i])
 	}
-	s.keptBase.Store(newKept(global))
 	if res, err := bc.query(ctx, "SELECT @@global.max_prepared_stmt_count"); err == nil && len(res.rows) == 1 && len(res.rows[0]) == 1 {
 		n, _ := strconv.ParseInt(string(res.rows[0][0]), 10, 64)
 		s.maxPrepared.Store(n)
 	}
-	hf := holdfastKept(global)
-	s.hfKept.Store(&hf)
 	res, err = bc.query(ctx, "SELECT ID, CHARACTER_SET_NAME, COLLATION_NAME, IS_DEFAULT FROM information_schema.COLLATIONS")
 	if err != nil {
 		return err
 	}
-	table := map[uint8][2]string{}
-	defaults := map[string]string{}
+	var colls []varstate.Collation
 	for _, r := range res.rows {
 		if len(r) != 4 {
 			continue
 		}
 		id, err := strconv.Atoi(string(r[0]))
-		if err == nil && id > 0 && id < 256 {
-			table[uint8(id)] = [2]string{string(r[1]), string(r[2])}
+		if err != nil {
+			continue
 		}
-		if strings.EqualFold(string(r[3]), "yes") {
-			defaults[string(r[1])] = string(r[2])
-		}
+		colls = append(colls, varstate.Collation{ID: id, Charset: string(r[1]), Name: string(r[2]), DefaultOfCharset: strings.EqualFold(string(r[3]), "yes")})
 	}
-	s.charsets.Store(&table)
-	s.defaultColl.Store(&defaults)
+	base := varstate.NewBase(fresh, global, colls)
 	info := bc.info
 	s.backendInfo.Store(&info)
 	s.base.Store(base)
-	bc.vars = base
+	bc.vars = base.Vars
 	if s.config().ServerVersion == "" && bc.version != "" {
 		v := bc.version
 		s.version.Store(&v)
 	}
 	s.log.Info("backend connected", "addr", s.config().Backend.Address, "version", bc.version,
-		"collation", base.vals["collation_connection"])
+		"collation", base.Vars.Get("collation_connection"))
 	return nil
 }
 
-// baseVars is the session state of a fresh backend connection.
-func (s *Server) baseVars() *varState { return s.base.Load() }
+// baseVars is the session state of a fresh backend connection (nil until
+// the backend is known).
+func (s *Server) baseVars() *varstate.State {
+	if b := s.base.Load(); b != nil {
+		return b.Vars
+	}
+	return nil
+}
 
-// initialVars is the session state a client starts with: the base, with
-// the character set its handshake asked for, and IGNORE_SPACE in sql_mode
-// when its capabilities ask for it (as MariaDB and MySQL do).
-func (s *Server) initialVars(coll uint8, ignoreSpace bool) *varState {
-	base := s.base.Load()
-	key := int(coll)
-	if ignoreSpace {
-		key |= 1 << 8
+// keptBase is the kept variables a client session starts with (nil until
+// the backend is known).
+func (s *Server) keptBase() *varstate.KeptVars {
+	if b := s.base.Load(); b != nil {
+		return b.Kept
 	}
-	if v, ok := s.initVars.Load(key); ok {
-		return v.(*varState)
+	return nil
+}
+
+// hfKept is the kept variables' values on holdfast's backend connections
+// (nil until the backend is known).
+func (s *Server) hfKept() map[string]string {
+	if b := s.base.Load(); b != nil {
+		return b.Holdfast
 	}
-	var changes []varChange
-	t := s.charsets.Load()
-	if cs, ok := (*t)[coll]; ok && cs[1] != base.vals["collation_connection"] {
-		changes = append(changes, varChange{"character_set_client", cs[0]}, varChange{"character_set_connection", cs[0]},
-			varChange{"character_set_results", cs[0]}, varChange{"collation_connection", cs[1]},
-			varChange{resultsCollation, cs[1]})
-	}
-	if mode := base.vals["sql_mode"]; ignoreSpace && !strings.Contains(mode, "IGNORE_SPACE") {
-		if mode != "" {
-			mode += ","
-		}
-		changes = append(changes, varChange{"sql_mode", mode + "IGNORE_SPACE"})
-	}
-	v := base
-	if len(changes) > 0 {
-		v = base.with(changes)
-	}
-	s.initVars.Store(key, v)
-	return v
+	return nil
 }
 
 // ListenAndServe listens on the configured address and serves until Close.

@@ -15,6 +15,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // session is one client connection after the handshake.
@@ -48,7 +49,7 @@ type session struct {
 	attrs   map[string]string
 
 	// Desired session state, restored on whichever backend serves us.
-	vars       *varState // nil until the first borrow learns the backend's defaults
+	vars       *varstate.State // nil until the first borrow learns the backend's defaults
 	db         string
 	multiStmts bool
 	variant    variant // the backend connections this client needs
@@ -96,7 +97,7 @@ type session struct {
 	pinned  atomic.Bool // pinReason != "", for Stats
 	// kept is the client's value of the variables holdfast keeps itself
 	// (see kept.go); nil until the backend's defaults are known.
-	kept        *keptVars
+	kept        *varstate.KeptVars
 	interactive bool // CLIENT_INTERACTIVE: interactive_timeout applies
 	// idleSince is when the session began waiting for the client's next
 	// command (UnixNano from Server.now; 0 while a command runs), and
@@ -195,7 +196,7 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 	s.w.dst = &s.cw
 	s.connTag = srv.connTag(u, h.attrs)
 	s.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
-	s.setKept(srv.keptBase.Load())
+	s.setKept(srv.keptBase())
 	return s
 }
 
@@ -387,7 +388,7 @@ func (s *session) resetSession() {
 	s.lastInsertID = 0
 	s.lastGTID = ""
 	s.vars = nil
-	s.setKept(s.srv.keptBase.Load())
+	s.setKept(s.srv.keptBase())
 	s.multiStmts = s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
 	s.status = statusAutocommit
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // Binary-protocol prepared statements do not pin a session. The client sees
@@ -27,7 +28,7 @@ type clientStmt struct {
 	// parse is the session state its text was parsed under (parseState):
 	// literals keep the character set and collation of the prepare, and
 	// sql_mode decides what its quotes and operators mean.
-	parse    []varChange
+	parse    []varstate.Change
 	key      string // stmtKey(db, parse, query)
 	params   int
 	columns  int
@@ -63,12 +64,12 @@ func fitsExecute(bc *backendConn, cs *clientStmt) bool {
 // stmtKey is the backend cache key of a statement: table names resolve in
 // the database current when it is prepared, and its text is parsed under
 // the session state parse (parseState).
-func stmtKey(db string, parse []varChange, query string) string {
+func stmtKey(db string, parse []varstate.Change, query string) string {
 	var b strings.Builder
 	b.WriteString(db)
 	for _, c := range parse {
 		b.WriteByte(0)
-		b.WriteString(c.value)
+		b.WriteString(c.Value)
 	}
 	b.WriteByte(0)
 	b.WriteString(query)
@@ -84,16 +85,16 @@ func stmtKey(db string, parse []varChange, query string) string {
 // client holds go first), and when the server is out of statements (1461,
 // max_prepared_stmt_count, shared with everyone) it gives back all it can
 // and tries once more.
-func (bc *backendConn) prepareOn(db string, parse []varChange, query, key string, sc stmtConfig) (bs *backendStmt, errPkt []byte, err error) {
+func (bc *backendConn) prepareOn(db string, parse []varstate.Change, query, key string, sc stmtConfig) (bs *backendStmt, errPkt []byte, err error) {
 	if bc.stmts == nil {
 		bc.stmts = newStmtCache(sc.count)
 	}
 	if bs, ok := bc.stmts.lru.Get(key); ok {
 		return bs, nil, nil
 	}
-	if have := bc.vars; have != nil && !sameParseState(have, parse) {
-		there := have.with(parse)
-		if _, err := bc.queryLocked(restoreSQL(there, have)); err != nil {
+	if have := bc.vars; have != nil && !varstate.SameParseState(have, parse) {
+		there := have.With(parse)
+		if _, err := bc.queryLocked(varstate.RestoreSQL(there, have)); err != nil {
 			var se *sqlError
 			if errors.As(err, &se) {
 				return nil, appendErr(nil, se), nil
@@ -102,7 +103,7 @@ func (bc *backendConn) prepareOn(db string, parse []varChange, query, key string
 		}
 		defer func() {
 			if err == nil {
-				if _, berr := bc.queryLocked(restoreSQL(have, there)); berr != nil {
+				if _, berr := bc.queryLocked(varstate.RestoreSQL(have, there)); berr != nil {
 					err = berr // the connection's state is unknown: not reused
 				}
 			}
@@ -242,7 +243,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 	}
 	s.setExec(bc, nil)
 	unbound := bc.bound(s.srv.exchangeTimeout())
-	parse := parseState(s.vars)
+	parse := varstate.ParseState(s.vars)
 	bs, errPkt, err := bc.prepareOn(s.db, parse, query, stmtKey(s.db, parse, query), s.srv.stmtConfig())
 	unbound()
 	s.setExec(nil, nil)

@@ -84,7 +84,7 @@ func (s *session) clientWriteTimeout() time.Duration {
 	}
 	var w string
 	if s.vars != nil {
-		w = s.vars.vals["net_write_timeout"]
+		w = s.vars.Get("net_write_timeout")
 	}
 	if w != "" { // no failed parse per packet
 		if n, err := strconv.ParseFloat(w, 64); err == nil && n > 0 {

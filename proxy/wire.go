@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // MySQL packet framing: a 3-byte little-endian payload length and a 1-byte
@@ -198,64 +200,6 @@ func newSmallReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 5
 
 // Length-encoded integers and strings.
 
-func appendLenEnc(b []byte, n uint64) []byte {
-	switch {
-	case n < 251:
-		return append(b, byte(n))
-	case n < 1<<16:
-		return append(b, 0xfc, byte(n), byte(n>>8))
-	case n < 1<<24:
-		return append(b, 0xfd, byte(n), byte(n>>8), byte(n>>16))
-	default:
-		b = append(b, 0xfe)
-		return binary.LittleEndian.AppendUint64(b, n)
-	}
-}
-
-func appendLenEncString(b []byte, s []byte) []byte {
-	b = appendLenEnc(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-// readLenEnc decodes a length-encoded integer at b[0:]; ok is false when b
-// is too short. null reports the 0xfb NULL marker.
-func readLenEnc(b []byte) (n uint64, size int, null, ok bool) {
-	if len(b) == 0 {
-		return 0, 0, false, false
-	}
-	switch b[0] {
-	case 0xfb:
-		return 0, 1, true, true
-	case 0xfc:
-		if len(b) < 3 {
-			return 0, 0, false, false
-		}
-		return uint64(binary.LittleEndian.Uint16(b[1:])), 3, false, true
-	case 0xfd:
-		if len(b) < 4 {
-			return 0, 0, false, false
-		}
-		return uint64(b[1]) | uint64(b[2])<<8 | uint64(b[3])<<16, 4, false, true
-	case 0xfe:
-		if len(b) < 9 {
-			return 0, 0, false, false
-		}
-		return binary.LittleEndian.Uint64(b[1:]), 9, false, true
-	case 0xff:
-		return 0, 0, false, false
-	default:
-		return uint64(b[0]), 1, false, true
-	}
-}
-
-func readLenEncString(b []byte) (s []byte, size int, ok bool) {
-	n, k, null, ok := readLenEnc(b)
-	if !ok || null || uint64(len(b)-k) < n {
-		return nil, 0, false
-	}
-	return b[k : k+int(n)], k + int(n), true
-}
-
 // okPacket is a decoded OK packet (protocol 4.1).
 type okPacket struct {
 	affectedRows uint64
@@ -276,11 +220,11 @@ func parseOK(p []byte, sessionTrack bool) (okPacket, bool) {
 	pos := 1
 	var n int
 	var good bool
-	if ok.affectedRows, n, _, good = readLenEnc(p[pos:]); !good {
+	if ok.affectedRows, n, _, good = mysqlwire.ReadLenEnc(p[pos:]); !good {
 		return ok, false
 	}
 	pos += n
-	if ok.insertID, n, _, good = readLenEnc(p[pos:]); !good {
+	if ok.insertID, n, _, good = mysqlwire.ReadLenEnc(p[pos:]); !good {
 		return ok, false
 	}
 	pos += n
@@ -297,12 +241,12 @@ func parseOK(p []byte, sessionTrack bool) (okPacket, bool) {
 	if pos == len(p) {
 		return ok, true
 	}
-	if ok.info, n, good = readLenEncString(p[pos:]); !good {
+	if ok.info, n, good = mysqlwire.ReadLenEncString(p[pos:]); !good {
 		return ok, false
 	}
 	pos += n
 	if ok.status&statusSessionChanged != 0 && pos < len(p) {
-		if ok.stateInfo, _, good = readLenEncString(p[pos:]); !good {
+		if ok.stateInfo, _, good = mysqlwire.ReadLenEncString(p[pos:]); !good {
 			return ok, false
 		}
 	}
@@ -313,8 +257,8 @@ func parseOK(p []byte, sessionTrack bool) (okPacket, bool) {
 // capability. Without it, session state is dropped and its flag cleared.
 func appendOK(b []byte, ok okPacket, sessionTrack bool) []byte {
 	b = append(b, hdrOK)
-	b = appendLenEnc(b, ok.affectedRows)
-	b = appendLenEnc(b, ok.insertID)
+	b = mysqlwire.AppendLenEnc(b, ok.affectedRows)
+	b = mysqlwire.AppendLenEnc(b, ok.insertID)
 	st := ok.status
 	if !sessionTrack || len(ok.stateInfo) == 0 {
 		st &^= statusSessionChanged
@@ -327,9 +271,9 @@ func appendOK(b []byte, ok okPacket, sessionTrack bool) []byte {
 	if len(ok.info) == 0 && st&statusSessionChanged == 0 {
 		return b
 	}
-	b = appendLenEncString(b, ok.info)
+	b = mysqlwire.AppendLenEncString(b, ok.info)
 	if st&statusSessionChanged != 0 {
-		b = appendLenEncString(b, ok.stateInfo)
+		b = mysqlwire.AppendLenEncString(b, ok.stateInfo)
 	}
 	return b
 }
@@ -338,7 +282,7 @@ func appendOK(b []byte, ok okPacket, sessionTrack bool) []byte {
 func setOKStatus(p []byte, st uint16) {
 	pos := 1
 	for range 2 { // affected rows, insert id
-		_, n, _, ok := readLenEnc(p[pos:])
+		_, n, _, ok := mysqlwire.ReadLenEnc(p[pos:])
 		if !ok {
 			return
 		}

@@ -1,16 +1,18 @@
-package proxy
+package varstate
 
 import (
 	"maps"
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // These tests need no database: a small model of how MariaDB applies SET
 // to the character-set variables checks that restoreAssignments moves a
-// connection to exactly the wanted state. (The stress test in
-// sessionvars_test.go checks the same against a real server.)
+// connection to exactly the wanted state. (The proxy's stress test,
+// TestSessionVariablesStress, checks the same against a real server.)
 
 // simCharsets: character set -> its default collation; simCollations:
 // collation -> its character set.
@@ -27,7 +29,7 @@ func simApply(vals map[string]string, a assignment, global map[string]string) {
 	switch {
 	case a.names:
 		vals["character_set_client"], vals["character_set_connection"], vals["character_set_results"] = a.value, a.value, a.value
-		vals["collation_connection"], vals[resultsCollation] = a.collate, a.collate
+		vals["collation_connection"], vals[ResultsCollation] = a.collate, a.collate
 	case a.dflt:
 		if g, ok := global[a.name]; ok {
 			vals[a.name] = g
@@ -35,7 +37,7 @@ func simApply(vals map[string]string, a assignment, global map[string]string) {
 			delete(vals, a.name)
 		}
 	case a.name == "character_set_results":
-		vals[a.name], vals[resultsCollation] = a.value, simCharsets[a.value]
+		vals[a.name], vals[ResultsCollation] = a.value, simCharsets[a.value]
 	case a.name == "character_set_connection":
 		vals[a.name], vals["collation_connection"] = a.value, simCharsets[a.value]
 	case a.name == "collation_connection":
@@ -47,7 +49,7 @@ func simApply(vals map[string]string, a assignment, global map[string]string) {
 
 func simBase() map[string]string {
 	return map[string]string{"character_set_client": "utf8mb4", "character_set_connection": "utf8mb4", "character_set_results": "utf8mb4",
-		"collation_connection": "utf8mb4_general_ci", resultsCollation: "utf8mb4_general_ci", "sql_mode": "STRICT_TRANS_TABLES"}
+		"collation_connection": "utf8mb4_general_ci", ResultsCollation: "utf8mb4_general_ci", "sql_mode": "STRICT_TRANS_TABLES"}
 }
 
 // simClientSet is a random SET a client might run.
@@ -96,12 +98,12 @@ func TestRestoreAssignmentsMoveExactlyToWant(t *testing.T) {
 			delete(want, "time_zone") // never set by this client: DEFAULT
 		}
 		got := maps.Clone(have)
-		as := restoreAssignments(&varState{vals: want}, &varState{vals: have})
+		as := restoreAssignments(&State{vals: want}, &State{vals: have})
 		for _, a := range as {
 			simApply(got, a, global)
 		}
 		if !maps.Equal(got, want) {
-			t.Fatalf("case %d: from %v to %v: %s gives %v", i, have, want, restoreSQL(&varState{vals: want}, &varState{vals: have}), got)
+			t.Fatalf("case %d: from %v to %v: %s gives %v", i, have, want, RestoreSQL(&State{vals: want}, &State{vals: have}), got)
 		}
 	}
 }
@@ -113,36 +115,36 @@ func TestRestoreSQLOneVariableAlone(t *testing.T) {
 	have := simBase()
 	want := simBase()
 	simApply(want, assignment{name: "character_set_results", value: "cp1251"}, nil)
-	sql := restoreSQL(&varState{vals: want}, &varState{vals: have})
+	sql := RestoreSQL(&State{vals: want}, &State{vals: have})
 	wantSQL := "SET NAMES 'cp1251' COLLATE 'cp1251_general_ci', SESSION character_set_client = 'utf8mb4', " +
 		"character_set_connection = 'utf8mb4', collation_connection = 'utf8mb4_general_ci'"
 	if sql != wantSQL {
 		t.Fatalf("restoreSQL:\n got %s\nwant %s", sql, wantSQL)
 	}
-	if sql := restoreSQL(&varState{vals: have}, &varState{vals: have}); sql != "" {
+	if sql := RestoreSQL(&State{vals: have}, &State{vals: have}); sql != "" {
 		t.Fatalf("equal states: %q, want none", sql)
 	}
 	delete(want, "sql_mode")
-	if sql := restoreSQL(&varState{vals: want}, &varState{vals: want}); sql != "" || !strings.Contains(restoreSQL(&varState{vals: want}, &varState{vals: have}), "sql_mode = DEFAULT") {
-		t.Fatalf("a variable the session never set goes back to DEFAULT: %q", restoreSQL(&varState{vals: want}, &varState{vals: have}))
+	if sql := RestoreSQL(&State{vals: want}, &State{vals: want}); sql != "" || !strings.Contains(RestoreSQL(&State{vals: want}, &State{vals: have}), "sql_mode = DEFAULT") {
+		t.Fatalf("a variable the session never set goes back to DEFAULT: %q", RestoreSQL(&State{vals: want}, &State{vals: have}))
 	}
 }
 
 func TestClassifyTracked(t *testing.T) {
-	for name, want := range map[string]trackClass{
-		"last_gtid": trackRecord, "time_zone": trackRestore, "character_set_results": trackRestore, "sql_mode": trackRestore,
-		"wait_timeout": trackKept, "session_track_system_variables": trackKept, "insert_id": trackPin,
-		"last_insert_id": trackPin, "timestamp": trackPin, "gtid_seq_no": trackPin, "rand_seed1": trackPin,
-		"session_track_transaction_info": trackPin,
+	for name, want := range map[string]Class{
+		"last_gtid": Record, "time_zone": Restore, "character_set_results": Restore, "sql_mode": Restore,
+		"wait_timeout": Kept, "session_track_system_variables": Kept, "insert_id": Pin,
+		"last_insert_id": Pin, "timestamp": Pin, "gtid_seq_no": Pin, "rand_seed1": Pin,
+		"session_track_transaction_info": Pin,
 	} {
-		if got := classifyTracked(name); got != want {
-			t.Errorf("classifyTracked(%q) = %d, want %d", name, got, want)
+		if got := Classify(name); got != want {
+			t.Errorf("Classify(%q) = %d, want %d", name, got, want)
 		}
 	}
-	var sc stateChanges
-	info := appendStateEntry(nil, trackSystemVariables, appendLenEncString(appendLenEncString(nil, []byte("last_gtid")), []byte("0-1-7")))
-	info = appendStateEntry(info, trackSystemVariables, appendLenEncString(appendLenEncString(nil, []byte("time_zone")), []byte("+01:00")))
-	if !parseStateInfo(info, &sc) || sc.lastGTID != "0-1-7" || len(sc.vars) != 1 || sc.vars[0].name != "time_zone" || sc.pin != "" {
-		t.Fatalf("parseStateInfo: %+v", sc)
+	var sc Report
+	info := AppendStateEntry(nil, TrackSystemVariables, mysqlwire.AppendLenEncString(mysqlwire.AppendLenEncString(nil, []byte("last_gtid")), []byte("0-1-7")))
+	info = AppendStateEntry(info, TrackSystemVariables, mysqlwire.AppendLenEncString(mysqlwire.AppendLenEncString(nil, []byte("time_zone")), []byte("+01:00")))
+	if !sc.AddStateInfo(info) || sc.LastGTID != "0-1-7" || len(sc.Vars) != 1 || sc.Vars[0].Name != "time_zone" || sc.Pin != "" {
+		t.Fatalf("AddStateInfo: %+v", sc)
 	}
 }
