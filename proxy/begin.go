@@ -20,7 +20,7 @@ import (
 // prepared statement's text) locally when no backend work is involved; it
 // reports whether it did. A deferred BEGIN is kept as the COM_QUERY to send.
 func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribution.Tag, tagged bool) bool {
-	if info.Statements != 1 || s.bc != nil {
+	if info.Statements != 1 || s.lease.bc != nil {
 		return false
 	}
 	switch {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"time"
@@ -10,26 +9,9 @@ import (
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
-// A hold is one borrow of a backend connection by a session, from acquire
-// to release. Its time splits into statements executing, idle inside a
-// transaction, and the rest (idle while pinned outside a transaction,
-// holdfast's own restore round trips). Hold and wait are attributed to the
-// transaction's tag (its first tagged statement) or, failing that, to the
-// tag of the statement that started the borrow.
-
-// hold is a session's accounting for its current borrow.
-type hold struct {
-	start     time.Time
-	tag       *attribution.Tag // tag of the statement that started the borrow
-	gated     string           // tag counted in a connection limit ("" if none)
-	exec      time.Duration
-	idleInTxn time.Duration
-	hadTxn    bool
-	lastEnd   time.Time // end of the last statement
-	endInTxn  bool      // a transaction was open at lastEnd
-	longest   time.Duration
-	longStmt  []byte // the statement after which the longest idle gap began
-}
+// A session's borrow is a lease (lease.go). Its hold and wait are
+// attributed to the transaction's tag (its first tagged statement) or,
+// failing that, to the tag of the statement that started the borrow.
 
 // maxStmtCopy bounds the statement text kept for holders and logs.
 const maxStmtCopy = 512
@@ -50,50 +32,25 @@ func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
 	}
 }
 
-// borrow returns the held backend connection, or admits the borrow through
-// the tag's on-call controls, acquires a connection, and brings its session
-// state in line with ours (starting a deferred BEGIN; with ahead, in the
-// same write as the statement the caller sends next, see
-// startDeferredBegin).
+// borrow returns the held backend connection, or takes a lease (admitted
+// through the tag's on-call controls, acquired, brought to the session's
+// state) and starts a deferred BEGIN on it (with ahead, in the same write
+// as the statement the caller sends next, see startDeferredBegin).
 func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlError) {
-	if s.bc != nil {
+	if s.lease.bc != nil {
 		s.waitKills()
-		return s.bc, nil
+		return s.lease.bc, nil
 	}
-	counted, err := false, error(nil)
-	if s.srv.gates.active.Load() > 0 {
-		ctx, cancel := context.WithTimeout(s.srv.ctx, s.srv.pool.Limits().AcquireTimeout)
-		counted, err = s.srv.gates.enter(ctx, tag.Name())
-		cancel()
+	if s.vars == nil && s.srv.base.Load() != nil {
+		s.vars = s.initialVars()
 	}
-	if err != nil {
-		if errors.Is(err, errTagDrained) {
-			tag.Rejected("drained")
-			return nil, newErr(codeTagDrained, "HY000", "holdfast: %v", err)
-		}
-		tag.Rejected("limit")
-		return nil, newErr(codeTagLimit, "HY000", "holdfast: %v", err)
+	// The session's state is restored once the hold is visible to the
+	// janitor and to kills: take without sync, then sync below.
+	if err := s.srv.take(s.srv.ctx, &s.lease, tag, s.variant, leaseState{}); err != nil {
+		return nil, leaseErr(err)
 	}
-	var start time.Time
-	if s.srv.attr {
-		start = time.Now()
-	}
-	bc, err := s.srv.pool.Acquire(s.srv.ctx, s.variant)
-	if err != nil {
-		if counted {
-			s.srv.gates.exit(tag.Name())
-		}
-		return nil, poolErr(err)
-	}
-	now := time.Now() // the hold's start: the janitor's bounds need it, attribution or not
-	if s.srv.attr {
-		tag.Borrowed(now.Sub(start))
-	}
-	s.bc = bc
-	s.h = hold{start: now, tag: tag}
-	if counted {
-		s.h.gated = tag.Name()
-	}
+	bc := s.lease.bc
+	now := s.lease.start
 	s.holding.Store(true)
 	s.mu.Lock()
 	s.holdSince, s.holdTag = now, tag.Name()
@@ -102,20 +59,17 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	// too (a failed start releases, which clears it).
 	s.inTxn = s.pendingBegin != nil
 	s.mu.Unlock()
-	if bc.vars == nil {
-		bc.vars = s.srv.baseVars()
-	}
 	if s.vars == nil {
 		s.vars = s.initialVars()
 	}
-	err = s.sync(bc)
+	err := s.sync(bc)
 	began := false
 	if err == nil && s.pendingBegin != nil {
 		began = true
 		err = s.startDeferredBegin(bc, ahead)
 	}
 	if s.srv.attr {
-		s.h.exec += time.Since(now)
+		s.lease.exec += time.Since(now)
 	}
 	if err != nil {
 		s.release(!isIOError(err))
@@ -139,41 +93,13 @@ func (s *session) keepsBackend() bool {
 }
 
 // release gives the held backend connection back to the pool and records
-// the hold.
+// the hold, under the transaction's tag when it had one.
 func (s *session) release(reusable bool) {
-	if s.bc == nil {
+	if s.lease.bc == nil {
 		return
 	}
-	if s.srv.attr {
-		now := time.Now()
-		held := now.Sub(s.h.start)
-		if s.h.endInTxn && !s.h.lastEnd.IsZero() {
-			// The hold ends inside a transaction (the client left, or was
-			// killed): the time since its last statement was idle too.
-			gap := now.Sub(s.h.lastEnd)
-			s.h.idleInTxn += gap
-			if gap > s.h.longest {
-				s.h.longest = gap
-				s.h.longStmt = append(s.h.longStmt[:0], s.lastSQL...)
-			}
-		}
-		tag := s.h.tag
-		if s.txnTag != nil {
-			tag = s.txnTag
-		}
-		tag.Returned(held, s.h.exec, s.h.idleInTxn)
-		if s.h.hadTxn && held >= s.srv.slowTxn() && s.h.exec*10 < held {
-			tag.SlowTransaction()
-			s.srv.logSlowTransaction(tag.Name(), s.id, held, s.h.exec, s.h.idleInTxn, s.h.longStmt)
-		}
-	}
-	if s.h.gated != "" {
-		s.srv.gates.exit(s.h.gated)
-	}
-	s.srv.pool.Release(s.bc, reusable)
-	s.bc = nil
+	s.srv.give(&s.lease, reusable, s.txnTag, s.id, s.lastSQL)
 	s.beginInFlight = false // a BEGIN sent ahead belongs to that connection
-	s.h = hold{longStmt: s.h.longStmt[:0]}
 	s.holding.Store(false)
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.inTxn = time.Time{}, "", false
@@ -187,14 +113,7 @@ func (s *session) stmtStart(tag *attribution.Tag, sql []byte) time.Time {
 		return time.Time{}
 	}
 	now := time.Now()
-	if !s.h.lastEnd.IsZero() && s.h.endInTxn {
-		gap := now.Sub(s.h.lastEnd)
-		s.h.idleInTxn += gap
-		if gap > s.h.longest {
-			s.h.longest = gap
-			s.h.longStmt = append(s.h.longStmt[:0], s.lastSQL...)
-		}
-	}
+	s.lease.stmtStart(now, s.lastSQL)
 	s.lastSQL = append(s.lastSQL[:0], sql[:min(len(sql), maxStmtCopy)]...)
 	s.mu.Lock()
 	s.holdTag = s.defaultTagFor(tag).Name()
@@ -218,18 +137,14 @@ func (s *session) stmtEnd(tag *attribution.Tag, start time.Time, failed bool) {
 	now := time.Now()
 	d := now.Sub(start)
 	tag.Statement(d, failed)
-	s.h.exec += d
-	s.h.lastEnd = now
+	s.lease.stmtEnd(now, d)
 }
 
 // afterTxnState updates transaction accounting once a statement's final
 // status is known; it returns the connection unless the session keeps it.
 func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
 	inTxn := s.status&statusInTrans != 0
-	s.h.endInTxn = inTxn
-	if inTxn {
-		s.h.hadTxn = true
-	}
+	s.lease.txnState(inTxn)
 	if prev&statusInTrans != 0 && !inTxn && s.srv.attr {
 		s.defaultTagFor(tag).Transaction()
 	}

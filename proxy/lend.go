@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/holdfast-db/holdfast/attribution"
 )
 
 // EngineConn is a backend connection lent to holdfast's own work (the
@@ -17,17 +15,13 @@ import (
 // flow. Not safe for concurrent use.
 type EngineConn struct {
 	srv   *Server
-	bc    *backendConn
-	tag   *attribution.Tag
-	gated bool
-	start time.Time
+	lease lease // lease.bc is the connection; nil once released
+
+	last []byte // the last statement, for the slow-transaction log
 
 	mu       sync.Mutex // guards the fields below (read by Holders)
 	inTxn    bool
 	lastSQL  string
-	exec     time.Duration
-	idle     time.Duration
-	lastEnd  time.Time
 	released bool
 }
 
@@ -38,43 +32,18 @@ type engineRegistry struct {
 }
 
 // BorrowEngine lends a backend connection for holdfast's own work under
-// tag. Its session is reset to a fresh connection's state (the server's
+// tag: a lease like any client's, admitted by the tag's on-call controls.
+// Its session is reset to a fresh connection's state (the server's
 // defaults and the configured database), whatever clients did to it.
 func (s *Server) BorrowEngine(ctx context.Context, tag string) (*EngineConn, error) {
-	t := s.rec.TagString(tag)
-	lim := s.pool.Limits()
-	gctx, cancel := context.WithTimeout(ctx, lim.AcquireTimeout)
-	counted, err := s.gates.enter(gctx, tag)
-	cancel()
-	if err != nil {
-		if errors.Is(err, errTagDrained) {
-			t.Rejected("drained")
-		} else {
-			t.Rejected("limit")
+	c := &EngineConn{srv: s}
+	st := leaseState{db: s.config().Backend.Database, vars: s.baseVars(), multiStmts: true}
+	if err := s.take(ctx, &c.lease, s.rec.TagString(tag), 0, st); err != nil {
+		var sf syncFailed
+		if errors.As(err, &sf) {
+			return nil, fmt.Errorf("proxy: prepare a connection for %s: %w", tag, sf.err)
 		}
-		return nil, err
-	}
-	start := time.Now()
-	bc, err := s.pool.Acquire(ctx, 0)
-	if err != nil {
-		if counted {
-			s.gates.exit(tag)
-		}
-		return nil, err
-	}
-	if s.attr {
-		t.Borrowed(time.Since(start))
-	}
-	c := &EngineConn{srv: s, bc: bc, tag: t, gated: counted, start: time.Now()}
-	if bc.vars == nil {
-		bc.vars = s.baseVars()
-	}
-	unbound := bc.bound(s.exchangeTimeout())
-	err = syncConn(bc, s.config().Backend.Database, s.baseVars(), true)
-	unbound()
-	if err != nil {
-		c.Release(isIOError(err))
-		return nil, fmt.Errorf("proxy: prepare a connection for %s: %w", tag, err)
+		return nil, err // refused: the controls' or the pool's error
 	}
 	s.engine.mu.Lock()
 	if s.engine.conns == nil {
@@ -107,24 +76,24 @@ func (c *EngineConn) Query(ctx context.Context, sql string) ([][][]byte, error) 
 
 func (c *EngineConn) run(ctx context.Context, sql string) (*textResult, error) {
 	now := time.Now()
+	c.lease.stmtStart(now, c.last)
+	c.last = append(c.last[:0], sql[:min(len(sql), maxStmtCopy)]...)
 	c.mu.Lock()
-	if c.inTxn && !c.lastEnd.IsZero() {
-		c.idle += now.Sub(c.lastEnd)
-	}
 	c.lastSQL = sql[:min(len(sql), maxStmtCopy)]
 	c.mu.Unlock()
-	res, err := c.bc.query(ctx, sql)
+	res, err := c.lease.bc.query(ctx, sql)
 	end := time.Now()
 	if c.srv.attr {
-		c.tag.Statement(end.Sub(now), err != nil)
+		c.lease.tag.Statement(end.Sub(now), err != nil)
 	}
-	c.mu.Lock()
-	c.exec += end.Sub(now)
-	c.lastEnd = end
+	c.lease.stmtEnd(end, end.Sub(now))
 	if err == nil {
-		c.inTxn = res.status&statusInTrans != 0
+		inTxn := res.status&statusInTrans != 0
+		c.lease.txnState(inTxn)
+		c.mu.Lock()
+		c.inTxn = inTxn
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
 	return res, err
 }
 
@@ -138,18 +107,12 @@ func (c *EngineConn) Release(broken bool) {
 		return
 	}
 	c.released = true
-	inTxn, exec, idle := c.inTxn, c.exec, c.idle
+	inTxn := c.inTxn
 	c.mu.Unlock()
 	c.srv.engine.mu.Lock()
 	delete(c.srv.engine.conns, c)
 	c.srv.engine.mu.Unlock()
-	if c.srv.attr {
-		c.tag.Returned(time.Since(c.start), exec, idle)
-	}
-	if c.gated {
-		c.srv.gates.exit(c.tag.Name())
-	}
-	c.srv.pool.Release(c.bc, !broken && !inTxn)
+	c.srv.give(&c.lease, !broken && !inTxn, nil, 0, c.last)
 }
 
 func (s *Server) engineHolders(now time.Time) []HolderInfo {
@@ -158,7 +121,7 @@ func (s *Server) engineHolders(now time.Time) []HolderInfo {
 	out := make([]HolderInfo, 0, len(s.engine.conns))
 	for c := range s.engine.conns {
 		c.mu.Lock()
-		out = append(out, HolderInfo{User: "holdfast", Tag: c.tag.Name(), HeldFor: now.Sub(c.start).Seconds(),
+		out = append(out, HolderInfo{User: "holdfast", Tag: c.lease.tag.Name(), HeldFor: now.Sub(c.lease.start).Seconds(),
 			InTransaction: c.inTxn, Statement: c.lastSQL})
 		c.mu.Unlock()
 	}

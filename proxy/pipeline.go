@@ -75,7 +75,7 @@ func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
 	if s.vars == nil && s.srv.base.Load() != nil {
 		s.vars = s.initialVars()
 	}
-	return s.bc == nil && s.vars != nil && s.pendingBegin == nil && s.pinReason == "" && !s.holdNext &&
+	return s.lease.bc == nil && s.vars != nil && s.pendingBegin == nil && s.pinReason == "" && !s.holdNext &&
 		s.status&statusInTrans == 0 && s.status&statusAutocommit != 0 &&
 		plainSelect(info) && size < 1<<16 && s.srv.pipelineDepth() > 0 &&
 		s.srv.gates.active.Load() == 0
@@ -135,6 +135,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	// connection; the hold is the time the connection worked for us, so
 	// that per-tag hold time still adds up to connections busy.
 	turnAt := time.Now()
+	held := lease{tag: tag, start: turnAt} // the turn's hold, accounted like any lease
 	if s.srv.attr {
 		tag.Borrowed(turnAt.Sub(start))
 	}
@@ -166,9 +167,11 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	}
 	p.leave()
 	if s.srv.attr {
-		d := time.Since(turnAt)
+		now := time.Now()
+		d := now.Sub(turnAt)
 		tag.Statement(d, err != nil || rr.failed)
-		tag.Returned(d, d, 0)
+		held.stmtEnd(now, d)
+		s.srv.account(&held, tag, now, s.id, nil)
 	}
 	s.mu.Lock()
 	s.holdSince, s.holdTag = time.Time{}, ""

@@ -155,7 +155,7 @@ func (s *session) procRefused(name string) *sqlError {
 			name, s.pinReason)
 	case s.holdNext:
 		return newErr(codeProcHeld, "HY000", keeps+"for the transaction SET TRANSACTION prepared; call it before SET TRANSACTION or after that transaction", name)
-	case s.bc != nil:
+	case s.lease.bc != nil:
 		return newErr(codeProcHeld, "HY000", "holdfast: CALL holdfast.%s borrows a backend connection of its own, and this session still holds one; call it after COMMIT or ROLLBACK, or from another connection", name)
 	}
 	return nil

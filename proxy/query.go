@@ -29,7 +29,7 @@ func (s *session) comQuery(p []byte) bool {
 		return true
 	case info.Features&sqlscan.FeatKill != 0:
 		return s.killText(p, &info, tag)
-	case info.LastInsertIDColumn != "" && s.bc == nil:
+	case info.LastInsertIDColumn != "" && s.lease.bc == nil:
 		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.lastInsertID, false)
 		return true
 	case info.ConnectionIDColumn != "":
@@ -227,7 +227,7 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 }
 
 func (s *session) maybeRelease() {
-	if s.bc == nil || s.keepsBackend() {
+	if s.lease.bc == nil || s.keepsBackend() {
 		return
 	}
 	s.release(true)

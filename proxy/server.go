@@ -67,7 +67,7 @@ type Server struct {
 	pipelined  atomic.Uint64
 	pipeReruns atomic.Uint64
 	// beginsAhead counts deferred BEGINs sent with the transaction's first
-	// statement (see hold.go).
+	// statement (see begin.go).
 	beginsAhead atomic.Uint64
 	attr        bool // per-tag accounting on (attribution.disabled false)
 

@@ -54,10 +54,9 @@ type session struct {
 	multiStmts bool
 	variant    variant // the backend connections this client needs
 
-	bc           *backendConn // held backend connection, nil when none
-	pinReason    string       // non-empty: keep bc for the rest of the session
-	holdNext     bool         // SET TRANSACTION: keep bc through the next statement
-	status       uint16       // status flags as the client last saw them
+	pinReason    string // non-empty: keep bc for the rest of the session
+	holdNext     bool   // SET TRANSACTION: keep bc through the next statement
+	status       uint16 // status flags as the client last saw them
 	lastInsertID uint64
 	// lastGTID is the GTID of the client's last commit, as the backend
 	// reported it (last_gtid; empty on a server without binary logging).
@@ -71,15 +70,17 @@ type session struct {
 	// Attribution.
 	connTag      *attribution.Tag // conn_tag attribute, else the user's default
 	txnTag       *attribution.Tag // first tagged statement of the open transaction
-	pendingBegin []byte           // a deferred BEGIN (see hold.go)
+	pendingBegin []byte           // a deferred BEGIN (see begin.go)
 	// beginInFlight: the deferred BEGIN went out ahead of the statement
-	// just written, and its OK is still to be read (see hold.go).
+	// just written, and its OK is still to be read (see begin.go).
 	beginInFlight bool
 	closeAfter    bool // close the connection once the reply is out (see beginLost)
-	h             hold
-	tagBuf        []byte
-	lastSQL       []byte // the last statement, truncated (for holders and logs)
-	pipeBuf       []byte // a pipelined COM_STMT_EXECUTE
+	// lease is the session's borrow of a backend connection (lease.bc nil:
+	// none held).
+	lease   lease
+	tagBuf  []byte
+	lastSQL []byte // the last statement, truncated (for holders and logs)
+	pipeBuf []byte // a pipelined COM_STMT_EXECUTE
 	// turn signals the session's pipelined statement that its response is
 	// next to read (see joinPipe). Made at the first pipelined statement
 	// and reused: each statement on a pipe takes exactly the one signal
@@ -207,7 +208,7 @@ func (s *session) sessionTrack() bool { return s.caps&mysql.CLIENT_SESSION_TRACK
 func (s *session) serve() {
 	defer s.cleanup()
 	for {
-		if s.srv.draining.Load() && s.bc == nil {
+		if s.srv.draining.Load() && s.lease.bc == nil {
 			return
 		}
 		if s.expire.Load() != 0 {
@@ -292,7 +293,7 @@ func (s *session) readFailed(err error) {
 		s.writeNow(errTooLarge(s.srv.maxPacket()))
 	case errors.Is(err, errOutOfOrder):
 		s.writeNow(newErr(codeOutOfOrder, "08S01", "Got packets out of order"))
-	case s.srv.draining.Load() && s.bc == nil:
+	case s.srv.draining.Load() && s.lease.bc == nil:
 		// Woken by the drainer; just close.
 	}
 }
@@ -400,9 +401,9 @@ func (s *session) comSetOption(p []byte) bool {
 	}
 	on := p[1] == 0
 	s.multiStmts = on
-	if s.bc != nil {
-		unbound := s.bc.bound(s.srv.exchangeTimeout())
-		err := s.bc.setMultiStatements(on)
+	if s.lease.bc != nil {
+		unbound := s.lease.bc.bound(s.srv.exchangeTimeout())
+		err := s.lease.bc.setMultiStatements(on)
 		unbound()
 		if err != nil && isIOError(err) {
 			return s.relayFailed(err, &relayResult{}, true)
@@ -440,11 +441,11 @@ func (s *session) lingerClose() {
 // returnBackend gives the held backend connection back clean: reset first
 // when it carries this session's transaction or pinned state.
 func (s *session) returnBackend() {
-	if s.bc == nil {
+	if s.lease.bc == nil {
 		return
 	}
 	if s.keepsBackend() {
-		s.release(s.bc.reset(s.srv.baseVars(), s.srv.exchangeTimeout()) == nil)
+		s.release(s.lease.bc.reset(s.srv.baseVars(), s.srv.exchangeTimeout()) == nil)
 		return
 	}
 	s.release(true)

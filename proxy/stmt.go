@@ -345,7 +345,7 @@ func (s *session) stmtExecute(p []byte) bool {
 		cs.longData, cs.longSize = nil, 0
 		return true
 	}
-	if s.bc == nil && cs.params == 0 {
+	if s.lease.bc == nil && cs.params == 0 {
 		switch {
 		case cs.info.LastInsertIDColumn != "":
 			s.writeSingleValue(lastInsertIDCol(cs.info.LastInsertIDColumn), s.lastInsertID, true)
@@ -540,17 +540,17 @@ func (s *session) stmtReset(p []byte) bool {
 		return true
 	}
 	cs.longData, cs.longSize = nil, 0
-	if s.cursors[cs.id] && s.bc != nil && s.bc.stmts != nil {
+	if s.cursors[cs.id] && s.lease.bc != nil && s.lease.bc.stmts != nil {
 		delete(s.cursors, cs.id)
-		if bs, ok := s.bc.stmts.lru.Peek(cs.key); ok {
+		if bs, ok := s.lease.bc.stmts.lru.Peek(cs.key); ok {
 			// The backend closes the cursor and answers for itself.
 			var b [5]byte
 			b[0] = comStmtReset
 			binary.LittleEndian.PutUint32(b[1:], bs.id)
-			if err := s.bc.writeCommand(b[:]); err != nil {
+			if err := s.lease.bc.writeCommand(b[:]); err != nil {
 				return s.relayFailed(err, &relayResult{}, true)
 			}
-			rr, err := s.relay(s.bc, comStmtReset)
+			rr, err := s.relay(s.lease.bc, comStmtReset)
 			if err != nil {
 				return s.relayFailed(err, &rr, true)
 			}
@@ -570,24 +570,24 @@ func (s *session) stmtFetch(p []byte) bool {
 		return true
 	}
 	var bs *backendStmt
-	if s.bc != nil && s.bc.stmts != nil {
-		bs, _ = s.bc.stmts.lru.Peek(cs.key)
+	if s.lease.bc != nil && s.lease.bc.stmts != nil {
+		bs, _ = s.lease.bc.stmts.lru.Peek(cs.key)
 	}
 	if !s.cursors[cs.id] || bs == nil || len(p) < 9 {
 		s.writeErr(newErr(1421, "HY000", "The statement (%d) has no open cursor.", cs.id))
 		return true
 	}
-	out := append(s.bc.scratch[:0], comStmtFetch)
+	out := append(s.lease.bc.scratch[:0], comStmtFetch)
 	out = binary.LittleEndian.AppendUint32(out, bs.id)
 	out = append(out, p[5:9]...)
-	s.bc.scratch = out[:0]
-	if err := s.bc.writeCommand(out); err != nil {
+	s.lease.bc.scratch = out[:0]
+	if err := s.lease.bc.writeCommand(out); err != nil {
 		return s.relayFailed(err, &relayResult{}, true)
 	}
 	rr := relayResult{}
-	n, err := s.bc.r.header()
+	n, err := s.lease.bc.r.header()
 	if err == nil {
-		_, err = s.relayRows(s.bc, n, &rr)
+		_, err = s.relayRows(s.lease.bc, n, &rr)
 	}
 	if err != nil {
 		return s.relayFailed(err, &rr, true)

@@ -155,8 +155,8 @@ func (s *session) expireNow(r expireReason) {
 func (s *session) expired() {
 	r := expireReason(s.expire.Load())
 	tag := s.defaultTag()
-	if s.h.tag != nil {
-		tag = s.h.tag
+	if s.lease.tag != nil {
+		tag = s.lease.tag
 	}
 	if s.srv.attr {
 		s.defaultTagFor(tag).TimedOut(r.tagReason())

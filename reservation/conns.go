@@ -286,3 +286,49 @@ func appendStringLiteral(buf []byte, s string) []byte {
 	}
 	return append(buf, '\'')
 }
+
+// TextConn is a borrowed connection that runs statement text as it is
+// (holdfast's proxy lends its pool's connections so): TextConns puts the
+// arguments into the text.
+type TextConn interface {
+	Exec(ctx context.Context, sql string) (affected, insertID uint64, err error)
+	Query(ctx context.Context, sql string) ([][][]byte, error)
+	Release(broken bool)
+}
+
+// TextConns is Conns over a borrow function that lends TextConns: each
+// query's arguments are interpolated as SQL literals (Interpolate).
+func TextConns(borrow func(ctx context.Context, tag string) (TextConn, error)) Conns {
+	return textConns(borrow)
+}
+
+type textConns func(ctx context.Context, tag string) (TextConn, error)
+
+func (b textConns) Borrow(ctx context.Context, tag string) (Conn, error) {
+	c, err := b(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	return textConn{c}, nil
+}
+
+type textConn struct{ c TextConn }
+
+func (t textConn) Exec(ctx context.Context, query string, args ...any) (Result, error) {
+	q, err := Interpolate(query, args...)
+	if err != nil {
+		return Result{}, err
+	}
+	affected, id, err := t.c.Exec(ctx, q)
+	return Result{AffectedRows: affected, LastInsertID: id}, err
+}
+
+func (t textConn) Query(ctx context.Context, query string, args ...any) ([][][]byte, error) {
+	q, err := Interpolate(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return t.c.Query(ctx, q)
+}
+
+func (t textConn) Release(broken bool) { t.c.Release(broken) }

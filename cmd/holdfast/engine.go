@@ -19,39 +19,6 @@ import (
 	"github.com/holdfast-db/holdfast/reservation/legacy"
 )
 
-// poolConns lends the proxy's pool connections to the reservation engine:
-// its transactions are borrows like any other, attributed to their tags.
-type poolConns struct{ srv *proxy.Server }
-
-func (p poolConns) Borrow(ctx context.Context, tag string) (reservation.Conn, error) {
-	c, err := p.srv.BorrowEngine(ctx, tag)
-	if err != nil {
-		return nil, err
-	}
-	return engineConn{c}, nil
-}
-
-type engineConn struct{ c *proxy.EngineConn }
-
-func (e engineConn) Exec(ctx context.Context, query string, args ...any) (reservation.Result, error) {
-	q, err := reservation.Interpolate(query, args...)
-	if err != nil {
-		return reservation.Result{}, err
-	}
-	affected, id, err := e.c.Exec(ctx, q)
-	return reservation.Result{AffectedRows: affected, LastInsertID: id}, err
-}
-
-func (e engineConn) Query(ctx context.Context, query string, args ...any) ([][][]byte, error) {
-	q, err := reservation.Interpolate(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	return e.c.Query(ctx, q)
-}
-
-func (e engineConn) Release(broken bool) { e.c.Release(broken) }
-
 // engine is the reservation engine and its refiller, wired to the pool,
 // and, when reservation.redis.address is set, the router that keeps the
 // legacy Redis counter beside it (package reservation/legacy).
@@ -68,7 +35,11 @@ func newEngine(cfg config.Config, srv *proxy.Server, log *slog.Logger) (*engine,
 	if rc.Refiller.PoolCap == 0 {
 		rc.Refiller.PoolCap = rc.PoolCap
 	}
-	conns := poolConns{srv}
+	// The engine's transactions are borrows of the proxy's pool like any
+	// other, attributed to their holdfast:* tags.
+	conns := reservation.TextConns(func(ctx context.Context, tag string) (reservation.TextConn, error) {
+		return srv.BorrowEngine(ctx, tag)
+	})
 	ref, err := refiller.New(conns, rc.Refiller, log)
 	if err != nil {
 		return nil, err
