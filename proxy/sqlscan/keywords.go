@@ -98,6 +98,8 @@ const (
 	kwReferences
 	kwTrigger
 	kwView
+	kwShare
+	kwMode
 )
 
 // kwWords are the words of the kw values, in lower case.
@@ -193,6 +195,8 @@ var kwWords = [...]string{
 	kwReferences:       "references",
 	kwTrigger:          "trigger",
 	kwView:             "view",
+	kwShare:            "share",
+	kwMode:             "mode",
 }
 
 // kwHashTable is an open-addressing hash table of the kw values, indexed by

@@ -147,6 +147,9 @@ const (
 	// INTO t (a), CREATE TABLE t (, REFERENCES t (, WITH cte (a) AS,
 	// CREATE INDEX i ON t (, CALL p() are not calls.
 	FeatFuncCall
+	// FeatLocking: a locking read: FOR UPDATE, FOR SHARE, LOCK IN SHARE
+	// MODE (its rows stay locked to the end of the transaction).
+	FeatLocking
 	numFeatures = iota
 )
 
@@ -154,7 +157,7 @@ var featureNames = [numFeatures]string{
 	"user_var_assign", "user_var_ref", "temp_table", "get_lock", "lock_tables",
 	"sql_prepare", "calc_found_rows", "handler", "xa", "set_session", "set_global",
 	"set_transaction", "local_infile", "last_insert_id", "found_rows_func", "set_statement",
-	"set_names", "kill", "connection_id", "func_call",
+	"set_names", "kill", "connection_id", "func_call", "locking",
 }
 
 // String returns the set's names joined by '|' ("user_var_ref|get_lock"), or

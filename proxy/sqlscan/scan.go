@@ -256,6 +256,12 @@ func (s *scanner) step(t token) {
 			s.info.Vars |= VarLists
 		}
 		switch w {
+		case kwFor, kwLock:
+			// (A FOR that ended SET STATEMENT's assignments starts its
+			// statement instead: subHead.)
+			if !st.subHead && s.lockingClause(w) {
+				s.info.Features |= FeatLocking
+			}
 		case kwSQLCalcFoundRows:
 			s.info.Features |= FeatCalcFoundRows
 		case kwGetLock:
@@ -465,6 +471,17 @@ func (s *scanner) head(t token, w kw, main, exact bool) {
 	if main {
 		st.kind = k
 	}
+}
+
+// lockingClause reports whether the word w (FOR or LOCK) just read starts
+// a locking read: FOR UPDATE, FOR SHARE, LOCK IN SHARE MODE.
+func (s *scanner) lockingClause(w kw) bool {
+	p := s.lx
+	n := s.word(p.next())
+	if w == kwFor {
+		return n == kwUpdate || n == kwShare
+	}
+	return n == kwIn && s.word(p.next()) == kwShare && s.word(p.next()) == kwMode
 }
 
 // plainTail reports whether the rest of the text after p is, apart from
