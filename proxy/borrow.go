@@ -41,7 +41,7 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 		s.waitKills()
 		return s.lease.bc, nil
 	}
-	if s.vars == nil && s.srv.base.Load() != nil {
+	if s.vars == nil && s.srv.primary.base.Load() != nil {
 		s.vars = s.initialVars()
 	}
 	// The session's state is restored once the hold is visible to the

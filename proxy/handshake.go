@@ -148,7 +148,7 @@ func (s *Server) greetingCaps() (caps, ext uint32) {
 	if s.tlsConf.Load() != nil {
 		caps |= mysql.CLIENT_SSL
 	}
-	if bi := s.backendInfo.Load(); bi != nil && bi.mariaDB {
+	if bi := s.primary.info.Load(); bi != nil && bi.mariaDB {
 		ext = bi.extCaps & relayableExt
 	}
 	if ext == 0 {

@@ -234,7 +234,7 @@ func (s *session) interrupt() {
 	if d := s.srv.killDelay; d > 0 {
 		time.Sleep(d)
 	}
-	err := s.srv.killer.killQuery(s.srv, bc.threadID)
+	err := s.srv.primary.killer.killQuery(s.srv, bc.threadID)
 	if err != nil && isIOError(err) {
 		s.srv.log.Warn("KILL QUERY on backend failed", "client", s.id, "backend_thread", bc.threadID, "err", err)
 	}

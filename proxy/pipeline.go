@@ -72,7 +72,7 @@ func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
 
 // pipelinable reports whether a statement may be pipelined.
 func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
-	if s.vars == nil && s.srv.base.Load() != nil {
+	if s.vars == nil && s.srv.primary.base.Load() != nil {
 		s.vars = s.initialVars()
 	}
 	return s.lease.bc == nil && s.vars != nil && s.pendingBegin == nil && s.pinReason == "" && !s.holdNext &&

@@ -148,7 +148,7 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 		// No session state for this client. MariaDB still sends the info
 		// text length-encoded (MySQL to the end of the packet).
 		lenencInfo := false
-		if bi := s.srv.backendInfo.Load(); bi != nil && bi.mariaDB {
+		if bi := s.srv.primary.info.Load(); bi != nil && bi.mariaDB {
 			lenencInfo = true
 		}
 		ok.stateInfo = nil

@@ -72,7 +72,7 @@ func (s *session) noteResultsCollation(sc *varstate.Report, info *sqlscan.Info) 
 		sc.Vars = append(sc.Vars, varstate.Change{Name: varstate.ResultsCollation, Value: conn})
 	case resultsSet:
 		coll := ""
-		if b := s.srv.base.Load(); b != nil {
+		if b := s.srv.primary.base.Load(); b != nil {
 			coll = b.DefaultCollation(results)
 		}
 		sc.Vars = append(sc.Vars, varstate.Change{Name: varstate.ResultsCollation, Value: coll})
@@ -132,5 +132,5 @@ func readBackVars(bc *backendConn, sc *varstate.Report) error {
 
 // initialVars is the session state this client starts with.
 func (s *session) initialVars() *varstate.State {
-	return s.srv.base.Load().InitialVars(s.coll, s.caps&mysql.CLIENT_IGNORE_SPACE != 0)
+	return s.srv.primary.base.Load().InitialVars(s.coll, s.caps&mysql.CLIENT_IGNORE_SPACE != 0)
 }

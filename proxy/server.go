@@ -74,22 +74,18 @@ type Server struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 
-	cfg         atomic.Pointer[config.Config]
-	tlsConf     atomic.Pointer[tls.Config]
-	version     atomic.Pointer[string]
-	backendInfo atomic.Pointer[backendInfo] // learned from the first backend connection
-	// base is the backend's session variables as a fresh connection has
-	// them, and what holdfast keeps there; nil until learned (learnBackend).
-	base       atomic.Pointer[varstate.Base]
+	cfg     atomic.Pointer[config.Config]
+	tlsConf atomic.Pointer[tls.Config]
+	version atomic.Pointer[string]
+	// primary is the backend holdfast sends everything to (backend.address).
+	primary    backend
 	nextConnID atomic.Uint32
 	salt       func() []byte // nil: random salts (tests fix them)
 	clock      atomic.Int64  // UnixNano, advanced by the janitor (see now)
 	// Prepared statements (see stmtcache.go).
-	maxPrepared  atomic.Int64  // the backend's max_prepared_stmt_count; 0 until known
 	backendStmts atomic.Int64  // statements open on backend connections
 	stmtRetries  atomic.Uint64 // prepares retried after 1461
 	stmtRefs     stmtRefs
-	killer       killer
 	slowHead     atomic.Int64  // nanoseconds; see defaultSlowHead
 	killDelay    time.Duration // tests: a pause before each kill is sent, widening its window
 
@@ -288,7 +284,7 @@ func (s *Server) learnBackend(bc *backendConn) error {
 	}
 	if res, err := bc.query(ctx, "SELECT @@global.max_prepared_stmt_count"); err == nil && len(res.rows) == 1 && len(res.rows[0]) == 1 {
 		n, _ := strconv.ParseInt(string(res.rows[0][0]), 10, 64)
-		s.maxPrepared.Store(n)
+		s.primary.maxPrepared.Store(n)
 	}
 	res, err = bc.query(ctx, "SELECT ID, CHARACTER_SET_NAME, COLLATION_NAME, IS_DEFAULT FROM information_schema.COLLATIONS")
 	if err != nil {
@@ -307,8 +303,8 @@ func (s *Server) learnBackend(bc *backendConn) error {
 	}
 	base := varstate.NewBase(fresh, global, colls)
 	info := bc.info
-	s.backendInfo.Store(&info)
-	s.base.Store(base)
+	s.primary.info.Store(&info)
+	s.primary.base.Store(base)
 	bc.vars = base.Vars
 	if s.config().ServerVersion == "" && bc.version != "" {
 		v := bc.version
@@ -322,7 +318,7 @@ func (s *Server) learnBackend(bc *backendConn) error {
 // baseVars is the session state of a fresh backend connection (nil until
 // the backend is known).
 func (s *Server) baseVars() *varstate.State {
-	if b := s.base.Load(); b != nil {
+	if b := s.primary.base.Load(); b != nil {
 		return b.Vars
 	}
 	return nil
@@ -331,7 +327,7 @@ func (s *Server) baseVars() *varstate.State {
 // keptBase is the kept variables a client session starts with (nil until
 // the backend is known).
 func (s *Server) keptBase() *varstate.KeptVars {
-	if b := s.base.Load(); b != nil {
+	if b := s.primary.base.Load(); b != nil {
 		return b.Kept
 	}
 	return nil
@@ -340,7 +336,7 @@ func (s *Server) keptBase() *varstate.KeptVars {
 // hfKept is the kept variables' values on holdfast's backend connections
 // (nil until the backend is known).
 func (s *Server) hfKept() map[string]string {
-	if b := s.base.Load(); b != nil {
+	if b := s.primary.base.Load(); b != nil {
 		return b.Holdfast
 	}
 	return nil
@@ -586,7 +582,7 @@ func (s *Server) Stats() ServerStats {
 	st.Pool = s.pool.Stats()
 	st.BackendStatements = s.backendStmts.Load()
 	st.StatementBudget = s.stmtCacheSize() * s.config().Pool.Max
-	if s.maxPrepared.Load() <= 0 {
+	if s.primary.maxPrepared.Load() <= 0 {
 		st.StatementBudget = 0
 	}
 	st.StatementRetries = s.stmtRetries.Load()
@@ -678,7 +674,7 @@ func (s *Server) Close() error {
 		_ = nc.Close()
 	}
 	s.wg.Wait()
-	s.killer.close()
+	s.primary.killer.close()
 	s.beUsers.close()
 	s.pool.Close()
 	return nil

@@ -526,7 +526,7 @@ func (s *session) forgetStmts() {
 // stmtLimitReached answers a prepare past max_prepared_stmt_count client
 // statements, as MariaDB would: the limit holds per client too.
 func (s *session) stmtLimitReached() bool {
-	limit := s.srv.maxPrepared.Load()
+	limit := s.srv.primary.maxPrepared.Load()
 	if limit <= 0 || int64(len(s.stmts)) < limit {
 		return false
 	}

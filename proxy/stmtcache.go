@@ -49,7 +49,7 @@ func (s *Server) stmtCacheSize() int {
 // stmtBudget is how many backend statements this instance may keep open
 // together (0: unknown until the backend's max_prepared_stmt_count is).
 func (s *Server) stmtBudget() int {
-	limit := s.maxPrepared.Load()
+	limit := s.primary.maxPrepared.Load()
 	if limit <= 0 {
 		return 0
 	}

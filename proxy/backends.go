@@ -1,0 +1,19 @@
+package proxy
+
+import (
+	"sync/atomic"
+
+	"github.com/holdfast-db/holdfast/proxy/varstate"
+)
+
+// backend is what holdfast knows of one backend server, and keeps for it:
+// what its first connection said (its greeting's capabilities, its session
+// defaults, globals and collations, its statement limit), and the
+// connection kills go out on. holdfast has one, the primary
+// (backend.address); each replica will have its own.
+type backend struct {
+	info        atomic.Pointer[backendInfo]   // from the first connection's greeting
+	base        atomic.Pointer[varstate.Base] // nil until learned (learnBackend)
+	maxPrepared atomic.Int64                  // max_prepared_stmt_count; 0 until known
+	killer      killer                        // sends KILL QUERY on a connection of its own
+}
