@@ -24,24 +24,24 @@ func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribut
 		return false
 	}
 	switch {
-	case info.Kind == sqlscan.KindBegin && s.status&statusInTrans == 0:
+	case info.Kind == sqlscan.KindBegin && s.state.status&statusInTrans == 0:
 		if !info.Plain {
 			return false
 		}
-		s.pendingBegin = append(append(s.pendingBegin[:0], comQuery), sql...)
-		s.status |= statusInTrans
+		s.tx.pendingBegin = append(append(s.tx.pendingBegin[:0], comQuery), sql...)
+		s.state.status |= statusInTrans
 		if tagged {
-			s.txnTag = tag
+			s.tx.tag = tag
 		}
 		s.writeOK(0, 0)
 		return true
-	case (info.Kind == sqlscan.KindCommit || info.Kind == sqlscan.KindRollback) && s.pendingBegin != nil:
+	case (info.Kind == sqlscan.KindCommit || info.Kind == sqlscan.KindRollback) && s.tx.pendingBegin != nil:
 		if !info.Plain {
 			return false
 		}
-		s.pendingBegin = nil
-		s.status &^= statusInTrans
-		s.txnTag = nil
+		s.tx.pendingBegin = nil
+		s.state.status &^= statusInTrans
+		s.tx.tag = nil
 		s.writeOK(0, 0)
 		return true
 	}
@@ -57,14 +57,14 @@ func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribut
 // a read changes nothing (a locking read's locks end with it), and the
 // transaction is lost (see beginLost).
 func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
-	begin := s.pendingBegin
-	s.pendingBegin = nil
+	begin := s.tx.pendingBegin
+	s.tx.pendingBegin = nil
 	if ahead {
 		bc.w.seq = 0
 		if err := bc.w.writePacket(begin); err != nil {
 			return err
 		}
-		s.beginInFlight = true
+		s.tx.beginInFlight = true
 		s.srv.beginsAhead.Add(1)
 		return nil
 	}
@@ -75,7 +75,7 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	if err != nil {
 		return err
 	}
-	s.status = ok.status & sessionStatus
+	s.state.status = ok.status & sessionStatus
 	return nil
 }
 
@@ -85,8 +85,8 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 // gets an error instead and the connection closes after it, as when a
 // backend connection is lost inside a transaction.
 func (s *session) beginLost(err error) *sqlError {
-	s.status &^= statusInTrans
-	s.pendingBegin, s.txnTag, s.closeAfter = nil, nil, true
+	s.state.status &^= statusInTrans
+	s.tx.pendingBegin, s.tx.tag, s.closeAfter = nil, nil, true
 	var se *sqlError
 	if errors.As(err, &se) {
 		return newErr(se.Code, se.State, "holdfast: the transaction could not start on the backend (BEGIN failed: %s); nothing in it took effect. The connection is closed; reconnect and retry.", se.Msg)
@@ -105,7 +105,7 @@ func plainSelect(info *sqlscan.Info) bool {
 // written; the statement's response follows it. A failed BEGIN comes back
 // as *beginError.
 func (s *session) readBeginAhead(bc *backendConn) error {
-	s.beginInFlight = false
+	s.tx.beginInFlight = false
 	// BEGIN's OK is packet 1 of its exchange; the statement's response
 	// numbers on from the statement's last packet (more than one when it
 	// is 16 MiB or longer).
@@ -120,14 +120,14 @@ func (s *session) readBeginAhead(bc *backendConn) error {
 		return err
 	}
 	bc.r.seq = seq
-	s.status = ok.status & sessionStatus
+	s.state.status = ok.status & sessionStatus
 	return nil
 }
 
 // settleBegin reads the OK of a BEGIN buffered ahead before some other
 // exchange (preparing a statement) uses the connection.
 func (s *session) settleBegin(bc *backendConn) error {
-	if !s.beginInFlight {
+	if !s.tx.beginInFlight {
 		return nil
 	}
 	if err := bc.w.flush(); err != nil {

@@ -18,8 +18,8 @@ const maxStmtCopy = 512
 
 // defaultTag is the tag of a statement without its own.
 func (s *session) defaultTag() *attribution.Tag {
-	if s.txnTag != nil {
-		return s.txnTag
+	if s.tx.tag != nil {
+		return s.tx.tag
 	}
 	return s.connTag
 }
@@ -27,8 +27,8 @@ func (s *session) defaultTag() *attribution.Tag {
 // noteTag records an explicit tag as the transaction's when it is the first
 // inside one.
 func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
-	if tagged && s.txnTag == nil && (s.status&statusInTrans != 0 || s.pendingBegin != nil) {
-		s.txnTag = tag
+	if tagged && s.tx.tag == nil && (s.state.status&statusInTrans != 0 || s.tx.pendingBegin != nil) {
+		s.tx.tag = tag
 	}
 }
 
@@ -41,12 +41,12 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 		s.waitKills()
 		return s.lease.bc, nil
 	}
-	if s.vars == nil && s.srv.primary.base.Load() != nil {
-		s.vars = s.initialVars()
+	if s.state.vars == nil && s.srv.primary.base.Load() != nil {
+		s.state.vars = s.initialVars()
 	}
 	// The session's state is restored once the hold is visible to the
 	// janitor and to kills: take without sync, then sync below.
-	if err := s.srv.take(s.srv.ctx, &s.lease, tag, s.variant, leaseState{}); err != nil {
+	if err := s.srv.take(s.srv.ctx, &s.lease, tag, s.state.variant, leaseState{}); err != nil {
 		return nil, leaseErr(err)
 	}
 	bc := s.lease.bc
@@ -57,14 +57,14 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	// A deferred BEGIN starts below: the transaction runs from its first
 	// statement on, and the bounds on transactions apply to that statement
 	// too (a failed start releases, which clears it).
-	s.inTxn = s.pendingBegin != nil
+	s.inTxn = s.tx.pendingBegin != nil
 	s.mu.Unlock()
-	if s.vars == nil {
-		s.vars = s.initialVars()
+	if s.state.vars == nil {
+		s.state.vars = s.initialVars()
 	}
 	err := s.sync(bc)
 	began := false
-	if err == nil && s.pendingBegin != nil {
+	if err == nil && s.tx.pendingBegin != nil {
 		began = true
 		err = s.startDeferredBegin(bc, ahead)
 	}
@@ -89,7 +89,7 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 // between statements: inside a transaction, pinned by session state, or
 // through the next statement after SET TRANSACTION.
 func (s *session) keepsBackend() bool {
-	return s.status&statusInTrans != 0 || s.pinReason != "" || s.holdNext
+	return s.state.status&statusInTrans != 0 || s.state.pinReason != "" || s.tx.holdNext
 }
 
 // release gives the held backend connection back to the pool and records
@@ -98,8 +98,8 @@ func (s *session) release(reusable bool) {
 	if s.lease.bc == nil {
 		return
 	}
-	s.srv.give(&s.lease, reusable, s.txnTag, s.id, s.lastSQL)
-	s.beginInFlight = false // a BEGIN sent ahead belongs to that connection
+	s.srv.give(&s.lease, reusable, s.tx.tag, s.id, s.lastSQL)
+	s.tx.beginInFlight = false // a BEGIN sent ahead belongs to that connection
 	s.holding.Store(false)
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.inTxn = time.Time{}, "", false
@@ -123,8 +123,8 @@ func (s *session) stmtStart(tag *attribution.Tag, sql []byte) time.Time {
 }
 
 func (s *session) defaultTagFor(tag *attribution.Tag) *attribution.Tag {
-	if s.txnTag != nil {
-		return s.txnTag
+	if s.tx.tag != nil {
+		return s.tx.tag
 	}
 	return tag
 }
@@ -143,7 +143,7 @@ func (s *session) stmtEnd(tag *attribution.Tag, start time.Time, failed bool) {
 // afterTxnState updates transaction accounting once a statement's final
 // status is known; it returns the connection unless the session keeps it.
 func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
-	inTxn := s.status&statusInTrans != 0
+	inTxn := s.state.status&statusInTrans != 0
 	s.lease.txnState(inTxn)
 	if prev&statusInTrans != 0 && !inTxn && s.srv.attr {
 		s.defaultTagFor(tag).Transaction()
@@ -152,8 +152,8 @@ func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
 	s.inTxn = inTxn
 	s.mu.Unlock()
 	s.maybeRelease()
-	if !inTxn && s.pendingBegin == nil {
-		s.txnTag = nil
+	if !inTxn && s.tx.pendingBegin == nil {
+		s.tx.tag = nil
 	}
 }
 

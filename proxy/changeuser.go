@@ -90,9 +90,9 @@ func (s *session) comChangeUser(p []byte) bool {
 	s.mu.Lock()
 	s.user = u // read by other sessions' KILLs
 	s.mu.Unlock()
-	s.variant = s.variant.withAccount(u.account)
-	s.srv.useKey(s.variant)
-	s.db, s.coll = db, coll
+	s.state.variant = s.state.variant.withAccount(u.account)
+	s.srv.useKey(s.state.variant)
+	s.state.db, s.coll = db, coll
 	s.writeOK(0, 0)
 	return true
 }

@@ -14,9 +14,9 @@ import (
 // setKept installs the client's kept variables and the idle limit they
 // imply.
 func (s *session) setKept(k *varstate.KeptVars) {
-	s.kept = k
+	s.state.kept = k
 	if k != nil {
-		s.waitTimeout.Store(int64(k.WaitTimeout(s.interactive)))
+		s.waitTimeout.Store(int64(k.WaitTimeout(s.state.interactive)))
 	}
 }
 
@@ -25,10 +25,10 @@ func (s *session) setKept(k *varstate.KeptVars) {
 // ("" when they are the same). beginInFlight is settled first.
 func (s *session) putKept(bc *backendConn) (string, error) {
 	hf := s.srv.hfKept()
-	if s.kept == nil || len(hf) == 0 {
+	if s.state.kept == nil || len(hf) == 0 {
 		return "", nil
 	}
-	before := varstate.KeptSQL(s.kept.Values(), hf, nil)
+	before := varstate.KeptSQL(s.state.kept.Values(), hf, nil)
 	if before == "" {
 		return "", nil
 	}
@@ -38,7 +38,7 @@ func (s *session) putKept(bc *backendConn) (string, error) {
 	if _, err := bc.queryLocked(before); err != nil {
 		return "", err
 	}
-	return varstate.KeptSQL(hf, s.kept.Values(), nil), nil
+	return varstate.KeptSQL(hf, s.state.kept.Values(), nil), nil
 }
 
 // syncKept reads the kept variables back from bc after a statement that
@@ -48,7 +48,7 @@ func (s *session) putKept(bc *backendConn) (string, error) {
 // every value that differs from holdfast's is taken as the client's.
 func (s *session) syncKept(bc *backendConn, assigned []string) error {
 	hf := s.srv.hfKept()
-	if s.kept == nil || len(hf) == 0 {
+	if s.state.kept == nil || len(hf) == 0 {
 		return nil
 	}
 	res, err := bc.queryLocked(varstate.SelectKept("session") + " LIMIT 1")
@@ -68,7 +68,7 @@ func (s *session) syncKept(bc *backendConn, assigned []string) error {
 		}
 	}
 	if len(changes) > 0 {
-		s.setKept(s.kept.With(changes))
+		s.setKept(s.state.kept.With(changes))
 	}
 	if sql := varstate.KeptSQL(hf, have, nil); sql != "" {
 		_, err = bc.queryLocked(sql)
@@ -92,11 +92,11 @@ func (s *session) keptChanged(bc *backendConn, changes []varstate.Change) ([]var
 	if len(kept) == 0 {
 		return changes, nil
 	}
-	if s.kept == nil {
+	if s.state.kept == nil {
 		s.setKept(s.srv.keptBase())
 	}
-	if s.kept != nil {
-		s.setKept(s.kept.With(kept))
+	if s.state.kept != nil {
+		s.setKept(s.state.kept.With(kept))
 	}
 	names := make([]string, len(kept))
 	have := map[string]string{}

@@ -25,7 +25,7 @@ func (s *session) killText(p []byte, info *sqlscan.Info, tag *attribution.Tag) b
 	switch {
 	case info.Statements <= 1:
 		return s.killStatement(info, false)
-	case !s.multiStmts:
+	case !s.state.multiStmts:
 		// Multi-statements are off: the server refuses the whole text
 		// (1064) before running any of it, as MariaDB would.
 		return s.run(p, comQuery, info, tag)
@@ -92,14 +92,14 @@ func (s *session) killAmong(sql []byte, tag *attribution.Tag) bool {
 	}
 	for i, pt := range parts {
 		more := i < len(parts)-1
-		s.replyErr = false
+		s.reply.err = false
 		var keep bool
 		if pt.kill != nil {
 			keep = s.killStatement(pt.kill, more)
 		} else {
 			keep = s.runAmong(sql[pt.start:pt.end], tag, more)
 		}
-		if !keep || s.replyErr || s.gone || s.closeAfter {
+		if !keep || s.reply.err || s.gone || s.closeAfter {
 			return keep
 		}
 	}
@@ -117,8 +117,8 @@ func (s *session) runAmong(text []byte, tag *attribution.Tag, more bool) bool {
 		}
 	}
 	s.rewrite = q
-	s.moreAfter = more
-	defer func() { s.moreAfter = false }()
+	s.reply.moreAfter = more
+	defer func() { s.reply.moreAfter = false }()
 	return s.run(q, comQuery, &info, tag)
 }
 

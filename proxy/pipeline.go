@@ -72,11 +72,11 @@ func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
 
 // pipelinable reports whether a statement may be pipelined.
 func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
-	if s.vars == nil && s.srv.primary.base.Load() != nil {
-		s.vars = s.initialVars()
+	if s.state.vars == nil && s.srv.primary.base.Load() != nil {
+		s.state.vars = s.initialVars()
 	}
-	return s.lease.bc == nil && s.vars != nil && s.pendingBegin == nil && s.pinReason == "" && !s.holdNext &&
-		s.status&statusInTrans == 0 && s.status&statusAutocommit != 0 &&
+	return s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil && s.state.pinReason == "" && !s.tx.holdNext &&
+		s.state.status&statusInTrans == 0 && s.state.status&statusAutocommit != 0 &&
 		plainSelect(info) && size < 1<<16 && s.srv.pipelineDepth() > 0 &&
 		s.srv.gates.active.Load() == 0
 }
@@ -192,7 +192,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during a read-only statement; nothing was changed, it is safe to retry"))
 		return true, true
 	}
-	s.status = rr.status & sessionStatus
+	s.state.status = rr.status & sessionStatus
 	s.srv.pipelined.Add(1)
 	return true, true
 }
@@ -208,7 +208,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	}
 	turn = s.turn
 	// An idle connection first: no statement waits behind another then.
-	bc, ok, other := srv.pool.TryAcquire(s.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, cs) })
+	bc, ok, other := srv.pool.TryAcquire(s.state.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, cs) })
 	if ok {
 		if bc.vars == nil {
 			bc.vars = srv.baseVars()
@@ -250,7 +250,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	}
 	if best == nil {
 		srv.pipes.mu.Unlock()
-		if wait && open && srv.pool.CanDial(s.variant) {
+		if wait && open && srv.pool.CanDial(s.state.variant) {
 			// Fitting pipes are full, but the pool has room: a connection
 			// of our own comes sooner than a place.
 			wait = false
@@ -288,7 +288,7 @@ func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
 	if vars == nil {
 		vars = s.srv.baseVars()
 	}
-	if bc.variant != s.variant || !bc.dbKnown || bc.db != s.db || bc.multiStmts != s.multiStmts || !s.vars.Equal(vars) {
+	if bc.variant != s.state.variant || !bc.dbKnown || bc.db != s.state.db || bc.multiStmts != s.state.multiStmts || !s.state.vars.Equal(vars) {
 		return false
 	}
 	// A statement whose parameter count changed on this connection (the
@@ -296,7 +296,7 @@ func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
 	// does one prepared in another database than the session's, whose run
 	// switches the database and back, which the server reports as a
 	// session state change (see afterStatement).
-	return cs == nil || cs.db == s.db && fitsExecute(bc, cs)
+	return cs == nil || cs.db == s.state.db && fitsExecute(bc, cs)
 }
 
 // enqueueLocked (p.mu held; released here) queues a command and its turn

@@ -148,12 +148,12 @@ func (s *session) callProcedure(name string, args []any) ([]string, [][]any, err
 func (s *session) procRefused(name string) *sqlError {
 	const keeps = "holdfast: CALL holdfast.%s borrows a backend connection of its own, and this session keeps one "
 	switch {
-	case s.status&statusInTrans != 0:
+	case s.state.status&statusInTrans != 0:
 		return newErr(codeProcInTxn, "HY000", "holdfast: CALL holdfast.%s runs in its own transaction and cannot join yours; call it outside BEGIN ... COMMIT", name)
-	case s.pinReason != "":
+	case s.state.pinReason != "":
 		return newErr(codeProcHeld, "HY000", keeps+"for its session state (pinned by %s); call it from a connection without such state (user variables, temporary tables, GET_LOCK, ...)",
-			name, s.pinReason)
-	case s.holdNext:
+			name, s.state.pinReason)
+	case s.tx.holdNext:
 		return newErr(codeProcHeld, "HY000", keeps+"for the transaction SET TRANSACTION prepared; call it before SET TRANSACTION or after that transaction", name)
 	case s.lease.bc != nil:
 		return newErr(codeProcHeld, "HY000", "holdfast: CALL holdfast.%s borrows a backend connection of its own, and this session still holds one; call it after COMMIT or ROLLBACK, or from another connection", name)
@@ -233,10 +233,10 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 			params++
 		}
 	}
-	s.nextStmt++
-	cs := &clientStmt{id: s.nextStmt, query: string(p[1:]), params: params, call: &call}
-	s.stmts[cs.id] = cs
-	s.lastStmt = cs.id
+	s.ps.nextStmt++
+	cs := &clientStmt{id: s.ps.nextStmt, query: string(p[1:]), params: params, call: &call}
+	s.ps.stmts[cs.id] = cs
+	s.ps.lastStmt = cs.id
 	out := append(s.out[:0], hdrOK)
 	out = binary.LittleEndian.AppendUint32(out, cs.id)
 	out = binary.LittleEndian.AppendUint16(out, 0) // columns: known only when it runs
@@ -246,10 +246,10 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 	s.writePacket(out)
 	if params > 0 {
 		for i := 0; i < params; i++ {
-			s.out = appendColumnDef(s.out[:0], column{name: "?", typ: mysql.MYSQL_TYPE_VAR_STRING}, s.variant&varTypeInfo != 0)
+			s.out = appendColumnDef(s.out[:0], column{name: "?", typ: mysql.MYSQL_TYPE_VAR_STRING}, s.state.variant&varTypeInfo != 0)
 			s.writePacket(s.out)
 		}
-		s.out = appendEOF(s.out[:0], 0, s.status&^statusSessionChanged)
+		s.out = appendEOF(s.out[:0], 0, s.state.status&^statusSessionChanged)
 		s.writePacket(s.out)
 	}
 	return true

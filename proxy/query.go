@@ -30,7 +30,7 @@ func (s *session) comQuery(p []byte) bool {
 	case info.Features&sqlscan.FeatKill != 0:
 		return s.killText(p, &info, tag)
 	case info.LastInsertIDColumn != "" && s.lease.bc == nil:
-		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.lastInsertID, false)
+		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.state.lastInsertID, false)
 		return true
 	case info.ConnectionIDColumn != "":
 		// The id clients KILL by is holdfast's, not a backend thread's.
@@ -57,11 +57,11 @@ func (s *session) comQuery(p []byte) bool {
 // the status flags).
 func (s *session) scanMode() sqlscan.Mode {
 	var m sqlscan.Mode
-	if s.status&statusNoBackslash != 0 {
+	if s.state.status&statusNoBackslash != 0 {
 		m |= sqlscan.NoBackslashEscapes
 	}
-	if s.vars != nil {
-		if mode := s.vars.Get("sql_mode"); strings.Contains(mode, "ANSI_QUOTES") {
+	if s.state.vars != nil {
+		if mode := s.state.vars.Get("sql_mode"); strings.Contains(mode, "ANSI_QUOTES") {
 			m |= sqlscan.ANSIQuotes
 		}
 	}
@@ -90,12 +90,12 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.setExec(bc, nil)
 	s.watch.arm()
 	var rr relayResult
-	s.hideChange = cmd == comQuery && s.hidesStatementChange(info, p[1:])
+	s.reply.hideChange = cmd == comQuery && s.hidesStatementChange(info, p[1:])
 	err := bc.sendCommand(p)
 	if err == nil {
 		rr, err = s.relay(bc, cmd)
 	}
-	s.hideChange = false
+	s.reply.hideChange = false
 	if err == nil && after != "" {
 		unbound := bc.bound(s.srv.exchangeTimeout())
 		_, err = bc.queryLocked(after)
@@ -137,14 +137,14 @@ func poolErr(err error) *sqlError {
 // afterStatement records what the statement did to the session and returns
 // the backend connection unless the session must keep it.
 func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan.Info, tag *attribution.Tag) {
-	prev := s.status
-	s.status = rr.status & sessionStatus
+	prev := s.state.status
+	s.state.status = rr.status & sessionStatus
 	if rr.insertID != 0 {
-		s.lastInsertID = rr.insertID
+		s.state.lastInsertID = rr.insertID
 	}
 	sc := &rr.sc
 	if sc.LastGTID != "" {
-		s.lastGTID = sc.LastGTID
+		s.state.lastGTID = sc.LastGTID
 	}
 	if statementScoped(info) {
 		// SET STATEMENT ... FOR: its variables are back to their values
@@ -196,22 +196,22 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 	}
 	if len(sc.Vars) > 0 {
 		s.noteResultsCollation(sc, info)
-		s.vars = s.vars.With(sc.Vars)
-		bc.vars = s.vars
+		s.state.vars = s.state.vars.With(sc.Vars)
+		bc.vars = s.state.vars
 	}
 	if sc.SchemaSet {
-		s.db, bc.db, bc.dbKnown = sc.Schema, sc.Schema, true
+		s.state.db, bc.db, bc.dbKnown = sc.Schema, sc.Schema, true
 	}
-	if s.pinReason == "" {
+	if s.state.pinReason == "" {
 		if reason := pinReason(info, rr); reason != "" {
-			s.pinReason = reason
+			s.state.pinReason = reason
 			s.pinned.Store(true)
 			s.srv.countPin(reason)
 			tag.Pinned(reason)
 		}
 	}
-	s.holdNext = info != nil && info.Kind == sqlscan.KindSetTransaction && !rr.failed
-	if rr.failed && s.status&(statusInTrans|statusAutocommit) == 0 && s.pinReason == "" && !s.holdNext {
+	s.tx.holdNext = info != nil && info.Kind == sqlscan.KindSetTransaction && !rr.failed
+	if rr.failed && s.state.status&(statusInTrans|statusAutocommit) == 0 && s.state.pinReason == "" && !s.tx.holdNext {
 		// With autocommit off, a failed statement may still have opened a
 		// transaction, and its ERR packet does not say. Ask.
 		unbound := bc.bound(s.srv.exchangeTimeout())
@@ -221,7 +221,7 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 			s.release(false)
 			return
 		}
-		s.status = st & sessionStatus
+		s.state.status = st & sessionStatus
 	}
 	s.afterTxnState(prev, tag)
 }
@@ -303,10 +303,10 @@ func statementScoped(info *sqlscan.Info) bool {
 // for this client, while holdfast's backend connection, which tracks every
 // variable, does.
 func (s *session) hidesStatementChange(info *sqlscan.Info, text []byte) bool {
-	if !statementScoped(info) || s.kept == nil {
+	if !statementScoped(info) || s.state.kept == nil {
 		return false
 	}
-	f := &s.kept.Track
+	f := &s.state.kept.Track
 	if f.AllVars || f.StateChange {
 		return false
 	}
@@ -360,16 +360,16 @@ func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
 	}
 	s.srv.log.Warn("backend connection lost during a statement", "client", s.id, "err", err)
 	s.release(false)
-	s.holdNext = false
-	if rr.started || held || s.pinReason != "" {
+	s.tx.holdNext = false
+	if rr.started || held || s.state.pinReason != "" {
 		what := "the transaction was rolled back"
-		if s.pinReason != "" {
-			what = "session state (" + s.pinReason + ") was lost"
+		if s.state.pinReason != "" {
+			what = "session state (" + s.state.pinReason + ") was lost"
 		}
 		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; %s. Reconnect and retry.", what))
 		return false
 	}
-	s.status &^= statusInTrans
+	s.state.status &^= statusInTrans
 	s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; it may or may not have taken effect (holdfast never retries a statement)"))
 	return true
 }

@@ -40,14 +40,14 @@ type relayResult struct {
 // protocol error, which leaves the backend connection unusable. A deferred
 // BEGIN sent ahead of the command answers first (see readBeginAhead).
 func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
-	if s.beginInFlight {
+	if s.tx.beginInFlight {
 		if err := s.readBeginAhead(bc); err != nil {
-			return relayResult{status: s.status}, err
+			return relayResult{status: s.state.status}, err
 		}
 	}
 	// An ERR packet carries no status: until an OK or EOF says otherwise,
 	// the status is what it was.
-	rr := relayResult{status: s.status}
+	rr := relayResult{status: s.state.status}
 	defer func() {
 		if s.gone && err == nil {
 			err = errClientGone
@@ -71,7 +71,7 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 			return rr, s.stream(bc, n)
 		case first[0] == hdrErr:
 			rr.sawErr(bc)
-			s.replyErr = true
+			s.reply.err = true
 			return rr, s.stream(bc, n)
 		case first[0] == hdrOK && cmd != comFieldList:
 			more, err := s.relayOK(bc, n, &rr)
@@ -130,13 +130,13 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 		if !rr.sc.AddStateInfo(ok.stateInfo) {
 			return false, fmt.Errorf("%w: bad session state information", errMalformed)
 		}
-		if s.sessionTrack() && s.kept != nil {
+		if s.sessionTrack() && s.state.kept != nil {
 			// Tell the client only what its own tracking settings ask
 			// for, as they stand after this statement.
 			if kept := varstate.KeptOnly(rr.sc.Vars[n:]); len(kept) > 0 {
-				s.setKept(s.kept.With(kept))
+				s.setKept(s.state.kept.With(kept))
 			}
-			s.stateBuf = s.kept.Track.Apply(s.stateBuf[:0], ok.stateInfo)
+			s.stateBuf = s.state.kept.Track.Apply(s.stateBuf[:0], ok.stateInfo)
 			if !bytes.Equal(s.stateBuf, ok.stateInfo) {
 				ok.stateInfo = s.stateBuf
 				s.out = appendOK(s.out[:0], ok, true)
@@ -156,7 +156,7 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 		p = s.out
 	}
 	more := ok.status&statusMoreResults != 0
-	if !more && s.moreAfter {
+	if !more && s.reply.moreAfter {
 		setOKStatus(p, ok.status|statusMoreResults)
 	}
 	rr.started = true
@@ -240,7 +240,7 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 			// After the columns, or after some rows: a statement killed
 			// or failing while it runs.
 			rr.sawErr(bc)
-			s.replyErr = true
+			s.reply.err = true
 			return false, s.stream(bc, n)
 		}
 		if err := s.stream(bc, n); err != nil {
@@ -258,10 +258,10 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 // tracking does not follow changed (hideChange).
 func (s *session) clientEOF(p []byte, st uint16) {
 	out := st
-	if s.moreAfter {
+	if s.reply.moreAfter {
 		out |= statusMoreResults
 	}
-	if s.hideChange {
+	if s.reply.hideChange {
 		out &^= statusSessionChanged
 	}
 	if out != st && len(p) >= 5 {
@@ -389,11 +389,11 @@ func appendColumnDef(b []byte, c column, typeInfo bool) []byte {
 // writeResultSet sends rs in the text protocol, or the binary one (for
 // COM_STMT_EXECUTE) when binary is set.
 func (s *session) writeResultSet(rs *resultSet, binaryRows bool) {
-	st := s.status &^ (statusMoreResults | statusSessionChanged)
+	st := s.state.status &^ (statusMoreResults | statusSessionChanged)
 	s.out = mysqlwire.AppendLenEnc(s.out[:0], uint64(len(rs.cols)))
 	s.writePacket(s.out)
 	for _, c := range rs.cols {
-		s.out = appendColumnDef(s.out[:0], c, s.variant&varTypeInfo != 0)
+		s.out = appendColumnDef(s.out[:0], c, s.state.variant&varTypeInfo != 0)
 		s.writePacket(s.out)
 	}
 	s.out = appendEOF(s.out[:0], 0, st)

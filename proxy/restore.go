@@ -19,7 +19,7 @@ import (
 // on bc, one round trip per thing that differs.
 func (s *session) sync(bc *backendConn) error {
 	defer bc.bound(s.srv.exchangeTimeout())()
-	return syncConn(bc, s.db, s.vars, s.multiStmts)
+	return syncConn(bc, s.state.db, s.state.vars, s.state.multiStmts)
 }
 
 func syncConn(bc *backendConn, db string, vars *varstate.State, multiStmts bool) error {
@@ -68,7 +68,7 @@ func (s *session) noteResultsCollation(sc *varstate.Report, info *sqlscan.Info) 
 		}
 	}
 	switch {
-	case info != nil && info.Features&sqlscan.FeatSetNames != 0 && connSet && (resultsSet || conn != s.vars.Get(varstate.ResultsCollation)):
+	case info != nil && info.Features&sqlscan.FeatSetNames != 0 && connSet && (resultsSet || conn != s.state.vars.Get(varstate.ResultsCollation)):
 		sc.Vars = append(sc.Vars, varstate.Change{Name: varstate.ResultsCollation, Value: conn})
 	case resultsSet:
 		coll := ""

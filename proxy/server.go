@@ -517,8 +517,8 @@ func (s *Server) handshake(nc net.Conn) *session {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	sess := newSession(s, id, conn, u, hello)
-	sess.variant = sess.variant.withAccount(u.account)
-	s.useKey(sess.variant)
+	sess.state.variant = sess.state.variant.withAccount(u.account)
+	s.useKey(sess.state.variant)
 	return sess
 }
 

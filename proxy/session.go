@@ -48,39 +48,23 @@ type session struct {
 	coll    uint8  // handshake collation id
 	attrs   map[string]string
 
-	// Desired session state, restored on whichever backend serves us.
-	vars       *varstate.State // nil until the first borrow learns the backend's defaults
-	db         string
-	multiStmts bool
-	variant    variant // the backend connections this client needs
+	// state is what the client set of its session: restored on whichever
+	// backend connection serves it, or kept by holdfast (see sessionState).
+	state sessionState
 
-	pinReason    string // non-empty: keep bc for the rest of the session
-	holdNext     bool   // SET TRANSACTION: keep bc through the next statement
-	status       uint16 // status flags as the client last saw them
-	lastInsertID uint64
-	// lastGTID is the GTID of the client's last commit, as the backend
-	// reported it (last_gtid; empty on a server without binary logging).
-	lastGTID string
-
-	stmts    map[uint32]*clientStmt
-	cursors  map[uint32]bool // client statements with a cursor open on bc
-	nextStmt uint32
-	lastStmt uint32 // id of the statement prepared last
+	// ps is the client's prepared statements (stmt.go).
+	ps preparedStmts
 
 	// Attribution.
-	connTag      *attribution.Tag // conn_tag attribute, else the user's default
-	txnTag       *attribution.Tag // first tagged statement of the open transaction
-	pendingBegin []byte           // a deferred BEGIN (see begin.go)
-	// beginInFlight: the deferred BEGIN went out ahead of the statement
-	// just written, and its OK is still to be read (see begin.go).
-	beginInFlight bool
-	closeAfter    bool // close the connection once the reply is out (see beginLost)
+	connTag *attribution.Tag // conn_tag attribute, else the user's default
+	// tx is the transaction as holdfast sees it (begin.go, borrow.go).
+	tx         txnState
+	closeAfter bool // close the connection once the reply is out (see beginLost)
 	// lease is the session's borrow of a backend connection (lease.bc nil:
 	// none held).
 	lease   lease
 	tagBuf  []byte
 	lastSQL []byte // the last statement, truncated (for holders and logs)
-	pipeBuf []byte // a pipelined COM_STMT_EXECUTE
 	// turn signals the session's pipelined statement that its response is
 	// next to read (see joinPipe). Made at the first pipelined statement
 	// and reused: each statement on a pipe takes exactly the one signal
@@ -96,10 +80,6 @@ type session struct {
 	gone    bool        // a write to the client failed; responses are dropped
 	holding atomic.Bool // bc != nil, for the drainer
 	pinned  atomic.Bool // pinReason != "", for Stats
-	// kept is the client's value of the variables holdfast keeps itself
-	// (see kept.go); nil until the backend's defaults are known.
-	kept        *varstate.KeptVars
-	interactive bool // CLIENT_INTERACTIVE: interactive_timeout applies
 	// idleSince is when the session began waiting for the client's next
 	// command (UnixNano from Server.now; 0 while a command runs), and
 	// waitTimeout the client's idle limit in nanoseconds (0: none); the
@@ -122,17 +102,8 @@ type session struct {
 	// lingerOnClose: the client may still be sending when the session
 	// ends (see lingerClose). Session goroutine only.
 	lingerOnClose bool
-	// moreAfter: more results of the client's statement text follow the
-	// response being relayed (a multi-statement text split around a KILL),
-	// so its last OK or EOF carries MORE_RESULTS. replyErr: an ERR packet
-	// was written to the client since it was last cleared.
-	moreAfter bool
-	replyErr  bool
-	// hideChange: the response being relayed is a SET STATEMENT's whose
-	// variables the client's session tracking does not follow; its EOFs
-	// say no state changed, as MariaDB's would for this client (see
-	// hidesStatementChange).
-	hideChange bool
+	// reply shapes the answer being written (relay.go).
+	reply replyShape
 
 	mu       sync.Mutex   // guards the fields below
 	execBC   *backendConn // backend connection running our statement now, nil if none
@@ -143,6 +114,66 @@ type session struct {
 	holdTag   string
 	inTxn     bool
 	stmtText  []byte
+}
+
+// sessionState is what a client set of its session, restored on whichever
+// backend connection serves it (vars, db, multiStmts) or kept by holdfast
+// (kept, status, last ids), and what ties it to its connection (pinReason).
+// Session goroutine only.
+type sessionState struct {
+	vars       *varstate.State // nil until the first borrow learns the backend's defaults
+	db         string
+	multiStmts bool
+	variant    variant // the backend connections this client needs
+	// kept is the client's value of the variables holdfast keeps itself
+	// (see kept.go); nil until the backend's defaults are known.
+	kept        *varstate.KeptVars
+	interactive bool   // CLIENT_INTERACTIVE: interactive_timeout applies
+	pinReason   string // non-empty: keep the connection for the rest of the session
+	status      uint16 // status flags as the client last saw them
+	// lastInsertID is the insert id of the client's last OK, and lastGTID
+	// the GTID of its last commit, as the backend reported it (last_gtid;
+	// empty on a server without binary logging).
+	lastInsertID uint64
+	lastGTID     string
+}
+
+// preparedStmts is a client's binary-protocol prepared statements, by
+// holdfast's ids (stmt.go). Session goroutine only.
+type preparedStmts struct {
+	stmts    map[uint32]*clientStmt
+	cursors  map[uint32]bool // client statements with a cursor open on the held connection
+	nextStmt uint32
+	lastStmt uint32 // id of the statement prepared last
+	pipeBuf  []byte // a pipelined COM_STMT_EXECUTE
+}
+
+// txnState is the client's transaction as holdfast sees it: a BEGIN it
+// answered and has yet to send (begin.go), and the tag the transaction is
+// accounted to. Session goroutine only.
+type txnState struct {
+	tag          *attribution.Tag // first tagged statement of the open transaction
+	pendingBegin []byte           // a deferred BEGIN
+	// beginInFlight: the deferred BEGIN went out ahead of the statement
+	// just written, and its OK is still to be read.
+	beginInFlight bool
+	holdNext      bool // SET TRANSACTION: keep the connection through the next statement
+}
+
+// replyShape is how the answer being written is shaped (relay.go).
+// Session goroutine only.
+type replyShape struct {
+	// moreAfter: more results of the client's statement text follow the
+	// response being relayed (a multi-statement text split around a KILL),
+	// so its last OK or EOF carries MORE_RESULTS.
+	moreAfter bool
+	// err: an ERR packet was written to the client since it was cleared.
+	err bool
+	// hideChange: the response being relayed is a SET STATEMENT's whose
+	// variables the client's session tracking does not follow; its EOFs
+	// say no state changed, as MariaDB's would for this client (see
+	// hidesStatementChange).
+	hideChange bool
 }
 
 // clientReadBuffer is the size of a session's read buffer. Most commands
@@ -168,20 +199,22 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 		db = srv.config().Backend.Database
 	}
 	s := &session{
-		srv:        srv,
-		id:         id,
-		nc:         nc,
-		remote:     nc.RemoteAddr().String(),
-		user:       u,
-		caps:       caps,
-		extCaps:    h.extCaps,
-		coll:       h.coll,
-		attrs:      h.attrs,
-		db:         db,
-		multiStmts: caps&mysql.CLIENT_MULTI_STATEMENTS != 0,
-		variant:    clientVariant(caps, h.extCaps),
-		status:     statusAutocommit,
-		stmts:      map[uint32]*clientStmt{},
+		srv:     srv,
+		id:      id,
+		nc:      nc,
+		remote:  nc.RemoteAddr().String(),
+		user:    u,
+		caps:    caps,
+		extCaps: h.extCaps,
+		coll:    h.coll,
+		attrs:   h.attrs,
+		state: sessionState{
+			db:         db,
+			multiStmts: caps&mysql.CLIENT_MULTI_STATEMENTS != 0,
+			variant:    clientVariant(caps, h.extCaps),
+			status:     statusAutocommit,
+		},
+		ps: preparedStmts{stmts: map[uint32]*clientStmt{}},
 	}
 	if sc, ok := nc.(syscall.Conn); ok {
 		s.raw, _ = sc.SyscallConn()
@@ -196,7 +229,7 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 	s.cw.conn, s.cw.srv = s.sock, srv
 	s.w.dst = &s.cw
 	s.connTag = srv.connTag(u, h.attrs)
-	s.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
+	s.state.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
 	s.setKept(srv.keptBase())
 	return s
 }
@@ -378,20 +411,20 @@ func (s *session) waitKills() {
 // resetSession is COM_RESET_CONNECTION: a fresh session on the same login.
 func (s *session) resetSession() {
 	s.returnBackend()
-	s.pinReason, s.holdNext = "", false
+	s.state.pinReason, s.tx.holdNext = "", false
 	s.pinned.Store(false)
-	s.pendingBegin, s.txnTag = nil, nil
-	s.beginInFlight = false
+	s.tx.pendingBegin, s.tx.tag = nil, nil
+	s.tx.beginInFlight = false
 	s.forgetStmts()
-	s.stmts = map[uint32]*clientStmt{}
-	s.cursors = nil
-	s.lastStmt = 0
-	s.lastInsertID = 0
-	s.lastGTID = ""
-	s.vars = nil
+	s.ps.stmts = map[uint32]*clientStmt{}
+	s.ps.cursors = nil
+	s.ps.lastStmt = 0
+	s.state.lastInsertID = 0
+	s.state.lastGTID = ""
+	s.state.vars = nil
 	s.setKept(s.srv.keptBase())
-	s.multiStmts = s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
-	s.status = statusAutocommit
+	s.state.multiStmts = s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
+	s.state.status = statusAutocommit
 }
 
 func (s *session) comSetOption(p []byte) bool {
@@ -400,7 +433,7 @@ func (s *session) comSetOption(p []byte) bool {
 		return true
 	}
 	on := p[1] == 0
-	s.multiStmts = on
+	s.state.multiStmts = on
 	if s.lease.bc != nil {
 		unbound := s.lease.bc.bound(s.srv.exchangeTimeout())
 		err := s.lease.bc.setMultiStatements(on)
@@ -409,7 +442,7 @@ func (s *session) comSetOption(p []byte) bool {
 			return s.relayFailed(err, &relayResult{}, true)
 		}
 	}
-	s.out = appendEOF(s.out[:0], 0, s.status&^statusSessionChanged)
+	s.out = appendEOF(s.out[:0], 0, s.state.status&^statusSessionChanged)
 	s.writePacket(s.out)
 	return true
 }
@@ -458,7 +491,7 @@ func (s *session) writePacket(p []byte) {
 }
 
 func (s *session) writeErr(e *sqlError) {
-	s.replyErr = true
+	s.reply.err = true
 	s.out = appendErr(s.out[:0], e)
 	s.writePacket(s.out)
 }
@@ -468,7 +501,7 @@ func (s *session) writeOK(affected, insertID uint64) { s.writeOKMore(affected, i
 // writeOKMore is writeOK for a result that more results of the same
 // statement text follow when more is set.
 func (s *session) writeOKMore(affected, insertID uint64, more bool) {
-	st := s.status &^ statusMoreResults
+	st := s.state.status &^ statusMoreResults
 	if more {
 		st |= statusMoreResults
 	}

@@ -243,8 +243,8 @@ func (s *session) stmtPrepare(p []byte) bool {
 	}
 	s.setExec(bc, nil)
 	unbound := bc.bound(s.srv.exchangeTimeout())
-	parse := varstate.ParseState(s.vars)
-	bs, errPkt, err := bc.prepareOn(s.db, parse, query, stmtKey(s.db, parse, query), s.srv.stmtConfig())
+	parse := varstate.ParseState(s.state.vars)
+	bs, errPkt, err := bc.prepareOn(s.state.db, parse, query, stmtKey(s.state.db, parse, query), s.srv.stmtConfig())
 	unbound()
 	s.setExec(nil, nil)
 	if err != nil {
@@ -255,8 +255,8 @@ func (s *session) stmtPrepare(p []byte) bool {
 		s.maybeRelease()
 		return true
 	}
-	s.nextStmt++
-	cs := &clientStmt{id: s.nextStmt, query: query, db: s.db, params: bs.params, columns: bs.columns, info: info}
+	s.ps.nextStmt++
+	cs := &clientStmt{id: s.ps.nextStmt, query: query, db: s.state.db, params: bs.params, columns: bs.columns, info: info}
 	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
 	cs.parse = parse
 	cs.key = stmtKey(cs.db, cs.parse, cs.query)
@@ -264,8 +264,8 @@ func (s *session) stmtPrepare(p []byte) bool {
 	if tagged {
 		cs.tag = tag
 	}
-	s.stmts[cs.id] = cs
-	s.lastStmt = cs.id
+	s.ps.stmts[cs.id] = cs
+	s.ps.lastStmt = cs.id
 	out := append(s.out[:0], hdrOK)
 	out = binary.LittleEndian.AppendUint32(out, cs.id)
 	out = binary.LittleEndian.AppendUint16(out, uint16(bs.columns))
@@ -286,7 +286,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 func (s *session) stmtID(p []byte) uint32 {
 	id := binary.LittleEndian.Uint32(p[1:])
 	if id == 0xffffffff {
-		id = s.lastStmt
+		id = s.ps.lastStmt
 	}
 	return id
 }
@@ -297,7 +297,7 @@ func (s *session) lookupStmt(p []byte, cmd string) (*clientStmt, bool) {
 		return nil, false
 	}
 	id := s.stmtID(p)
-	cs := s.stmts[id]
+	cs := s.ps.stmts[id]
 	if cs == nil {
 		s.writeErr(newErr(codeUnknownStmt, "HY000", "Unknown prepared statement handler (%d) given to %s", id, cmd))
 		return nil, false
@@ -348,7 +348,7 @@ func (s *session) stmtExecute(p []byte) bool {
 	if s.lease.bc == nil && cs.params == 0 {
 		switch {
 		case cs.info.LastInsertIDColumn != "":
-			s.writeSingleValue(lastInsertIDCol(cs.info.LastInsertIDColumn), s.lastInsertID, true)
+			s.writeSingleValue(lastInsertIDCol(cs.info.LastInsertIDColumn), s.state.lastInsertID, true)
 			return true
 		case cs.info.ConnectionIDColumn != "":
 			s.writeSingleValue(connectionIDCol(cs.info.ConnectionIDColumn), uint64(s.id), true)
@@ -369,8 +369,8 @@ func (s *session) stmtExecute(p []byte) bool {
 	if flags == 0 && cs.longData == nil && s.pipelinable(&cs.info, len(p)) {
 		build := func(bc *backendConn) []byte {
 			bs, _ := bc.stmts.lru.Peek(cs.key)
-			s.pipeBuf = appendExecute(s.pipeBuf[:0], bs.id, flags, iter, cs, nullMap, values)
-			return s.pipeBuf
+			s.ps.pipeBuf = appendExecute(s.ps.pipeBuf[:0], bs.id, flags, iter, cs, nullMap, values)
+			return s.ps.pipeBuf
 		}
 		if handled, keep := s.runPipelined(build, tag, cs, cs.sql); handled {
 			return keep
@@ -385,9 +385,9 @@ func (s *session) stmtExecute(p []byte) bool {
 	start := s.stmtStart(tag, cs.sql)
 	s.setExec(bc, nil)
 	s.watch.arm()
-	s.hideChange = statementScoped(&cs.info) && s.hidesStatementChange(&cs.info, []byte(cs.query))
+	s.reply.hideChange = statementScoped(&cs.info) && s.hidesStatementChange(&cs.info, []byte(cs.query))
 	rr, errPkt, err := s.executeOn(bc, cs, flags, iter, nullMap, values)
-	s.hideChange = false
+	s.reply.hideChange = false
 	s.watch.disarm()
 	s.setExec(nil, nil)
 	s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
@@ -404,12 +404,12 @@ func (s *session) stmtExecute(p []byte) bool {
 		return true
 	}
 	if rr.cursor {
-		if s.cursors == nil {
-			s.cursors = map[uint32]bool{}
+		if s.ps.cursors == nil {
+			s.ps.cursors = map[uint32]bool{}
 		}
-		s.cursors[cs.id] = true
+		s.ps.cursors[cs.id] = true
 	} else {
-		delete(s.cursors, cs.id) // a new execute closes the statement's cursor
+		delete(s.ps.cursors, cs.id) // a new execute closes the statement's cursor
 	}
 	s.afterStatement(bc, &rr, &cs.info, tag)
 	return true
@@ -419,7 +419,7 @@ func (s *session) stmtExecute(p []byte) bool {
 // the execute with holdfast's view of the parameter types, and relays the
 // result.
 func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, nullMap, values []byte) (relayResult, []byte, error) {
-	if s.beginInFlight && !(cs.longData == nil && fitsExecute(bc, cs)) {
+	if s.tx.beginInFlight && !(cs.longData == nil && fitsExecute(bc, cs)) {
 		// Preparing, sending long data or refusing the execute: BEGIN
 		// cannot ride along with the execute.
 		if err := s.settleBegin(bc); err != nil {
@@ -481,7 +481,7 @@ func (s *session) stmtSendLong(p []byte) {
 	if len(p) < 7 {
 		return // no reply is defined for this command
 	}
-	cs := s.stmts[s.stmtID(p)]
+	cs := s.ps.stmts[s.stmtID(p)]
 	if cs == nil {
 		return
 	}
@@ -500,17 +500,17 @@ func (s *session) stmtClose(p []byte) {
 		return
 	}
 	id := s.stmtID(p)
-	if cs := s.stmts[id]; cs != nil {
+	if cs := s.ps.stmts[id]; cs != nil {
 		s.forgetStmt(cs)
 	}
-	delete(s.cursors, id)
+	delete(s.ps.cursors, id)
 }
 
 // forgetStmt drops a client statement; its backend statements stay
 // prepared (a driver that closes and prepares the same text again costs no
 // round trip) but are the first to go when room is needed.
 func (s *session) forgetStmt(cs *clientStmt) {
-	delete(s.stmts, cs.id)
+	delete(s.ps.stmts, cs.id)
 	if cs.key != "" {
 		s.srv.stmtRefs.drop(cs.key)
 	}
@@ -518,7 +518,7 @@ func (s *session) forgetStmt(cs *clientStmt) {
 
 // forgetStmts drops every client statement (reset, change of user, end).
 func (s *session) forgetStmts() {
-	for _, cs := range s.stmts {
+	for _, cs := range s.ps.stmts {
 		s.forgetStmt(cs)
 	}
 }
@@ -527,7 +527,7 @@ func (s *session) forgetStmts() {
 // statements, as MariaDB would: the limit holds per client too.
 func (s *session) stmtLimitReached() bool {
 	limit := s.srv.primary.maxPrepared.Load()
-	if limit <= 0 || int64(len(s.stmts)) < limit {
+	if limit <= 0 || int64(len(s.ps.stmts)) < limit {
 		return false
 	}
 	s.writeErr(newErr(codeTooManyStmts, "42000", "Can't create more than max_prepared_stmt_count statements (current value: %d)", limit))
@@ -540,8 +540,8 @@ func (s *session) stmtReset(p []byte) bool {
 		return true
 	}
 	cs.longData, cs.longSize = nil, 0
-	if s.cursors[cs.id] && s.lease.bc != nil && s.lease.bc.stmts != nil {
-		delete(s.cursors, cs.id)
+	if s.ps.cursors[cs.id] && s.lease.bc != nil && s.lease.bc.stmts != nil {
+		delete(s.ps.cursors, cs.id)
 		if bs, ok := s.lease.bc.stmts.lru.Peek(cs.key); ok {
 			// The backend closes the cursor and answers for itself.
 			var b [5]byte
@@ -554,7 +554,7 @@ func (s *session) stmtReset(p []byte) bool {
 			if err != nil {
 				return s.relayFailed(err, &rr, true)
 			}
-			s.status = rr.status & sessionStatus
+			s.state.status = rr.status & sessionStatus
 			return true
 		}
 	}
@@ -573,7 +573,7 @@ func (s *session) stmtFetch(p []byte) bool {
 	if s.lease.bc != nil && s.lease.bc.stmts != nil {
 		bs, _ = s.lease.bc.stmts.lru.Peek(cs.key)
 	}
-	if !s.cursors[cs.id] || bs == nil || len(p) < 9 {
+	if !s.ps.cursors[cs.id] || bs == nil || len(p) < 9 {
 		s.writeErr(newErr(1421, "HY000", "The statement (%d) has no open cursor.", cs.id))
 		return true
 	}
@@ -592,6 +592,6 @@ func (s *session) stmtFetch(p []byte) bool {
 	if err != nil {
 		return s.relayFailed(err, &rr, true)
 	}
-	s.status = rr.status & sessionStatus
+	s.state.status = rr.status & sessionStatus
 	return true
 }
