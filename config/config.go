@@ -69,9 +69,9 @@ type Reservation struct {
 
 // Attribution configures per-tag accounting.
 type Attribution struct {
-	// Disabled turns per-tag accounting off: statements are not parsed for
-	// tags and nothing is recorded per tag (pool metrics remain). It exists
-	// to measure attribution's own cost.
+	// Disabled turns per-tag accounting off: nothing is recorded per tag
+	// (pool metrics remain). It exists to measure attribution's own cost.
+	// On-call controls still apply to the tag a statement carries.
 	Disabled bool `yaml:"disabled"`
 	// MaxTags bounds distinct tags; new ones past it are counted under
 	// "other".

@@ -31,7 +31,7 @@ func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribut
 		s.tx.pendingBegin = append(append(s.tx.pendingBegin[:0], comQuery), sql...)
 		s.state.status |= statusInTrans
 		if tagged {
-			s.tx.tag = tag
+			s.setTxnTag(tag)
 		}
 		s.writeOK(0, 0)
 		return true
@@ -41,7 +41,7 @@ func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribut
 		}
 		s.tx.pendingBegin = nil
 		s.state.status &^= statusInTrans
-		s.tx.tag = nil
+		s.setTxnTag(nil)
 		s.writeOK(0, 0)
 		return true
 	}
@@ -86,7 +86,8 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 // backend connection is lost inside a transaction.
 func (s *session) beginLost(err error) *sqlError {
 	s.state.status &^= statusInTrans
-	s.tx.pendingBegin, s.tx.tag, s.closeAfter = nil, nil, true
+	s.tx.pendingBegin, s.closeAfter = nil, true
+	s.setTxnTag(nil)
 	var se *sqlError
 	if errors.As(err, &se) {
 		return newErr(se.Code, se.State, "holdfast: the transaction could not start on the backend (BEGIN failed: %s); nothing in it took effect. The connection is closed; reconnect and retry.", se.Msg)

@@ -16,6 +16,15 @@ import (
 // maxStmtCopy bounds the statement text kept for holders and logs.
 const maxStmtCopy = 512
 
+// setTxnTag makes tag the open transaction's (nil: none), with the name
+// the statement carried when accounting folded it (see gateKey).
+func (s *session) setTxnTag(tag *attribution.Tag) {
+	s.tx.tag, s.tx.raw = tag, ""
+	if tag != nil && tag.Name() == attribution.Other && len(s.tagRaw) > 0 && string(s.tagRaw) != attribution.Other {
+		s.tx.raw = string(s.tagRaw)
+	}
+}
+
 // defaultTag is the tag of a statement without its own.
 func (s *session) defaultTag() *attribution.Tag {
 	if s.tx.tag != nil {
@@ -28,7 +37,7 @@ func (s *session) defaultTag() *attribution.Tag {
 // inside one.
 func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
 	if tagged && s.tx.tag == nil && (s.state.status&statusInTrans != 0 || s.tx.pendingBegin != nil) {
-		s.tx.tag = tag
+		s.setTxnTag(tag)
 	}
 }
 
@@ -46,14 +55,15 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	}
 	// The session's state is restored once the hold is visible to the
 	// janitor and to kills: take without sync, then sync below.
-	if err := s.srv.take(s.srv.ctx, &s.lease, tag, s.state.variant, leaseState{}); err != nil {
+	key := s.gateKey(tag)
+	if err := s.srv.take(s.srv.ctx, &s.lease, tag, key, s.state.variant, leaseState{}); err != nil {
 		return nil, leaseErr(err)
 	}
 	bc := s.lease.bc
 	now := s.lease.start
 	s.holding.Store(true)
 	s.mu.Lock()
-	s.holdSince, s.holdTag = now, tag.Name()
+	s.holdSince, s.holdTag, s.holdKey = now, tag.Name(), key
 	// A deferred BEGIN starts below: the transaction runs from its first
 	// statement on, and the bounds on transactions apply to that statement
 	// too (a failed start releases, which clears it).
@@ -102,8 +112,33 @@ func (s *session) release(reusable bool) {
 	s.tx.beginInFlight = false // a BEGIN sent ahead belongs to that connection
 	s.holding.Store(false)
 	s.mu.Lock()
-	s.holdSince, s.holdTag, s.inTxn = time.Time{}, "", false
+	s.holdSince, s.holdTag, s.holdKey, s.inTxn = time.Time{}, "", "", false
 	s.mu.Unlock()
+}
+
+// gateKey is the name a borrow for tag passes the on-call controls under:
+// the tag the statement (or its transaction) carries, even when
+// accounting folded it into other (attribution.max_tags reached) or does
+// not look at tags (attribution.disabled), so that a drain, a limit or a
+// max_transaction_time of that tag applies to it.
+func (s *session) gateKey(tag *attribution.Tag) string {
+	name := tag.Name()
+	if s.srv.gates.active.Load() == 0 {
+		return name
+	}
+	if !s.srv.attr && len(s.tagRaw) > 0 {
+		return string(s.tagRaw) // attribution.disabled: tags are not accounted, but gated
+	}
+	if name != attribution.Other {
+		return name
+	}
+	if tag == s.tx.tag && s.tx.raw != "" {
+		return s.tx.raw
+	}
+	if len(s.tagRaw) > 0 && string(s.tagRaw) != attribution.Other {
+		return string(s.tagRaw)
+	}
+	return name
 }
 
 // stmtStart begins timing a statement on the held connection: the gap since
@@ -115,8 +150,10 @@ func (s *session) stmtStart(tag *attribution.Tag, sql []byte) time.Time {
 	now := time.Now()
 	s.lease.stmtStart(now, s.lastSQL)
 	s.lastSQL = append(s.lastSQL[:0], sql[:min(len(sql), maxStmtCopy)]...)
+	t := s.defaultTagFor(tag)
+	key := s.gateKey(t)
 	s.mu.Lock()
-	s.holdTag = s.defaultTagFor(tag).Name()
+	s.holdTag, s.holdKey = t.Name(), key
 	s.stmtText = append(s.stmtText[:0], s.lastSQL...)
 	s.mu.Unlock()
 	return now
@@ -153,7 +190,7 @@ func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
 	s.mu.Unlock()
 	s.maybeRelease()
 	if !inTxn && s.tx.pendingBegin == nil {
-		s.tx.tag = nil
+		s.setTxnTag(nil)
 	}
 }
 

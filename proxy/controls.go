@@ -71,7 +71,7 @@ func (s *Server) killHolders(tag string) {
 	var victims []*session
 	for _, x := range s.sessions {
 		x.mu.Lock()
-		if !x.holdSince.IsZero() && x.holdTag == tag {
+		if !x.holdSince.IsZero() && x.holdKey == tag {
 			victims = append(victims, x)
 		}
 		x.mu.Unlock()

@@ -50,10 +50,20 @@ func (s *Server) Holders() []HolderInfo {
 	return out
 }
 
-// heldBy counts connections tag holds now.
+// heldBy counts connections held now under tag as the on-call controls
+// know it (a folded tag by the name its statements carry).
 func (s *Server) heldBy(tag string) int {
 	n := 0
-	for _, h := range s.Holders() {
+	s.mu.Lock()
+	for _, x := range s.sessions {
+		x.mu.Lock()
+		if !x.holdSince.IsZero() && x.holdKey == tag {
+			n++
+		}
+		x.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for _, h := range s.engineHolders(time.Now()) {
 		if h.Tag == tag {
 			n++
 		}

@@ -46,21 +46,23 @@ type leaseState struct {
 	multiStmts bool
 }
 
-// admit passes a borrow for tag through its on-call controls, waiting up
-// to the pool's acquire timeout (within ctx) for a slot under a limit. It reports the
-// tag counted under a limit ("" if none), which the borrow must exit; a
-// refusal wraps errTagDrained or errTagLimit, and is counted.
-func (s *Server) admit(ctx context.Context, tag *attribution.Tag) (gated string, err error) {
+// admit passes a borrow for tag through the on-call controls of key (the
+// tag the statement carries, which is tag's name unless accounting folded
+// it: see session.gateKey), waiting up to the pool's acquire timeout
+// (within ctx) for a slot under a limit. It reports the key counted under
+// a limit ("" if none), which the borrow must exit; a refusal wraps
+// errTagDrained or errTagLimit, and is counted under tag.
+func (s *Server) admit(ctx context.Context, tag *attribution.Tag, key string) (gated string, err error) {
 	if s.gates.active.Load() == 0 {
 		return "", nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.pool.Limits().AcquireTimeout)
-	counted, err := s.gates.enter(ctx, tag.Name())
+	counted, err := s.gates.enter(ctx, key)
 	cancel()
 	switch {
 	case err == nil:
 		if counted {
-			return tag.Name(), nil
+			return key, nil
 		}
 		return "", nil
 	case errors.Is(err, errTagDrained):
@@ -71,20 +73,22 @@ func (s *Server) admit(ctx context.Context, tag *attribution.Tag) (gated string,
 	return "", err
 }
 
-// take admits a borrow for tag, acquires a connection of variant v for it
+// take admits a borrow for tag under key (see admit), acquires a connection of variant v for it
 // within ctx, and brings the connection to st (st.vars nil: leave its
 // session state as it is). On success l holds the connection. A refusal
 // by the controls or the pool comes back as their error (see leaseErr); a
 // failed sync returns the connection (closed after an I/O error) and comes
 // back as a syncFailed.
-func (s *Server) take(ctx context.Context, l *lease, tag *attribution.Tag, v variant, st leaseState) error {
-	gated, err := s.admit(ctx, tag)
-	if err != nil {
-		return err
-	}
+func (s *Server) take(ctx context.Context, l *lease, tag *attribution.Tag, key string, v variant, st leaseState) error {
+	// The wait starts before the controls: time queued behind a tag's
+	// limit is that tag's wait.
 	var start time.Time
 	if s.attr {
 		start = time.Now()
+	}
+	gated, err := s.admit(ctx, tag, key)
+	if err != nil {
+		return err
 	}
 	bc, err := s.pool.Acquire(ctx, v)
 	if err != nil {

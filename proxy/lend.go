@@ -38,7 +38,7 @@ type engineRegistry struct {
 func (s *Server) BorrowEngine(ctx context.Context, tag string) (*EngineConn, error) {
 	c := &EngineConn{srv: s}
 	st := leaseState{db: s.config().Backend.Database, vars: s.baseVars(), multiStmts: true}
-	if err := s.take(ctx, &c.lease, s.rec.TagString(tag), 0, st); err != nil {
+	if err := s.take(ctx, &c.lease, s.rec.TagString(tag), tag, 0, st); err != nil {
 		var sf syncFailed
 		if errors.As(err, &sf) {
 			return nil, fmt.Errorf("proxy: prepare a connection for %s: %w", tag, sf.err)

@@ -64,6 +64,7 @@ type session struct {
 	// none held).
 	lease   lease
 	tagBuf  []byte
+	tagRaw  []byte // the current statement's tag as it carries it (in tagBuf); nil when untagged
 	lastSQL []byte // the last statement, truncated (for holders and logs)
 	// turn signals the session's pipelined statement that its response is
 	// next to read (see joinPipe). Made at the first pipelined statement
@@ -111,7 +112,8 @@ type session struct {
 	// execCall cancels the CALL holdfast.* the session runs now (nil: none).
 	execCall  context.CancelCauseFunc
 	holdSince time.Time // zero when no backend connection is held
-	holdTag   string
+	holdTag   string    // the hold's tag, as accounted
+	holdKey   string    // ... and as the on-call controls know it (see gateKey)
 	inTxn     bool
 	stmtText  []byte
 }
@@ -152,8 +154,11 @@ type preparedStmts struct {
 // answered and has yet to send (begin.go), and the tag the transaction is
 // accounted to. Session goroutine only.
 type txnState struct {
-	tag          *attribution.Tag // first tagged statement of the open transaction
-	pendingBegin []byte           // a deferred BEGIN
+	tag *attribution.Tag // first tagged statement of the open transaction
+	// raw is that statement's tag as it carried it, when accounting
+	// folded it into other (see gateKey); "" otherwise.
+	raw          string
+	pendingBegin []byte // a deferred BEGIN
 	// beginInFlight: the deferred BEGIN went out ahead of the statement
 	// just written, and its OK is still to be read.
 	beginInFlight bool
@@ -413,7 +418,8 @@ func (s *session) resetSession() {
 	s.returnBackend()
 	s.state.pinReason, s.tx.holdNext = "", false
 	s.pinned.Store(false)
-	s.tx.pendingBegin, s.tx.tag = nil, nil
+	s.tx.pendingBegin = nil
+	s.setTxnTag(nil)
 	s.tx.beginInFlight = false
 	s.forgetStmts()
 	s.ps.stmts = map[uint32]*clientStmt{}

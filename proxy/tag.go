@@ -34,12 +34,22 @@ func appendStatementTag(dst, sql []byte, info *sqlscan.Info, m sqlscan.Mode) ([]
 // transaction's, else the connection's. tagged reports an explicit tag.
 func (s *session) statementTag(sql []byte, info *sqlscan.Info) (tag *attribution.Tag, tagged bool) {
 	if !s.srv.attr {
+		// No accounting by tag, but the on-call controls still apply to
+		// the tag a statement carries (see gateKey).
+		s.tagRaw = nil
+		if s.srv.gates.active.Load() != 0 && info.NTagComments > 0 {
+			if b, ok := appendStatementTag(s.tagBuf[:0], sql, info, s.scanMode()); ok {
+				s.tagBuf, s.tagRaw = b[:0], b
+			}
+		}
 		return s.connTag, false
 	}
 	b, ok := appendStatementTag(s.tagBuf[:0], sql, info, s.scanMode())
 	s.tagBuf = b[:0]
 	if ok {
+		s.tagRaw = b // the tag as the statement carries it, for the controls (gateKey)
 		return s.srv.rec.Tag(b), true
 	}
+	s.tagRaw = nil
 	return s.defaultTag(), false
 }
