@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/proxy"
 )
@@ -58,11 +59,23 @@ type Options struct {
 	// Authority, when not nil, is the Redis-migration kill switch served at
 	// /api/authority (authority.go); nil serves no such route.
 	Authority Authority
+	// Fleet, when not nil, is where on-call controls are written for the
+	// whole fleet (package fleet): drains, limits and max_transaction_time
+	// set through this listener go there unless the request says local=1.
+	// nil keeps them to this instance.
+	Fleet Fleet
 	// Log receives refused requests and the on-call changes made through
 	// this listener; nil discards them.
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+}
+
+// Fleet is what the admin API needs of the fleet's controls.
+type Fleet interface {
+	Set(ctx context.Context, c fleet.Control, expires time.Duration) error
+	Remove(ctx context.Context, tag string, kind fleet.Kind) (bool, error)
+	Status() fleet.Status
 }
 
 // Admin is the admin listener's handler and lifecycle. Build it with New.
@@ -131,6 +144,8 @@ func (a *Admin) routes() http.Handler {
 	api.HandleFunc("DELETE /api/tags/{tag}/limit", a.apiUnlimit)
 	api.HandleFunc("PUT /api/tags/{tag}/max_transaction_time", a.apiMaxTxn)
 	api.HandleFunc("DELETE /api/tags/{tag}/max_transaction_time", a.apiUnMaxTxn)
+	api.HandleFunc("GET /api/controls", a.apiControls)
+	api.HandleFunc("GET /api/fleet", a.apiFleet)
 	if a.o.Authority != nil {
 		api.HandleFunc("GET /api/authority", a.apiAuthority)
 		api.HandleFunc("PUT /api/authority", a.apiSetAuthority)

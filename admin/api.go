@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/proxy"
 )
 
@@ -162,6 +164,84 @@ func (a *Admin) apiGates(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
 }
 
+// Controls are set for the whole fleet (Options.Fleet) unless the request
+// says local=1, or the fleet's tables are missing (then for this instance,
+// and the answer says so). for=DUR lifts a fleet control that long after,
+// by the database's clock. Every answer reports the tag's controls in force
+// on this instance after the change, and where the change went (scope).
+
+// scope decides where a control change goes: "fleet", or "local" with why.
+func (a *Admin) scope(r *http.Request) (fleetWide bool, note string) {
+	switch {
+	case r.URL.Query().Get("local") == "1" || r.URL.Query().Get("local") == "true":
+		return false, "local (this instance only, as asked)"
+	case a.o.Fleet == nil:
+		return false, "local (this holdfast shares no controls: fleet.disabled)"
+	case a.o.Fleet.Status().NoSchema:
+		return false, "local (the fleet's tables are missing: run `holdfast migrate`; set on this instance only)"
+	}
+	return true, "fleet"
+}
+
+// expiry reads for=DUR (0: none).
+func expiry(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
+	v := r.URL.Query().Get("for")
+	if v == "" {
+		return 0, true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		writeError(w, http.StatusBadRequest, "for: want a positive duration such as 30m, got %q", v)
+		return 0, false
+	}
+	return d, true
+}
+
+// who names the author of a change: the request's "by", else its address.
+func who(r *http.Request) string {
+	if b := r.URL.Query().Get("by"); b != "" {
+		return b
+	}
+	return "admin API from " + r.RemoteAddr
+}
+
+// setFleet writes a fleet control, answering 503 when the fleet's table
+// cannot be written (nothing was changed).
+func (a *Admin) setFleet(w http.ResponseWriter, r *http.Request, c fleet.Control, expires time.Duration) bool {
+	c.SetBy = who(r)
+	if err := a.o.Fleet.Set(r.Context(), c, expires); err != nil {
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, fleet.ErrInvalid) {
+			status = http.StatusBadRequest
+		}
+		writeError(w, status, "the %s of %s was not set: %v (nothing changed; local=1 sets it on this instance only)", c.Kind, c.Tag, err)
+		return false
+	}
+	return true
+}
+
+// removeFleet lifts a fleet control, answering 503 when the fleet's table
+// cannot be written.
+func (a *Admin) removeFleet(w http.ResponseWriter, r *http.Request, tag string, kind fleet.Kind) (bool, bool) {
+	had, err := a.o.Fleet.Remove(r.Context(), tag, kind)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "the %s of %s was not lifted: %v (nothing changed; local=1 lifts this instance's own)", kind, tag, err)
+		return false, false
+	}
+	return had, true
+}
+
+// inForce is tag's gate on this instance now (the zero GateState when it
+// has no control).
+func (a *Admin) inForce(tag string) proxy.GateState {
+	for _, g := range a.srv.Gates() {
+		if g.Tag == tag {
+			return g
+		}
+	}
+	return proxy.GateState{Tag: tag}
+}
+
 func (a *Admin) apiDrain(w http.ResponseWriter, r *http.Request) {
 	tag, ok := tagParam(w, r)
 	if !ok {
@@ -176,10 +256,23 @@ func (a *Admin) apiDrain(w http.ResponseWriter, r *http.Request) {
 		}
 		grace = d
 	}
+	exp, ok := expiry(w, r)
+	if !ok {
+		return
+	}
 	reason := r.URL.Query().Get("reason")
-	a.srv.DrainTag(tag, reason, grace)
-	a.o.Log.Warn("admin: tag drained", "tag", tag, "reason", reason, "grace", grace, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "drained": true, "grace_seconds": rounded(grace.Seconds())})
+	fleetWide, scope := a.scope(r)
+	if fleetWide {
+		if !a.setFleet(w, r, fleet.Control{Tag: tag, Kind: fleet.KindDrain, Value: grace.Milliseconds(), Reason: reason}, exp) {
+			return
+		}
+	} else {
+		a.srv.DrainTag(tag, reason, grace)
+	}
+	a.o.Log.Warn("admin: tag drained", "tag", tag, "reason", reason, "grace", grace, "for", exp, "scope", scope, "remote", r.RemoteAddr)
+	g := a.inForce(tag)
+	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "drained": g.Drained, "grace_seconds": rounded(grace.Seconds()),
+		"scope": scope, "expires_in_seconds": rounded(exp.Seconds())})
 }
 
 func (a *Admin) apiUndrain(w http.ResponseWriter, r *http.Request) {
@@ -187,9 +280,18 @@ func (a *Admin) apiUndrain(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	a.srv.UndrainTag(tag)
-	a.o.Log.Warn("admin: tag undrained", "tag", tag, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "drained": false})
+	fleetWide, scope := a.scope(r)
+	if fleetWide {
+		if _, ok := a.removeFleet(w, r, tag, fleet.KindDrain); !ok {
+			return
+		}
+	} else {
+		a.srv.UndrainTag(tag)
+	}
+	a.o.Log.Warn("admin: tag undrained", "tag", tag, "scope", scope, "remote", r.RemoteAddr)
+	// Still drained here when another source drains it (this instance's
+	// local drain, or its configuration's): the answer says so.
+	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "drained": a.inForce(tag).Drained, "scope": scope})
 }
 
 func (a *Admin) apiLimit(w http.ResponseWriter, r *http.Request) {
@@ -229,9 +331,26 @@ func (a *Admin) apiUnMaxTxn(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) setMaxTxn(w http.ResponseWriter, r *http.Request, tag string, d time.Duration) {
-	a.srv.SetMaxTransactionTime(tag, d)
-	a.o.Log.Warn("admin: tag max_transaction_time set", "tag", tag, "max", d, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "max_transaction_seconds": d.Seconds()})
+	exp, ok := expiry(w, r)
+	if !ok {
+		return
+	}
+	fleetWide, scope := a.scope(r)
+	switch {
+	case fleetWide && d == 0:
+		if _, ok := a.removeFleet(w, r, tag, fleet.KindMaxTxn); !ok {
+			return
+		}
+	case fleetWide:
+		c := fleet.Control{Tag: tag, Kind: fleet.KindMaxTxn, Value: max(1, d.Milliseconds()), Reason: r.URL.Query().Get("reason")}
+		if !a.setFleet(w, r, c, exp) {
+			return
+		}
+	default:
+		a.srv.SetMaxTransactionTime(tag, d)
+	}
+	a.o.Log.Warn("admin: tag max_transaction_time set", "tag", tag, "max", d, "scope", scope, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "max_transaction_seconds": a.inForce(tag).MaxTransactionTime.Seconds(), "scope": scope})
 }
 
 func (a *Admin) apiUnlimit(w http.ResponseWriter, r *http.Request) {
@@ -241,10 +360,58 @@ func (a *Admin) apiUnlimit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) setLimit(w http.ResponseWriter, r *http.Request, tag string, n int, reason string) {
-	a.srv.LimitTag(tag, n)
+	exp, ok := expiry(w, r)
+	if !ok {
+		return
+	}
+	fleetWide, scope := a.scope(r)
+	switch {
+	case fleetWide && n == 0:
+		if _, ok := a.removeFleet(w, r, tag, fleet.KindLimit); !ok {
+			return
+		}
+	case fleetWide:
+		if !a.setFleet(w, r, fleet.Control{Tag: tag, Kind: fleet.KindLimit, Value: int64(n), Reason: reason}, exp) {
+			return
+		}
+	default:
+		a.srv.LimitTag(tag, n)
+	}
 	a.limits.set(tag, n, reason)
-	a.o.Log.Warn("admin: tag connection limit set", "tag", tag, "max", n, "reason", reason, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "limit": n})
+	a.o.Log.Warn("admin: tag connection limit set", "tag", tag, "max", n, "reason", reason, "scope", scope, "remote", r.RemoteAddr)
+	ans := map[string]any{"tag": tag, "limit": n, "scope": scope}
+	if g := a.inForce(tag); g.Limited {
+		ans["in_force_here"] = g.Limit // this instance's share of a fleet-wide cap, or its own limit
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// apiControls lists the fleet's controls in force, with who set them, when,
+// why and until when, and this instance's view of them.
+func (a *Admin) apiControls(w http.ResponseWriter, _ *http.Request) {
+	if a.o.Fleet == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"fleet": false, "controls": []fleet.Control{}, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
+		return
+	}
+	st := a.o.Fleet.Status()
+	if st.Controls == nil {
+		st.Controls = []fleet.Control{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "known": st.Known, "stale": st.Stale, "no_schema": st.NoSchema,
+		"error": st.Error, "last_read": st.LastRead, "controls": st.Controls, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
+}
+
+// apiFleet lists the live instances and what this one knows of the fleet.
+func (a *Admin) apiFleet(w http.ResponseWriter, _ *http.Request) {
+	if a.o.Fleet == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"fleet": false})
+		return
+	}
+	st := a.o.Fleet.Status()
+	if st.Members == nil {
+		st.Members = []fleet.Member{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "status": st})
 }
 
 // limitReasons remembers the reason given with each limit set through

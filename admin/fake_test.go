@@ -58,16 +58,37 @@ func (f *fakeServer) Gates() []proxy.GateState {
 
 func (f *fakeServer) DrainTag(tag, reason string, grace time.Duration) {
 	f.record("drain " + tag + " " + reason + " " + grace.String())
+	f.gate(tag, func(g *proxy.GateState) { g.Drained, g.Reason = true, reason })
 }
 
-func (f *fakeServer) UndrainTag(tag string) { f.record("undrain " + tag) }
+func (f *fakeServer) UndrainTag(tag string) {
+	f.record("undrain " + tag)
+	f.gate(tag, func(g *proxy.GateState) { g.Drained, g.Reason = false, "" })
+}
 
 func (f *fakeServer) SetMaxTransactionTime(tag string, d time.Duration) {
 	f.record("maxtxn " + tag + " " + d.String())
+	f.gate(tag, func(g *proxy.GateState) { g.MaxTransactionTime = d })
 }
 
 func (f *fakeServer) LimitTag(tag string, n int) {
 	f.record("limit " + tag + " " + strings.Repeat("I", n))
+	f.gate(tag, func(g *proxy.GateState) { g.Limit, g.Limited = n, n > 0 })
+}
+
+// gate changes (or adds) tag's gate as the proxy would show it.
+func (f *fakeServer) gate(tag string, change func(*proxy.GateState)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.gates {
+		if f.gates[i].Tag == tag {
+			change(&f.gates[i])
+			return
+		}
+	}
+	g := proxy.GateState{Tag: tag}
+	change(&g)
+	f.gates = append(f.gates, g)
 }
 
 func (f *fakeServer) record(c string) {

@@ -48,7 +48,27 @@ type Config struct {
 	Sessions    Sessions    `yaml:"sessions"`
 	Attribution Attribution `yaml:"attribution"`
 	Tags        Tags        `yaml:"tags"`
+	Fleet       Fleet       `yaml:"fleet"`
 	Reservation Reservation `yaml:"reservation"`
+}
+
+// Fleet configures what holdfast instances in front of one database share
+// through it (package fleet): on-call controls, membership, fleet-wide
+// caps, duty leases.
+type Fleet struct {
+	// Disabled keeps every on-call control to the instance it is set on,
+	// and runs the fleet duties (sweeper, reconciler, ...) on every
+	// instance: for one holdfast alone, or experiments.
+	Disabled bool `yaml:"disabled"`
+	// PollInterval is how often each instance reads the controls: a
+	// control set through one instance is in force on the others within
+	// it.
+	PollInterval time.Duration `yaml:"poll_interval"`
+	// TTL is how long an instance that stopped renewing its heartbeat,
+	// cap grants and duty leases keeps them: then its share of a
+	// fleet-wide cap goes back to the others and its duties are taken
+	// over. At least twice poll_interval.
+	TTL time.Duration `yaml:"ttl"`
 }
 
 // Reservation configures the inventory-reservation engine behind
@@ -343,6 +363,7 @@ func Default() Config {
 		Admin:       Admin{Listen: "127.0.0.1:6034"},
 		Sessions:    Sessions{StatementCache: 1000, PreparedStatementShare: 0.5, ClientWriteTimeout: 30 * time.Second},
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
+		Fleet:       Fleet{PollInterval: time.Second, TTL: 5 * time.Second},
 		Reservation: Reservation{Enabled: true, Config: reservation.DefaultConfig()},
 	}
 }
@@ -458,6 +479,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		return bad("shutdown_grace", "must not be negative")
+	}
+	if c.Fleet.PollInterval <= 0 || c.Fleet.PollInterval > time.Minute {
+		return bad("fleet.poll_interval", "must be positive and at most 1m, got %v", c.Fleet.PollInterval)
+	}
+	if c.Fleet.TTL < 2*c.Fleet.PollInterval {
+		return bad("fleet.ttl", "must be at least twice fleet.poll_interval (%v), got %v", c.Fleet.PollInterval, c.Fleet.TTL)
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		return bad("tls", "cert_file and key_file must be set together")

@@ -1,52 +1,219 @@
 package proxy
 
 import (
+	"sync"
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/fleet"
 )
 
-// On-call controls per tag, as the admin API and configuration set them:
-// drains, connection limits, max_transaction_time (see gate.go for how
-// borrows pass them).
+// On-call controls per tag come from three sources: config.yaml
+// (tags.drained, tags.limits: this instance's base), this instance's admin
+// API set with --local, and the fleet's table (package fleet), which every
+// instance applies. A tag's controls in force are the strictest of its
+// sources': drained when any source drains it, the smallest limit and
+// max_transaction_time any sets. gate.go is how borrows pass them.
 
-// DrainTag refuses new borrows for tag. With grace > 0, sessions still holding
-// a connection for the tag when it ends are killed (their transactions
-// roll back).
-func (s *Server) DrainTag(tag, reason string, grace time.Duration) {
-	s.gates.drain(tag, reason, grace, func() { s.killHolders(tag) })
-	s.log.Warn("tag drained", "tag", tag, "reason", reason, "grace", grace)
+// controlSource is where a control comes from.
+type controlSource int
+
+const (
+	srcConfig controlSource = iota
+	srcLocal
+	srcFleet
+	numSources
+)
+
+// tagControl is one tag's controls from one source. A local control may
+// also lift the configuration's (on-call lifting a configured drain or
+// limit at run time): the lift flags.
+type tagControl struct {
+	drained bool
+	reason  string
+	grace   time.Duration
+	limit   int // noLimit: none
+	maxTxn  time.Duration
+
+	undrain, unlimit, unbound bool // lift the configuration's drain, limit, max_transaction_time
 }
 
-// UndrainTag lifts a drain.
-func (s *Server) UndrainTag(tag string) {
-	s.gates.undrain(tag)
-	s.log.Warn("tag undrained", "tag", tag)
+func (c tagControl) empty() bool {
+	return !c.drained && c.limit == noLimit && c.maxTxn == 0 && !c.undrain && !c.unlimit && !c.unbound
 }
 
-// LimitTag caps tag at n backend connections; n == 0 lifts the cap.
-func (s *Server) LimitTag(tag string, n int) {
-	s.gates.setLimit(tag, n, s.heldBy(tag))
-	if n == 0 {
-		s.log.Warn("tag connection limit lifted", "tag", tag)
-	} else {
-		s.log.Warn("tag connection limit set", "tag", tag, "max", n)
+// controls holds every source's controls. The zero value is ready to use.
+type controls struct {
+	mu  sync.Mutex // guards src; held while the merged controls are put in force
+	src [numSources]map[string]tagControl
+}
+
+// setControl changes tag's controls from src and puts the merged ones in
+// force.
+func (s *Server) setControl(src controlSource, tag string, change func(*tagControl)) {
+	s.ctrl.mu.Lock()
+	defer s.ctrl.mu.Unlock()
+	if s.ctrl.src[src] == nil {
+		s.ctrl.src[src] = map[string]tagControl{}
 	}
+	c, ok := s.ctrl.src[src][tag]
+	if !ok {
+		c = tagControl{limit: noLimit}
+	}
+	change(&c)
+	if c.empty() {
+		delete(s.ctrl.src[src], tag)
+	} else {
+		s.ctrl.src[src][tag] = c
+	}
+	s.enforceLocked(tag)
+}
+
+// replaceControls replaces every control of src with set and puts the
+// merged ones in force.
+func (s *Server) replaceControls(src controlSource, set map[string]tagControl) {
+	s.ctrl.mu.Lock()
+	defer s.ctrl.mu.Unlock()
+	old := s.ctrl.src[src]
+	s.ctrl.src[src] = set
+	for tag := range old {
+		if _, ok := set[tag]; !ok {
+			s.enforceLocked(tag)
+		}
+	}
+	for tag := range set {
+		s.enforceLocked(tag)
+	}
+}
+
+// enforceLocked puts tag's merged controls in force in the gates
+// (s.ctrl.mu held).
+func (s *Server) enforceLocked(tag string) {
+	// The configuration's, as this instance's local controls leave them;
+	// then the fleet's, the strictest of the two winning.
+	eff := tagControl{limit: noLimit}
+	if c, ok := s.ctrl.src[srcConfig][tag]; ok {
+		eff = c
+	}
+	if l, ok := s.ctrl.src[srcLocal][tag]; ok {
+		if l.undrain {
+			eff.drained, eff.reason, eff.grace = false, "", 0
+		}
+		if l.unlimit {
+			eff.limit = noLimit
+		}
+		if l.unbound {
+			eff.maxTxn = 0
+		}
+		eff = stricter(eff, l)
+	}
+	if f, ok := s.ctrl.src[srcFleet][tag]; ok {
+		eff = stricter(eff, f)
+	}
+	drained, limit, maxTxn := s.gates.current(tag)
+	switch {
+	case eff.drained && !drained:
+		var kill func()
+		if eff.grace > 0 {
+			kill = func() { s.killHolders(tag) }
+		}
+		s.gates.drain(tag, eff.reason, eff.grace, kill)
+		s.log.Warn("tag drained", "tag", tag, "reason", eff.reason, "grace", eff.grace)
+	case !eff.drained && drained:
+		s.gates.undrain(tag)
+		s.log.Warn("tag undrained", "tag", tag)
+	}
+	if eff.limit != limit {
+		s.gates.setLimit(tag, eff.limit, s.heldBy(tag))
+		if eff.limit == noLimit {
+			s.log.Info("tag connection limit lifted", "tag", tag)
+		} else {
+			s.log.Info("tag connection limit in force", "tag", tag, "max", eff.limit)
+		}
+	}
+	if eff.maxTxn != maxTxn {
+		s.gates.setMaxTxn(tag, eff.maxTxn)
+		s.log.Warn("tag max_transaction_time in force", "tag", tag, "max", eff.maxTxn)
+	}
+}
+
+// stricter merges c into eff: drained when either is, the smaller limit
+// and max_transaction_time.
+func stricter(eff, c tagControl) tagControl {
+	if c.drained && !eff.drained {
+		eff.drained, eff.reason, eff.grace = true, c.reason, c.grace
+	}
+	if c.limit != noLimit && (eff.limit == noLimit || c.limit < eff.limit) {
+		eff.limit = c.limit
+	}
+	if c.maxTxn > 0 && (eff.maxTxn == 0 || c.maxTxn < eff.maxTxn) {
+		eff.maxTxn = c.maxTxn
+	}
+	return eff
+}
+
+// DrainTag refuses new borrows for tag on this instance (a local control).
+// With grace > 0, sessions still holding a connection for the tag when it
+// ends are closed (their transactions roll back).
+func (s *Server) DrainTag(tag, reason string, grace time.Duration) {
+	s.setControl(srcLocal, tag, func(c *tagControl) { c.drained, c.reason, c.grace, c.undrain = true, reason, grace, false })
+}
+
+// UndrainTag lifts this instance's drain of tag (its local one, and the
+// configuration's until the next reload brings it back). A fleet drain
+// stays: lift it through the fleet.
+func (s *Server) UndrainTag(tag string) {
+	s.setControl(srcLocal, tag, func(c *tagControl) {
+		c.drained, c.reason, c.grace = false, "", 0
+		_, c.undrain = s.ctrl.src[srcConfig][tag]
+	})
+}
+
+// LimitTag caps tag at n backend connections on this instance (a local
+// control); n == 0 lifts the cap.
+func (s *Server) LimitTag(tag string, n int) {
+	if n == 0 {
+		n = noLimit
+	}
+	s.setControl(srcLocal, tag, func(c *tagControl) {
+		c.limit = n
+		_, inConfig := s.ctrl.src[srcConfig][tag]
+		c.unlimit = n == noLimit && inConfig
+	})
 }
 
 // SetMaxTransactionTime bounds how long a transaction of tag may hold its
-// backend connection (0 lifts the tag's own bound; sessions.
-// max_transaction_time, when set, applies to every tag without one).
-// Transactions past it have their statement interrupted and are rolled
-// back, and their clients get error 9005 and are disconnected.
+// backend connection on this instance (a local control; 0 lifts it;
+// sessions.max_transaction_time, when set, applies to every tag without
+// one). Transactions past it have their statement interrupted and are
+// rolled back, and their clients get error 9005 and are disconnected.
 func (s *Server) SetMaxTransactionTime(tag string, d time.Duration) {
-	s.gates.setMaxTxn(tag, d)
-	if d == 0 {
-		s.log.Warn("tag max_transaction_time lifted", "tag", tag)
-	} else {
-		s.log.Warn("tag max_transaction_time set", "tag", tag, "max", d)
-	}
+	s.setControl(srcLocal, tag, func(c *tagControl) {
+		c.maxTxn = d
+		_, inConfig := s.ctrl.src[srcConfig][tag]
+		c.unbound = d == 0 && inConfig
+	})
 }
+
+// ApplyFleetControls puts the fleet's controls in force (package fleet),
+// replacing the set applied before.
+func (s *Server) ApplyFleetControls(cs []fleet.Applied) {
+	set := make(map[string]tagControl, len(cs))
+	for _, a := range cs {
+		c := tagControl{drained: a.Drained, reason: a.Reason, grace: a.Grace, limit: noLimit, maxTxn: a.MaxTxn}
+		if a.Limited {
+			c.limit = a.Limit
+		}
+		if !c.empty() {
+			set[a.Tag] = c
+		}
+	}
+	s.replaceControls(srcFleet, set)
+}
+
+// Demand is what tag's borrows on this instance hold and wait for under
+// its limit now (fleet.Applier).
+func (s *Server) Demand(tag string) (held, waiting int) { return s.gates.demand(tag) }
 
 // Gates lists the on-call controls in force, by tag. InUse is the number of
 // backend connections the tag holds now (as in Holders), whether or not it
@@ -83,15 +250,25 @@ func (s *Server) killHolders(tag string) {
 	}
 }
 
-// applyConfigGates puts the controls named in the configuration in force
-// (on start and on reload; controls set through the admin API stay).
+// applyConfigGates puts the controls named in the configuration in force,
+// replacing the configuration's earlier ones (on start and on reload;
+// local and fleet controls stay).
 func (s *Server) applyConfigGates(t config.Tags) {
+	set := map[string]tagControl{}
 	for _, tag := range t.Drained {
-		s.gates.drain(tag, "configured", 0, nil)
+		set[tag] = tagControl{drained: true, reason: "configured", limit: noLimit}
 	}
 	for tag, n := range t.Limits {
-		s.gates.setLimit(tag, n, s.heldBy(tag))
+		c, ok := set[tag]
+		if !ok {
+			c = tagControl{limit: noLimit}
+		}
+		if n > 0 {
+			c.limit = n
+		}
+		set[tag] = c
 	}
+	s.replaceControls(srcConfig, set)
 	if len(t.Drained)+len(t.Limits) > 0 {
 		s.log.Info("configured tag controls applied", "drained", len(t.Drained), "limits", len(t.Limits))
 	}

@@ -30,7 +30,7 @@ type gate struct {
 	drainedAt time.Time
 	reason    string
 	killTimer *time.Timer
-	limit     int           // 0: none
+	limit     int           // noLimit: none (0 admits no one: a fleet cap's empty grant)
 	inUse     int           // borrows entered under the limit
 	maxTxn    time.Duration // the tag's max_transaction_time (0: the configured one)
 	// waiters are borrowers queued under the limit, oldest first. A
@@ -54,7 +54,8 @@ type GateState struct {
 	Drained   bool      `json:"drained"`
 	DrainedAt time.Time `json:"drained_at,omitzero"`
 	Reason    string    `json:"reason,omitempty"`
-	Limit     int       `json:"limit"`
+	Limit     int       `json:"limit"`   // the limit in force on this instance (with Limited)
+	Limited   bool      `json:"limited"` // a limit is in force (Limit 0 then admits no one)
 	InUse     int       `json:"in_use"`
 	// MaxTransactionTime is the tag's own max_transaction_time (0: none).
 	MaxTransactionTime time.Duration `json:"-"`
@@ -69,7 +70,7 @@ func (g *gates) enter(ctx context.Context, tag string) (bool, error) {
 	g.mu.Lock()
 	gt := g.m[tag]
 	switch {
-	case gt == nil || (!gt.drained && gt.limit == 0):
+	case gt == nil || (!gt.drained && gt.limit == noLimit):
 		g.mu.Unlock()
 		return false, nil
 	case gt.drained:
@@ -131,7 +132,7 @@ func (g *gates) exit(tag string) {
 	if gt == nil {
 		return
 	}
-	if (gt.limit == 0 || gt.inUse <= gt.limit) && gt.waiters.HandOff(true) {
+	if (gt.limit == noLimit || gt.inUse <= gt.limit) && gt.waiters.HandOff(true) {
 		return // the slot goes on to the oldest waiter
 	}
 	if gt.inUse > 0 {
@@ -146,7 +147,7 @@ func (g *gates) getLocked(tag string) *gate {
 	}
 	gt := g.m[tag]
 	if gt == nil {
-		gt = &gate{}
+		gt = &gate{limit: noLimit}
 		gt.waiters = waitq.New[struct{}](func(counted bool) {
 			if counted {
 				g.exit(tag)
@@ -160,7 +161,7 @@ func (g *gates) getLocked(tag string) *gate {
 
 // cleanupLocked forgets a tag with no control and nothing in flight.
 func (g *gates) cleanupLocked(tag string, gt *gate) {
-	if !gt.drained && gt.limit == 0 && gt.maxTxn == 0 && gt.inUse == 0 && gt.waiters.Len() == 0 {
+	if !gt.drained && gt.limit == noLimit && gt.maxTxn == 0 && gt.inUse == 0 && gt.waiters.Len() == 0 {
 		delete(g.m, tag)
 		g.active.Add(-1)
 	}
@@ -197,17 +198,21 @@ func (g *gates) undrain(tag string) {
 	g.cleanupLocked(tag, gt)
 }
 
-// setLimit caps tag at n connections (0 lifts the cap). held is how many
-// the tag holds now, so the cap counts borrows already in flight.
+// noLimit is a gate's limit when it has none.
+const noLimit = -1
+
+// setLimit caps tag at n connections (noLimit lifts the cap; 0 admits no
+// one). held is how many the tag holds now, so a new cap counts borrows
+// already in flight.
 func (g *gates) setLimit(tag string, n, held int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	gt := g.getLocked(tag)
-	if gt.limit == 0 && n > 0 {
+	if gt.limit == noLimit && n != noLimit {
 		gt.inUse = held
 	}
 	gt.limit = n
-	if n == 0 {
+	if n == noLimit {
 		gt.inUse = 0
 		gt.waiters.HandOffAll(false)
 	} else {
@@ -218,15 +223,36 @@ func (g *gates) setLimit(tag string, n, held int) {
 	g.cleanupLocked(tag, gt)
 }
 
+// current returns tag's controls in force (noLimit: no limit).
+func (g *gates) current(tag string) (drained bool, limit int, maxTxn time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gt := g.m[tag]; gt != nil {
+		return gt.drained, gt.limit, gt.maxTxn
+	}
+	return false, noLimit, 0
+}
+
+// demand returns what tag's borrows hold and wait for under its limit now
+// (counted only while it has a gate).
+func (g *gates) demand(tag string) (held, waiting int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gt := g.m[tag]; gt != nil {
+		return gt.inUse, gt.waiters.Len()
+	}
+	return 0, 0
+}
+
 func (g *gates) snapshot() []GateState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := make([]GateState, 0, len(g.m))
 	for tag, gt := range g.m {
-		if !gt.drained && gt.limit == 0 && gt.maxTxn == 0 {
+		if !gt.drained && gt.limit == noLimit && gt.maxTxn == 0 {
 			continue
 		}
-		out = append(out, GateState{Tag: tag, Drained: gt.drained, DrainedAt: gt.drainedAt, Reason: gt.reason, Limit: gt.limit,
+		out = append(out, GateState{Tag: tag, Drained: gt.drained, DrainedAt: gt.drainedAt, Reason: gt.reason, Limit: max(gt.limit, 0), Limited: gt.limit != noLimit,
 			InUse: gt.inUse, MaxTransactionTime: gt.maxTxn})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Tag < out[j].Tag })

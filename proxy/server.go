@@ -78,7 +78,9 @@ type Server struct {
 	tlsConf atomic.Pointer[tls.Config]
 	version atomic.Pointer[string]
 	// primary is the backend holdfast sends everything to (backend.address).
-	primary    backend
+	primary backend
+	// ctrl is the on-call controls by source (controls.go).
+	ctrl       controls
 	nextConnID atomic.Uint32
 	salt       func() []byte // nil: random salts (tests fix them)
 	clock      atomic.Int64  // UnixNano, advanced by the janitor (see now)

@@ -18,6 +18,11 @@ const (
 	TableMigrations   = "holdfast_schema_migrations"
 	TableAuthority    = "holdfast_authority"
 	TableRedisState   = "holdfast_redis_state"
+	// The fleet's tables (package fleet, migration 5).
+	TableControls = "holdfast_controls"
+	TableMembers  = "holdfast_members"
+	TableGrants   = "holdfast_cap_grants"
+	TableDuties   = "holdfast_duties"
 )
 
 // Migration is one versioned schema step. Statements must be idempotent
@@ -186,6 +191,57 @@ var Migrations = []Migration{{
   stale_reason VARCHAR(255) NULL,
   resynced_at DATETIME(6) NULL,
   PRIMARY KEY (id)
+) ENGINE=InnoDB`,
+	},
+}, {
+	Version: 5,
+	Name:    "the fleet: on-call controls, membership, fleet-wide cap grants, duty leases",
+	Statements: []string{
+		// On-call controls every instance applies (package fleet): one row
+		// per tag and kind. kind drain: value is the grace in milliseconds
+		// (0: none); limit: the fleet-wide connection cap; max_txn: the
+		// tag's max_transaction_time in milliseconds. expires_at (the
+		// database's clock; NULL: never) lifts it.
+		`CREATE TABLE IF NOT EXISTS holdfast_controls (
+  tag VARCHAR(64) NOT NULL,
+  kind VARCHAR(16) NOT NULL,
+  value BIGINT NOT NULL,
+  set_by VARCHAR(255) NOT NULL,
+  reason VARCHAR(255) NOT NULL,
+  set_at DATETIME(6) NOT NULL,
+  expires_at DATETIME(6) NULL,
+  PRIMARY KEY (tag, kind)
+) ENGINE=InnoDB`,
+		// One row per live holdfast instance, renewed by its heartbeat.
+		`CREATE TABLE IF NOT EXISTS holdfast_members (
+  instance_id VARCHAR(64) NOT NULL,
+  address VARCHAR(255) NOT NULL,
+  version VARCHAR(64) NOT NULL,
+  pool_max INT NOT NULL,
+  started_at DATETIME(6) NOT NULL,
+  last_seen DATETIME(6) NOT NULL,
+  PRIMARY KEY (instance_id)
+) ENGINE=InnoDB`,
+		// A fleet-wide cap's slots, granted to instances: the grants of a
+		// tag's live rows never add up to more than its cap (each
+		// instance changes its own row inside a transaction that locks
+		// them all). wanted is what the instance would use (held and
+		// waiting).
+		`CREATE TABLE IF NOT EXISTS holdfast_cap_grants (
+  tag VARCHAR(64) NOT NULL,
+  instance_id VARCHAR(64) NOT NULL,
+  granted INT NOT NULL,
+  wanted INT NOT NULL,
+  renewed_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (tag, instance_id)
+) ENGINE=InnoDB`,
+		// Fleet duties (the sweeper, the reconciler, ...) run on one
+		// instance at a time: the holder of the duty's unexpired lease.
+		`CREATE TABLE IF NOT EXISTS holdfast_duties (
+  duty VARCHAR(64) NOT NULL,
+  holder VARCHAR(64) NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (duty)
 ) ENGINE=InnoDB`,
 	},
 }}

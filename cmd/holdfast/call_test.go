@@ -488,6 +488,9 @@ func TestCallInterrupted(t *testing.T) {
 			} else {
 				hangUp() // the driver closes the connection
 				<-done
+				// holdfast notices a client gone mid-statement by reading
+				// its socket: give it the second the bound allows.
+				time.Sleep(time.Second)
 			}
 			// Were the call still running, it would take the units now.
 			unlock()

@@ -146,12 +146,23 @@ func serve(path string, cfg config.Config) error {
 				"database", cfg.Backend.Database)
 		}
 	}
+	fctx, fcancel := context.WithCancel(context.Background())
+	defer fcancel()
+	fl, stopFleet, err := startFleet(fctx, cfg, srv, nil, log)
+	if err != nil {
+		return err
+	}
+	defer stopFleet()
+	var adminFleet admin.Fleet
+	if fl != nil {
+		adminFleet = fl
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()
 	var adm *admin.Admin
 	if cfg.Admin.Listen != "" {
 		adm = admin.New(srv, admin.Options{Listen: cfg.Admin.Listen, Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof,
-			Gatherer: reg, Log: log, Authority: eng.authority()})
+			Gatherer: reg, Log: log, Authority: eng.authority(), Fleet: adminFleet})
 		go func() {
 			if err := adm.ListenAndServe(); err != nil {
 				errc <- fmt.Errorf("admin listener: %w", err)

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/fleet"
+	"github.com/holdfast-db/holdfast/proxy"
+)
+
+// startFleet joins this instance to the fleet of holdfast instances in
+// front of the backend (package fleet), on a database/sql pool of its own,
+// and applies the fleet's controls to srv. It returns nil when
+// fleet.disabled.
+func startFleet(ctx context.Context, cfg config.Config, srv *proxy.Server, duties []string, log *slog.Logger) (*fleet.Fleet, func(), error) {
+	if cfg.Fleet.Disabled {
+		return nil, func() {}, nil
+	}
+	// DATETIMEs are read as UTC: they are compared only with the
+	// database's own NOW(6), never with this host's clock.
+	db, err := backendDB(cfg, func(c *mysql.Config) { c.ParseTime = true })
+	if err != nil {
+		return nil, nil, fmt.Errorf("fleet: %w", err)
+	}
+	db.SetMaxOpenConns(2)
+	db.SetMaxIdleConns(2)
+	self := fleet.Member{ID: instanceID(), Address: advertised(cfg.Listen), Version: buildVersion(), PoolMax: cfg.Pool.Max}
+	f := fleet.New(fleet.Options{Store: fleet.NewStore(db), Applier: srv, Self: self,
+		Poll: cfg.Fleet.PollInterval, TTL: cfg.Fleet.TTL, Duties: duties, Log: log})
+	if err := f.Start(ctx); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	log.Info("fleet: joined", "instance", self.ID, "poll_interval", cfg.Fleet.PollInterval, "ttl", cfg.Fleet.TTL)
+	return f, func() { _ = f.Close(); db.Close() }, nil
+}
+
+// instanceID names this process in the fleet: host, pid and a random
+// suffix (a restarted pod gets a new id).
+func instanceID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// advertised is the address clients reach this instance at: listen with
+// the host's name when it listens on every interface.
+func advertised(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
+		return listen
+	}
+	h, _ := os.Hostname()
+	return net.JoinHostPort(h, port)
+}
+
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+)
+
+// fleetOf starts n holdfast processes on one database, after `holdfast
+// migrate`, each with an admin listener; fleet settings as shipped
+// (poll_interval 1s, ttl 5s).
+func fleetOf(t *testing.T, n int) []*fleetMember {
+	t.Helper()
+	bin := binary(t)
+	db := dbtest.NewDatabase(t)
+	var out []*fleetMember
+	for i := 0; i < n; i++ {
+		p := &process{addr: dbtest.FreeAddr(t), db: db, config: filepath.Join(t.TempDir(), "holdfast.yaml"),
+			out: &dbtest.SyncBuffer{}, exited: make(chan error, 1)}
+		admin := dbtest.FreeAddr(t)
+		writeConfigAdmin(t, p.config, p.addr, db, appUser, "  listen: "+admin+"\n")
+		if i == 0 {
+			p.migrate(t, bin)
+		}
+		p.serve(t, bin)
+		out = append(out, &fleetMember{process: p, admin: "http://" + admin, bin: bin})
+	}
+	return out
+}
+
+type fleetMember struct {
+	*process
+	admin string
+	bin   string
+}
+
+// client is a database/sql pool through m.
+func (m *fleetMember) client(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", fmt.Sprintf("app:app@tcp(%s)/%s", m.addr, m.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// api sends an admin request to m and returns its answer.
+func (m *fleetMember) api(t *testing.T, method, path string) string {
+	t.Helper()
+	req, err := http.NewRequest(method, m.admin+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// refuses reports whether a statement of tag through db is refused as
+// drained (9001).
+func refuses(db *sql.DB, tag string) bool {
+	_, err := db.Exec("/* conn_tag:" + tag + " */ SELECT 1")
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 9001
+}
+
+// within waits up to d for cond and reports how long it took; it fails the
+// test when d passes.
+func within(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// The fleet's controls: set through one instance, in force on all three
+// within the documented bound (one poll_interval, plus the poll itself:
+// 2 s with the shipped 1 s), still in force on an instance that
+// restarts, and lifted everywhere when they expire.
+func TestFleetControls(t *testing.T) {
+	ms := fleetOf(t, 3)
+	dbs := make([]*sql.DB, len(ms))
+	for i, m := range ms {
+		dbs[i] = m.client(t)
+		if refuses(dbs[i], "checkout") {
+			t.Fatal("refused before any drain")
+		}
+	}
+	const bound = 2 * time.Second
+	ans := ms[0].api(t, http.MethodPost, "/api/tags/checkout/drain?reason=incident-42&by=oncall")
+	if !strings.Contains(ans, `"scope": "fleet"`) || !strings.Contains(ans, `"drained": true`) {
+		t.Fatalf("drain answered %s", ans)
+	}
+	if !refuses(dbs[0], "checkout") {
+		t.Fatal("the instance the drain was set through still serves the tag after answering")
+	}
+	for i := 1; i < 3; i++ {
+		took := within(t, bound, fmt.Sprintf("instance %d refuses the drained tag", i), func() bool { return refuses(dbs[i], "checkout") })
+		t.Logf("instance %d refused checkout %v after the drain", i, took.Round(time.Millisecond))
+	}
+	if refuses(dbs[1], "other_flow") {
+		t.Fatal("a tag nobody drained is refused")
+	}
+	if ans := ms[2].api(t, http.MethodGet, "/api/controls"); !strings.Contains(ans, `"reason": "incident-42"`) || !strings.Contains(ans, `"set_by": "oncall"`) {
+		t.Fatalf("another instance lists the controls as %s", ans)
+	}
+
+	// A restarted instance comes up with the drain in force.
+	_ = ms[1].cmd.Process.Kill()
+	<-ms[1].exited
+	ms[1].exited = make(chan error, 1)
+	ms[1].serve(t, ms[1].bin)
+	if !refuses(ms[1].client(t), "checkout") {
+		t.Fatal("the restarted instance serves the drained tag")
+	}
+
+	// Lifted through another instance: served everywhere within the bound.
+	ms[2].api(t, http.MethodDelete, "/api/tags/checkout/drain")
+	for i := range ms {
+		db := ms[i].client(t)
+		within(t, bound, fmt.Sprintf("instance %d serves the undrained tag", i), func() bool { return !refuses(db, "checkout") })
+	}
+
+	// An expiring drain lifts itself on every instance.
+	ms[0].api(t, http.MethodPost, "/api/tags/report/drain?for=2s")
+	for i := range ms {
+		db := ms[i].client(t)
+		within(t, bound, fmt.Sprintf("instance %d refuses the expiring drain", i), func() bool { return refuses(db, "report") })
+	}
+	for i := range ms {
+		db := ms[i].client(t)
+		within(t, 2*time.Second+bound, fmt.Sprintf("instance %d serves again once the drain expired", i), func() bool { return !refuses(db, "report") })
+	}
+}
+
+// A fleet-wide cap of N holds across three instances: never more than N
+// of the tag's statements run at once on the database (sampled from its
+// process list, one view of all instances), with the load spread evenly
+// and with it on one instance only (which then gets close to N), and the
+// share of an instance killed with -9 goes back to the others.
+func TestFleetCap(t *testing.T) {
+	ms := fleetOf(t, 3)
+	const capN = 3
+	ms[0].api(t, http.MethodPut, fmt.Sprintf("/api/tags/capped/limit?max=%d", capN))
+	root := dbtest.Root(t)
+	sample := func(stop <-chan struct{}, peak *atomic.Int64) {
+		for {
+			var n int64
+			if err := root.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%conn_tag:capped%' AND INFO NOT LIKE '%PROCESSLIST%'").Scan(&n); err == nil && n > peak.Load() {
+				peak.Store(n)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	load := func(on []*fleetMember, clients int, d time.Duration) (peak int64, done int64) {
+		var pk, n atomic.Int64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() { sample(stop, &pk); close(sampled) }()
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(d)
+		for _, m := range on {
+			db := m.client(t)
+			db.SetMaxOpenConns(clients)
+			for c := 0; c < clients; c++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Now().Before(deadline) {
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						_, err := db.ExecContext(ctx, "/* conn_tag:capped */ SELECT SLEEP(0.05)")
+						cancel()
+						if err == nil {
+							n.Add(1)
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(stop)
+		<-sampled
+		return pk.Load(), n.Load()
+	}
+	// Let the instances learn the cap.
+	time.Sleep(2 * time.Second)
+	peak, done := load(ms, 4, 6*time.Second)
+	t.Logf("load on all three: peak %d capped statements at once, %d done", peak, done)
+	if peak > capN {
+		t.Fatalf("%d capped statements ran at once across the fleet, over the cap %d", peak, capN)
+	}
+	peak, done = load(ms[:1], 6, 6*time.Second)
+	t.Logf("load on one instance: peak %d at once, %d done", peak, done)
+	if peak > capN {
+		t.Fatalf("%d capped statements ran at once, over the cap %d", peak, capN)
+	}
+	if peak < capN-1 {
+		t.Fatalf("with the load on one instance it reached only %d of the cap %d", peak, capN)
+	}
+	// Kill -9 the instance that holds the grant: the others get it back.
+	_ = ms[0].cmd.Process.Kill()
+	<-ms[0].exited
+	peak, done = load(ms[1:2], 6, 10*time.Second)
+	t.Logf("after kill -9 of the loaded instance, load on another: peak %d, %d done", peak, done)
+	if peak > capN || peak < capN-1 {
+		t.Fatalf("after the kill, peak %d, want the cap %d back within the ttl", peak, capN)
+	}
+}

@@ -1,0 +1,86 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Kind is what a control does to its tag.
+type Kind string
+
+// Control kinds.
+const (
+	// KindDrain refuses the tag's new borrows; Value is the grace in
+	// milliseconds after which the tag's holders are closed (0: none).
+	KindDrain Kind = "drain"
+	// KindLimit caps the tag's backend connections across the fleet at
+	// Value.
+	KindLimit Kind = "limit"
+	// KindMaxTxn bounds how long a transaction of the tag may hold its
+	// connection: Value milliseconds.
+	KindMaxTxn Kind = "max_txn"
+)
+
+// MaxTagLen is the longest tag a control names (attribution.MaxTagLen).
+const MaxTagLen = 64
+
+// Control is one row of holdfast_controls.
+type Control struct {
+	Tag    string    `json:"tag"`
+	Kind   Kind      `json:"kind"`
+	Value  int64     `json:"value"`
+	SetBy  string    `json:"set_by"`
+	Reason string    `json:"reason"`
+	SetAt  time.Time `json:"set_at"`
+	// Expires is when the control lifts itself, by the database's clock
+	// (zero: never).
+	Expires time.Time `json:"expires_at,omitzero"`
+}
+
+// ErrInvalid is wrapped by the error of a control that makes no sense.
+var ErrInvalid = errors.New("fleet: invalid control")
+
+// Validate says what is wrong with c, naming the field.
+func (c Control) Validate() error {
+	switch {
+	case c.Tag == "" || len(c.Tag) > MaxTagLen:
+		return fmt.Errorf("%w: tag must be 1..%d bytes, got %q", ErrInvalid, MaxTagLen, c.Tag)
+	case c.Kind != KindDrain && c.Kind != KindLimit && c.Kind != KindMaxTxn:
+		return fmt.Errorf("%w: kind must be drain, limit or max_txn, got %q", ErrInvalid, c.Kind)
+	case c.Kind == KindLimit && c.Value < 0:
+		return fmt.Errorf("%w: a limit must be 0 or more connections, got %d", ErrInvalid, c.Value)
+	case c.Kind == KindMaxTxn && c.Value <= 0:
+		return fmt.Errorf("%w: max_transaction_time must be positive, got %dms", ErrInvalid, c.Value)
+	case c.Value < 0:
+		return fmt.Errorf("%w: %s value must not be negative, got %d", ErrInvalid, c.Kind, c.Value)
+	case len(c.SetBy) > 255 || len(c.Reason) > 255:
+		return fmt.Errorf("%w: set_by and reason are at most 255 bytes", ErrInvalid)
+	}
+	return nil
+}
+
+// Applied is what one instance puts in force for one tag, merged from the
+// tag's controls: Applier.ApplyFleetControls gets one per tag with any.
+type Applied struct {
+	Tag     string
+	Drained bool
+	Reason  string        // the drain's
+	Grace   time.Duration // the drain's grace
+	// Limited: the tag has a fleet-wide cap (FleetLimit); Limit is this
+	// instance's grant of it, the connections it may hold (0: none now).
+	Limited    bool
+	Limit      int
+	FleetLimit int
+	MaxTxn     time.Duration // 0: none
+}
+
+// Applier is what fleet tells of the controls in force: the proxy.
+type Applier interface {
+	// ApplyFleetControls replaces the fleet's controls in force with cs,
+	// one per tag (tags absent have none from the fleet).
+	ApplyFleetControls(cs []Applied)
+	// Demand is what tag's borrows on this instance hold and wait for
+	// under its limit now.
+	Demand(tag string) (held, waiting int)
+}

@@ -1,0 +1,398 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
+)
+
+// Defaults. A control reaches every instance within one Poll (and the
+// instance that wrote it at once); an instance not seen for TTL is
+// taken for gone: its cap grants go back to the others and its duties
+// are taken over.
+const (
+	DefaultPoll = time.Second
+	DefaultTTL  = 5 * time.Second
+)
+
+// Options configures a Fleet.
+type Options struct {
+	Store   *Store
+	Applier Applier
+	// Self is this instance (its ID must be unique in the fleet).
+	Self Member
+	// Poll is how often the tables are read and this instance's heartbeat
+	// and grants renewed (0: DefaultPoll); TTL how long a heartbeat, a
+	// grant or a duty lease lasts (0: DefaultTTL; at least 2 × Poll).
+	Poll, TTL time.Duration
+	// Duties are the fleet duties this instance may run (Holds).
+	Duties []string
+	Log    *slog.Logger
+}
+
+// Fleet keeps this instance in step with the fleet's tables. New starts
+// nothing; Start polls until Close. Its methods are safe for concurrent
+// use.
+type Fleet struct {
+	o     Options
+	loops lifecycle.Loops
+
+	pollMu sync.Mutex // serializes Poll (the loop's and Set's and Remove's)
+
+	mu sync.Mutex // guards the fields below
+	// known: the controls have been read at least once (or the tables
+	// are missing, so there are none); controls and their local
+	// deadlines (zero: none) are the last read.
+	known     bool
+	noSchema  bool
+	controls  []Control
+	deadlines []time.Time
+	lastRead  time.Time // local time of the last good read
+	lastErr   error
+	errLogged bool
+	members   []Member
+	grants    map[string]grant     // by tag
+	duties    map[string]time.Time // duties held: local deadline of the lease
+	applied   []Applied
+	polls     uint64
+	failures  uint64
+}
+
+type grant struct {
+	n       int
+	renewed time.Time // local time of the last renewal
+}
+
+// New returns a Fleet; see Options.
+func New(o Options) *Fleet {
+	if o.Poll <= 0 {
+		o.Poll = DefaultPoll
+	}
+	if o.TTL <= 0 {
+		o.TTL = DefaultTTL
+	}
+	o.TTL = max(o.TTL, 2*o.Poll)
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return &Fleet{o: o, grants: map[string]grant{}, duties: map[string]time.Time{}}
+}
+
+// Start reads the tables once and then polls every Options.Poll until ctx
+// ends or Close.
+func (f *Fleet) Start(ctx context.Context) error {
+	return f.loops.StartAfter(ctx, func(ctx context.Context) { _ = f.Poll(ctx) }, func(ctx context.Context) {
+		t := time.NewTicker(f.o.Poll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = f.Poll(ctx)
+			}
+		}
+	})
+}
+
+// Close stops polling and removes this instance's heartbeat and grants,
+// and gives up its duties, so that the others need not wait for them to
+// lapse. Idempotent.
+func (f *Fleet) Close() error {
+	if !f.loops.Close() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	f.mu.Lock()
+	duties := make([]string, 0, len(f.duties))
+	for d := range f.duties {
+		duties = append(duties, d)
+	}
+	f.duties = map[string]time.Time{}
+	f.mu.Unlock()
+	for _, d := range duties {
+		_ = f.o.Store.ReleaseDuty(ctx, d, f.o.Self.ID)
+	}
+	return f.o.Store.Leave(ctx, f.o.Self.ID)
+}
+
+// Poll runs one round: this instance's heartbeat, the controls read and
+// applied, its grants of fleet-wide caps renewed. An instance that cannot
+// read the controls keeps the last it read (their expiries counted on its
+// own clock meanwhile) and says so (Status).
+func (f *Fleet) Poll(ctx context.Context) error {
+	f.pollMu.Lock()
+	defer f.pollMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, f.o.Poll+f.o.TTL/2)
+	defer cancel()
+	st := f.o.Store
+	err := st.Heartbeat(ctx, f.o.Self)
+	var controls []Control
+	var dbNow time.Time
+	if err == nil {
+		controls, dbNow, err = st.Controls(ctx)
+	}
+	var members []Member
+	if err == nil {
+		members, err = st.Members(ctx, f.o.TTL)
+	}
+	now := time.Now()
+	f.mu.Lock()
+	f.polls++
+	switch {
+	case err == nil:
+		if !f.known || f.lastErr != nil {
+			f.o.Log.Info("fleet: controls read", "controls", len(controls), "instances", len(members))
+		}
+		f.known, f.noSchema, f.lastErr, f.errLogged, f.lastRead = true, false, nil, false, now
+		f.members = members
+		f.controls = controls
+		f.deadlines = make([]time.Time, len(controls))
+		for i, c := range controls {
+			if !c.Expires.IsZero() {
+				f.deadlines[i] = now.Add(c.Expires.Sub(dbNow))
+			}
+		}
+	case errors.Is(err, ErrNoSchema):
+		// No tables, so no fleet controls: config and local ones only.
+		if !f.noSchema {
+			f.o.Log.Warn("fleet: the fleet's tables are missing; on-call controls apply to this instance only until `holdfast migrate` (schema version 5) has run", "err", err)
+		}
+		f.known, f.noSchema, f.lastErr, f.controls, f.deadlines = true, true, err, nil, nil
+	default:
+		f.failures++
+		f.lastErr = err
+		if !f.errLogged {
+			f.errLogged = true
+			f.o.Log.Warn("fleet: cannot read the controls; keeping the last read in force", "err", err,
+				"known", f.known, "controls", len(f.controls), "last_read", f.lastRead)
+		}
+	}
+	f.mu.Unlock()
+	f.apply(ctx, now)
+	f.holdDuties(ctx, now)
+	if err != nil && !errors.Is(err, ErrNoSchema) {
+		return err
+	}
+	return nil
+}
+
+// holdDuties takes or renews this instance's leases on its duties. A lease
+// it holds counts as held only until TTL − Poll after its last renewal (on
+// its own clock), so that it stops before another instance may take it
+// over.
+func (f *Fleet) holdDuties(ctx context.Context, now time.Time) {
+	for _, d := range f.o.Duties {
+		mine, err := f.o.Store.HoldDuty(ctx, d, f.o.Self.ID, f.o.TTL)
+		f.mu.Lock()
+		_, had := f.duties[d]
+		switch {
+		case err == nil && mine:
+			f.duties[d] = now.Add(f.o.TTL - f.o.Poll)
+			if !had {
+				f.o.Log.Info("fleet: this instance runs a fleet duty", "duty", d)
+			}
+		case err == nil && had:
+			delete(f.duties, d)
+			f.o.Log.Info("fleet: another instance runs a fleet duty now", "duty", d)
+		}
+		f.mu.Unlock()
+	}
+}
+
+// Holds reports whether this instance should run duty now: it holds the
+// duty's lease (or, with the fleet's tables missing, there is no fleet to
+// share it with, and every instance runs its duties as before).
+func (f *Fleet) Holds(duty string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noSchema {
+		return true
+	}
+	d, ok := f.duties[duty]
+	return ok && time.Now().Before(d)
+}
+
+// inForce returns the controls not expired at now (local clock).
+func (f *Fleet) inForceLocked(now time.Time) []Control {
+	var out []Control
+	for i, c := range f.controls {
+		if d := f.deadlines[i]; !d.IsZero() && !now.Before(d) {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// apply merges the controls in force by tag, renews this instance's
+// grants of fleet-wide caps, and tells the Applier.
+func (f *Fleet) apply(ctx context.Context, now time.Time) {
+	f.mu.Lock()
+	cs := f.inForceLocked(now)
+	grants := make(map[string]grant, len(f.grants))
+	for t, g := range f.grants {
+		grants[t] = g
+	}
+	f.mu.Unlock()
+
+	byTag := map[string]*Applied{}
+	var capped []string
+	get := func(tag string) *Applied {
+		a := byTag[tag]
+		if a == nil {
+			a = &Applied{Tag: tag}
+			byTag[tag] = a
+		}
+		return a
+	}
+	for _, c := range cs {
+		a := get(c.Tag)
+		switch c.Kind {
+		case KindDrain:
+			a.Drained, a.Reason, a.Grace = true, c.Reason, time.Duration(c.Value)*time.Millisecond
+			if a.Reason == "" {
+				a.Reason = "drained by " + c.SetBy
+			}
+		case KindLimit:
+			a.Limited, a.FleetLimit = true, int(c.Value)
+			capped = append(capped, c.Tag)
+		case KindMaxTxn:
+			a.MaxTxn = time.Duration(c.Value) * time.Millisecond
+		}
+	}
+	// A cap's grant may shrink: first stop admitting above what is held
+	// now (so what is held can only fall), then renew the grant with that
+	// as the floor, then put the new grant in force.
+	for _, tag := range capped {
+		held, _ := f.o.Applier.Demand(tag)
+		a := byTag[tag]
+		a.Limit = min(grants[tag].n, held)
+	}
+	if len(capped) > 0 {
+		f.o.Applier.ApplyFleetControls(sorted(byTag))
+	}
+	for _, tag := range capped {
+		a := byTag[tag]
+		held, waiting := f.o.Applier.Demand(tag)
+		g := grants[tag]
+		n, err := f.o.Store.Grant(ctx, tag, f.o.Self.ID, a.FleetLimit, held+waiting, held, f.o.TTL)
+		switch {
+		case errors.Is(err, ErrNoCap):
+			a.Limited = false // lifted since the read
+		case err == nil:
+			g = grant{n: n, renewed: now}
+		case now.Sub(g.renewed) >= f.o.TTL-f.o.Poll:
+			// Not renewed: the others may take this grant over once it
+			// lapses, so stop using it first.
+			g.n = 0
+		}
+		grants[tag] = g
+		a.Limit = g.n
+	}
+	applied := sorted(byTag)
+	f.o.Applier.ApplyFleetControls(applied)
+	if err := f.o.Store.ReleaseGrants(ctx, f.o.Self.ID, capped); err != nil && !errors.Is(err, ErrNoSchema) {
+		f.o.Log.Debug("fleet: releasing cap grants failed", "err", err)
+	}
+	f.mu.Lock()
+	for t := range grants {
+		if !slices.Contains(capped, t) {
+			delete(grants, t)
+		}
+	}
+	f.grants, f.applied = grants, applied
+	f.mu.Unlock()
+}
+
+func sorted(m map[string]*Applied) []Applied {
+	out := make([]Applied, 0, len(m))
+	for _, a := range m {
+		out = append(out, *a)
+	}
+	slices.SortFunc(out, func(a, b Applied) int {
+		if a.Tag < b.Tag {
+			return -1
+		}
+		if a.Tag > b.Tag {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Set writes a control for the whole fleet and puts it in force on this
+// instance before it returns; the others apply it within one poll.
+// expires > 0 lifts it that long after (the database's clock).
+func (f *Fleet) Set(ctx context.Context, c Control, expires time.Duration) error {
+	if err := f.o.Store.SetControl(ctx, c, expires); err != nil {
+		return err
+	}
+	return f.Poll(ctx)
+}
+
+// Remove lifts tag's control of kind for the whole fleet, and on this
+// instance before it returns; it reports whether one was in force.
+func (f *Fleet) Remove(ctx context.Context, tag string, kind Kind) (bool, error) {
+	ok, err := f.o.Store.RemoveControl(ctx, tag, kind)
+	if err != nil {
+		return false, err
+	}
+	return ok, f.Poll(ctx)
+}
+
+// Status is what this instance knows of the fleet.
+type Status struct {
+	Instance string `json:"instance_id"`
+	// Known: the controls have been read at least once (or the tables are
+	// missing). Stale: the last read failed; the controls in force are
+	// the last read.
+	Known       bool      `json:"known"`
+	Stale       bool      `json:"stale"`
+	NoSchema    bool      `json:"no_schema"`
+	LastRead    time.Time `json:"last_read,omitzero"`
+	Error       string    `json:"error,omitempty"`
+	Controls    []Control `json:"controls"`
+	Applied     []Applied `json:"applied"`
+	Members     []Member  `json:"members"`
+	Duties      []string  `json:"duties"` // the fleet duties this instance runs now
+	Polls       uint64    `json:"polls"`
+	Failures    uint64    `json:"failures"`
+	PollSeconds float64   `json:"poll_seconds"`
+}
+
+// Status returns what this instance knows of the fleet now.
+func (f *Fleet) Status() Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := Status{Instance: f.o.Self.ID, Known: f.known, NoSchema: f.noSchema, LastRead: f.lastRead,
+		Controls: f.inForceLocked(time.Now()), Applied: slices.Clone(f.applied), Members: slices.Clone(f.members),
+		Polls: f.polls, Failures: f.failures, PollSeconds: f.o.Poll.Seconds()}
+	if f.lastErr != nil {
+		st.Error = f.lastErr.Error()
+		st.Stale = !f.noSchema
+	}
+	now := time.Now()
+	for d, until := range f.duties {
+		if now.Before(until) {
+			st.Duties = append(st.Duties, d)
+		}
+	}
+	slices.Sort(st.Duties)
+	return st
+}
+
+// Instances is the number of live instances the last read saw (at least
+// 1: this one).
+func (f *Fleet) Instances() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(1, len(f.members))
+}
