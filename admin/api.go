@@ -77,7 +77,8 @@ type gateJSON struct {
 	Drained     bool      `json:"drained"`
 	DrainedAt   time.Time `json:"drained_at,omitzero"`
 	Reason      string    `json:"reason,omitempty"` // the drain's
-	Limit       int       `json:"limit"`
+	Limit       int       `json:"limit"`            // the limit in force here (with limited)
+	Limited     bool      `json:"limited"`          // a limit is in force (limit 0 then admits no one)
 	LimitReason string    `json:"limit_reason,omitempty"`
 	InUse       int       `json:"in_use"`  // connections the tag holds now
 	Waiting     int       `json:"waiting"` // borrowers queued under its limit
@@ -130,7 +131,7 @@ func holdersJSON(hs []proxy.HolderInfo) []holderJSON {
 func (a *Admin) gatesJSON(gs []proxy.GateState, w proxy.Waiting) []gateJSON {
 	out := make([]gateJSON, len(gs))
 	for i, g := range gs {
-		out[i] = gateJSON{Tag: g.Tag, Drained: g.Drained, DrainedAt: g.DrainedAt, Reason: g.Reason, Limit: g.Limit,
+		out[i] = gateJSON{Tag: g.Tag, Drained: g.Drained, DrainedAt: g.DrainedAt, Reason: g.Reason, Limit: g.Limit, Limited: g.Limited,
 			InUse: g.InUse, Waiting: w.ByTag[g.Tag], MaxTransactionSeconds: g.MaxTransactionTime.Seconds()}
 		if g.Limit > 0 {
 			out[i].LimitReason = a.limits.get(g.Tag)

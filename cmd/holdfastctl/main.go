@@ -36,15 +36,22 @@ Commands:
       -holders N         holder rows (default 10; 0 = none)
       -once              print one frame (after one interval) and exit
       -iterations N      print N frames and exit (default 0 = until Ctrl-C)
-  drain TAG              new borrows for TAG fail fast; current holders may finish
+  drain TAG              new borrows for TAG fail fast on every holdfast instance (within
+                         fleet.poll_interval); current holders may finish
       -grace D           then kill TAG's holders still holding after D (default: never)
       -reason TEXT       recorded with the drain and shown in its error, e.g. incident-123
   undrain TAG            lift the drain
-  limit TAG N            cap TAG at N backend connections; borrowers over it queue
-                         (N = off or 0 lifts the cap)
+  limit TAG N            cap TAG at N backend connections across the fleet; borrowers
+                         over it queue (N = off or 0 lifts the cap)
       -reason TEXT       recorded with the limit and shown with it
   maxtxn TAG D           TAG's transactions holding a backend connection longer than D
                          are rolled back, their clients disconnected (D = off lifts it)
+    drain, undrain, limit and maxtxn also take:
+      -for D             lift the control by itself after D (e.g. 30m), everywhere
+      -local             act on the instance asked only, not the fleet
+      -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)
+  controls               the fleet's controls in force: who set them, when, why, until when
+  fleet                  the live holdfast instances on the database, their pool sizes
   authority              show the Redis-migration kill switch in force (docs/migration.md)
   authority redis|holdfast
                          switch who decides reserves, for every holdfast on the database
@@ -111,7 +118,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var shops string
 	var percent int
 	var force bool
+	var scope ctl.Scope
 	var want []string // the positional arguments
+	scoped := func() {
+		fs.DurationVar(&scope.For, "for", 0, "")
+		fs.BoolVar(&scope.Local, "local", false, "")
+		fs.StringVar(&scope.By, "by", defaultBy(getenv), "")
+	}
 	switch cmd {
 	case "help":
 		fmt.Fprint(stdout, usage)
@@ -126,14 +139,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "drain":
 		fs.DurationVar(&grace, "grace", 0, "")
 		fs.StringVar(&reason, "reason", "", "")
+		scoped()
 		want = []string{"TAG"}
 	case "undrain":
+		scoped()
 		want = []string{"TAG"}
 	case "limit":
 		fs.StringVar(&reason, "reason", "", "")
+		scoped()
 		want = []string{"TAG", "N"}
 	case "maxtxn":
+		scoped()
 		want = []string{"TAG", "D"}
+	case "controls", "fleet":
 	case "authority":
 		fs.StringVar(&reason, "reason", "", "")
 		fs.StringVar(&shops, "shops", "", "")
@@ -157,6 +175,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return done(err, stdout, stderr)
 	}
+	if scope.For < 0 {
+		return done(&ctl.UsageError{Msg: "-for must be a positive duration such as 30m"}, stdout, stderr)
+	}
+	client.Scope = scope
 	c := &ctl.CLI{Client: client, Out: stdout}
 	if f, ok := stdout.(*os.File); ok {
 		c.Width, c.Terminal = ctl.TerminalWidth(f)
@@ -179,6 +201,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = c.Limit(ctx, pos[0], pos[1], reason)
 	case "maxtxn":
 		err = c.MaxTxn(ctx, pos[0], pos[1])
+	case "controls":
+		err = c.Controls(ctx)
+	case "fleet":
+		err = c.Fleet(ctx)
 	case "authority":
 		if len(pos) == 0 {
 			err = c.ShowAuthority(ctx)
@@ -191,6 +217,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	return done(err, stdout, stderr)
+}
+
+// defaultBy names who runs holdfastctl: $HOLDFAST_CTL_BY, else $USER@host.
+func defaultBy(getenv func(string) string) string {
+	if by := getenv("HOLDFAST_CTL_BY"); by != "" {
+		return by
+	}
+	user := getenv("USER")
+	if user == "" {
+		user = "holdfastctl"
+	}
+	host, _ := os.Hostname()
+	return user + "@" + host
 }
 
 // parseInterleaved parses fs from args, allowing flags after positional

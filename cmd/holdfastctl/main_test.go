@@ -100,7 +100,7 @@ func TestUsage(t *testing.T) {
 
 func TestCommands(t *testing.T) {
 	a := newAdmin(t)
-	env := map[string]string{"HOLDFAST_ADMIN_ADDR": a.addr(), "HOLDFAST_ADMIN_TOKEN": "envtok"}
+	env := map[string]string{"HOLDFAST_ADMIN_ADDR": a.addr(), "HOLDFAST_ADMIN_TOKEN": "envtok", "HOLDFAST_CTL_BY": "oncall"}
 	for _, tc := range []struct {
 		args []string
 		req  string
@@ -109,15 +109,16 @@ func TestCommands(t *testing.T) {
 		{[]string{"tags"}, "GET /api/tags? Bearer envtok", "checkout         2    12.5      25             71    0.40     1200   5400  1100       2     3  -\n"},
 		{[]string{"holders"}, "GET /api/holders? Bearer envtok", " 10042  app   checkout     250ms  yes     UPDATE inventory SET ...\n"},
 		{[]string{"drain", "holdfast:reserve", "-grace", "30s", "-reason", "incident-123"},
-			"POST /api/tags/holdfast%3Areserve/drain?grace=30s&reason=incident-123 Bearer envtok",
+			"POST /api/tags/holdfast%3Areserve/drain?by=oncall&grace=30s&reason=incident-123 Bearer envtok",
 			"drained holdfast:reserve (incident-123): its new borrows fail fast, holders still holding after 30s are killed (undo: holdfastctl undrain holdfast:reserve)\n"},
-		{[]string{"-token", "flagtok", "undrain", "checkout"}, "DELETE /api/tags/checkout/drain? Bearer flagtok", "undrained checkout: its new borrows proceed\n"},
-		{[]string{"limit", "checkout", "2", "-token", "flagtok"}, "PUT /api/tags/checkout/limit?max=2 Bearer flagtok", "limited checkout to 2 backend connections"},
-		{[]string{"limit", "checkout", "2", "-reason", "INC-9"}, "PUT /api/tags/checkout/limit?max=2&reason=INC-9 Bearer envtok", "limited checkout to 2 backend connections"},
-		{[]string{"limit", "checkout", "off"}, "DELETE /api/tags/checkout/limit? Bearer envtok", "lifted the limit on checkout"},
-		{[]string{"undrain", "--", "-odd-tag"}, "DELETE /api/tags/-odd-tag/drain? Bearer envtok", "undrained -odd-tag"},
-		{[]string{"maxtxn", "checkout", "2s"}, "PUT /api/tags/checkout/max_transaction_time?max=2s Bearer envtok", "longer than 2s are rolled back"},
-		{[]string{"maxtxn", "checkout", "off"}, "DELETE /api/tags/checkout/max_transaction_time? Bearer envtok", "lifted checkout's own max_transaction_time"},
+		{[]string{"-token", "flagtok", "undrain", "checkout"}, "DELETE /api/tags/checkout/drain?by=oncall Bearer flagtok", "undrained checkout: its new borrows proceed\n"},
+		{[]string{"limit", "checkout", "2", "-token", "flagtok"}, "PUT /api/tags/checkout/limit?by=oncall&max=2 Bearer flagtok", "limited checkout to 2 backend connections"},
+		{[]string{"limit", "checkout", "2", "-reason", "INC-9"}, "PUT /api/tags/checkout/limit?by=oncall&max=2&reason=INC-9 Bearer envtok", "limited checkout to 2 backend connections"},
+		{[]string{"limit", "checkout", "off"}, "DELETE /api/tags/checkout/limit?by=oncall Bearer envtok", "lifted the limit on checkout"},
+		{[]string{"undrain", "--", "-odd-tag"}, "DELETE /api/tags/-odd-tag/drain?by=oncall Bearer envtok", "undrained -odd-tag"},
+		{[]string{"maxtxn", "checkout", "2s"}, "PUT /api/tags/checkout/max_transaction_time?by=oncall&max=2s Bearer envtok", "longer than 2s are rolled back"},
+		{[]string{"maxtxn", "checkout", "off"}, "DELETE /api/tags/checkout/max_transaction_time?by=oncall Bearer envtok", "lifted checkout's own max_transaction_time"},
+		{[]string{"drain", "checkout", "-for", "30m", "-local", "-by", "alice"}, "POST /api/tags/checkout/drain?by=alice&for=30m0s&local=1 Bearer envtok", "drained checkout"},
 	} {
 		before := len(a.requests())
 		code, out, errOut := holdfastctl(env, tc.args...)

@@ -86,17 +86,23 @@ type Pool struct {
 type DrainState struct {
 	Tag     string `json:"tag"`
 	Drained bool   `json:"drained"`
+	Scope   string `json:"scope"` // "fleet", or "local (why)"; "" from an older holdfast
 }
 
 // LimitState is the answer of PUT and DELETE /api/tags/{tag}/limit.
 type LimitState struct {
 	Tag   string `json:"tag"`
 	Limit int    `json:"limit"` // 0: no cap
+	Scope string `json:"scope"`
+	// InForceHere is this instance's share of a fleet-wide cap (or its own
+	// limit), when one is in force.
+	InForceHere *int `json:"in_force_here"`
 }
 
 // MaxTxnState is the answer to setting a tag's max_transaction_time.
 type MaxTxnState struct {
 	Tag     string  `json:"tag"`
+	Scope   string  `json:"scope"`
 	Seconds float64 `json:"max_transaction_seconds"` // 0: the tag has none of its own
 }
 
@@ -107,6 +113,36 @@ type Client struct {
 	base  string // scheme://host[/prefix], no trailing slash
 	token string // "": send no Authorization header
 	hc    *http.Client
+
+	// Scope is where the control changes (drain, undrain, limit, max
+	// transaction time) go, and what is recorded with them.
+	Scope Scope
+}
+
+// Scope says where a control change goes: the whole fleet (the default),
+// or this instance only (Local); For > 0 lifts a fleet control that long
+// after; By names who made the change.
+type Scope struct {
+	Local bool
+	For   time.Duration
+	By    string
+}
+
+// query adds the scope to a control change's query.
+func (s Scope) query(q url.Values) url.Values {
+	if q == nil {
+		q = url.Values{}
+	}
+	if s.Local {
+		q.Set("local", "1")
+	}
+	if s.For > 0 {
+		q.Set("for", s.For.String())
+	}
+	if s.By != "" {
+		q.Set("by", s.By)
+	}
+	return q
 }
 
 // NewClient returns a client for the admin API at addr: HOST:PORT (plain
@@ -169,14 +205,14 @@ func (c *Client) Drain(ctx context.Context, tag string, grace time.Duration, rea
 		q.Set("reason", reason)
 	}
 	var s DrainState
-	err := c.do(ctx, http.MethodPost, tagPath(tag, "drain"), q, &s, "tag", "drained")
+	err := c.do(ctx, http.MethodPost, tagPath(tag, "drain"), c.Scope.query(q), &s, "tag", "drained")
 	return s, err
 }
 
 // Undrain lifts a drain (DELETE /api/tags/{tag}/drain).
 func (c *Client) Undrain(ctx context.Context, tag string) (DrainState, error) {
 	var s DrainState
-	err := c.do(ctx, http.MethodDelete, tagPath(tag, "drain"), nil, &s, "tag", "drained")
+	err := c.do(ctx, http.MethodDelete, tagPath(tag, "drain"), c.Scope.query(nil), &s, "tag", "drained")
 	return s, err
 }
 
@@ -192,7 +228,7 @@ func (c *Client) SetLimit(ctx context.Context, tag string, max int, reason strin
 		}
 	}
 	var s LimitState
-	err := c.do(ctx, method, tagPath(tag, "limit"), q, &s, "tag", "limit")
+	err := c.do(ctx, method, tagPath(tag, "limit"), c.Scope.query(q), &s, "tag", "limit")
 	return s, err
 }
 
@@ -205,8 +241,82 @@ func (c *Client) SetMaxTransactionTime(ctx context.Context, tag string, d time.D
 		method, q = http.MethodPut, url.Values{"max": {d.String()}}
 	}
 	var s MaxTxnState
-	err := c.do(ctx, method, tagPath(tag, "max_transaction_time"), q, &s, "tag", "max_transaction_seconds")
+	err := c.do(ctx, method, tagPath(tag, "max_transaction_time"), c.Scope.query(q), &s, "tag", "max_transaction_seconds")
 	return s, err
+}
+
+// FleetControl is one of the fleet's controls (GET /api/controls).
+type FleetControl struct {
+	Tag     string    `json:"tag"`
+	Kind    string    `json:"kind"`
+	Value   int64     `json:"value"`
+	SetBy   string    `json:"set_by"`
+	Reason  string    `json:"reason"`
+	SetAt   time.Time `json:"set_at"`
+	Expires time.Time `json:"expires_at"`
+}
+
+// Gate is one tag's controls in force on the instance asked
+// (GET /api/gates, /api/controls).
+type Gate struct {
+	Tag                   string  `json:"tag"`
+	Drained               bool    `json:"drained"`
+	Reason                string  `json:"reason"`
+	Limit                 int     `json:"limit"`
+	Limited               bool    `json:"limited"`
+	InUse                 int     `json:"in_use"`
+	Waiting               int     `json:"waiting"`
+	MaxTransactionSeconds float64 `json:"max_transaction_seconds"`
+}
+
+// Controls is the answer of GET /api/controls.
+type Controls struct {
+	Fleet    bool           `json:"fleet"` // false: this holdfast shares no controls
+	Known    bool           `json:"known"`
+	Stale    bool           `json:"stale"`
+	NoSchema bool           `json:"no_schema"`
+	Error    string         `json:"error"`
+	LastRead time.Time      `json:"last_read"`
+	Controls []FleetControl `json:"controls"`
+	Gates    []Gate         `json:"gates"`
+}
+
+// Controls returns the fleet's controls and this instance's gates.
+func (c *Client) Controls(ctx context.Context) (Controls, error) {
+	var out Controls
+	err := c.do(ctx, http.MethodGet, "/api/controls", nil, &out, "fleet")
+	return out, err
+}
+
+// Member is one instance of the fleet (GET /api/fleet).
+type Member struct {
+	ID        string    `json:"instance_id"`
+	Address   string    `json:"address"`
+	Version   string    `json:"version"`
+	PoolMax   int       `json:"pool_max"`
+	StartedAt time.Time `json:"started_at"`
+	LastSeen  time.Time `json:"last_seen"`
+}
+
+// FleetStatus is the answer of GET /api/fleet.
+type FleetStatus struct {
+	Fleet  bool `json:"fleet"`
+	Status struct {
+		Instance string   `json:"instance_id"`
+		Known    bool     `json:"known"`
+		Stale    bool     `json:"stale"`
+		NoSchema bool     `json:"no_schema"`
+		Error    string   `json:"error"`
+		Members  []Member `json:"members"`
+		Duties   []string `json:"duties"`
+	} `json:"status"`
+}
+
+// Fleet returns the fleet's live instances as this one knows them.
+func (c *Client) Fleet(ctx context.Context) (FleetStatus, error) {
+	var out FleetStatus
+	err := c.do(ctx, http.MethodGet, "/api/fleet", nil, &out, "fleet")
+	return out, err
 }
 
 // tagPath is /api/tags/{tag}/{what} with tag escaped as one path segment.

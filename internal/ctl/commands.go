@@ -161,8 +161,21 @@ func (c *CLI) Drain(ctx context.Context, tag string, grace time.Duration, reason
 	if reason != "" {
 		why = " (" + clean(reason) + ")"
 	}
-	_, err = fmt.Fprintf(c.Out, "drained %s%s: its new borrows fail fast, %s (undo: holdfastctl undrain %s)\n", name, why, holders, name)
+	_, err = fmt.Fprintf(c.Out, "drained %s%s: its new borrows fail fast, %s%s (undo: holdfastctl undrain %s)\n", name, why, holders, c.where(s.Scope), name)
 	return err
+}
+
+// where says where a control change went, for the line a command prints.
+func (c *CLI) where(scope string) string {
+	switch {
+	case scope == "fleet" && c.Client.Scope.For > 0:
+		return fmt.Sprintf("; on every holdfast instance, for %v", c.Client.Scope.For)
+	case scope == "fleet":
+		return "; on every holdfast instance"
+	case scope != "":
+		return "; " + scope
+	}
+	return ""
 }
 
 // Undrain lifts a drain. It prints one line.
@@ -178,7 +191,7 @@ func (c *CLI) Undrain(ctx context.Context, tag string) error {
 	if s.Drained {
 		return c.unexpected("undrain", name, "drained=true")
 	}
-	_, err = fmt.Fprintf(c.Out, "undrained %s: its new borrows proceed\n", name)
+	_, err = fmt.Fprintf(c.Out, "undrained %s: its new borrows proceed%s\n", name, c.where(s.Scope))
 	return err
 }
 
@@ -202,10 +215,14 @@ func (c *CLI) Limit(ctx context.Context, tag, max, reason string) error {
 		return c.unexpected("limit", name, fmt.Sprintf("limit=%d", s.Limit))
 	}
 	if n == 0 {
-		_, err = fmt.Fprintf(c.Out, "lifted the limit on %s: it may hold any number of backend connections\n", name)
+		_, err = fmt.Fprintf(c.Out, "lifted the limit on %s: it may hold any number of backend connections%s\n", name, c.where(s.Scope))
 		return err
 	}
-	_, err = fmt.Fprintf(c.Out, "limited %s to %d backend connections: borrowers over the cap queue (lift: holdfastctl limit %s off)\n", name, n, name)
+	here := ""
+	if s.Scope == "fleet" && s.InForceHere != nil {
+		here = fmt.Sprintf(" (this instance's share now: %d)", *s.InForceHere)
+	}
+	_, err = fmt.Fprintf(c.Out, "limited %s to %d backend connections: borrowers over the cap queue%s%s (lift: holdfastctl limit %s off)\n", name, n, c.where(s.Scope), here, name)
 	return err
 }
 
@@ -229,10 +246,82 @@ func (c *CLI) MaxTxn(ctx context.Context, tag, d string) error {
 	}
 	name := answeredTag(s.Tag, tag)
 	if dur == 0 {
-		_, err = fmt.Fprintf(c.Out, "lifted %s's own max_transaction_time (sessions.max_transaction_time, if set, applies)\n", name)
+		_, err = fmt.Fprintf(c.Out, "lifted %s's own max_transaction_time (sessions.max_transaction_time, if set, applies)%s\n", name, c.where(s.Scope))
 		return err
 	}
-	_, err = fmt.Fprintf(c.Out, "transactions of %s that hold a backend connection longer than %v are rolled back and their clients disconnected (lift: holdfastctl maxtxn %s off)\n", name, dur, name)
+	_, err = fmt.Fprintf(c.Out, "transactions of %s that hold a backend connection longer than %v are rolled back and their clients disconnected%s (lift: holdfastctl maxtxn %s off)\n", name, dur, c.where(s.Scope), name)
+	return err
+}
+
+// Controls prints the fleet's controls in force: tag, kind, value, who set
+// them, when, until when and why; then whether this instance's view is
+// current.
+func (c *CLI) Controls(ctx context.Context) error {
+	cs, err := c.Client.Controls(ctx)
+	if err != nil {
+		return err
+	}
+	w := c.Out
+	if !cs.Fleet {
+		_, err = fmt.Fprintln(w, "this holdfast shares no controls with a fleet (fleet.disabled); holdfastctl tags shows its own")
+		return err
+	}
+	if len(cs.Controls) == 0 {
+		fmt.Fprintln(w, "no fleet controls in force")
+	} else {
+		fmt.Fprintf(w, "%-24s %-8s %-8s %-20s %-20s %-20s %s\n", "TAG", "KIND", "VALUE", "SET BY", "SET AT (UTC)", "EXPIRES (UTC)", "REASON")
+		for _, fc := range cs.Controls {
+			val := strconv.FormatInt(fc.Value, 10)
+			switch fc.Kind {
+			case "drain":
+				val = "grace " + (time.Duration(fc.Value) * time.Millisecond).String()
+			case "max_txn":
+				val = (time.Duration(fc.Value) * time.Millisecond).String()
+			}
+			exp := "never"
+			if !fc.Expires.IsZero() {
+				exp = fc.Expires.UTC().Format("2006-01-02 15:04:05")
+			}
+			fmt.Fprintf(w, "%-24s %-8s %-8s %-20s %-20s %-20s %s\n", clean(fc.Tag), fc.Kind, val, clean(fc.SetBy),
+				fc.SetAt.UTC().Format("2006-01-02 15:04:05"), exp, clean(fc.Reason))
+		}
+	}
+	switch {
+	case cs.NoSchema:
+		_, err = fmt.Fprintln(w, "the fleet's tables are missing (run holdfast migrate): controls apply to the instance they are set on")
+	case cs.Stale:
+		_, err = fmt.Fprintf(w, "STALE: this instance could not read the controls since %s (%s); it keeps the last ones it read\n",
+			cs.LastRead.UTC().Format("15:04:05"), clean(cs.Error))
+	case !cs.Known:
+		_, err = fmt.Fprintln(w, "this instance has not read the controls yet")
+	}
+	return err
+}
+
+// Fleet prints the live holdfast instances and their pool sizes.
+func (c *CLI) Fleet(ctx context.Context) error {
+	fs, err := c.Client.Fleet(ctx)
+	if err != nil {
+		return err
+	}
+	w := c.Out
+	if !fs.Fleet {
+		_, err = fmt.Fprintln(w, "this holdfast is not part of a fleet (fleet.disabled)")
+		return err
+	}
+	fmt.Fprintf(w, "%-40s %-24s %-10s %8s %-20s %s\n", "INSTANCE", "ADDRESS", "VERSION", "POOL MAX", "STARTED (UTC)", "DUTIES")
+	total := 0
+	for _, m := range fs.Status.Members {
+		total += m.PoolMax
+		duties := "-"
+		if m.ID == fs.Status.Instance && len(fs.Status.Duties) > 0 {
+			duties = strings.Join(fs.Status.Duties, ",")
+		}
+		fmt.Fprintf(w, "%-40s %-24s %-10s %8d %-20s %s\n", clean(m.ID), clean(m.Address), clean(m.Version), m.PoolMax,
+			m.StartedAt.UTC().Format("2006-01-02 15:04:05"), duties)
+	}
+	_, err = fmt.Fprintf(w, "%s live; pool.max adds up to %d backend connections (asked through %s)\n",
+		plural(len(fs.Status.Members), "instance"), total, clean(fs.Status.Instance))
 	return err
 }
 
