@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/proxy"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 )
@@ -118,6 +119,47 @@ type statusJSON struct {
 	HoldersInTxn  int          `json:"holders_in_transaction"`
 	Gates         []gateJSON   `json:"gates"`
 	Engine        *engineJSON  `json:"engine"` // null when no engine reports
+	Fleet         *fleetJSON   `json:"fleet"`  // null with fleet.disabled
+}
+
+// fleetJSON is what this instance knows of the fleet: whether its
+// controls are current, the controls in force fleet-wide, the duties it
+// runs, and whether the fleet over-commits the server.
+type fleetJSON struct {
+	Instance  string `json:"instance_id"`
+	Instances int    `json:"instances"`
+	Known     bool   `json:"known"`
+	Stale     bool   `json:"stale"`
+	NoSchema  bool   `json:"no_schema"`
+	Error     string `json:"error,omitempty"`
+	// ReadAgeSeconds is the time since the last good read of the
+	// controls (-1: none yet).
+	ReadAgeSeconds rounded            `json:"read_age_seconds"`
+	PollSeconds    rounded            `json:"poll_seconds"`
+	Duties         []string           `json:"duties"`
+	Sizing         fleet.Sizing       `json:"sizing"`
+	Limits         fleet.ServerLimits `json:"server_limits"`
+	Controls       []fleet.Control    `json:"controls"`
+}
+
+func (a *Admin) fleetStatus(now time.Time) *fleetJSON {
+	if a.o.Fleet == nil {
+		return nil
+	}
+	st := a.o.Fleet.Status()
+	f := &fleetJSON{Instance: st.Instance, Instances: max(1, len(st.Members)), Known: st.Known, Stale: st.Stale,
+		NoSchema: st.NoSchema, Error: st.Error, ReadAgeSeconds: -1, PollSeconds: rounded(st.PollSeconds),
+		Duties: st.Duties, Sizing: st.Sizing, Limits: st.Limits, Controls: st.Controls}
+	if !st.LastRead.IsZero() {
+		f.ReadAgeSeconds = rounded(now.Sub(st.LastRead).Seconds())
+	}
+	if f.Duties == nil {
+		f.Duties = []string{}
+	}
+	if f.Controls == nil {
+		f.Controls = []fleet.Control{}
+	}
+	return f
 }
 
 type poolStatus struct {
@@ -256,6 +298,7 @@ func (a *Admin) status() statusJSON {
 	st.Holders = holdersJSON(cur.holders[:min(len(cur.holders), maxStatusHolders)])
 	st.Gates = a.gatesJSON(a.srv.Gates(), waiting)
 	st.Engine = engineStatus(cur.engine, base, sec)
+	st.Fleet = a.fleetStatus(time.Now())
 	return st
 }
 

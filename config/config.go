@@ -69,6 +69,11 @@ type Fleet struct {
 	// fleet-wide cap goes back to the others and its duties are taken
 	// over. At least twice poll_interval.
 	TTL time.Duration `yaml:"ttl"`
+	// ConnectionReserve is how many of the server's max_connections the
+	// fleet's pools leave to everyone else (administrators, replication,
+	// monitoring): each instance warns (log, metric, status page) when the
+	// live instances' Σ pool.max exceeds max_connections less it.
+	ConnectionReserve int `yaml:"connection_reserve"`
 }
 
 // Reservation configures the inventory-reservation engine behind
@@ -212,7 +217,8 @@ type Backend struct {
 	ExchangeTimeout time.Duration `yaml:"exchange_timeout"`
 	// Instances is how many holdfast instances (sidecars) share this
 	// database server; they split its prepared statements between them
-	// (see sessions.prepared_statement_share).
+	// (see sessions.prepared_statement_share). 0 (the default) derives it
+	// from the fleet's live instances (fleet), or 1 with fleet.disabled.
 	Instances int `yaml:"instances"`
 	// TLS to the backend, for every backend connection holdfast opens.
 	TLS BackendTLS `yaml:"tls"`
@@ -340,7 +346,7 @@ func Default() Config {
 			Collation:       "utf8mb4_general_ci",
 			DialTimeout:     5 * time.Second,
 			ExchangeTimeout: 10 * time.Second,
-			Instances:       1,
+			Instances:       0,
 			TLS:             BackendTLS{Mode: TLSDisabled},
 		},
 		Auth: Auth{
@@ -363,7 +369,7 @@ func Default() Config {
 		Admin:       Admin{Listen: "127.0.0.1:6034"},
 		Sessions:    Sessions{StatementCache: 1000, PreparedStatementShare: 0.5, ClientWriteTimeout: 30 * time.Second},
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
-		Fleet:       Fleet{PollInterval: time.Second, TTL: 5 * time.Second},
+		Fleet:       Fleet{PollInterval: time.Second, TTL: 5 * time.Second, ConnectionReserve: 10},
 		Reservation: Reservation{Enabled: true, Config: reservation.DefaultConfig()},
 	}
 }
@@ -483,6 +489,9 @@ func (c *Config) Validate() error {
 	if c.Fleet.PollInterval <= 0 || c.Fleet.PollInterval > time.Minute {
 		return bad("fleet.poll_interval", "must be positive and at most 1m, got %v", c.Fleet.PollInterval)
 	}
+	if c.Fleet.ConnectionReserve < 0 {
+		return bad("fleet.connection_reserve", "must not be negative, got %d", c.Fleet.ConnectionReserve)
+	}
 	if c.Fleet.TTL < 2*c.Fleet.PollInterval {
 		return bad("fleet.ttl", "must be at least twice fleet.poll_interval (%v), got %v", c.Fleet.PollInterval, c.Fleet.TTL)
 	}
@@ -577,8 +586,8 @@ func (c *Config) Validate() error {
 	if c.Backend.ExchangeTimeout <= 0 {
 		return bad("backend.exchange_timeout", "must be positive")
 	}
-	if c.Backend.Instances < 1 {
-		return bad("backend.instances", "must be at least 1, got %d", c.Backend.Instances)
+	if c.Backend.Instances < 0 {
+		return bad("backend.instances", "must be 0 (derived from the fleet) or more, got %d", c.Backend.Instances)
 	}
 	if c.Attribution.MaxTags < 1 {
 		return bad("attribution.max_tags", "must be at least 1, got %d", c.Attribution.MaxTags)

@@ -83,4 +83,6 @@ type Applier interface {
 	// Demand is what tag's borrows on this instance hold and wait for
 	// under its limit now.
 	Demand(tag string) (held, waiting int)
+	// SetFleetSize tells how many instances are live (this one included).
+	SetFleetSize(n int)
 }

@@ -32,7 +32,17 @@ type Options struct {
 	Poll, TTL time.Duration
 	// Duties are the fleet duties this instance may run (Holds).
 	Duties []string
-	Log    *slog.Logger
+	// StmtBudget, when not nil, is this instance's prepared-statement
+	// budget now (Member.StmtBudget; it changes with the fleet's size).
+	StmtBudget func() int
+	// ConnReserve is how many of the server's max_connections the fleet's
+	// pools should leave to everyone else (administrators, replication,
+	// monitoring); StmtShare the share of its max_prepared_stmt_count
+	// they may use together. Over either, the fleet is over-committed
+	// (Status, a log line).
+	ConnReserve int
+	StmtShare   float64
+	Log         *slog.Logger
 }
 
 // Fleet keeps this instance in step with the fleet's tables. New starts
@@ -61,6 +71,22 @@ type Fleet struct {
 	applied   []Applied
 	polls     uint64
 	failures  uint64
+	limits    ServerLimits
+	sizing    Sizing
+}
+
+// Sizing is the fleet's use of the server's limits, from the last read.
+type Sizing struct {
+	// PoolMax is Σ pool.max of the live instances, against
+	// MaxConnections − reserve (PoolMaxLimit).
+	PoolMax      int  `json:"pool_max_sum"`
+	PoolMaxLimit int  `json:"pool_max_limit"`
+	ConnsOver    bool `json:"connections_overcommitted"`
+	// StmtBudget is Σ of the live instances' prepared-statement budgets,
+	// against prepared_statement_share × max_prepared_stmt_count.
+	StmtBudget      int  `json:"stmt_budget_sum"`
+	StmtBudgetLimit int  `json:"stmt_budget_limit"`
+	StmtsOver       bool `json:"statements_overcommitted"`
 }
 
 type grant struct {
@@ -132,7 +158,11 @@ func (f *Fleet) Poll(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, f.o.Poll+f.o.TTL/2)
 	defer cancel()
 	st := f.o.Store
-	err := st.Heartbeat(ctx, f.o.Self)
+	self := f.o.Self
+	if f.o.StmtBudget != nil {
+		self.StmtBudget = f.o.StmtBudget()
+	}
+	err := st.Heartbeat(ctx, self)
 	var controls []Control
 	var dbNow time.Time
 	if err == nil {
@@ -141,6 +171,10 @@ func (f *Fleet) Poll(ctx context.Context) error {
 	var members []Member
 	if err == nil {
 		members, err = st.Members(ctx, f.o.TTL)
+	}
+	var limits ServerLimits
+	if err == nil {
+		limits, err = st.Limits(ctx)
 	}
 	now := time.Now()
 	f.mu.Lock()
@@ -152,6 +186,8 @@ func (f *Fleet) Poll(ctx context.Context) error {
 		}
 		f.known, f.noSchema, f.lastErr, f.errLogged, f.lastRead = true, false, nil, false, now
 		f.members = members
+		f.limits = limits
+		f.sizeLocked()
 		f.controls = controls
 		f.deadlines = make([]time.Time, len(controls))
 		for i, c := range controls {
@@ -174,13 +210,42 @@ func (f *Fleet) Poll(ctx context.Context) error {
 				"known", f.known, "controls", len(f.controls), "last_read", f.lastRead)
 		}
 	}
+	size := len(f.members)
 	f.mu.Unlock()
+	if size > 0 {
+		f.o.Applier.SetFleetSize(size)
+	}
 	f.apply(ctx, now)
 	f.holdDuties(ctx, now)
 	if err != nil && !errors.Is(err, ErrNoSchema) {
 		return err
 	}
 	return nil
+}
+
+// sizeLocked sums the live instances' pool.max and statement budgets
+// against the server's limits, and warns when either is over-committed
+// (once each time it becomes so).
+func (f *Fleet) sizeLocked() {
+	var z Sizing
+	for _, m := range f.members {
+		z.PoolMax += m.PoolMax
+		z.StmtBudget += m.StmtBudget
+	}
+	z.PoolMaxLimit = max(0, f.limits.MaxConnections-f.o.ConnReserve)
+	z.ConnsOver = z.PoolMax > z.PoolMaxLimit
+	// Each instance rounds its budget down; a little slack for that.
+	z.StmtBudgetLimit = int(float64(f.limits.MaxPreparedStmtCount) * f.o.StmtShare)
+	z.StmtsOver = f.o.StmtShare > 0 && z.StmtBudget > z.StmtBudgetLimit+len(f.members)
+	if z.ConnsOver && !f.sizing.ConnsOver {
+		f.o.Log.Warn("fleet: the instances' pools together may open more connections than the server allows; lower pool.max or raise max_connections",
+			"instances", len(f.members), "sum_pool_max", z.PoolMax, "max_connections", f.limits.MaxConnections, "reserve", f.o.ConnReserve)
+	}
+	if z.StmtsOver && !f.sizing.StmtsOver {
+		f.o.Log.Warn("fleet: the instances' statement caches together may keep more prepared statements than their share of the server's; set backend.instances to 0 (derived from the fleet) or to the number of instances",
+			"instances", len(f.members), "sum_budget", z.StmtBudget, "share_limit", z.StmtBudgetLimit)
+	}
+	f.sizing = z
 }
 
 // holdDuties takes or renews this instance's leases on its duties. A lease
@@ -354,18 +419,20 @@ type Status struct {
 	// Known: the controls have been read at least once (or the tables are
 	// missing). Stale: the last read failed; the controls in force are
 	// the last read.
-	Known       bool      `json:"known"`
-	Stale       bool      `json:"stale"`
-	NoSchema    bool      `json:"no_schema"`
-	LastRead    time.Time `json:"last_read,omitzero"`
-	Error       string    `json:"error,omitempty"`
-	Controls    []Control `json:"controls"`
-	Applied     []Applied `json:"applied"`
-	Members     []Member  `json:"members"`
-	Duties      []string  `json:"duties"` // the fleet duties this instance runs now
-	Polls       uint64    `json:"polls"`
-	Failures    uint64    `json:"failures"`
-	PollSeconds float64   `json:"poll_seconds"`
+	Known       bool         `json:"known"`
+	Stale       bool         `json:"stale"`
+	NoSchema    bool         `json:"no_schema"`
+	LastRead    time.Time    `json:"last_read,omitzero"`
+	Error       string       `json:"error,omitempty"`
+	Controls    []Control    `json:"controls"`
+	Applied     []Applied    `json:"applied"`
+	Members     []Member     `json:"members"`
+	Limits      ServerLimits `json:"server_limits"`
+	Sizing      Sizing       `json:"sizing"`
+	Duties      []string     `json:"duties"` // the fleet duties this instance runs now
+	Polls       uint64       `json:"polls"`
+	Failures    uint64       `json:"failures"`
+	PollSeconds float64      `json:"poll_seconds"`
 }
 
 // Status returns what this instance knows of the fleet now.
@@ -374,6 +441,7 @@ func (f *Fleet) Status() Status {
 	defer f.mu.Unlock()
 	st := Status{Instance: f.o.Self.ID, Known: f.known, NoSchema: f.noSchema, LastRead: f.lastRead,
 		Controls: f.inForceLocked(time.Now()), Applied: slices.Clone(f.applied), Members: slices.Clone(f.members),
+		Limits: f.limits, Sizing: f.sizing,
 		Polls: f.polls, Failures: f.failures, PollSeconds: f.o.Poll.Seconds()}
 	if f.lastErr != nil {
 		st.Error = f.lastErr.Error()
@@ -384,6 +452,9 @@ func (f *Fleet) Status() Status {
 		if now.Before(until) {
 			st.Duties = append(st.Duties, d)
 		}
+	}
+	if f.noSchema {
+		st.Duties = slices.Clone(f.o.Duties) // Holds: no fleet to share them with
 	}
 	slices.Sort(st.Duties)
 	return st

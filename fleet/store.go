@@ -110,21 +110,25 @@ func (s *Store) RemoveControl(ctx context.Context, tag string, kind Kind) (bool,
 
 // Member is one holdfast instance of the fleet.
 type Member struct {
-	ID        string    `json:"instance_id"`
-	Address   string    `json:"address"`
-	Version   string    `json:"version"`
-	PoolMax   int       `json:"pool_max"`
-	StartedAt time.Time `json:"started_at"`
-	LastSeen  time.Time `json:"last_seen"`
+	ID      string `json:"instance_id"`
+	Address string `json:"address"`
+	Version string `json:"version"`
+	PoolMax int    `json:"pool_max"`
+	// StmtBudget is how many prepared statements the instance keeps on
+	// its backend connections at most (0: not known yet).
+	StmtBudget int       `json:"stmt_budget"`
+	StartedAt  time.Time `json:"started_at"`
+	LastSeen   time.Time `json:"last_seen"`
 }
 
 // Heartbeat records m as alive now (the database's time); its start time
 // is stored on the first beat.
 func (s *Store) Heartbeat(ctx context.Context, m Member) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO holdfast_members (instance_id, address, version, pool_max, started_at, last_seen)
-VALUES (?, ?, ?, ?, NOW(6), NOW(6))
-ON DUPLICATE KEY UPDATE address = VALUES(address), version = VALUES(version), pool_max = VALUES(pool_max), last_seen = VALUES(last_seen)`,
-		m.ID, m.Address, m.Version, m.PoolMax)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO holdfast_members (instance_id, address, version, pool_max, stmt_budget, started_at, last_seen)
+VALUES (?, ?, ?, ?, ?, NOW(6), NOW(6))
+ON DUPLICATE KEY UPDATE address = VALUES(address), version = VALUES(version), pool_max = VALUES(pool_max),
+  stmt_budget = VALUES(stmt_budget), last_seen = VALUES(last_seen)`,
+		m.ID, m.Address, m.Version, m.PoolMax, m.StmtBudget)
 	return missing(err)
 }
 
@@ -144,7 +148,7 @@ func (s *Store) Members(ctx context.Context, ttl time.Duration) ([]Member, error
 		(10 * ttl).Microseconds()); err != nil {
 		return nil, missing(err)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT instance_id, address, version, pool_max, started_at, last_seen
+	rows, err := s.db.QueryContext(ctx, `SELECT instance_id, address, version, pool_max, stmt_budget, started_at, last_seen
 FROM holdfast_members WHERE last_seen >= NOW(6) - INTERVAL ? MICROSECOND ORDER BY instance_id`, ttl.Microseconds())
 	if err != nil {
 		return nil, missing(err)
@@ -153,12 +157,27 @@ FROM holdfast_members WHERE last_seen >= NOW(6) - INTERVAL ? MICROSECOND ORDER B
 	var out []Member
 	for rows.Next() {
 		var m Member
-		if err := rows.Scan(&m.ID, &m.Address, &m.Version, &m.PoolMax, &m.StartedAt, &m.LastSeen); err != nil {
+		if err := rows.Scan(&m.ID, &m.Address, &m.Version, &m.PoolMax, &m.StmtBudget, &m.StartedAt, &m.LastSeen); err != nil {
 			return nil, err
 		}
 		out = append(out, m)
 	}
 	return out, rows.Err()
+}
+
+// ServerLimits are the backend server's connection and prepared
+// statement limits, which the fleet's pools and statement caches share.
+type ServerLimits struct {
+	MaxConnections       int `json:"max_connections"`
+	MaxPreparedStmtCount int `json:"max_prepared_stmt_count"`
+}
+
+// Limits reads the server's limits.
+func (s *Store) Limits(ctx context.Context) (ServerLimits, error) {
+	var l ServerLimits
+	err := s.db.QueryRowContext(ctx, "SELECT @@GLOBAL.max_connections, @@GLOBAL.max_prepared_stmt_count").
+		Scan(&l.MaxConnections, &l.MaxPreparedStmtCount)
+	return l, err
 }
 
 // Grant renews instance's grant of tag's fleet-wide cap and returns it.

@@ -215,6 +215,20 @@ func (s *Server) ApplyFleetControls(cs []fleet.Applied) {
 // its limit now (fleet.Applier).
 func (s *Server) Demand(tag string) (held, waiting int) { return s.gates.demand(tag) }
 
+// SetFleetSize tells the server how many holdfast instances share the
+// backend (package fleet); with backend.instances 0 they split its
+// prepared statements between them.
+func (s *Server) SetFleetSize(n int) { s.fleetSize.Store(int64(max(1, n))) }
+
+// instances is how many instances share the backend's prepared
+// statements: backend.instances, else the fleet's live instances, else 1.
+func (s *Server) instances() int {
+	if n := s.config().Backend.Instances; n > 0 {
+		return n
+	}
+	return max(1, int(s.fleetSize.Load()))
+}
+
 // Gates lists the on-call controls in force, by tag. InUse is the number of
 // backend connections the tag holds now (as in Holders), whether or not it
 // is capped.

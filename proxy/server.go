@@ -87,6 +87,7 @@ type Server struct {
 	// Prepared statements (see stmtcache.go).
 	backendStmts atomic.Int64  // statements open on backend connections
 	stmtRetries  atomic.Uint64 // prepares retried after 1461
+	fleetSize    atomic.Int64  // live instances sharing the backend (SetFleetSize); 0: not known
 	stmtRefs     stmtRefs
 	slowHead     atomic.Int64  // nanoseconds; see defaultSlowHead
 	killDelay    time.Duration // tests: a pause before each kill is sent, widening its window
@@ -561,6 +562,16 @@ func (s *Server) countPin(reason string) {
 
 func (s *Server) countCommand() { s.cmds.Add(1) }
 
+// StatementBudget is the most prepared statements this instance keeps on
+// its backend connections together (0 until the backend's
+// max_prepared_stmt_count is known).
+func (s *Server) StatementBudget() int {
+	if s.primary.maxPrepared.Load() <= 0 {
+		return 0
+	}
+	return s.stmtCacheSize() * s.config().Pool.Max
+}
+
 // Stats returns a snapshot of the front end and the pool.
 func (s *Server) Stats() ServerStats {
 	s.mu.Lock()
@@ -583,10 +594,7 @@ func (s *Server) Stats() ServerStats {
 	}
 	st.Pool = s.pool.Stats()
 	st.BackendStatements = s.backendStmts.Load()
-	st.StatementBudget = s.stmtCacheSize() * s.config().Pool.Max
-	if s.primary.maxPrepared.Load() <= 0 {
-		st.StatementBudget = 0
-	}
+	st.StatementBudget = s.StatementBudget()
 	st.StatementRetries = s.stmtRetries.Load()
 	st.LoginFailures, st.LoginsWaiting = s.logins.failures.Load(), s.logins.waiting.Load()
 	return st

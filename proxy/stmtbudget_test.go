@@ -177,3 +177,33 @@ func TestPreparedStatementCycleOneRoundTrip(t *testing.T) {
 		t.Errorf("%d closes reached the backend, want 0", d)
 	}
 }
+
+// With backend.instances 0 (the default) the statement budget is shared
+// among the fleet's live instances; a set backend.instances overrides the
+// fleet's count.
+func TestStatementBudgetSharedByFleet(t *testing.T) {
+	for _, set := range []int{0, 1} {
+		t.Run(fmt.Sprintf("instances=%d", set), func(t *testing.T) {
+			p := startProxy(t, func(c *config.Config) { c.Backend.Instances = set; c.Pool.Max = 4 })
+			if err := p.open(t).Ping(); err != nil {
+				t.Fatal(err)
+			}
+			alone := p.srv.StatementBudget()
+			p.srv.SetFleetSize(40)
+			shared := p.srv.StatementBudget()
+			t.Logf("budget alone %d, with 40 live instances %d", alone, shared)
+			var limit int
+			if err := dbtest.Root(t).QueryRow("SELECT @@global.max_prepared_stmt_count").Scan(&limit); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case alone <= 0:
+				t.Fatalf("budget %d before the fleet's size is known", alone)
+			case set == 0 && shared*40 > limit/2:
+				t.Fatalf("40 instances with budget %d each exceed half of max_prepared_stmt_count %d", shared, limit)
+			case set == 1 && shared != alone:
+				t.Fatalf("backend.instances 1: the budget moved from %d to %d with the fleet's size", alone, shared)
+			}
+		})
+	}
+}

@@ -31,8 +31,8 @@ type stmtConfig struct {
 // stmtConfig returns the prepared-statement limits in force: at most
 // sessions.statement_cache per connection, and together, over pool.max
 // connections, at most sessions.prepared_statement_share of the server's
-// max_prepared_stmt_count divided among backend.instances holdfast
-// instances.
+// max_prepared_stmt_count divided among the holdfast instances
+// (Server.instances).
 func (s *Server) stmtConfig() stmtConfig {
 	return stmtConfig{size: s.stmtCacheSize(), held: s.stmtRefs.held, count: &s.backendStmts, retried: &s.stmtRetries}
 }
@@ -54,8 +54,7 @@ func (s *Server) stmtBudget() int {
 		return 0
 	}
 	cfg := s.config()
-	instances := max(1, cfg.Backend.Instances)
-	return max(1, int(math.Floor(float64(limit)*cfg.Sessions.PreparedStatementShare/float64(instances))))
+	return max(1, int(math.Floor(float64(limit)*cfg.Sessions.PreparedStatementShare/float64(s.instances()))))
 }
 
 // stmtRefs counts the client statements that hold each backend statement

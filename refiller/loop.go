@@ -58,6 +58,9 @@ func (r *Refiller) loop(ctx context.Context) {
 			last = time.Now()
 			r.CheckDirty(ctx)
 		case <-scan:
+			if !r.duty.Runs(lifecycle.DutyPoolScan) {
+				continue
+			}
 			if err := r.ScanOnce(ctx); err != nil && ctx.Err() == nil {
 				r.log.Warn("refiller: scan failed", "err", err)
 			}

@@ -128,6 +128,7 @@ type Refiller struct {
 	tx    reservation.TxRunner
 	log   *slog.Logger
 	m     metrics
+	duty  lifecycle.Duties // set before Start; asked before each scan
 
 	wake  chan struct{}   // buffered 1: Notify nudges the loop
 	loops lifecycle.Loops // the background loop, from Start to Close
@@ -247,6 +248,12 @@ func New(conns reservation.Conns, cfg Config, logger *slog.Logger) (*Refiller, e
 		BackoffMax: 20 * time.Millisecond, OnRetry: r.m.countRetry}
 	return r, nil
 }
+
+// RunScanWhen makes the background pool scan run only while duties says
+// this instance holds lifecycle.DutyPoolScan (the fleet runs it on one
+// instance at a time); refills of the pools this instance reserves from
+// run here regardless. Call it before Start.
+func (r *Refiller) RunScanWhen(duties lifecycle.Duties) { r.duty = duties }
 
 // PoolCap reports the configured cap; the engine checks it matches its own.
 func (r *Refiller) PoolCap() int { return r.cfg.PoolCap }

@@ -9,7 +9,7 @@ type Collector struct {
 
 	reserves, claims, ops, lateClaims, recoveries                       *prometheus.Desc
 	backoffs, inlineRefills, rejected, stallEscapes, batches, txRetries *prometheus.Desc
-	swept, pruned, oneTrip, claimOneTrip                                *prometheus.Desc
+	swept, sweepCycles, pruned, oneTrip, claimOneTrip                   *prometheus.Desc
 	reconCycles, reconErrors, reconViolating                            *prometheus.Desc
 	reconAlerting, reconAlerts                                          *prometheus.Desc
 	reserveDur, claimDur, batchSize                                     *prometheus.Desc
@@ -37,8 +37,9 @@ func NewCollector(e *Engine) *Collector {
 		claimOneTrip:   d("claim_one_trip_total", "Claims of an active reservation sent in one round trip after its read: committed, or fell_back (a guard found the reservation expired, released or claimed meanwhile, or the ledger short, and the claim ran again in two).", "result"),
 		txRetries:      d("tx_retries_total", "Transactions retried after a deadlock (1213) or lock-wait timeout (1205).", "reason"),
 		swept:          d("swept_lines_total", "Expired reserved lines deleted by the sweeper."),
+		sweepCycles:    d("sweep_cycles_total", "Sweeper cycles run by this instance (one instance of a fleet holds the sweeper duty)."),
 		pruned:         d("pruned_reservations_total", "Finished reservations deleted after the retention window."),
-		reconCycles:    d("reconcile_cycles_total", "Reconciler cycles completed."),
+		reconCycles:    d("reconcile_cycles_total", "Reconciler cycles completed by this instance (one instance of a fleet holds the reconciler duty)."),
 		reconErrors:    d("reconcile_errors_total", "Reconciler cycles that failed to read."),
 		reconViolating: d("reconcile_violating_pools", "Pools where pool rows + reserved > on_hand in the last reconciler cycle."),
 		reconAlerting:  d("reconcile_alerting_pools", "Pools that broke the invariant for reconcile_alert_after cycles in a row."),
@@ -52,7 +53,7 @@ func NewCollector(e *Engine) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.reserves, c.claims, c.ops, c.recoveries, c.lateClaims, c.backoffs, c.inlineRefills,
-		c.rejected, c.stallEscapes, c.batches, c.oneTrip, c.claimOneTrip, c.txRetries, c.swept, c.pruned, c.reconCycles, c.reconErrors, c.reconViolating,
+		c.rejected, c.stallEscapes, c.batches, c.oneTrip, c.claimOneTrip, c.txRetries, c.swept, c.sweepCycles, c.pruned, c.reconCycles, c.reconErrors, c.reconViolating,
 		c.reconAlerting, c.reconAlerts, c.reserveDur, c.claimDur, c.batchSize} {
 		ch <- d
 	}
@@ -96,6 +97,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.txRetries, s.Deadlocks, "deadlock")
 	counter(c.txRetries, s.LockWaitTimeouts, "lock_wait_timeout")
 	counter(c.swept, s.Swept)
+	counter(c.sweepCycles, s.SweepCycles)
 	counter(c.pruned, s.Pruned)
 	counter(c.reconCycles, s.ReconcileCycles)
 	counter(c.reconErrors, s.ReconcileErrors)

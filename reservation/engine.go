@@ -83,6 +83,10 @@ type Options struct {
 	// Logger receives alerts (forced claims, reconciler findings). Nil
 	// means slog.Default().
 	Logger *slog.Logger
+	// Duties says whether this instance runs the sweeper
+	// (lifecycle.DutySweeper) and the reconciler (DutyReconciler) now;
+	// nil runs both.
+	Duties lifecycle.Duties
 }
 
 // Engine answers CALL holdfast.* and runs the sweeper and the reconciler.
@@ -95,6 +99,7 @@ type Engine struct {
 	replica  Conns
 	refiller Refiller
 	log      *slog.Logger
+	duties   lifecycle.Duties
 	tx       TxRunner
 	m        metrics
 	iso      isoVar        // the isolation variable's name, learned once
@@ -145,6 +150,7 @@ func New(cfg Config, opts Options) (*Engine, error) {
 		replica:    opts.ReplicaConns,
 		refiller:   opts.Refiller,
 		log:        opts.Logger,
+		duties:     opts.Duties,
 		combiners:  map[PoolKey]*combiner{},
 		stallAfter: stallAfter,
 	}

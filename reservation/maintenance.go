@@ -14,6 +14,13 @@ import (
 func (e *Engine) runSweeper(ctx context.Context) {
 	pace := time.Duration(float64(time.Second) / e.cfg.SweepRate)
 	for {
+		if !e.duties.Runs(lifecycle.DutySweeper) {
+			if lifecycle.Sleep(ctx, e.cfg.SweepInterval) != nil {
+				return
+			}
+			continue
+		}
+		e.m.sweepCycles.Add(1)
 		n, err := e.SweepOnce(ctx)
 		if ctx.Err() != nil {
 			return
@@ -147,6 +154,9 @@ func (e *Engine) runReconciler(ctx context.Context) {
 	for {
 		if lifecycle.Sleep(ctx, e.cfg.ReconcileInterval) != nil {
 			return
+		}
+		if !e.duties.Runs(lifecycle.DutyReconciler) {
+			continue
 		}
 		if _, err := e.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {
 			e.log.Warn("reservation: reconcile failed", "err", err)

@@ -156,6 +156,7 @@ type metrics struct {
 	deadlocks             atomic.Uint64
 	lockWaits             atomic.Uint64
 	swept                 atomic.Uint64
+	sweepCycles           atomic.Uint64
 	pruned                atomic.Uint64
 	reserveDur            *Histogram
 	claimDur              *Histogram
@@ -229,6 +230,9 @@ type Stats struct {
 	// Swept counts reserved lines the sweeper deleted; Pruned counts
 	// finished reservations deleted after the retention window.
 	Swept, Pruned uint64
+	// SweepCycles counts sweeper cycles run (on the instance holding the
+	// sweeper duty).
+	SweepCycles uint64
 
 	ReconcileCycles uint64
 	ReconcileErrors uint64
@@ -264,6 +268,7 @@ func (e *Engine) Stats() Stats {
 		Deadlocks:             m.deadlocks.Load(),
 		LockWaitTimeouts:      m.lockWaits.Load(),
 		Swept:                 m.swept.Load(),
+		SweepCycles:           m.sweepCycles.Load(),
 		Pruned:                m.pruned.Load(),
 		ReconcileCycles:       m.reconCycles.Load(),
 		ReconcileErrors:       m.reconErrors.Load(),

@@ -218,6 +218,7 @@ var Migrations = []Migration{{
   address VARCHAR(255) NOT NULL,
   version VARCHAR(64) NOT NULL,
   pool_max INT NOT NULL,
+  stmt_budget INT NOT NULL,
   started_at DATETIME(6) NOT NULL,
   last_seen DATETIME(6) NOT NULL,
   PRIMARY KEY (instance_id)

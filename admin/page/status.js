@@ -118,6 +118,57 @@
     renderGates(s);
     renderHolders(s);
     renderEngine(s);
+    renderFleet(s);
+  }
+
+  function controlText(c) {
+    switch (c.kind) {
+      case "drain": return "drained" + (c.value > 0 ? " (grace " + fmtSec(c.value / 1000) + ")" : "");
+      case "limit": return "at most " + c.value + " connections fleet-wide";
+      case "max_txn": return "transactions at most " + fmtSec(c.value / 1000);
+      default: return c.kind + " " + c.value;
+    }
+  }
+
+  // where a control set from this page takes effect
+  let scope = "on this holdfast instance";
+
+  function renderFleet(s) {
+    const f = s.fleet;
+    scope = f && !f.no_schema ? "on every holdfast instance of the fleet (within " + fmtSec(2 * f.poll_seconds) + ")" : "on this holdfast instance";
+    if (!f) {
+      $("fleet-state").textContent = "off";
+      $("fleet-detail").textContent = "fleet.disabled: controls apply to this instance only";
+      $("card-fleet").className = "card";
+      $("fleet").hidden = true;
+      return;
+    }
+    $("fleet").hidden = false;
+    const over = [];
+    if (f.sizing.connections_overcommitted) over.push("Σ pool.max " + f.sizing.pool_max_sum + " > " + f.sizing.pool_max_limit + " (max_connections less the reserve)");
+    if (f.sizing.statements_overcommitted) over.push("statement budgets " + f.sizing.stmt_budget_sum + " > " + f.sizing.stmt_budget_limit);
+    let state, cls = "";
+    if (f.no_schema) { state = "this instance only"; cls = "warn"; }
+    else if (!f.known) { state = "controls not read yet"; cls = "bad"; }
+    else if (f.stale) { state = "controls stale"; cls = "bad"; }
+    else state = f.instances + (f.instances === 1 ? " instance" : " instances");
+    if (over.length > 0 && cls === "") cls = "warn";
+    $("fleet-state").textContent = state;
+    $("card-fleet").className = "card " + cls;
+    const detail = [];
+    if (f.no_schema) detail.push("the fleet's tables are missing: run holdfast migrate");
+    else if (f.stale || !f.known) detail.push("cannot read the controls (" + (f.error || "unknown error") + "); " +
+      (f.known ? "keeping those read " + fmtSec(f.read_age_seconds) + " ago" : "none known yet"));
+    else detail.push("controls read " + fmtSec(f.read_age_seconds) + " ago, every " + fmtSec(f.poll_seconds));
+    if (f.duties.length > 0) detail.push("runs " + f.duties.join(", "));
+    detail.push(...over);
+    $("fleet-detail").textContent = detail.join(" · ");
+    const rows = f.controls.map((c) => el("tr", { "data-tag": c.tag, "data-kind": c.kind },
+      td(c.tag, "tag"), td(controlText(c)), td(c.set_by), td(c.reason || "–"),
+      td(new Date(c.set_at).toLocaleString()), td(c.expires_at ? new Date(c.expires_at).toLocaleString() : "until lifted")));
+    fill($("fleet-controls").tBodies[0], rows);
+    $("fleet-controls").hidden = rows.length === 0;
+    $("fleet-note").textContent = rows.length === 0 ? "none" : "";
   }
 
   function renderTags(s) {
@@ -246,16 +297,18 @@
   const actions = {
     drain: (tag) => ({
       title: "Drain " + tag + "?",
-      text: "New statements tagged " + tag + " will fail at once with error 9001 until the tag is undrained. " +
+      text: "New statements tagged " + tag + " will fail at once with error 9001, " + scope + ", until the tag is undrained. " +
         "Transactions already holding a connection may finish, unless a grace period is given: then they are disconnected after it.",
       fields: [field("Reason", "confirm-reason", { type: "text", placeholder: "e.g. INC-123", maxLength: 200 }),
-        field("Grace", "confirm-grace", { type: "text", placeholder: "e.g. 30s (empty: never kill)", size: 10 })],
+        field("Grace", "confirm-grace", { type: "text", placeholder: "e.g. 30s (empty: never kill)", size: 10 }),
+        field("For", "confirm-for", { type: "text", placeholder: "e.g. 30m (empty: until undrained)", size: 10 })],
       ok: "Drain " + tag,
       run: () => {
         const q = new URLSearchParams();
-        const reason = $("confirm-reason").value.trim(), grace = $("confirm-grace").value.trim();
+        const reason = $("confirm-reason").value.trim(), grace = $("confirm-grace").value.trim(), dur = $("confirm-for").value.trim();
         if (reason) q.set("reason", reason);
         if (grace) q.set("grace", grace);
+        if (dur) q.set("for", dur);
         return api("POST", "/api/tags/" + encodeURIComponent(tag) + "/drain" + (q.toString() ? "?" + q : ""));
       },
       done: "drained " + tag,
@@ -269,14 +322,16 @@
     }),
     limit: (tag) => ({
       title: "Limit " + tag + "?",
-      text: "At most N backend connections for " + tag + "; its other borrowers queue (error 9002 after pool.acquire_timeout).",
+      text: "At most N backend connections for " + tag + ", " + scope + " together; its other borrowers queue (error 9002 after pool.acquire_timeout).",
       fields: [field("N", "confirm-max", { type: "number", min: 1, value: 1, required: true, size: 4 }),
-        field("Reason", "confirm-reason", { type: "text", placeholder: "e.g. INC-123", maxLength: 200 })],
+        field("Reason", "confirm-reason", { type: "text", placeholder: "e.g. INC-123", maxLength: 200 }),
+        field("For", "confirm-for", { type: "text", placeholder: "e.g. 30m (empty: until lifted)", size: 10 })],
       ok: "Limit " + tag,
       run: () => {
         const q = new URLSearchParams({ max: $("confirm-max").value });
-        const reason = $("confirm-reason").value.trim();
+        const reason = $("confirm-reason").value.trim(), dur = $("confirm-for").value.trim();
         if (reason) q.set("reason", reason);
+        if (dur) q.set("for", dur);
         return api("PUT", "/api/tags/" + encodeURIComponent(tag) + "/limit?" + q);
       },
       done: "limited " + tag,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/admin"
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/proxy"
 	"github.com/holdfast-db/holdfast/refiller"
 	"github.com/holdfast-db/holdfast/reservation"
@@ -30,7 +31,7 @@ type engine struct {
 	store   *legacy.Store
 }
 
-func newEngine(cfg config.Config, srv *proxy.Server, log *slog.Logger) (*engine, error) {
+func newEngine(cfg config.Config, srv *proxy.Server, duties lifecycle.Duties, log *slog.Logger) (*engine, error) {
 	rc := cfg.Reservation
 	if rc.Refiller.PoolCap == 0 {
 		rc.Refiller.PoolCap = rc.PoolCap
@@ -44,6 +45,7 @@ func newEngine(cfg config.Config, srv *proxy.Server, log *slog.Logger) (*engine,
 	if err != nil {
 		return nil, err
 	}
+	ref.RunScanWhen(duties)
 	e := &engine{ref: ref}
 	var replica reservation.Conns
 	if rc.ReplicaDSN != "" {
@@ -52,7 +54,7 @@ func newEngine(cfg config.Config, srv *proxy.Server, log *slog.Logger) (*engine,
 		}
 		replica = reservation.SQLConns(e.replica)
 	}
-	e.eng, err = reservation.New(rc.Config, reservation.Options{Conns: conns, ReplicaConns: replica, Refiller: ref, Logger: log})
+	e.eng, err = reservation.New(rc.Config, reservation.Options{Conns: conns, ReplicaConns: replica, Refiller: ref, Logger: log, Duties: duties})
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +69,7 @@ func newEngine(cfg config.Config, srv *proxy.Server, log *slog.Logger) (*engine,
 	if err != nil {
 		return nil, err
 	}
-	if e.router, err = legacy.New(legacy.Options{Engine: e.eng, Store: e.store, Switch: sw, Config: redisCfg, Logger: log}); err != nil {
+	if e.router, err = legacy.New(legacy.Options{Engine: e.eng, Store: e.store, Switch: sw, Config: redisCfg, Logger: log, Duties: duties}); err != nil {
 		return nil, err
 	}
 	srv.SetProcedures(e.router)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/fleet"
+	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/proxy"
 )
 
@@ -35,13 +36,43 @@ func startFleet(ctx context.Context, cfg config.Config, srv *proxy.Server, dutie
 	db.SetMaxIdleConns(2)
 	self := fleet.Member{ID: instanceID(), Address: advertised(cfg.Listen), Version: buildVersion(), PoolMax: cfg.Pool.Max}
 	f := fleet.New(fleet.Options{Store: fleet.NewStore(db), Applier: srv, Self: self,
-		Poll: cfg.Fleet.PollInterval, TTL: cfg.Fleet.TTL, Duties: duties, Log: log})
+		Poll: cfg.Fleet.PollInterval, TTL: cfg.Fleet.TTL, Duties: duties, StmtBudget: srv.StatementBudget,
+		ConnReserve: cfg.Fleet.ConnectionReserve, StmtShare: cfg.Sessions.PreparedStatementShare, Log: log})
 	if err := f.Start(ctx); err != nil {
 		db.Close()
 		return nil, nil, err
 	}
 	log.Info("fleet: joined", "instance", self.ID, "poll_interval", cfg.Fleet.PollInterval, "ttl", cfg.Fleet.TTL)
 	return f, func() { _ = f.Close(); db.Close() }, nil
+}
+
+// fleetDuties are the fleet duties this instance's configuration runs
+// (see lifecycle.Duties).
+func fleetDuties(cfg config.Config) []string {
+	rc := cfg.Reservation
+	if !rc.Enabled {
+		return nil
+	}
+	d := []string{lifecycle.DutySweeper, lifecycle.DutyReconciler}
+	if rc.Refiller.ScanInterval >= 0 { // 0: the default interval; negative: off
+		d = append(d, lifecycle.DutyPoolScan)
+	}
+	if rc.Redis.Enabled() {
+		d = append(d, lifecycle.DutyRedisSweeper)
+		if rc.Redis.WithDefaults(0).DriftInterval > 0 {
+			d = append(d, lifecycle.DutyRedisDrift)
+		}
+	}
+	return d
+}
+
+// dutiesOf is the duty gate of fl: with no fleet (fleet.disabled) every
+// duty runs here.
+func dutiesOf(fl *fleet.Fleet) lifecycle.Duties {
+	if fl == nil {
+		return nil
+	}
+	return fl.Holds
 }
 
 // instanceID names this process in the fleet: host, pid and a random

@@ -24,6 +24,13 @@ import (
 // (poll_interval 1s, ttl 5s).
 func fleetOf(t *testing.T, n int) []*fleetMember {
 	t.Helper()
+	return fleetWith(t, n, "")
+}
+
+// fleetWith is fleetOf with extra configuration appended to each
+// instance's.
+func fleetWith(t *testing.T, n int, extra string) []*fleetMember {
+	t.Helper()
 	bin := binary(t)
 	db := dbtest.NewDatabase(t)
 	var out []*fleetMember
@@ -31,7 +38,8 @@ func fleetOf(t *testing.T, n int) []*fleetMember {
 		p := &process{addr: dbtest.FreeAddr(t), db: db, config: filepath.Join(t.TempDir(), "holdfast.yaml"),
 			out: &dbtest.SyncBuffer{}, exited: make(chan error, 1)}
 		admin := dbtest.FreeAddr(t)
-		writeConfigAdmin(t, p.config, p.addr, db, appUser, "  listen: "+admin+"\n")
+		dbtest.WriteHoldfastYAML(t, p.config, dbtest.HoldfastYAML{Listen: p.addr, Users: appUser, Database: db,
+			Admin: "  listen: " + admin + "\n", Extra: "shutdown_grace: 20s\nlog:\n  level: debug\n" + extra})
 		if i == 0 {
 			p.migrate(t, bin)
 		}
@@ -234,5 +242,122 @@ func TestFleetCap(t *testing.T) {
 	t.Logf("after kill -9 of the loaded instance, load on another: peak %d, %d done", peak, done)
 	if peak > capN || peak < capN-1 {
 		t.Fatalf("after the kill, peak %d, want the cap %d back within the ttl", peak, capN)
+	}
+}
+
+// metric returns the value of the sample named series (name and labels as
+// /metrics prints them) on m, and whether m exposes it.
+func (m *fleetMember) metric(t *testing.T, series string) (float64, bool) {
+	t.Helper()
+	for _, line := range strings.Split(m.api(t, http.MethodGet, "/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err != nil {
+				t.Fatalf("%s: %q: %v", series, line, err)
+			}
+			return f, true
+		}
+	}
+	return 0, false
+}
+
+// The fleet duties run on one instance at a time: of three instances,
+// exactly one runs the sweeper and the reconciler (their cycle counters
+// move on it alone), and when it is killed with -9 another takes them
+// over within the lease time (fleet.ttl, plus one poll to notice).
+func TestFleetDuties(t *testing.T) {
+	ms := fleetWith(t, 3, "reservation:\n  sweep_interval: 100ms\n  reconcile_interval: 100ms\n")
+	duties := []string{"sweeper", "reconciler"}
+	cycles := map[string]string{"sweeper": "holdfast_reservation_sweep_cycles_total", "reconciler": "holdfast_reservation_reconcile_cycles_total"}
+	// holders returns, per duty, the instances (indexes into ms, among
+	// live) that say they hold it.
+	holders := func(live []int) map[string][]int {
+		out := map[string][]int{}
+		for _, i := range live {
+			for _, d := range duties {
+				v, ok := ms[i].metric(t, `holdfast_fleet_duty_held{duty="`+d+`"}`)
+				if !ok {
+					t.Fatalf("instance %d does not expose holdfast_fleet_duty_held for %s", i, d)
+				}
+				if v == 1 {
+					out[d] = append(out[d], i)
+				}
+			}
+		}
+		return out
+	}
+	// runsAlone checks over a window that duty's cycles move on holder and
+	// on no other live instance.
+	runsAlone := func(live []int, holder int, duty string) {
+		t.Helper()
+		before := map[int]float64{}
+		for _, i := range live {
+			before[i], _ = ms[i].metric(t, cycles[duty])
+		}
+		time.Sleep(1500 * time.Millisecond)
+		for _, i := range live {
+			after, _ := ms[i].metric(t, cycles[duty])
+			moved := after - before[i]
+			switch {
+			case i == holder && moved == 0:
+				t.Errorf("%s: the holder, instance %d, ran no cycle in 1.5 s", duty, i)
+			case i != holder && moved != 0:
+				t.Errorf("%s: instance %d does not hold the duty and ran %v cycles", duty, i, moved)
+			}
+			t.Logf("%s: instance %d ran %v cycles in 1.5 s", duty, i, moved)
+		}
+	}
+	one := func(live []int) map[string]int {
+		var got map[string][]int
+		within(t, 3*time.Second, "each duty held by exactly one instance", func() bool {
+			got = holders(live)
+			for _, d := range duties {
+				if len(got[d]) != 1 {
+					return false
+				}
+			}
+			return true
+		})
+		out := map[string]int{}
+		for _, d := range duties {
+			out[d] = got[d][0]
+		}
+		return out
+	}
+
+	all := []int{0, 1, 2}
+	first := one(all)
+	t.Logf("duty holders: %v", first)
+	for _, d := range duties {
+		runsAlone(all, first[d], d)
+	}
+
+	// kill -9 the sweeper's holder: its leases lapse after the ttl and
+	// another instance takes each duty it held.
+	dead := first["sweeper"]
+	_ = ms[dead].cmd.Process.Kill()
+	<-ms[dead].exited
+	killed := time.Now()
+	var live []int
+	for _, i := range all {
+		if i != dead {
+			live = append(live, i)
+		}
+	}
+	const bound = 5*time.Second + time.Second + time.Second // ttl + poll_interval + one poll's slack
+	var next map[string]int
+	within(t, bound, "another instance takes the duties over", func() bool {
+		h := holders(live)
+		for _, d := range duties {
+			if len(h[d]) != 1 {
+				return false
+			}
+		}
+		next = map[string]int{"sweeper": h["sweeper"][0], "reconciler": h["reconciler"][0]}
+		return true
+	})
+	t.Logf("after kill -9 of instance %d, duties taken over after %v: %v", dead, time.Since(killed).Round(time.Millisecond), next)
+	for _, d := range duties {
+		runsAlone(live, next[d], d)
 	}
 }

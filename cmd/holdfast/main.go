@@ -24,6 +24,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/admin"
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/proxy"
 )
 
@@ -124,9 +125,23 @@ func serve(path string, cfg config.Config) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()))
+	// The fleet first: the engine's background loops run the fleet duties
+	// this instance holds.
+	fctx, fcancel := context.WithCancel(context.Background())
+	defer fcancel()
+	fl, stopFleet, err := startFleet(fctx, cfg, srv, fleetDuties(cfg), log)
+	if err != nil {
+		return err
+	}
+	defer stopFleet()
+	var adminFleet admin.Fleet
+	if fl != nil {
+		adminFleet = fl
+		reg.MustRegister(fleet.NewCollector(fl))
+	}
 	var eng, started *engine // started: the engine's background work runs
 	if cfg.Reservation.Enabled {
-		eng, err = newEngine(cfg, srv, log)
+		eng, err = newEngine(cfg, srv, dutiesOf(fl), log)
 		if err != nil {
 			return err
 		}
@@ -145,17 +160,6 @@ func serve(path string, cfg config.Config) error {
 			log.Warn("the reservation schema is not installed: run `holdfast migrate`; CALL holdfast.* fails and the refiller, sweeper and reconciler stay off until holdfast restarts after it",
 				"database", cfg.Backend.Database)
 		}
-	}
-	fctx, fcancel := context.WithCancel(context.Background())
-	defer fcancel()
-	fl, stopFleet, err := startFleet(fctx, cfg, srv, nil, log)
-	if err != nil {
-		return err
-	}
-	defer stopFleet()
-	var adminFleet admin.Fleet
-	if fl != nil {
-		adminFleet = fl
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()

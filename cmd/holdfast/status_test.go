@@ -265,6 +265,16 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if !errors.As(err, &me) || me.Number != 9001 || !strings.Contains(me.Message, "browser-test") {
 		t.Fatalf("search's next statement after the drain: %v, want error 9001 with the reason", err)
 	}
+	// The drain went to the fleet: the page lists it with its author and
+	// reason, and says how many instances share it.
+	steps(t, ctx, "the fleet's controls list the drain",
+		chromedp.WaitVisible(css(`#fleet-controls tbody tr[data-tag="search"][data-kind="drain"]`)))
+	if row := value(t, ctx, "read the fleet control", chromedp.Text(css(`#fleet-controls tbody tr[data-tag="search"]`))); !strings.Contains(row, "browser-test") || !strings.Contains(row, "drained") {
+		t.Errorf("fleet control row: %q", row)
+	}
+	if card := value(t, ctx, "read the fleet card", chromedp.Text(css(`#card-fleet`))); !strings.Contains(card, "1 instance") || !strings.Contains(card, "controls read") {
+		t.Errorf("fleet card: %q", card)
+	}
 	steps(t, ctx, "let the page refresh", chromedp.Sleep(2500*time.Millisecond))
 	png := value(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 	shot := filepath.Join(t.TempDir(), "status-page.png")

@@ -116,3 +116,21 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Duties says whether this process should run a named fleet duty now (a
+// background loop that one instance of the fleet runs at a time: see
+// package fleet). A loop asks before each cycle and skips the cycle when
+// told no. The nil Duties runs every duty, as a process alone does.
+type Duties func(duty string) bool
+
+// Runs reports whether duty should run now.
+func (d Duties) Runs(duty string) bool { return d == nil || d(duty) }
+
+// The fleet duties.
+const (
+	DutySweeper      = "sweeper"       // the engine's sweep and prune of expired reservations
+	DutyReconciler   = "reconciler"    // the engine's invariant check
+	DutyPoolScan     = "pool-scan"     // the refiller's walk over every ledger row
+	DutyRedisSweeper = "redis-sweeper" // the legacy Redis counter's expiry
+	DutyRedisDrift   = "redis-drift"   // the Redis counter against the engine
+)

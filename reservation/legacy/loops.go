@@ -18,6 +18,12 @@ const sweepBatch = 500
 
 func (r *Router) runSweeper(ctx context.Context) {
 	for {
+		if !r.duty.Runs(lifecycle.DutyRedisSweeper) {
+			if lifecycle.Sleep(ctx, r.cfg.SweepInterval) != nil {
+				return
+			}
+			continue
+		}
 		n, err := r.SweepOnce(ctx)
 		if ctx.Err() != nil {
 			return
@@ -77,6 +83,9 @@ func (d *driftState) published() ([]Drift, int) {
 
 func (r *Router) runDrift(ctx context.Context) {
 	for lifecycle.Sleep(ctx, r.cfg.DriftInterval) == nil {
+		if !r.duty.Runs(lifecycle.DutyRedisDrift) {
+			continue
+		}
 		if _, err := r.DriftOnce(ctx, nil); err != nil && ctx.Err() == nil {
 			r.log.Warn("legacy: drift check failed", "err", err)
 		}

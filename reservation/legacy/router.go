@@ -25,6 +25,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock of the Redis side's expiries; nil means time.Now.
 	Now func() time.Time
+	// Duties says whether this instance runs the Redis sweeper
+	// (lifecycle.DutyRedisSweeper) and the drift check (DutyRedisDrift)
+	// now; nil runs both.
+	Duties lifecycle.Duties
 }
 
 // Router answers CALL holdfast.* with the engine and the legacy Redis
@@ -39,6 +43,7 @@ type Router struct {
 	cfg  reservation.RedisConfig
 	log  *slog.Logger
 	now  func() time.Time
+	duty lifecycle.Duties
 	m    metrics
 	cmp  comparisons
 	fail rateLog // Redis failures
@@ -60,7 +65,7 @@ func New(o Options) (*Router, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	r := &Router{eng: o.Engine, st: o.Store, sw: o.Switch, cfg: o.Config, log: o.Logger, now: o.Now}
+	r := &Router{eng: o.Engine, st: o.Store, sw: o.Switch, cfg: o.Config, log: o.Logger, now: o.Now, duty: o.Duties}
 	r.cmp = comparisons{log: o.Logger, now: o.Now}
 	r.m.init()
 	r.hot.max = 64
