@@ -94,6 +94,7 @@ type Tag struct {
 	// wait's, so they cost no counter of their own.
 	hold, wait, stmt     histogram
 	exec, idle           sumNs
+	engine               sumNs // backend time the engine spent on the tag's CALLs
 	errors, transactions atomic.Uint64
 	slowTransactions     atomic.Uint64
 	pins                 [len(pinReasons)]atomic.Uint64
@@ -189,6 +190,12 @@ func (t *Tag) TimedOut(reason string) {
 	t.current().timeouts[reasonIndex(timeoutReasons[:], reason)].Add(1)
 }
 
+// EngineTime adds d to the backend connection time holdfast's own work
+// (the reservation engine) spent on behalf of the tag's CALL holdfast.*
+// (engine_seconds_total): the same time is in the hold of the holdfast:*
+// tag the engine borrowed under; this is the caller's share of it.
+func (t *Tag) EngineTime(d time.Duration) { t.current().engine.add(nanos(d)) }
+
 // SlowTransaction counts one transaction that held its connection far longer
 // than it executed (slow_transactions_total). The caller decides what "far"
 // is; call it as well as Transaction, not instead.
@@ -208,6 +215,9 @@ type TagStats struct {
 	// Sums in seconds. HoldSeconds, WaitSeconds and StatementSeconds are
 	// Hold.Sum, Wait.Sum and Stmt.Sum.
 	HoldSeconds, ExecSeconds, IdleInTxnSeconds, WaitSeconds, StatementSeconds float64
+	// EngineSeconds is the engine's backend time on the tag's CALLs
+	// (EngineTime).
+	EngineSeconds float64
 
 	Hold, Wait, Stmt HistogramSnapshot // see HistogramSnapshot: counts are per bucket, not cumulative
 
@@ -225,6 +235,7 @@ func (t *Tag) statsLocked() TagStats {
 		SlowTransactions: t.slowTransactions.Load(),
 		ExecSeconds:      t.exec.secondsLocked(),
 		IdleInTxnSeconds: t.idle.secondsLocked(),
+		EngineSeconds:    t.engine.secondsLocked(),
 		Hold:             t.hold.snapshotLocked(),
 		Wait:             t.wait.snapshotLocked(),
 		Stmt:             t.stmt.snapshotLocked(),
@@ -253,6 +264,6 @@ func countsByReason(counts []atomic.Uint64, reasons []string) map[string]uint64 
 // active reports whether s shows anything recorded.
 func (s *TagStats) active() bool {
 	return s.Borrows != 0 || s.Statements != 0 || s.Errors != 0 || s.Transactions != 0 ||
-		s.SlowTransactions != 0 || s.Hold.Count != 0 || s.ExecSeconds != 0 || s.IdleInTxnSeconds != 0 ||
+		s.SlowTransactions != 0 || s.Hold.Count != 0 || s.ExecSeconds != 0 || s.IdleInTxnSeconds != 0 || s.EngineSeconds != 0 ||
 		len(s.Pins) != 0 || len(s.Rejected) != 0 || len(s.Timeouts) != 0
 }

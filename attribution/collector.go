@@ -35,7 +35,7 @@ type collector struct {
 	live LiveState // may be nil
 
 	hold, wait, stmt               *prometheus.Desc
-	exec, idle                     *prometheus.Desc
+	exec, idle, engine             *prometheus.Desc
 	borrows, statements, errors    *prometheus.Desc
 	transactions, slowTransactions *prometheus.Desc
 	pins, rejected, timeouts       *prometheus.Desc
@@ -54,8 +54,8 @@ type collector struct {
 // rejected_total reason with its first count. The held_connections gauge is
 // reported for tags holding at least one connection and for every tag in
 // Gates (0 when it holds none), drained for every tag in Gates, and
-// connection_limit for tags with a cap. A tag is at most 85 series (three
-// histograms of 21, seven counters, 15 reasons), typically 70 and 4 KiB of
+// connection_limit for tags with a cap. A tag is at most 86 series (three
+// histograms of 21, eight counters, 15 reasons), typically 71 and 4 KiB of
 // text exposition, so the endpoint is bounded by MaxTags (about 2 MiB at the
 // default 500), whatever the number of distinct names clients send.
 func NewCollector(r *Recorder, live LiveState) prometheus.Collector {
@@ -75,6 +75,8 @@ func NewCollector(r *Recorder, live LiveState) prometheus.Collector {
 			"Part of the tag's connection hold time spent executing statements.", "tag"),
 		idle: d("idle_in_transaction_seconds_total",
 			"Part of the tag's connection hold time spent idle inside an open transaction, waiting for the client's next statement.", "tag"),
+		engine: d("engine_seconds_total",
+			"Backend connection time the reservation engine spent on the tag's CALL holdfast.* (a batch's time split among its callers). The same time is in the hold of the holdfast:* tag the engine borrowed under.", "tag"),
 		borrows: d("borrows_total",
 			"Backend connections lent to the tag.", "tag"),
 		statements: d("statements_total",
@@ -105,7 +107,7 @@ func NewCollector(r *Recorder, live LiveState) prometheus.Collector {
 }
 
 func (c *collector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.hold, c.wait, c.stmt, c.exec, c.idle, c.borrows, c.statements, c.errors,
+	return []*prometheus.Desc{c.hold, c.wait, c.stmt, c.exec, c.idle, c.engine, c.borrows, c.statements, c.errors,
 		c.transactions, c.slowTransactions, c.pins, c.rejected, c.timeouts, c.held, c.drained, c.limit, c.folded, c.retired}
 }
 
@@ -136,6 +138,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.exec, s.ExecSeconds, s.Tag)
 		counter(c.idle, s.IdleInTxnSeconds, s.Tag)
+		counter(c.engine, s.EngineSeconds, s.Tag)
 		counter(c.borrows, float64(s.Borrows), s.Tag)
 		counter(c.statements, float64(s.Statements), s.Tag)
 		counter(c.errors, float64(s.Errors), s.Tag)

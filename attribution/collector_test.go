@@ -27,6 +27,7 @@ var allMetrics = []string{
 	"holdfast_tag_borrows_total",
 	"holdfast_tag_connection_limit",
 	"holdfast_tag_drained",
+	"holdfast_tag_engine_seconds_total",
 	"holdfast_tag_errors_total",
 	"holdfast_tag_exec_seconds_total",
 	"holdfast_tag_held_connections",
@@ -292,7 +293,7 @@ func TestCardinalityMillion(t *testing.T) {
 		distinct = 1_000_000
 		maxTags  = 500
 		// One active tag is about 4 KiB of text exposition (three
-		// histograms of 19 buckets, seven counters, a few pins).
+		// histograms of 19 buckets, eight counters, a few pins).
 		perTagBytes = 6 << 10
 		maxBytes    = (maxTags + 2) * perTagBytes
 		// A Tag is under 1 KiB and the maps about 200 bytes per name;

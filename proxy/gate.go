@@ -43,6 +43,10 @@ type gate struct {
 type gates struct {
 	active       atomic.Int32 // number of tags with a control; 0 skips the lock
 	maxTxnActive atomic.Int32 // number of tags with a max_transaction_time
+	// stopped is the set of tags drained or limited now (nil: none),
+	// replaced whole under mu when it changes: the lock-free test of
+	// whether a borrow must go through enter (free).
+	stopped atomic.Pointer[map[string]struct{}]
 
 	mu sync.Mutex // guards m
 	m  map[string]*gate
@@ -167,6 +171,53 @@ func (g *gates) cleanupLocked(tag string, gt *gate) {
 	}
 }
 
+// publishLocked replaces the set free reads, when it changed.
+func (g *gates) publishLocked() {
+	next := map[string]struct{}{}
+	for tag, gt := range g.m {
+		if gt.drained || gt.limit != noLimit {
+			next[tag] = struct{}{}
+		}
+	}
+	if cur := g.stopped.Load(); cur != nil && len(*cur) == len(next) {
+		same := true
+		for t := range next {
+			if _, ok := (*cur)[t]; !ok {
+				same = false
+				break
+			}
+		}
+		if same {
+			return
+		}
+	}
+	if len(next) == 0 && g.stopped.Load() == nil {
+		return
+	}
+	if len(next) == 0 {
+		g.stopped.Store(nil)
+		return
+	}
+	g.stopped.Store(&next)
+}
+
+// free reports whether tag's borrows pass the controls without entering
+// them: it is neither drained nor limited (a max_transaction_time does
+// not stop a borrow). Lock-free: it decides whether a statement may take
+// a path that bypasses enter (pipelining), so that a control on one tag
+// leaves the others' paths as they are.
+func (g *gates) free(tag string) bool {
+	if g.active.Load() == 0 {
+		return true
+	}
+	m := g.stopped.Load()
+	if m == nil {
+		return true
+	}
+	_, stopped := (*m)[tag]
+	return !stopped
+}
+
 // drain refuses new borrows for tag. When grace > 0, kill runs after it
 // unless the tag is undrained first.
 func (g *gates) drain(tag, reason string, grace time.Duration, kill func()) {
@@ -184,6 +235,7 @@ func (g *gates) drain(tag, reason string, grace time.Duration, kill func()) {
 	// Waiters under a limit are refused too (each with a counted slot,
 	// which it exits at once).
 	gt.inUse += gt.waiters.HandOffAll(true)
+	g.publishLocked()
 }
 
 func (g *gates) undrain(tag string) {
@@ -196,6 +248,7 @@ func (g *gates) undrain(tag string) {
 	gt.drained, gt.reason = false, ""
 	gt.stopKillTimerLocked()
 	g.cleanupLocked(tag, gt)
+	g.publishLocked()
 }
 
 // noLimit is a gate's limit when it has none.
@@ -221,6 +274,7 @@ func (g *gates) setLimit(tag string, n, held int) {
 		}
 	}
 	g.cleanupLocked(tag, gt)
+	g.publishLocked()
 }
 
 // current returns tag's controls in force (noLimit: no limit).

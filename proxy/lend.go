@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/holdfast-db/holdfast/attribution"
 )
 
 // EngineConn is a backend connection lent to holdfast's own work (the
@@ -85,6 +87,14 @@ func (c *EngineConn) run(ctx context.Context, sql string) (*textResult, error) {
 	end := time.Now()
 	if c.srv.attr {
 		c.lease.tag.Statement(end.Sub(now), err != nil)
+		// The statement ran for the callers of the CALLs it serves: each
+		// gets an even share of its time.
+		if callers := attribution.Callers(ctx); len(callers) > 0 {
+			share := end.Sub(now) / time.Duration(len(callers))
+			for _, t := range callers {
+				t.EngineTime(share)
+			}
+		}
 	}
 	c.lease.stmtEnd(end, end.Sub(now))
 	if err == nil {

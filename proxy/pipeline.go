@@ -70,15 +70,18 @@ func newPipes() *pipes {
 // (0: pipelining off).
 func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
 
-// pipelinable reports whether a statement may be pipelined.
-func (s *session) pipelinable(info *sqlscan.Info, size int) bool {
+// pipelinable reports whether a statement of tag may be pipelined. A
+// pipelined statement takes no lease, so passes no control: a drained or
+// limited tag's statements borrow instead (and are refused or counted
+// there); the other tags' pipeline as usual.
+func (s *session) pipelinable(info *sqlscan.Info, size int, tag *attribution.Tag) bool {
 	if s.state.vars == nil && s.srv.primary.base.Load() != nil {
 		s.state.vars = s.initialVars()
 	}
 	return s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil && s.state.pinReason == "" && !s.tx.holdNext &&
 		s.state.status&statusInTrans == 0 && s.state.status&statusAutocommit != 0 &&
 		plainSelect(info) && size < 1<<16 && s.srv.pipelineDepth() > 0 &&
-		s.srv.gates.active.Load() == 0
+		s.srv.gates.free(s.gateKey(tag))
 }
 
 // runPipelined runs a statement on a pipe. handled is false when no pipe

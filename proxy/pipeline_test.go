@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -457,4 +458,68 @@ func pipeQueued(p *testProxy) int {
 		x.mu.Unlock()
 	}
 	return n
+}
+
+// A control on one tag leaves the other tags' SELECTs pipelined, and is
+// not bypassed by pipelining: the drained tag's SELECTs are refused, the
+// limited tag's never run on more connections than its limit.
+func TestControlsLeavePipeliningToOthers(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 3, 3
+		c.Pool.PipelineDepth = 8
+	})
+	p.srv.DrainTag("batch", "test", 0)
+	p.srv.LimitTag("report", 1)
+	db := p.open(t)
+	db.SetMaxOpenConns(20)
+	root := p.direct(t)
+	stop := make(chan struct{})
+	peak := make(chan int, 1)
+	go func() {
+		most := 0
+		for {
+			select {
+			case <-stop:
+				peak <- most
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			var n int
+			if err := root.QueryRow("SELECT COUNT(*) FROM information_schema.processlist WHERE info LIKE '%report-marker%' AND info NOT LIKE '%processlist%'").Scan(&n); err == nil {
+				most = max(most, n)
+			}
+		}
+	}()
+	before := p.srv.Stats().Pipelined
+	concurrently(t, 16, func(c int) error {
+		for i := 0; i < 40; i++ {
+			switch {
+			case c < 10:
+				var v int
+				if err := db.QueryRow("/* conn_tag:fast */ SELECT ?", i).Scan(&v); err != nil || v != i {
+					return fmt.Errorf("fast: %v %v", v, err)
+				}
+			case c < 14:
+				if _, err := db.Exec("/* conn_tag:report */ SELECT SLEEP(0.01), 'report-marker'"); err != nil {
+					return fmt.Errorf("report: %v", err)
+				}
+			default:
+				_, err := db.Exec("/* conn_tag:batch */ SELECT 1")
+				if err == nil || !strings.Contains(err.Error(), "9001") {
+					return fmt.Errorf("batch, drained: got %v, want error 9001", err)
+				}
+			}
+		}
+		return nil
+	})
+	close(stop)
+	most := <-peak
+	pipelined := p.srv.Stats().Pipelined - before
+	t.Logf("%d statements pipelined; report (limit 1) ran on at most %d connections at once", pipelined, most)
+	if pipelined == 0 {
+		t.Fatal("nothing was pipelined: a control on other tags turned pipelining off")
+	}
+	if most > 1 {
+		t.Fatalf("the limited tag ran %d statements at once, limit 1", most)
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
@@ -44,7 +45,7 @@ var holdfastSchema = []byte("holdfast")
 
 // maybeProcedure answers a text-protocol CALL holdfast.*; it reports
 // whether the statement was one.
-func (s *session) maybeProcedure(sql []byte, info *sqlscan.Info) bool {
+func (s *session) maybeProcedure(sql []byte, info *sqlscan.Info, tag *attribution.Tag) bool {
 	if !isHoldfastCall(sql, info) {
 		return false
 	}
@@ -62,7 +63,7 @@ func (s *session) maybeProcedure(sql []byte, info *sqlscan.Info) bool {
 		}
 		args[i] = v
 	}
-	s.runProcedure(call.Name, args, false)
+	s.runProcedure(call.Name, args, false, tag)
 	return true
 }
 
@@ -89,9 +90,14 @@ func textArg(a sqlscan.Arg) (any, error) {
 	return nil, errors.New("a '?' placeholder outside a prepared statement")
 }
 
-// runProcedure calls the engine and answers with its result set followed
-// by the OK that ends every CALL, or with its error.
-func (s *session) runProcedure(name string, args []any, binaryRows bool) {
+// runProcedure calls the engine for tag, the statement's tag, and answers
+// with its result set followed by the OK that ends every CALL, or with its
+// error. The call passes tag's controls like any statement of the tag: a
+// drain refuses it (9001), and under a cap it takes one of the tag's
+// slots while it runs (the engine's own borrows are counted under its
+// holdfast:* tags, not under the cap); the engine's backend time on it is
+// the tag's engine time.
+func (s *session) runProcedure(name string, args []any, binaryRows bool, tag *attribution.Tag) {
 	name = strings.ToLower(name)
 	if e := s.procRefused(name); e != nil {
 		s.writeErr(e)
@@ -101,7 +107,11 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool) {
 		s.writeErr(newErr(1312, "0A000", "PROCEDURE holdfast.%s can't return a result set in the given context", name))
 		return
 	}
-	cols, rows, err := s.callProcedure(name, args)
+	start := time.Now()
+	cols, rows, err := s.callProcedure(name, args, tag)
+	if s.srv.attr {
+		tag.Statement(time.Since(start), err != nil)
+	}
 	if err != nil {
 		s.writeErr(procErr(name, err))
 		return
@@ -125,7 +135,7 @@ var errCallInterrupted = errors.New("KILL QUERY, KILL, or the client hanging up"
 // interrupt cancels, so that a kill or the client's disconnect ends it as
 // they end a statement on the backend; the engine answers such a call
 // with what it did (nothing, or an outcome it cannot know).
-func (s *session) callProcedure(name string, args []any) ([]string, [][]any, error) {
+func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) ([]string, [][]any, error) {
 	ctx, cancel := context.WithCancelCause(s.srv.ctx)
 	defer cancel(nil)
 	s.mu.Lock()
@@ -133,8 +143,21 @@ func (s *session) callProcedure(name string, args []any) ([]string, [][]any, err
 	s.mu.Unlock()
 	s.interrupted.Store(false)
 	s.watch.arm()
-	cols, rows, err := s.srv.procs.Call(ctx, name, args)
-	s.watch.disarm()
+	defer s.watch.disarm()
+	gated, err := s.srv.admit(ctx, tag, s.gateKey(tag))
+	if err != nil {
+		s.mu.Lock()
+		s.execCall = nil
+		s.mu.Unlock()
+		if context.Cause(ctx) == errCallInterrupted {
+			return nil, nil, newErr(codeQueryInterrupted, "70100", "holdfast.%s: interrupted while queued under its tag's connection limit; nothing was done", name)
+		}
+		return nil, nil, callRefused{err}
+	}
+	if gated != "" {
+		defer s.srv.gates.exit(gated)
+	}
+	cols, rows, err := s.srv.procs.Call(attribution.WithCallers(ctx, tag), name, args)
 	s.mu.Lock()
 	s.execCall = nil
 	s.mu.Unlock()
@@ -161,6 +184,13 @@ func (s *session) procRefused(name string) *sqlError {
 	return nil
 }
 
+// callRefused is a call the controls of its tag refused: nothing was
+// done.
+type callRefused struct{ err error }
+
+func (c callRefused) Error() string    { return c.err.Error() }
+func (c callRefused) BorrowErr() error { return c.err }
+
 // borrowFailure is implemented by the engine's error for a call that did
 // nothing because it could not get a backend connection: BorrowErr is the
 // pool's error (nil when the call failed otherwise).
@@ -173,6 +203,10 @@ type borrowFailure interface{ BorrowErr() error }
 // 1105 with the engine's text, which names the procedure. The engine never
 // returns a lost backend connection as such (see reservation.Engine.Call).
 func procErr(name string, err error) *sqlError {
+	var se *sqlError
+	if errors.As(err, &se) {
+		return se
+	}
 	var bf borrowFailure
 	if errors.As(err, &bf) {
 		if cause := bf.BorrowErr(); cause != nil {
@@ -276,7 +310,12 @@ func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte) {
 		}
 		args[i] = v
 	}
-	s.runProcedure(cs.call.Name, args, true)
+	tag := s.defaultTag()
+	if cs.tag != nil {
+		tag = cs.tag
+		s.noteTag(tag, true)
+	}
+	s.runProcedure(cs.call.Name, args, true, tag)
 }
 
 // decodeParams decodes the binary-protocol parameters of an execute using

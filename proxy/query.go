@@ -36,7 +36,7 @@ func (s *session) comQuery(p []byte) bool {
 		// The id clients KILL by is holdfast's, not a backend thread's.
 		s.writeSingleValue(connectionIDCol(info.ConnectionIDColumn), uint64(s.id), false)
 		return true
-	case info.Kind == sqlscan.KindCall && s.srv.procs != nil && s.maybeProcedure(sql, &info):
+	case info.Kind == sqlscan.KindCall && s.srv.procs != nil && s.maybeProcedure(sql, &info, tag):
 		return true
 	case info.Features&sqlscan.FeatConnectionID != 0:
 		if q, ok := s.scanMode().AppendConnectionID(append(s.rewrite[:0], comQuery), sql, uint64(s.id)); ok {
@@ -44,7 +44,7 @@ func (s *session) comQuery(p []byte) bool {
 			p, sql = q, q[1:]
 		}
 	}
-	if s.pipelinable(&info, len(p)) && info.Vars == 0 {
+	if s.pipelinable(&info, len(p), tag) && info.Vars == 0 {
 		if handled, keep := s.runPipelined(func(*backendConn) []byte { return p }, tag, nil, sql); handled {
 			return keep
 		}

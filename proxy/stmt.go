@@ -366,7 +366,7 @@ func (s *session) stmtExecute(p []byte) bool {
 			return true
 		}
 	}
-	if flags == 0 && cs.longData == nil && s.pipelinable(&cs.info, len(p)) {
+	if flags == 0 && cs.longData == nil && s.pipelinable(&cs.info, len(p), tag) {
 		build := func(bc *backendConn) []byte {
 			bs, _ := bc.stmts.lru.Peek(cs.key)
 			s.ps.pipeBuf = appendExecute(s.ps.pipeBuf[:0], bs.id, flags, iter, cs, nullMap, values)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast-db/holdfast/attribution"
 )
 
 // pending is one reserve attempt waiting for, or inside, a transaction.
@@ -23,7 +25,10 @@ type pending struct {
 	// Combiner bookkeeping, guarded by the combiner's mu.
 	state pendingState
 	wake  chan bool // buffered 1: true = lead the combiner, false = out is ready
-	sess  *session  // handed over with leadership; nil means none open
+	// callers are the tags its CALL runs for (attribution.Callers of its
+	// context): a batch's statements run for all of its reserves' callers.
+	callers []*attribution.Tag
+	sess    *session // handed over with leadership; nil means none open
 }
 
 // errNoneFit makes the transaction roll back when no reserve in it got all

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast-db/holdfast/attribution"
 )
 
 // The combiner coalesces concurrent single-line reserves of one pool into
@@ -151,7 +153,7 @@ type poolState struct {
 // retry (front) goes to the head of the queue, so a reserve that came up
 // short keeps its age instead of queuing behind newcomers.
 func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, front bool) outcome {
-	p := &pending{req: req, pools: []PoolKey{pool}, wake: make(chan bool, 1)}
+	p := &pending{req: req, pools: []PoolKey{pool}, wake: make(chan bool, 1), callers: attribution.Callers(ctx)}
 	cb := e.lockCombiner(pool)
 	if len(cb.queue) >= e.cfg.MaxWaitersPerPool {
 		cb.mu.Unlock()
@@ -285,7 +287,7 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 					p.out = outcome{err: err}
 				}
 			} else {
-				e.runBatch(bctx, batch, sess, &cb.last) // sess may be nil: no session free
+				e.runBatch(forCallers(bctx, batch), batch, sess, &cb.last) // sess may be nil: no session free
 				if sess != nil && (sess.broken || noneGotUnits(batch)) {
 					// Do not hold a connection while the reserves back
 					// off or wait for a refill.
@@ -314,6 +316,16 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 			return
 		}
 	}
+}
+
+// forCallers is ctx carrying the callers of every reserve in batch, whose
+// time the batch's statements are (see attribution.WithCallers).
+func forCallers(ctx context.Context, batch []*pending) context.Context {
+	var callers []*attribution.Tag
+	for _, p := range batch {
+		callers = append(callers, p.callers...)
+	}
+	return attribution.WithCallers(ctx, callers...)
 }
 
 func noneGotUnits(batch []*pending) bool {

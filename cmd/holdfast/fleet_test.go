@@ -361,3 +361,92 @@ func TestFleetDuties(t *testing.T) {
 		runsAlone(live, next[d], d)
 	}
 }
+
+// A CALL holdfast.* is a statement of the tag it carries: a drain of the
+// tag refuses it (and nothing is reserved), a cap counts it as one of the
+// tag's connections while it runs, and the engine's backend time on it is
+// counted under the tag (holdfast_tag_engine_seconds_total), a share of
+// the holdfast:* tags' time.
+func TestCallHonoursCallerTag(t *testing.T) {
+	m := fleetWith(t, 1, "")[0]
+	db := m.client(t)
+	db.SetMaxOpenConns(4)
+	if _, err := db.Exec("CALL holdfast.receive(1, 1001, 1, 100)"); err != nil {
+		t.Fatal(err)
+	}
+	reserve := func(tag, key string) error {
+		_, err := db.Exec(fmt.Sprintf(`/* conn_tag:%s */ CALL holdfast.reserve(1, '%s', '[{"item":1001,"qty":1,"locations":[1]}]', NULL)`, tag, key))
+		return err
+	}
+	reserved := func(key string) bool {
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM reservations WHERE idempotency_key = ?", key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+
+	m.api(t, http.MethodPost, "/api/tags/checkout/drain?reason=incident")
+	err := reserve("checkout", "drained-1")
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 9001 || !strings.Contains(me.Message, "nothing was done") {
+		t.Fatalf("CALL of a drained tag: %v, want 9001, nothing done", err)
+	}
+	if reserved("drained-1") {
+		t.Fatal("the drained tag's CALL reserved")
+	}
+	if err := reserve("search", "other-1"); err != nil {
+		t.Fatalf("CALL of another tag while checkout is drained: %v", err)
+	}
+	m.api(t, http.MethodDelete, "/api/tags/checkout/drain")
+
+	// A cap of 1, its slot held by an open checkout transaction: the CALL
+	// waits for it and gives up after pool.acquire_timeout.
+	m.api(t, http.MethodPut, "/api/tags/checkout/limit?max=1")
+	holder, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"BEGIN", "/* conn_tag:checkout */ SELECT 1"} {
+		if _, err := holder.ExecContext(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = reserve("checkout", "capped-1")
+	if !errors.As(err, &me) || me.Number != 9002 {
+		t.Fatalf("CALL under a full cap: %v, want 9002", err)
+	}
+	if reserved("capped-1") {
+		t.Fatal("the CALL refused under the cap reserved")
+	}
+	if _, err := holder.ExecContext(context.Background(), "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	holder.Close()
+	for i := range 20 {
+		if err := reserve("checkout", fmt.Sprint("ok-", i)); err != nil {
+			t.Fatalf("CALL under the cap with its slot free: %v", err)
+		}
+	}
+	m.api(t, http.MethodDelete, "/api/tags/checkout/limit")
+
+	// The engine's time on checkout's reserves is checkout's.
+	engine, _ := m.metric(t, `holdfast_tag_engine_seconds_total{tag="checkout"}`)
+	calls, _ := m.metric(t, `holdfast_tag_statements_total{tag="checkout"}`)
+	var own float64
+	for _, tag := range []string{"holdfast:reserve", "holdfast:refill", "holdfast:stock"} {
+		v, _ := m.metric(t, `holdfast_tag_exec_seconds_total{tag="`+tag+`"}`)
+		own += v
+	}
+	search, _ := m.metric(t, `holdfast_tag_engine_seconds_total{tag="search"}`)
+	t.Logf("engine seconds for checkout %.6f, search %.6f; holdfast:* exec seconds %.6f; checkout statements %v", engine, search, own, calls)
+	if engine <= 0 || search <= 0 {
+		t.Fatalf("engine time for the callers' tags: checkout %v, search %v", engine, search)
+	}
+	if engine+search > own {
+		t.Fatalf("callers' engine time %v exceeds the engine's own exec time %v", engine+search, own)
+	}
+	if calls < 21 {
+		t.Fatalf("checkout's CALLs counted as %v statements, want at least 21 (the holder's SELECT and 20 reserves)", calls)
+	}
+}
