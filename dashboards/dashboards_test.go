@@ -100,7 +100,15 @@ func loadDashboard(t *testing.T) dashboard {
 	return d
 }
 
-func loadRules(t *testing.T) []rule {
+// The rule groups: the tag and pool alerts, and the engine's and fleet's.
+const (
+	tagGroup    = "holdfast"
+	engineGroup = "holdfast-engine"
+)
+
+// loadGroups returns the rule groups of AlertsFile by name, which must be
+// exactly tagGroup and engineGroup.
+func loadGroups(t *testing.T) map[string][]rule {
 	t.Helper()
 	raw, err := Files.ReadFile(AlertsFile)
 	if err != nil {
@@ -110,11 +118,18 @@ func loadRules(t *testing.T) []rule {
 	if err := yaml.Unmarshal(raw, &f); err != nil {
 		t.Fatalf("%s: %v", AlertsFile, err)
 	}
-	if len(f.Groups) != 1 || f.Groups[0].Name != "holdfast" {
-		t.Fatalf("%s: want exactly one rule group, named holdfast", AlertsFile)
+	out := map[string][]rule{}
+	for _, g := range f.Groups {
+		out[g.Name] = g.Rules
 	}
-	return f.Groups[0].Rules
+	if len(f.Groups) != 2 || out[tagGroup] == nil || out[engineGroup] == nil {
+		t.Fatalf("%s: want exactly the rule groups %s and %s", AlertsFile, tagGroup, engineGroup)
+	}
+	return out
 }
+
+// loadRules returns the tag and pool alerts.
+func loadRules(t *testing.T) []rule { return loadGroups(t)[tagGroup] }
 
 // query is one PromQL expression from the files, ready to evaluate.
 type query struct {
@@ -194,11 +209,21 @@ func TestAlertRulesPromtool(t *testing.T) {
 // with a summary and a description that name the tag.
 func TestAlertRulesShape(t *testing.T) {
 	t.Parallel()
-	rules := loadRules(t)
+	groups := loadGroups(t)
+	names := map[string]bool{}
+	for _, r := range groups[engineGroup] {
+		if r.Alert == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+			t.Errorf("engine rule %q: want an alert with a severity, a summary and a description", r.Alert+r.Record)
+		}
+		if names[r.Alert] {
+			t.Errorf("alert %s defined twice", r.Alert)
+		}
+		names[r.Alert] = true
+	}
+	rules := groups[tagGroup]
 	if len(rules) == 0 {
 		t.Fatal("no rules")
 	}
-	names := map[string]bool{}
 	for _, r := range rules {
 		if r.Alert == "" {
 			t.Errorf("rule %q: only alert rules belong in %s", r.Record, AlertsFile)
@@ -224,7 +249,8 @@ func TestAlertRulesShape(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"HoldfastPoolSaturated", "HoldfastTagHoldShareJump", "HoldfastTagWaiting",
-		"HoldfastPoolTimeouts", "HoldfastDrainedTagStillHolding"} {
+		"HoldfastPoolTimeouts", "HoldfastDrainedTagStillHolding", "HoldfastReconcilerViolation", "HoldfastLateClaimForced",
+		"HoldfastRedisDrift", "HoldfastFleetDutyUnheld", "HoldfastFleetOvercommitted"} {
 		if !names[want] {
 			t.Errorf("alert %s is missing", want)
 		}
@@ -562,11 +588,17 @@ func checkRuleHealth(t *testing.T, prom prometheus, firing map[string]bool) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Groups) != 1 || r.Groups[0].Name != "holdfast" {
-		t.Fatalf("prometheus loaded rule groups %+v, want holdfast", r.Groups)
+	var tagRules []int
+	for i, g := range r.Groups {
+		if g.Name == tagGroup {
+			tagRules = append(tagRules, i)
+		}
+	}
+	if len(r.Groups) != 2 || len(tagRules) != 1 {
+		t.Fatalf("prometheus loaded rule groups %+v, want %s and %s", r.Groups, tagGroup, engineGroup)
 	}
 	tags := []string{"fast_flow", "slow_flow", "batch_flow", "pin_flow"}
-	for _, rule := range r.Groups[0].Rules {
+	for _, rule := range r.Groups[tagRules[0]].Rules {
 		if rule.Health != "ok" || rule.LastError != "" {
 			t.Errorf("alert %s: health %q, last error %q", rule.Name, rule.Health, rule.LastError)
 		}

@@ -131,6 +131,13 @@ type prometheus struct{ base string }
 // AlertsFile loaded and evaluated every second.
 func startPrometheus(t *testing.T, target string) prometheus {
 	t.Helper()
+	return startPrometheusJobs(t, map[string]string{"holdfast": target})
+}
+
+// startPrometheusJobs is startPrometheus with one scrape job per entry of
+// jobs (job name: target).
+func startPrometheusJobs(t *testing.T, jobs map[string]string) prometheus {
+	t.Helper()
 	bin := tool(t, "prometheus")
 	rules, err := filepath.Abs(AlertsFile)
 	if err != nil {
@@ -144,10 +151,15 @@ func startPrometheus(t *testing.T, target string) prometheus {
 rule_files:
   - %q
 scrape_configs:
-  - job_name: holdfast
-    static_configs:
-      - targets: [%q]
-`, rules, target)
+`, rules)
+	names := make([]string, 0, len(jobs))
+	for j := range jobs {
+		names = append(names, j)
+	}
+	sort.Strings(names)
+	for _, j := range names {
+		cfg += fmt.Sprintf("  - job_name: %q\n    static_configs:\n      - targets: [%q]\n", j, jobs[j])
+	}
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
