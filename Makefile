@@ -72,7 +72,8 @@ load-data-big:
 
 ## chaos: the fault harness: 256 clients of checkout traffic through CALL holdfast.* against a
 ## private MariaDB while backend connections, MariaDB and holdfast are killed, then three
-## instances on one database; checks every answer and every unit on the database (~10 min)
+## instances on one database, then three instances while on-call controls change and instances
+## and backend connections are killed; checks every answer and every unit on the database (~13 min)
 chaos:
 	@scripts/mariadb-up.sh >/dev/null && $(GO) run ./cmd/holdfast-chaos -go $(GO) $(CHAOS_FLAGS)
 

@@ -350,7 +350,11 @@ func (a *Admin) setMaxTxn(w http.ResponseWriter, r *http.Request, tag string, d 
 	default:
 		a.srv.SetMaxTransactionTime(tag, d)
 	}
-	a.o.Log.Warn("admin: tag max_transaction_time set", "tag", tag, "max", d, "scope", scope, "remote", r.RemoteAddr)
+	if d == 0 {
+		a.o.Log.Warn("admin: tag max_transaction_time lifted", "tag", tag, "scope", scope, "remote", r.RemoteAddr)
+	} else {
+		a.o.Log.Warn("admin: tag max_transaction_time set", "tag", tag, "max", d, "scope", scope, "remote", r.RemoteAddr)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "max_transaction_seconds": a.inForce(tag).MaxTransactionTime.Seconds(), "scope": scope})
 }
 
@@ -379,7 +383,11 @@ func (a *Admin) setLimit(w http.ResponseWriter, r *http.Request, tag string, n i
 		a.srv.LimitTag(tag, n)
 	}
 	a.limits.set(tag, n, reason)
-	a.o.Log.Warn("admin: tag connection limit set", "tag", tag, "max", n, "reason", reason, "scope", scope, "remote", r.RemoteAddr)
+	if n == 0 {
+		a.o.Log.Warn("admin: tag connection limit lifted", "tag", tag, "scope", scope, "remote", r.RemoteAddr)
+	} else {
+		a.o.Log.Warn("admin: tag connection limit set", "tag", tag, "max", n, "reason", reason, "scope", scope, "remote", r.RemoteAddr)
+	}
 	ans := map[string]any{"tag": tag, "limit": n, "scope": scope}
 	if g := a.inForce(tag); g.Limited {
 		ans["in_force_here"] = g.Limit // this instance's share of a fleet-wide cap, or its own limit

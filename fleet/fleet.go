@@ -109,10 +109,22 @@ func New(o Options) *Fleet {
 	return &Fleet{o: o, grants: map[string]grant{}, duties: map[string]time.Time{}}
 }
 
-// Start reads the tables once and then polls every Options.Poll until ctx
-// ends or Close.
+// Start reads the tables, trying again for up to Options.TTL while the
+// read fails, so that an instance starts with the fleet's controls in
+// force; then it polls every Options.Poll until ctx ends or Close. An
+// instance that could not read them in that time starts without them
+// (with its configuration's controls) and applies them at its first good
+// read; Status says so meanwhile.
 func (f *Fleet) Start(ctx context.Context) error {
-	return f.loops.StartAfter(ctx, func(ctx context.Context) { _ = f.Poll(ctx) }, func(ctx context.Context) {
+	first := func(ctx context.Context) {
+		deadline := time.Now().Add(f.o.TTL)
+		for f.Poll(ctx) != nil && time.Now().Before(deadline) {
+			if lifecycle.Sleep(ctx, 200*time.Millisecond) != nil {
+				return
+			}
+		}
+	}
+	return f.loops.StartAfter(ctx, first, func(ctx context.Context) {
 		t := time.NewTicker(f.o.Poll)
 		defer t.Stop()
 		for {

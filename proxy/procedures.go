@@ -269,6 +269,9 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 	}
 	s.ps.nextStmt++
 	cs := &clientStmt{id: s.ps.nextStmt, query: string(p[1:]), params: params, call: &call}
+	if tag, tagged := s.statementTag(p[1:], info); tagged {
+		cs.tag = tag // each execute is a statement of the tag its text carries
+	}
 	s.ps.stmts[cs.id] = cs
 	s.ps.lastStmt = cs.id
 	out := append(s.out[:0], hdrOK)

@@ -395,6 +395,15 @@ func TestCallHonoursCallerTag(t *testing.T) {
 	if reserved("drained-1") {
 		t.Fatal("the drained tag's CALL reserved")
 	}
+	// The same as a prepared statement (the driver prepares a statement
+	// with arguments): the tag in its text is each execute's.
+	_, err = db.Exec(`/* conn_tag:checkout */ CALL holdfast.reserve(?, ?, ?, NULL)`, 1, "drained-2", `[{"item":1001,"qty":1,"locations":[1]}]`)
+	if !errors.As(err, &me) || me.Number != 9001 {
+		t.Fatalf("prepared CALL of a drained tag: %v, want 9001", err)
+	}
+	if reserved("drained-2") {
+		t.Fatal("the drained tag's prepared CALL reserved")
+	}
 	if err := reserve("search", "other-1"); err != nil {
 		t.Fatalf("CALL of another tag while checkout is drained: %v", err)
 	}

@@ -26,6 +26,7 @@ type client struct {
 	rng      *rand.Rand
 	o        *Options
 	prefix   string // of idempotency keys: unique per scenario and client
+	tag      string // conn_tag of its calls ("" none)
 	seq      int
 	journal  []Call
 }
@@ -202,7 +203,10 @@ func (r *Call) answerShape(why string) {
 // do runs the call on the client's connection (making one if it has none)
 // and returns its rows as strings (NULL as "").
 func (c *client) do(r *Call, q string, args ...any) [][]string {
-	r.Client, r.Instance = c.id, c.instance
+	r.Client, r.Instance, r.Tag = c.id, c.instance, c.tag
+	if c.tag != "" {
+		q = "/* conn_tag:" + c.tag + " */ " + q
+	}
 	r.Start = time.Now()
 	ctx := context.Background() // the driver's read timeout bounds the call
 	if c.conn == nil {

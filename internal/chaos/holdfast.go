@@ -70,7 +70,7 @@ backend:
   user: ` + backendUser + `
   password: ` + backendUser + `
   database: {{.Database}}
-  instances: {{.Instances}}
+  instances: {{.Instances}}   # 0: from the fleet's live instances
 log:
   level: warn
 admin:

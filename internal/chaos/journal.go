@@ -84,7 +84,8 @@ func (k PoolKey) String() string { return fmt.Sprintf("item %d at location %d", 
 // and what the client was told.
 type Call struct {
 	Client   int
-	Instance int // the holdfast instance the client was connected to
+	Instance int    // the holdfast instance the client was connected to
+	Tag      string // the call's conn_tag ("" none)
 	Proc     string
 	Key      string // reserve: the idempotency key
 	Token    string // claim, release: the argument; reserve: the answer's
@@ -193,6 +194,13 @@ var expectedCodes = map[string][]uint16{
 	procRelease: {codeBusy, codeUnavailable, codePoolExhausted, codeShutdown},
 }
 
+// expectedCode reports whether a failed call's code may be a true answer:
+// expectedCodes, and with controls (the controls scenario) a refusal by a
+// drain or a cap, which checkControls judges against what on-call did.
+func expectedCode(c *Call, controls bool) bool {
+	return slices.Contains(expectedCodes[c.Proc], c.Code) || controls && (c.Code == codeTagDrained || c.Code == codeTagLimit)
+}
+
 // retryable reports whether the client repeats the call after this answer:
 // an unknown outcome (repeating is safe), or "nothing was done, retry".
 func (c *Call) retryable() bool {
@@ -201,7 +209,7 @@ func (c *Call) retryable() bool {
 		return true
 	case Failed:
 		switch c.Code {
-		case codeBusy, codeUnavailable, codePoolExhausted, codeShutdown:
+		case codeBusy, codeUnavailable, codePoolExhausted, codeShutdown, codeTagDrained, codeTagLimit:
 			return true
 		}
 	}

@@ -104,7 +104,7 @@ const (
 // connections may die under calls; otherwise a dead client connection is
 // a violation (holdfast itself must answer every call). ttl is the
 // reserves' ttl_seconds.
-func judge(calls []Call, f facts, holdfastDied bool, ttl time.Duration) *verdict {
+func judge(calls []Call, f facts, holdfastDied, controls bool, ttl time.Duration) *verdict {
 	v := &verdict{Resolved: map[string]map[string]*resolution{}, ClaimedUnits: map[PoolKey]int64{},
 		ForcedPools: map[PoolKey]time.Time{}}
 	byKey := map[string][]*Call{}
@@ -112,7 +112,7 @@ func judge(calls []Call, f facts, holdfastDied bool, ttl time.Duration) *verdict
 	for i := range calls {
 		c := &calls[i]
 		switch {
-		case c.Kind == Failed && !slices.Contains(expectedCodes[c.Proc], c.Code):
+		case c.Kind == Failed && !expectedCode(c, controls):
 			v.fail(checkCodes, "%s", c)
 		case c.Kind == Answered && c.Outcome != "" && !validOutcome(c):
 			v.fail(checkCodes, "unexpected answer: %s", c)

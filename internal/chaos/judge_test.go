@@ -88,7 +88,7 @@ func TestJudgeTrueAnswers(t *testing.T) {
 		call(lost(procReserve, "e", 0)).call(failed(procReserve, "e", 0, codeBusy)).
 		// Abandoned.
 		call(reserved("f", 4, false)).row(4, "f", 0, "", -1)
-	v := judge(w.calls, w.f, true, time.Minute)
+	v := judge(w.calls, w.f, true, false, time.Minute)
 	if len(v.Violations) != 0 {
 		t.Fatalf("violations in a true journal: %v", v.Violations)
 	}
@@ -163,7 +163,7 @@ func TestJudgeFindsUntrueAnswers(t *testing.T) {
 			false, checkAnswers, "the database holds"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			v := judge(c.w.calls, c.w.f, c.died, time.Minute)
+			v := judge(c.w.calls, c.w.f, c.died, false, time.Minute)
 			for _, x := range v.Violations {
 				if x.Check == c.check && strings.Contains(x.Detail, c.about) {
 					return
@@ -184,13 +184,13 @@ func TestJudgeTrueInsufficient(t *testing.T) {
 	// 1 or 2 (which has no ledger row).
 	w.call(reserved("a", 1, false)).row(1, "a", 0, "", -1)
 	w.call(failed(procReserve, "b", 0, codeInsufficient))
-	if v := judge(w.calls, w.f, false, time.Minute); len(v.Violations) != 0 {
+	if v := judge(w.calls, w.f, false, false, time.Minute); len(v.Violations) != 0 {
 		t.Fatalf("violations: %v", v.Violations)
 	}
 	// Expired long before: the units were available, the 9101 false.
 	w.t = w.t.Add(2 * time.Minute)
 	w.call(failed(procReserve, "c", 0, codeInsufficient))
-	v := judge(w.calls, w.f, false, time.Minute)
+	v := judge(w.calls, w.f, false, false, time.Minute)
 	if len(v.Violations) != 1 || v.Violations[0].Check != checkInsufficient || !strings.Contains(v.Violations[0].Detail, "key c") {
 		t.Fatalf("violations: %v; want the 9101 of key c", v.Violations)
 	}
@@ -199,7 +199,7 @@ func TestJudgeTrueInsufficient(t *testing.T) {
 func TestJudgeLostConnectionsWhenHoldfastDied(t *testing.T) {
 	w := newWorld().call(lost(procReserve, "a", 0)).call(Call{Proc: procReserve, Key: "a", Kind: NotSent, Msg: "connection refused"}).
 		call(reserved("a", 1, true)).row(1, "a", 0, "", -1)
-	if v := judge(w.calls, w.f, true, time.Minute); len(v.Violations) != 0 {
+	if v := judge(w.calls, w.f, true, false, time.Minute); len(v.Violations) != 0 {
 		t.Fatalf("violations: %v", v.Violations)
 	}
 }

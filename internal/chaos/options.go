@@ -27,10 +27,17 @@ const (
 	// Instances runs Options.Instances holdfast instances on one database,
 	// client i connected to instance i mod Instances; no other fault.
 	Instances Scenario = "instances"
+	// Controls runs Options.Instances instances on one database whose
+	// clients tag their calls, while on-call controls of those tags change
+	// every Options.ControlEvery through a random instance's admin API,
+	// one instance after another is killed with SIGKILL every
+	// Options.HoldfastKillEvery, and a backend connection is killed every
+	// 5 × Options.BackendKillEvery.
+	Controls Scenario = "controls"
 )
 
 // Scenarios lists every scenario in order.
-var Scenarios = []Scenario{KillBackend, KillMariaDB, KillHoldfast, Instances}
+var Scenarios = []Scenario{KillBackend, KillMariaDB, KillHoldfast, Instances, Controls}
 
 // ParseScenarios reads a comma-separated list of scenario names ("all"
 // for every one).
@@ -88,6 +95,7 @@ type Options struct {
 	HoldfastKillEvery time.Duration
 	HoldfastDown      time.Duration
 	Instances         int
+	ControlEvery      time.Duration
 
 	// RetryBudget bounds how long a client repeats one call that got a
 	// retryable answer (unknown outcome, 9107, 2003, 1040, 1053, no
@@ -112,8 +120,8 @@ type Options struct {
 	Seed         uint64 // of the clients' random choices; 0: from the clock
 }
 
-// DefaultOptions returns the settings of `make chaos`: 256 clients, four
-// scenarios of 100 s of traffic each, about 10 minutes in all.
+// DefaultOptions returns the settings of `make chaos`: 256 clients, five
+// scenarios of 100 s of traffic each, about 13 minutes in all.
 func DefaultOptions() Options {
 	return Options{
 		Repo: ".", Go: "go",
@@ -128,6 +136,7 @@ func DefaultOptions() Options {
 		HoldfastKillEvery: 12 * time.Second,
 		HoldfastDown:      time.Second,
 		Instances:         3,
+		ControlEvery:      2 * time.Second,
 		RetryBudget:       30 * time.Second,
 		AnswerTimeout:     30 * time.Second,
 		Settle:            90 * time.Second,

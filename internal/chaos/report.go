@@ -43,7 +43,8 @@ type Result struct {
 	Reservable     int // pools found wholly reservable after expiry
 
 	Violations []Violation
-	Journal    string // path of the journal file (JSON lines), in the work directory
+	Journal    string   // path of the journal file (JSON lines), in the work directory
+	Notes      []string // scenario-specific lines for the report
 }
 
 // tally counts calls and answers.
@@ -71,6 +72,9 @@ func (r *Result) print(out io.Writer) {
 	fmt.Fprintf(&w, "   %d clients, %s of traffic, %s more to finish the last orders, %s until all expired, %s to reserve everything again\n",
 		r.Clients, r.Traffic.Round(time.Second), r.Settle.Round(time.Second), r.Expire.Round(time.Second), (r.Check - r.Expire).Round(time.Second))
 	fmt.Fprintf(&w, "   faults: %s\n", r.faultLine())
+	for _, n := range r.Notes {
+		fmt.Fprintf(&w, "   %s\n", n)
+	}
 	fmt.Fprintf(&w, "   calls %d:", total)
 	for _, p := range procOrder {
 		fmt.Fprintf(&w, " %s %d", p, r.Calls[p])
@@ -131,6 +135,8 @@ func (r *Result) faultLine() string {
 		return fmt.Sprintf("MariaDB killed and restarted %d times", r.Faults)
 	case KillHoldfast:
 		return fmt.Sprintf("holdfast killed and restarted %d times", r.Faults)
+	case Controls:
+		return fmt.Sprintf("%d control changes, instance kills and backend kills (%d missed: no live instance answered, or nothing to kill)", r.Faults, r.FaultMisses)
 	}
 	return fmt.Sprintf("none besides the %d instances", r.Starts)
 }

@@ -99,6 +99,9 @@ func describeScenario(o *Options, sc Scenario) string {
 		return fmt.Sprintf("holdfast kill -9 every %s, restarted after %s", o.HoldfastKillEvery, o.HoldfastDown)
 	case Instances:
 		return fmt.Sprintf("%d holdfast instances on one database", o.Instances)
+	case Controls:
+		return fmt.Sprintf("%d holdfast instances, on-call controls changed every %s, one instance kill -9 every %s, a backend connection killed every %s",
+			o.Instances, o.ControlEvery, o.HoldfastKillEvery, 5*o.BackendKillEvery)
 	}
 	return string(sc)
 }

@@ -30,10 +30,11 @@ type scenario struct {
 	dbs [][2]*sql.DB // per instance, client pools: interpolated, prepared
 	res *Result
 
-	initial map[PoolKey]int64 // on_hand before the traffic
-	calls   []Call
-	mon     monitor
-	faults  faultLog
+	initial  map[PoolKey]int64 // on_hand before the traffic
+	calls    []Call
+	mon      monitor
+	faults   faultLog
+	controls controlLog // the controls scenario's changes
 }
 
 func (s *scenario) run(ctx context.Context) (*Result, error) {
@@ -67,7 +68,7 @@ func (s *scenario) setup(ctx context.Context) error {
 	}
 	s.db = s.srv.Open(name)
 	instances := 1
-	if s.sc == Instances {
+	if s.sc == Instances || s.sc == Controls {
 		instances = s.o.Instances
 	}
 	for i := 0; i < instances; i++ {
@@ -80,7 +81,7 @@ func (s *scenario) setup(ctx context.Context) error {
 			return err
 		}
 		h, err := newHoldfast(i, fmt.Sprintf("s%d-holdfast-%d", s.n, i), s.bin, s.dir, holdfastConfig{Listen: listen, Admin: admin,
-			Backend: s.srv.Addr, Database: name, Instances: instances, TTL: s.o.TTL, PoolCap: s.o.PoolCap})
+			Backend: s.srv.Addr, Database: name, TTL: s.o.TTL, PoolCap: s.o.PoolCap})
 		if err != nil {
 			return err
 		}
@@ -150,6 +151,12 @@ func (s *scenario) traffic(ctx context.Context) {
 		bg.Go(func() { killMariaDB(faultCtx, s.srv, o.MariaDBKillEvery, o.MariaDBDown, &s.faults) })
 	case KillHoldfast:
 		bg.Go(func() { killHoldfast(faultCtx, s.hs[0], o.HoldfastKillEvery, o.HoldfastDown, &s.faults) })
+	case Controls:
+		crng := rand.New(rand.NewPCG(s.rng.Uint64(), 3))
+		krng := rand.New(rand.NewPCG(s.rng.Uint64(), 4))
+		bg.Go(func() { controlLoop(faultCtx, s.hs, o.ControlEvery, crng, &s.faults, &s.controls) })
+		bg.Go(func() { killHoldfastRotating(faultCtx, s.hs, o.HoldfastKillEvery, o.HoldfastDown, &s.faults) })
+		bg.Go(func() { killBackends(faultCtx, s.root, 5*o.BackendKillEvery, krng, &s.faults) })
 	}
 	trafficCtx, stopTraffic := context.WithTimeout(ctx, o.Traffic)
 	defer stopTraffic()
@@ -159,6 +166,9 @@ func (s *scenario) traffic(ctx context.Context) {
 		inst := i % len(s.hs)
 		c := &client{id: i, instance: inst, db: s.dbs[inst][(i/len(s.hs))%2], o: o,
 			rng: rand.New(rand.NewPCG(s.rng.Uint64(), uint64(i))), prefix: fmt.Sprintf("s%d-c%d-", s.n, i)}
+		if s.sc == Controls {
+			c.tag = tagOf(i)
+		}
 		clients[i] = c
 		cwg.Go(func() { c.run(trafficCtx) })
 	}
@@ -199,8 +209,12 @@ func (s *scenario) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v := judge(s.calls, f, s.sc == KillHoldfast, o.TTL)
+	v := judge(s.calls, f, s.sc == KillHoldfast || s.sc == Controls, s.sc == Controls, o.TTL)
 	res.Violations = append(res.Violations, v.Violations...)
+	if s.sc == Controls {
+		res.Violations = append(res.Violations, checkControls(s.calls, &s.controls)...)
+		res.Notes = append(res.Notes, "controls: "+controlSummary(&s.controls))
+	}
 	res.Resolved = v.Resolved
 	for _, u := range v.ClaimedUnits {
 		res.ClaimedUnits += u

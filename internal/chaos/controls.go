@@ -1,0 +1,268 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+)
+
+// The controls scenario: on-call controls change through the fleet's
+// admin APIs while instances are killed and backend connections cut.
+// Clients tag their calls: even ones tagControlled... see tagOf. The
+// controller drains and undrains tagDrained (sometimes with an expiry)
+// and caps tagCapped fleet-wide, each change through a random live
+// instance. Besides the usual judgement, every refusal must be true: a
+// 9001 only for the drained tag while a drain may have been in force, a
+// 9002 only for the capped tag while a cap may have been, and no call of
+// the drained tag answered while a drain was certainly in force on every
+// instance.
+
+const (
+	tagDrained = "chaos_cart"     // drained and undrained by the controller
+	tagCapped  = "chaos_checkout" // capped fleet-wide by the controller
+)
+
+// Control codes: refused by a drain, or by a wait under a cap that ran
+// out; nothing was done (the client retries).
+const (
+	codeTagDrained = 9001
+	codeTagLimit   = 9002
+)
+
+// tagOf is client i's tag in the controls scenario.
+func tagOf(i int) string {
+	if i%2 == 0 {
+		return tagDrained
+	}
+	return tagCapped
+}
+
+// controlBound is how long a control change takes to be in force on every
+// live instance after the admin API answered: one fleet poll (1 s), and
+// one more for a poll that failed because its connection was cut.
+const controlBound = 3 * time.Second
+
+// window is a span in which a control may have been in force somewhere
+// (from the start of the request that set it until the answer of the one
+// that lifted it, plus controlBound), and the part of it in which it
+// certainly was in force everywhere (from the setting answer plus
+// controlBound until the start of the lifting request; empty when the
+// setting request failed).
+type window struct {
+	mayFrom, mayUntil   time.Time
+	sureFrom, sureUntil time.Time
+}
+
+// controlLog is what the controller did, per control ("drain", "limit").
+type controlLog struct {
+	mu   sync.Mutex
+	wins map[string][]window
+	open map[string]*window // set (or maybe set) and not lifted yet
+}
+
+func (l *controlLog) set(kind string, start, end time.Time, ok bool, expires time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open == nil {
+		l.open, l.wins = map[string]*window{}, map[string][]window{}
+	}
+	w := l.open[kind]
+	if w == nil {
+		w = &window{mayFrom: start}
+		l.open[kind] = w
+	}
+	if ok && w.sureFrom.IsZero() {
+		w.sureFrom = end.Add(controlBound)
+	}
+	if ok && expires > 0 {
+		// It lifts itself: the database's clock counts from the write,
+		// between start and end.
+		w.mayUntil = end.Add(expires + controlBound)
+		w.sureUntil = start.Add(expires)
+		l.wins[kind] = append(l.wins[kind], *w)
+		delete(l.open, kind)
+	}
+}
+
+func (l *controlLog) lift(kind string, start, end time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.open[kind]
+	if w == nil || !ok {
+		return // nothing set, or it may still be in force: keep it open
+	}
+	w.mayUntil, w.sureUntil = end.Add(controlBound), start
+	l.wins[kind] = append(l.wins[kind], *w)
+	delete(l.open, kind)
+}
+
+// close ends the windows left open at the end.
+func (l *controlLog) close(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for kind, w := range l.open {
+		w.mayUntil, w.sureUntil = at.Add(controlBound), at
+		l.wins[kind] = append(l.wins[kind], *w)
+	}
+	l.open = nil
+}
+
+func (l *controlLog) windows(kind string) []window {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]window(nil), l.wins[kind]...)
+}
+
+// controlLoop changes the controls every `every` until ctx is done, then
+// lifts them (so the settle phase runs free).
+func controlLoop(ctx context.Context, hs []*holdfast, every time.Duration, rng *rand.Rand, log *faultLog, cl *controlLog) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for tickCtx(ctx, t.C) {
+		switch rng.IntN(4) {
+		case 0:
+			var expires time.Duration
+			q := "/api/tags/" + tagDrained + "/drain?reason=chaos&by=chaos"
+			if rng.IntN(3) == 0 {
+				expires = time.Duration(1+rng.IntN(3)) * time.Second
+				q += "&for=" + expires.String()
+			}
+			start := time.Now()
+			ok := adminCall(ctx, hs, rng, http.MethodPost, q)
+			cl.set("drain", start, time.Now(), ok, expires)
+			log.add(ok)
+		case 1:
+			start := time.Now()
+			ok := adminCall(ctx, hs, rng, http.MethodDelete, "/api/tags/"+tagDrained+"/drain")
+			cl.lift("drain", start, time.Now(), ok)
+			log.add(ok)
+		case 2:
+			start := time.Now()
+			ok := adminCall(ctx, hs, rng, http.MethodPut, fmt.Sprintf("/api/tags/%s/limit?max=%d&by=chaos", tagCapped, 1+rng.IntN(4)))
+			cl.set("limit", start, time.Now(), ok, 0)
+			log.add(ok)
+		case 3:
+			start := time.Now()
+			ok := adminCall(ctx, hs, rng, http.MethodDelete, "/api/tags/"+tagCapped+"/limit")
+			cl.lift("limit", start, time.Now(), ok)
+			log.add(ok)
+		}
+	}
+	// Lift both, retrying through any live instance.
+	for _, c := range []struct{ kind, path string }{{"drain", "/api/tags/" + tagDrained + "/drain"}, {"limit", "/api/tags/" + tagCapped + "/limit"}} {
+		for i := 0; i < 50; i++ {
+			start := time.Now()
+			if adminCall(context.Background(), hs, rng, http.MethodDelete, c.path) {
+				cl.lift(c.kind, start, time.Now(), true)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	cl.close(time.Now())
+}
+
+// adminCall sends one admin request to a random live instance and reports
+// whether it answered 200.
+func adminCall(ctx context.Context, hs []*holdfast, rng *rand.Rand, method, path string) bool {
+	var live []*holdfast
+	for _, h := range hs {
+		if h.alive() {
+			live = append(live, h)
+		}
+	}
+	if len(live) == 0 {
+		return false
+	}
+	h := live[rng.IntN(len(live))]
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+h.cfg.Admin+path, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// killHoldfastRotating kills instance i mod len(hs) with SIGKILL every
+// `every`, i counting up, and restarts it after down each time.
+func killHoldfastRotating(ctx context.Context, hs []*holdfast, every, down time.Duration, log *faultLog) {
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		h := hs[i%len(hs)]
+		h.kill9()
+		time.Sleep(down)
+		if err := h.start(context.Background()); err != nil {
+			log.fail("fault", "holdfast %d did not restart: %v", h.n, err)
+			return
+		}
+		log.add(true)
+	}
+}
+
+// checkControls judges the refusals in calls against what the controller
+// did.
+func checkControls(calls []Call, cl *controlLog) []Violation {
+	drains, limits := cl.windows("drain"), cl.windows("limit")
+	may := func(ws []window, c *Call) bool {
+		for _, w := range ws {
+			if !c.End.Before(w.mayFrom) && !c.Start.After(w.mayUntil) {
+				return true
+			}
+		}
+		return false
+	}
+	sure := func(ws []window, c *Call) bool {
+		for _, w := range ws {
+			if !w.sureFrom.IsZero() && !c.Start.Before(w.sureFrom) && !c.End.After(w.sureUntil) {
+				return true
+			}
+		}
+		return false
+	}
+	var out []Violation
+	for i := range calls {
+		c := &calls[i]
+		switch {
+		case c.Kind == Failed && c.Code == codeTagDrained && (c.Tag != tagDrained || !may(drains, c)):
+			out = append(out, Violation{checkCodes, "refused as drained with no drain of its tag in force: " + c.String()})
+		case c.Kind == Failed && c.Code == codeTagLimit && (c.Tag != tagCapped || !may(limits, c)):
+			out = append(out, Violation{checkCodes, "refused under a cap with no cap of its tag in force: " + c.String()})
+		case c.Kind == Answered && c.Tag == tagDrained && sure(drains, c):
+			out = append(out, Violation{checkAnswers, "served while its tag was drained on every instance: " + c.String()})
+		}
+	}
+	return out
+}
+
+// controlSummary is the report's line on the controller's windows.
+func controlSummary(cl *controlLog) string {
+	var parts []string
+	for _, kind := range []string{"drain", "limit"} {
+		ws := cl.windows(kind)
+		var sum time.Duration
+		for _, w := range ws {
+			if !w.sureFrom.IsZero() && w.sureUntil.After(w.sureFrom) {
+				sum += w.sureUntil.Sub(w.sureFrom)
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%d %s windows (%s certainly in force everywhere)", len(ws), kind, sum.Round(time.Second)))
+	}
+	sort.Strings(parts)
+	return fmt.Sprint(parts)
+}
