@@ -91,6 +91,9 @@ func TestConfigYAMLIsTheDefaults(t *testing.T) {
 		if len(c.Tags.Limits) == 0 {
 			c.Tags.Limits = nil
 		}
+		if len(c.Tags.MaxTransactionTime) == 0 {
+			c.Tags.MaxTransactionTime = nil
+		}
 	}
 	if !reflect.DeepEqual(shipped, def) {
 		sv, dv := reflect.ValueOf(shipped), reflect.ValueOf(def)

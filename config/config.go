@@ -119,6 +119,8 @@ type Tags struct {
 	Drained []string `yaml:"drained"`
 	// Limits caps a tag's concurrent backend connections.
 	Limits map[string]int `yaml:"limits"`
+	// MaxTransactionTime is a tag's own sessions.max_transaction_time.
+	MaxTransactionTime map[string]time.Duration `yaml:"max_transaction_time"`
 }
 
 // TLS configures TLS for client connections. Both files empty means no TLS.
@@ -620,6 +622,14 @@ func (c *Config) Validate() error {
 		}
 		if n < 1 {
 			return bad("tags.limits."+t, "must be at least 1, got %d", n)
+		}
+	}
+	for t, d := range c.Tags.MaxTransactionTime {
+		if !validTag(t) {
+			return bad("tags.max_transaction_time", "%q is not a tag (letters, digits and _ . : - only, at most 64)", t)
+		}
+		if d <= 0 {
+			return bad("tags.max_transaction_time."+t, "must be positive, got %v", d)
 		}
 	}
 	return nil

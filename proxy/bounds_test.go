@@ -148,6 +148,15 @@ func TestMaxTransactionTime(t *testing.T) {
 	if gs := q.srv.Gates(); len(gs) != 0 {
 		t.Fatalf("gates after lifting: %+v", gs)
 	}
+
+	// Per tag, in the configuration (tags.max_transaction_time).
+	r := startProxy(t, func(c *config.Config) {
+		c.Tags.MaxTransactionTime = map[string]time.Duration{"batch": 300 * time.Millisecond}
+	})
+	b := r.raw(t, rawOpts{})
+	b.mustQuery("/* conn_tag:batch */ BEGIN")
+	b.mustQuery("/* conn_tag:batch */ SELECT 1")
+	expectTimeoutErr(t, b, 9005, "tag 'batch'")
 }
 
 // A client that stops reading a large answer is disconnected after

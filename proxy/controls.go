@@ -282,8 +282,17 @@ func (s *Server) applyConfigGates(t config.Tags) {
 		}
 		set[tag] = c
 	}
+	for tag, d := range t.MaxTransactionTime {
+		c, ok := set[tag]
+		if !ok {
+			c = tagControl{limit: noLimit}
+		}
+		c.maxTxn = d
+		set[tag] = c
+	}
 	s.replaceControls(srcConfig, set)
-	if len(t.Drained)+len(t.Limits) > 0 {
-		s.log.Info("configured tag controls applied", "drained", len(t.Drained), "limits", len(t.Limits))
+	if len(t.Drained)+len(t.Limits)+len(t.MaxTransactionTime) > 0 {
+		s.log.Info("configured tag controls applied", "drained", len(t.Drained), "limits", len(t.Limits),
+			"max_transaction_time", len(t.MaxTransactionTime))
 	}
 }
