@@ -3,8 +3,8 @@
 // statements waiting for a place in a pipeline.
 //
 // It owns one protocol and nothing else: a waiter queues, then waits with a
-// context; whoever frees something hands it to the oldest waiter that can
-// use it; a waiter that gives up removes itself, and if a hand-off raced it
+// context; whoever frees something hands it to the first waiter that can
+// use it (the oldest, or the first by rank: see Waiter.Rank); a waiter that gives up removes itself, and if a hand-off raced it
 // (the value was already on its way), it gives the value back through the
 // queue's give-back function instead of dropping it; a waiter that leaves
 // after a wake-up it will not use passes that on the same way; Close wakes
@@ -76,6 +76,13 @@ type Waiter[K, V any] struct {
 	// Key is what the waiter asks for, given to HandOffFunc's pick; it
 	// must not change while the waiter is queued.
 	Key K
+	// Rank orders the queue: waiters of lower Rank come first, those of
+	// equal Rank in order of first arrival. An owner that leaves every
+	// Rank 0 has a FIFO; one that sets Rank to an arrival time plus a
+	// handicap gets a priority order in which no waiter is passed by
+	// anyone arriving more than its handicap after it (see pool). Set it
+	// before the first Enqueue of a wait; it must not change until Reset.
+	Rank int64
 
 	ch         chan V // buffered(1): made at first Enqueue
 	prev, next *Waiter[K, V]
@@ -85,7 +92,7 @@ type Waiter[K, V any] struct {
 }
 
 // Reset prepares an out-of-queue w for a new, unrelated wait: it queues
-// last again and its skips count from zero. (Re-queueing within one wait
+// last again (among waiters of its Rank) and its skips count from zero. (Re-queueing within one wait
 // needs no Reset; that is what keeps its place.)
 func (w *Waiter[K, V]) Reset() {
 	if w.state != stateOut {
@@ -109,10 +116,12 @@ func (q *Queue[K, V]) SetCap(n int) {
 	q.mu.Unlock()
 }
 
-// Enqueue queues w. A waiter queued for the first time goes last; one that
-// queued before (woken, it found nothing and tries again) goes back to the
-// place its first arrival gave it, ahead of everyone who arrived later, and
-// is never refused for the cap (its place was counted when it was new).
+// Enqueue queues w. A waiter queued for the first time goes last among
+// those of its Rank (behind every lower Rank, ahead of every higher one);
+// one that queued before (woken, it found nothing and tries again) goes
+// back to the place its first arrival gave it, ahead of everyone of its
+// Rank who arrived later, and is never refused for the cap (its place was
+// counted when it was new).
 // It fails with ErrClosed after Close and with ErrFull at the cap. w must not
 // be queued already, nor hold a value not yet received.
 func (q *Queue[K, V]) Enqueue(w *Waiter[K, V]) error {
@@ -139,13 +148,15 @@ func (q *Queue[K, V]) Enqueue(w *Waiter[K, V]) error {
 	return nil
 }
 
-// insertLocked puts w before the first waiter that arrived after it. A new
-// waiter has the highest seq and goes straight to the tail; one re-queueing
-// was usually near the head, so the walk starts there.
+// insertLocked puts w before the first waiter that comes after it (a
+// higher Rank, or the same Rank and a later arrival). In a FIFO a new
+// waiter has the highest seq and goes straight to the tail; one
+// re-queueing, or of a low Rank, is usually near the head, so the walk
+// starts there.
 func (q *Queue[K, V]) insertLocked(w *Waiter[K, V]) {
 	at := (*Waiter[K, V])(nil) // insert before at; nil: at the tail
-	if q.tail != nil && q.tail.seq > w.seq {
-		for at = q.head; at.seq < w.seq; at = at.next {
+	if q.tail != nil && w.before(q.tail) {
+		for at = q.head; at.before(w); at = at.next {
 		}
 	}
 	prev := q.tail
@@ -165,6 +176,14 @@ func (q *Queue[K, V]) insertLocked(w *Waiter[K, V]) {
 	}
 	q.len++
 	q.n.Store(int32(q.len))
+}
+
+// before reports whether w comes before x in the queue's order.
+func (w *Waiter[K, V]) before(x *Waiter[K, V]) bool {
+	if w.Rank != x.Rank {
+		return w.Rank < x.Rank
+	}
+	return w.seq < x.seq
 }
 
 func (q *Queue[K, V]) removeLocked(w *Waiter[K, V]) {
@@ -269,7 +288,7 @@ func (q *Queue[K, V]) GiveBack(v V) {
 	}
 }
 
-// HandOff hands v to the oldest waiter and reports whether there was one;
+// HandOff hands v to the first waiter and reports whether there was one;
 // when not, the caller keeps v.
 func (q *Queue[K, V]) HandOff(v V) bool {
 	if q.n.Load() == 0 {
@@ -278,7 +297,7 @@ func (q *Queue[K, V]) HandOff(v V) bool {
 	return q.HandOffFunc(func(K, int) (V, bool) { return v, true })
 }
 
-// HandOffFunc offers a hand-off to each waiter from the oldest on: pick
+// HandOffFunc offers a hand-off to each waiter from the first on: pick
 // gets the waiter's key and how many earlier hand-offs passed it over for a
 // later waiter, and returns the value to give and true, or false to pass it
 // over. The first waiter picked gets the value; each waiter passed over

@@ -431,3 +431,36 @@ func TestMisuse(t *testing.T) {
 	testkit.MustPanic(t, "Enqueue with a value pending", func() { _ = qu.Enqueue(x) })
 	testkit.MustPanic(t, "Reset with a value pending", func() { x.Reset() })
 }
+
+// Rank orders waiters before arrival does; among equal ranks a re-queued
+// waiter keeps its place.
+func TestRankOrder(t *testing.T) {
+	qu := New[string, int](nil)
+	enqueue := func(key string, rank int64) *w {
+		x := &w{Key: key, Rank: rank}
+		if err := qu.Enqueue(x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	ws := []*w{
+		enqueue("bg1", 100), enqueue("n1", 50), enqueue("bg2", 100),
+		enqueue("c1", 0), enqueue("n2", 50), enqueue("c2", 0),
+	}
+	// bg1 is woken, finds nothing and queues again: still ahead of bg2.
+	if !qu.HandOffFunc(func(k string, _ int) (int, bool) { return 1, k == "bg1" }) {
+		t.Fatal("bg1 not found")
+	}
+	if _, err := qu.Wait(context.Background(), ws[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := qu.Enqueue(ws[0]); err != nil {
+		t.Fatal(err)
+	}
+	ws = append(ws, enqueue("c3", 0))
+	got := order(t, qu, ws)
+	want := []string{"c1", "c2", "c3", "n1", "n2", "bg1", "bg2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+}

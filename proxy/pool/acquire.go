@@ -18,10 +18,19 @@ import (
 // long idle).
 // The borrower must Release it exactly once.
 func (p *Pool[K, C]) Acquire(ctx context.Context, key K) (C, error) {
+	return p.AcquireHandicap(ctx, key, 0)
+}
+
+// AcquireHandicap is Acquire for a borrower of lower priority: when it
+// must queue, it queues as if it had arrived handicap later than it did,
+// behind every borrower that arrives before then (see waitq's Rank). So
+// a borrower is served before any of a smaller handicap that arrives more
+// than the difference after it: priority without starvation.
+func (p *Pool[K, C]) AcquireHandicap(ctx context.Context, key K, handicap time.Duration) (C, error) {
 	if c, ok, _ := p.TryAcquire(key, nil); ok {
 		return c, nil
 	}
-	return p.acquireSlow(ctx, key)
+	return p.acquireSlow(ctx, key, handicap)
 }
 
 // TryAcquire lends, without waiting or dialing, the most recently returned
@@ -63,7 +72,7 @@ func (p *Pool[K, C]) TryAcquire(key K, fit func(C) bool) (c C, ok, unfit bool) {
 }
 
 // acquireSlow is Acquire past the fast path: dial, swap or queue.
-func (p *Pool[K, C]) acquireSlow(ctx context.Context, key K) (C, error) {
+func (p *Pool[K, C]) acquireSlow(ctx context.Context, key K, handicap time.Duration) (C, error) {
 	var zero C
 	p.mu.Lock()
 	timeout := p.lim.AcquireTimeout
@@ -113,6 +122,7 @@ func (p *Pool[K, C]) acquireSlow(ctx context.Context, key K) (C, error) {
 					w = new(waitq.Waiter[K, grant[K, C]])
 				}
 				w.Key = key
+				w.Rank = int64(start.Sub(p.epoch) + handicap)
 			}
 			err := p.q.Enqueue(w)
 			p.mu.Unlock()

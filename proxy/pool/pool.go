@@ -13,9 +13,10 @@
 // metrics. It knows nothing of MySQL: dialing, health checks and closing
 // are the Conn's and the Dial function's. It does no I/O under its lock.
 //
-// Waiting. A borrower that finds nothing it can use queues. Whatever frees
-// up (a returned connection, a slot) goes at once to the oldest queued
-// borrower that can use it: an idle connection of its key, else a free slot
+// Waiting. A borrower that finds nothing it can use queues, in order of
+// arrival, or of arrival plus a handicap for borrowers of lower priority
+// (AcquireHandicap). Whatever frees up (a returned connection, a slot)
+// goes at once to the first queued borrower that can use it: an idle connection of its key, else a free slot
 // to dial into. A returned connection of one key thus goes to the oldest
 // waiter of that key even if an older waiter wants another key; that older
 // one is passed over at most a few times (maxSkips) before a connection of
@@ -95,6 +96,7 @@ type Pool[K comparable, C Conn[K]] struct {
 	onFirstDial func(C) error
 	onFree      func()
 	now         func() time.Time
+	epoch       time.Time // waiters' ranks count from it
 	opts        Options[K, C]
 
 	q       *waitq.Queue[K, grant[K, C]]
@@ -173,7 +175,7 @@ func New[K comparable, C Conn[K]](o Options[K, C], l Limits[K]) (*Pool[K, C], er
 		o.MaxDialBackoff = max(time.Second, o.DialBackoff)
 	}
 	p := &Pool[K, C]{
-		dial: o.Dial, onFirstDial: o.OnFirstDial, onFree: o.OnFree, now: o.Now, opts: o,
+		dial: o.Dial, onFirstDial: o.OnFirstDial, onFree: o.OnFree, now: o.Now, epoch: o.Now(), opts: o,
 		stop: make(chan struct{}),
 		keys: map[K]*keyState[C]{},
 	}

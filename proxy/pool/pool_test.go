@@ -406,3 +406,39 @@ func TestMisuse(t *testing.T) {
 	testkit.MustPanic(t, "double Release", func() { e.p.Release(c, true) })
 	testkit.MustPanic(t, "Unhold without Hold", func() { e.p.Unhold(c, true) })
 }
+
+// A borrower with a handicap queues behind those that arrive within it,
+// and ahead of those that arrive after it.
+func TestHandicapOrdersWaiters(t *testing.T) {
+	e := newPool(t, oneConn())
+	c := e.acquire(0)
+	handicapped := func(d time.Duration, want int) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			c, err := e.p.AcquireHandicap(context.Background(), 0, d)
+			ch <- result{c, err}
+		}()
+		e.waitFor(func() bool { return e.p.Waiting() >= want }, "waiter to queue")
+		return ch
+	}
+	bg := handicapped(time.Second, 1) // arrives at 0, ranks as 1s
+	e.clock.Advance(100 * time.Millisecond)
+	crit := handicapped(0, 2) // arrives at 100ms: ahead of bg
+	e.clock.Advance(1500 * time.Millisecond)
+	late := handicapped(0, 3) // arrives at 1.6s: behind bg, which ranks 1s
+	for i, ch := range []chan result{crit, bg, late} {
+		e.p.Release(c, true)
+		r := recv(t, ch)
+		if r.err != nil || r.c != c {
+			t.Fatalf("waiter %d served %v, %v; want the connection (crit, bg, late order)", i, r.c, r.err)
+		}
+		for _, other := range []chan result{crit, bg, late}[i+1:] {
+			select {
+			case r := <-other:
+				t.Fatalf("a later waiter was served out of order: %+v", r)
+			default:
+			}
+		}
+	}
+	e.p.Release(c, true)
+}
