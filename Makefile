@@ -4,7 +4,7 @@ GO        ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 FUZZTIME  ?= 60s
 
-.PHONY: run test build install vet fmt fuzz bench-proxy bench-attribution bench-reserve soak load-data-big chaos clean
+.PHONY: run test build install vet fmt fuzz bench-proxy bench-attribution bench-overload bench-reserve soak load-data-big chaos clean
 
 ## run: build holdfast and holdfastctl into bin/ and start holdfast on the local default
 ## (starts a private MariaDB when none answers)
@@ -45,6 +45,11 @@ fuzz:
 bench-proxy:
 	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \
 	  $(GO) run ./cmd/holdfast-bench -go $(GO) -mariadb $$addr $(BENCH_FLAGS)
+
+## bench-overload: checkout's latency beside a background flood, overload classes off and on (~2 min)
+bench-overload:
+	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \
+	  $(GO) run ./cmd/holdfast-bench -mode overload -time 30s -go $(GO) -mariadb $$addr $(BENCH_FLAGS)
 
 ## bench-attribution: sysbench point_select@16/@64 through holdfast, attribution on vs off, in turn and in concurrent pairs (~15 min)
 bench-attribution:

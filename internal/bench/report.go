@@ -271,8 +271,10 @@ func (r ScaleReport) Print(w io.Writer) {
 			float64(per)/1024, mib(r.BaseRSS), mib(r.IdleRSS), res.Opened)
 	}
 	if r.BackendConns >= 0 {
-		fmt.Fprintf(w, "  %s backend connections: at most %d seen in MariaDB's process list (target ≤ %d; pool.max %d)\n",
-			verdict(r.BackendConns <= r.BackendMax && r.BackendConns <= r.PoolMax), r.BackendConns, r.BackendMax, r.PoolMax)
+		// Beside its pool, holdfast keeps up to fleetConns connections of
+		// its own for the fleet's tables (controls, membership, leases).
+		fmt.Fprintf(w, "  %s backend connections: at most %d seen in MariaDB's process list (target ≤ %d; pool.max %d, and %d for the fleet's tables)\n",
+			verdict(r.BackendConns <= r.BackendMax && r.BackendConns <= r.PoolMax+fleetConns), r.BackendConns, r.BackendMax, r.PoolMax, fleetConns)
 	}
 	secs := res.Wall.Seconds()
 	if secs > 0 {
@@ -297,3 +299,7 @@ func roundDur(d time.Duration) time.Duration {
 	}
 	return d.Round(time.Microsecond)
 }
+
+// fleetConns is the most connections holdfast opens for the fleet's
+// tables, outside its pool (cmd/holdfast/fleet.go).
+const fleetConns = 2

@@ -174,6 +174,9 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	if o.Mode == ModeAttribution {
 		return b.runAttribution(ctx)
 	}
+	if o.Mode == ModeOverload {
+		return b.runOverload(ctx)
+	}
 	var failed []string
 	var lat *LatencyReport
 	var sys []SyscallSample
@@ -286,9 +289,9 @@ func (b *runner) outcome(ctx context.Context, failed []string) error {
 
 func (o Options) validate() error {
 	switch o.Mode {
-	case ModeProxy, ModeAttribution:
+	case ModeProxy, ModeAttribution, ModeOverload:
 	default:
-		return fmt.Errorf("bench: mode must be %s or %s, got %q", ModeProxy, ModeAttribution, o.Mode)
+		return fmt.Errorf("bench: mode must be %s, %s or %s, got %q", ModeProxy, ModeAttribution, ModeOverload, o.Mode)
 	}
 	switch {
 	case o.Rounds < 1:
