@@ -32,6 +32,11 @@ type Server interface {
 	UndrainTag(tag string)
 	LimitTag(tag string, n int)                        // n == 0 lifts the limit
 	SetMaxTransactionTime(tag string, d time.Duration) // d == 0 lifts the tag's own bound
+	// SetTagClass puts the tags matching pattern in an overload class on
+	// this instance ("" lifts this instance's own); ClassOf is a tag's
+	// class in force.
+	SetTagClass(pattern, class string) error
+	ClassOf(tag string) string
 }
 
 // Options configures an Admin. The zero value serves the API with no
@@ -144,6 +149,8 @@ func (a *Admin) routes() http.Handler {
 	api.HandleFunc("DELETE /api/tags/{tag}/limit", a.apiUnlimit)
 	api.HandleFunc("PUT /api/tags/{tag}/max_transaction_time", a.apiMaxTxn)
 	api.HandleFunc("DELETE /api/tags/{tag}/max_transaction_time", a.apiUnMaxTxn)
+	api.HandleFunc("PUT /api/tags/{tag}/class", a.apiClass)
+	api.HandleFunc("DELETE /api/tags/{tag}/class", a.apiUnclass)
 	api.HandleFunc("GET /api/controls", a.apiControls)
 	api.HandleFunc("GET /api/fleet", a.apiFleet)
 	if a.o.Authority != nil {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -356,6 +357,70 @@ func (a *Admin) setMaxTxn(w http.ResponseWriter, r *http.Request, tag string, d 
 		a.o.Log.Warn("admin: tag max_transaction_time set", "tag", tag, "max", d, "scope", scope, "remote", r.RemoteAddr)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "max_transaction_seconds": a.inForce(tag).MaxTransactionTime.Seconds(), "scope": scope})
+}
+
+// apiClass puts a tag, or the tags matching a pattern (* for any run of
+// characters), in an overload class: PUT /api/tags/{tag}/class?class=critical.
+func (a *Admin) apiClass(w http.ResponseWriter, r *http.Request) {
+	pat, ok := patternParam(w, r)
+	if !ok {
+		return
+	}
+	name := r.URL.Query().Get("class")
+	v, ok := fleet.ClassValue(name)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "class: want critical, normal or background, got %q", name)
+		return
+	}
+	a.setClass(w, r, pat, name, v)
+}
+
+func (a *Admin) apiUnclass(w http.ResponseWriter, r *http.Request) {
+	if pat, ok := patternParam(w, r); ok {
+		a.setClass(w, r, pat, "", -1)
+	}
+}
+
+func (a *Admin) setClass(w http.ResponseWriter, r *http.Request, pat, name string, v int64) {
+	exp, ok := expiry(w, r)
+	if !ok {
+		return
+	}
+	fleetWide, scope := a.scope(r)
+	switch {
+	case fleetWide && v < 0:
+		if _, ok := a.removeFleet(w, r, pat, fleet.KindClass); !ok {
+			return
+		}
+	case fleetWide:
+		if !a.setFleet(w, r, fleet.Control{Tag: pat, Kind: fleet.KindClass, Value: v, Reason: r.URL.Query().Get("reason")}, exp) {
+			return
+		}
+	default:
+		if err := a.srv.SetTagClass(pat, name); err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+	}
+	if v < 0 {
+		a.o.Log.Warn("admin: tag class lifted", "tag", pat, "scope", scope, "remote", r.RemoteAddr)
+	} else {
+		a.o.Log.Warn("admin: tag class set", "tag", pat, "class", name, "scope", scope, "remote", r.RemoteAddr)
+	}
+	// A fleet change reaches this instance at its next poll: say what
+	// holds here now, and what was asked.
+	writeJSON(w, http.StatusOK, map[string]any{"tag": pat, "class": name, "class_here_now": a.srv.ClassOf(pat), "scope": scope})
+}
+
+// patternParam is tagParam for a tag pattern: a tag in which * stands for
+// any run of characters.
+func patternParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	pat := r.PathValue("tag")
+	if err := checkTag(strings.ReplaceAll(pat, "*", "x")); err != nil || pat == "" {
+		writeError(w, http.StatusBadRequest, "%q is not a tag or a tag pattern (letters, digits and _ . : - only, * for any run of them, at most %d)", pat, attribution.MaxTagLen)
+		return "", false
+	}
+	return pat, true
 }
 
 func (a *Admin) apiUnlimit(w http.ResponseWriter, r *http.Request) {

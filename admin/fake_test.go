@@ -25,6 +25,7 @@ type fakeServer struct {
 	gates   []proxy.GateState
 	folded  uint64
 	calls   []string
+	classes map[string]string
 }
 
 // locked returns what get reads of f, under f.mu.
@@ -69,6 +70,26 @@ func (f *fakeServer) UndrainTag(tag string) {
 func (f *fakeServer) SetMaxTransactionTime(tag string, d time.Duration) {
 	f.record("maxtxn " + tag + " " + d.String())
 	f.gate(tag, func(g *proxy.GateState) { g.MaxTransactionTime = d })
+}
+
+func (f *fakeServer) SetTagClass(pattern, class string) error {
+	f.record("class " + pattern + " " + class)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.classes == nil {
+		f.classes = map[string]string{}
+	}
+	f.classes[pattern] = class
+	return nil
+}
+
+func (f *fakeServer) ClassOf(tag string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.classes[tag]; c != "" {
+		return c
+	}
+	return "normal"
 }
 
 func (f *fakeServer) LimitTag(tag string, n int) {

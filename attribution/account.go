@@ -27,6 +27,7 @@ const (
 const (
 	RejectDrained = "drained" // the tag is drained: new borrows fail fast
 	RejectLimit   = "limit"   // the wait for a slot under the tag's connection cap timed out
+	RejectShed    = "shed"    // a background borrow waited past overload.background_wait
 	RejectOther   = "other"
 )
 
@@ -46,7 +47,7 @@ const (
 var (
 	pinReasons = [...]string{PinTemporaryTable, PinUserVariable, PinGetLock, PinLockTables, PinSQLPrepare,
 		PinFoundRows, PinHandler, PinXA, PinCursor, PinSessionState, PinSessionTrack, PinOther}
-	rejectReasons  = [...]string{RejectDrained, RejectLimit, RejectOther}
+	rejectReasons  = [...]string{RejectDrained, RejectLimit, RejectShed, RejectOther}
 	timeoutReasons = [...]string{TimeoutIdleInTransaction, TimeoutTransaction, TimeoutClientWrite, TimeoutWait, TimeoutOther}
 )
 
@@ -178,8 +179,8 @@ func (t *Tag) Transaction() { t.current().transactions.Add(1) }
 // reason is one of the Pin* constants; any other string counts as PinOther.
 func (t *Tag) Pinned(reason string) { t.current().pins[reasonIndex(pinReasons[:], reason)].Add(1) }
 
-// Rejected counts one borrow refused (rejected_total{reason}): RejectDrained
-// or RejectLimit; any other string counts as RejectOther.
+// Rejected counts one borrow refused (rejected_total{reason}): RejectDrained,
+// RejectLimit or RejectShed; any other string counts as RejectOther.
 func (t *Tag) Rejected(reason string) {
 	t.current().rejected[reasonIndex(rejectReasons[:], reason)].Add(1)
 }

@@ -2,6 +2,7 @@ package attribution
 
 import (
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -158,4 +159,27 @@ func (s HistogramSnapshot) constHistogram(desc *prometheus.Desc, labels ...strin
 		buckets[b] = cum
 	}
 	return prometheus.MustNewConstHistogram(desc, s.Count, s.Sum, buckets, labels...)
+}
+
+// Histogram is a histogram of durations over Buckets for other packages'
+// metrics (the proxy's overload classes), the same as the tags' ones.
+// Observing takes no lock. The zero value is ready to use.
+type Histogram struct {
+	h  histogram
+	mu sync.Mutex // serialises snapshots (the sum's reader state)
+}
+
+// Observe adds one duration.
+func (h *Histogram) Observe(d time.Duration) { h.h.observe(nanos(d)) }
+
+// Snapshot copies the histogram.
+func (h *Histogram) Snapshot() HistogramSnapshot {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.h.snapshotLocked()
+}
+
+// Metric turns s into a Prometheus histogram of desc with labels.
+func (s HistogramSnapshot) Metric(desc *prometheus.Desc, labels ...string) prometheus.Metric {
+	return s.constHistogram(desc, labels...)
 }

@@ -91,6 +91,9 @@ func TestConfigYAMLIsTheDefaults(t *testing.T) {
 		if len(c.Tags.Limits) == 0 {
 			c.Tags.Limits = nil
 		}
+		if len(c.Overload.Classes) == 0 {
+			c.Overload.Classes = nil
+		}
 		if len(c.Tags.MaxTransactionTime) == 0 {
 			c.Tags.MaxTransactionTime = nil
 		}

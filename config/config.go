@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,7 @@ type Config struct {
 	Sessions    Sessions    `yaml:"sessions"`
 	Attribution Attribution `yaml:"attribution"`
 	Tags        Tags        `yaml:"tags"`
+	Overload    Overload    `yaml:"overload"`
 	Fleet       Fleet       `yaml:"fleet"`
 	Reservation Reservation `yaml:"reservation"`
 }
@@ -122,6 +124,29 @@ type Tags struct {
 	// MaxTransactionTime is a tag's own sessions.max_transaction_time.
 	MaxTransactionTime map[string]time.Duration `yaml:"max_transaction_time"`
 }
+
+// Overload orders the borrowers waiting for a backend connection by the
+// class of their tag when the pool is saturated (proxy/classes.go).
+type Overload struct {
+	// Classes maps a class (critical, normal, background) to tag patterns
+	// (* matches any run of characters). A tag matching none is normal;
+	// one matching several takes the first of critical, normal,
+	// background.
+	Classes map[string][]string `yaml:"classes"`
+	// Reserve is how many of pool.max's connections background borrowers
+	// never hold (they may always hold one).
+	Reserve int `yaml:"reserve"`
+	// BackgroundWait is how long a background borrower waits for a
+	// connection before it is shed (error 9006); at most the pool's
+	// acquire_timeout applies.
+	BackgroundWait time.Duration `yaml:"background_wait"`
+	// CriticalWait is the wait a critical borrower should never see: waits
+	// past it are counted (and alerted on). Critical is never shed.
+	CriticalWait time.Duration `yaml:"critical_wait"`
+}
+
+// The overload classes, highest first.
+var OverloadClasses = []string{"critical", "normal", "background"}
 
 // TLS configures TLS for client connections. Both files empty means no TLS.
 type TLS struct {
@@ -371,6 +396,7 @@ func Default() Config {
 		Admin:       Admin{Listen: "127.0.0.1:6034"},
 		Sessions:    Sessions{StatementCache: 1000, PreparedStatementShare: 0.5, ClientWriteTimeout: 30 * time.Second},
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
+		Overload:    Overload{Reserve: 4, BackgroundWait: time.Second, CriticalWait: 100 * time.Millisecond},
 		Fleet:       Fleet{PollInterval: time.Second, TTL: 5 * time.Second, ConnectionReserve: 10},
 		Reservation: Reservation{Enabled: true, Config: reservation.DefaultConfig()},
 	}
@@ -624,6 +650,25 @@ func (c *Config) Validate() error {
 			return bad("tags.limits."+t, "must be at least 1, got %d", n)
 		}
 	}
+	for class, pats := range c.Overload.Classes {
+		if !slices.Contains(OverloadClasses, class) {
+			return bad("overload.classes", "%q is not a class (critical, normal or background)", class)
+		}
+		for _, p := range pats {
+			if !ValidTagPattern(p) {
+				return bad("overload.classes."+class, "%q is not a tag pattern (a tag, with * for any run of characters)", p)
+			}
+		}
+	}
+	if c.Overload.Reserve < 0 {
+		return bad("overload.reserve", "must be 0 or more, got %d", c.Overload.Reserve)
+	}
+	if c.Overload.BackgroundWait <= 0 {
+		return bad("overload.background_wait", "must be positive, got %v", c.Overload.BackgroundWait)
+	}
+	if c.Overload.CriticalWait <= 0 {
+		return bad("overload.critical_wait", "must be positive, got %v", c.Overload.CriticalWait)
+	}
 	for t, d := range c.Tags.MaxTransactionTime {
 		if !validTag(t) {
 			return bad("tags.max_transaction_time", "%q is not a tag (letters, digits and _ . : - only, at most 64)", t)
@@ -700,6 +745,12 @@ func (t BackendTLS) validate() error {
 }
 
 // validTag reports whether t is a tag as holdfast records it.
+// ValidTagPattern reports whether p is a tag in which * stands for any run
+// of characters (a lone * matches every tag).
+func ValidTagPattern(p string) bool {
+	return p == "*" || validTag(strings.ReplaceAll(p, "*", "x"))
+}
+
 func validTag(t string) bool {
 	if t == "" || len(t) > 64 {
 		return false

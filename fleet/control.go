@@ -20,7 +20,23 @@ const (
 	// KindMaxTxn bounds how long a transaction of the tag may hold its
 	// connection: Value milliseconds.
 	KindMaxTxn Kind = "max_txn"
+	// KindClass puts the tags matching Tag (a tag, or a pattern with *)
+	// in an overload class: Value is an index of Classes.
+	KindClass Kind = "class"
 )
+
+// Classes are the overload classes, by the Value of a KindClass control.
+var Classes = []string{"critical", "normal", "background"}
+
+// ClassValue returns the Value of a KindClass control for class name.
+func ClassValue(name string) (int64, bool) {
+	for i, c := range Classes {
+		if c == name {
+			return int64(i), true
+		}
+	}
+	return 0, false
+}
 
 // MaxTagLen is the longest tag a control names (attribution.MaxTagLen).
 const MaxTagLen = 64
@@ -46,8 +62,10 @@ func (c Control) Validate() error {
 	switch {
 	case c.Tag == "" || len(c.Tag) > MaxTagLen:
 		return fmt.Errorf("%w: tag must be 1..%d bytes, got %q", ErrInvalid, MaxTagLen, c.Tag)
-	case c.Kind != KindDrain && c.Kind != KindLimit && c.Kind != KindMaxTxn:
-		return fmt.Errorf("%w: kind must be drain, limit or max_txn, got %q", ErrInvalid, c.Kind)
+	case c.Kind != KindDrain && c.Kind != KindLimit && c.Kind != KindMaxTxn && c.Kind != KindClass:
+		return fmt.Errorf("%w: kind must be drain, limit, max_txn or class, got %q", ErrInvalid, c.Kind)
+	case c.Kind == KindClass && c.Value >= int64(len(Classes)):
+		return fmt.Errorf("%w: class must be one of %v, got value %d", ErrInvalid, Classes, c.Value)
 	case c.Kind == KindLimit && c.Value < 0:
 		return fmt.Errorf("%w: a limit must be 0 or more connections, got %d", ErrInvalid, c.Value)
 	case c.Kind == KindMaxTxn && c.Value <= 0:
@@ -73,6 +91,9 @@ type Applied struct {
 	Limit      int
 	FleetLimit int
 	MaxTxn     time.Duration // 0: none
+	// Class is the overload class of the tags Tag matches (a pattern when
+	// it holds *), "" when the fleet sets none.
+	Class string
 }
 
 // Applier is what fleet tells of the controls in force: the proxy.

@@ -342,6 +342,10 @@ func (f *Fleet) apply(ctx context.Context, now time.Time) {
 			capped = append(capped, c.Tag)
 		case KindMaxTxn:
 			a.MaxTxn = time.Duration(c.Value) * time.Millisecond
+		case KindClass:
+			if c.Value >= 0 && c.Value < int64(len(Classes)) {
+				a.Class = Classes[c.Value]
+			}
 		}
 	}
 	// A cap's grant may shrink: first stop admitting above what is held

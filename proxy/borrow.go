@@ -57,6 +57,13 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	// janitor and to kills: take without sync, then sync below.
 	key := s.gateKey(tag)
 	if err := s.srv.take(s.srv.ctx, &s.lease, tag, key, s.state.variant, leaseState{}); err != nil {
+		if errors.Is(err, errShed) && s.tx.pendingBegin != nil {
+			// Shedding answers "transaction rolled back" (40001): the
+			// deferred BEGIN never reached the backend, so it ends here.
+			s.tx.pendingBegin = nil
+			s.state.status &^= statusInTrans
+			s.setTxnTag(nil)
+		}
 		return nil, leaseErr(err)
 	}
 	bc := s.lease.bc
@@ -123,7 +130,7 @@ func (s *session) release(reusable bool) {
 // max_transaction_time of that tag applies to it.
 func (s *session) gateKey(tag *attribution.Tag) string {
 	name := tag.Name()
-	if s.srv.gates.active.Load() == 0 {
+	if s.srv.gates.active.Load() == 0 && s.srv.classes.table.Load() == nil {
 		return name
 	}
 	if !s.srv.attr && len(s.tagRaw) > 0 {

@@ -199,7 +199,11 @@ func (s *Server) SetMaxTransactionTime(tag string, d time.Duration) {
 // replacing the set applied before.
 func (s *Server) ApplyFleetControls(cs []fleet.Applied) {
 	set := make(map[string]tagControl, len(cs))
+	classes := map[string]class{}
 	for _, a := range cs {
+		if cl, ok := parseClass(a.Class); ok {
+			classes[a.Tag] = cl
+		}
 		c := tagControl{drained: a.Drained, reason: a.Reason, grace: a.Grace, limit: noLimit, maxTxn: a.MaxTxn}
 		if a.Limited {
 			c.limit = a.Limit
@@ -209,6 +213,7 @@ func (s *Server) ApplyFleetControls(cs []fleet.Applied) {
 		}
 	}
 	s.replaceControls(srcFleet, set)
+	s.setClasses(srcFleet, classes)
 }
 
 // Demand is what tag's borrows on this instance hold and wait for under

@@ -74,19 +74,23 @@ func (s *Server) heldBy(tag string) int {
 // Waiting counts the borrowers queued right now, by what they wait for. A
 // borrower waits in one of these queues at a time.
 type Waiting struct {
-	Pool     int            // for a backend connection (pool.max are lent)
-	TagLimit int            // for a slot under a tag's connection limit
-	Pipeline int            // autocommit SELECTs waiting for a place on a shared connection
-	ByTag    map[string]int // TagLimit by tag; nil when no one waits under a limit
+	Pool     int // for a backend connection (pool.max are lent)
+	TagLimit int // for a slot under a tag's connection limit
+	Pipeline int // autocommit SELECTs waiting for a place on a shared connection
+	// Background is background borrowers waiting under their class's cap
+	// (pool.max - overload.reserve).
+	Background int
+	ByTag      map[string]int // TagLimit by tag; nil when no one waits under a limit
 }
 
 // Total is every borrower waiting.
-func (w Waiting) Total() int { return w.Pool + w.TagLimit + w.Pipeline }
+func (w Waiting) Total() int { return w.Pool + w.TagLimit + w.Pipeline + w.Background }
 
 // Waiting returns the borrowers queued now. The three counts are read one
 // after the other, not as one consistent cut.
 func (s *Server) Waiting() Waiting {
-	w := Waiting{Pool: s.pool.Stats().Waiting, Pipeline: s.pipes.waiters.Len(), ByTag: s.gates.waiting()}
+	w := Waiting{Pool: s.pool.Stats().Waiting, Pipeline: s.pipes.waiters.Len(), ByTag: s.gates.waiting(),
+		Background: s.classes.gate.waiting()[backgroundGateKey]}
 	for _, n := range w.ByTag {
 		w.TagLimit += n
 	}
@@ -109,6 +113,8 @@ type TagInfo struct {
 	HeldNow          int     `json:"held_now"` // backend connections held now
 	Drained          bool    `json:"drained"`
 	Limit            int     `json:"limit"` // 0: no cap
+	Class            string  `json:"class"` // overload class
+	Shed             uint64  `json:"shed"`  // borrows shed under overload (error 9006)
 }
 
 // Tags returns per-tag totals sorted by hold time, with live state; a tag
@@ -131,7 +137,8 @@ func (s *Server) Tags() []TagInfo {
 		out = append(out, TagInfo{Tag: t.Tag, HoldSeconds: t.HoldSeconds, ExecSeconds: t.ExecSeconds,
 			IdleInTxnSeconds: t.IdleInTxnSeconds, WaitSeconds: t.WaitSeconds, Borrows: t.Borrows,
 			Statements: t.Statements, Errors: t.Errors, Transactions: t.Transactions,
-			SlowTransactions: t.SlowTransactions, HeldNow: held[t.Tag], Drained: g.Drained, Limit: g.Limit})
+			SlowTransactions: t.SlowTransactions, HeldNow: held[t.Tag], Drained: g.Drained, Limit: g.Limit,
+			Class: s.classOf(t.Tag).String(), Shed: t.Rejected[attribution.RejectShed]})
 	}
 	var extra []TagInfo
 	for tag, g := range gates {

@@ -28,7 +28,9 @@ type lease struct {
 	bc    *backendConn     // the connection held; nil when none
 	tag   *attribution.Tag // tag of the statement that started the borrow
 	gated string           // tag counted under a connection limit ("" if none)
-	start time.Time        // when the connection was acquired
+	// classGated: counted under the background class's cap.
+	classGated bool
+	start      time.Time // when the connection was acquired
 
 	exec      time.Duration // statements executing
 	idleInTxn time.Duration // between statements inside a transaction
@@ -80,28 +82,49 @@ func (s *Server) admit(ctx context.Context, tag *attribution.Tag, key string) (g
 // failed sync returns the connection (closed after an I/O error) and comes
 // back as a syncFailed.
 func (s *Server) take(ctx context.Context, l *lease, tag *attribution.Tag, key string, v variant, st leaseState) error {
+	return s.takeAs(ctx, l, tag, key, s.classOf(key), v, st)
+}
+
+// takeAs is take for a borrow of class cl (see classes.go): its place in
+// the pool's queue, the background cap, and shedding.
+func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key string, cl class, v variant, st leaseState) error {
 	// The wait starts before the controls: time queued behind a tag's
 	// limit is that tag's wait.
-	var start time.Time
-	if s.attr {
-		start = time.Now()
+	start := time.Now()
+	if cl == classBackground {
+		cfg := s.config()
+		budget := min(cfg.Overload.BackgroundWait, cfg.Pool.AcquireTimeout)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, budget, shedError{tag: key, wait: budget})
+		defer cancel()
 	}
 	gated, err := s.admit(ctx, tag, key)
 	if err != nil {
-		return err
+		return s.shedOr(ctx, tag, cl, err)
 	}
-	bc, err := s.pool.Acquire(ctx, v)
+	classGated, err := s.admitClass(ctx, cl)
+	if err == nil {
+		var bc *backendConn
+		bc, err = s.pool.AcquireHandicap(ctx, v, s.handicap(cl))
+		if err == nil {
+			l.bc = bc
+		} else if classGated {
+			s.classes.gate.exit(backgroundGateKey)
+		}
+	}
 	if err != nil {
 		if gated != "" {
 			s.gates.exit(gated)
 		}
-		return err
+		return s.shedOr(ctx, tag, cl, err)
 	}
+	bc := l.bc
 	now := time.Now() // the hold's start: the janitor's bounds need it, attribution or not
 	if s.attr {
 		tag.Borrowed(now.Sub(start))
 	}
-	*l = lease{bc: bc, tag: tag, gated: gated, start: now, longStmt: l.longStmt[:0]}
+	s.classWaited(cl, now.Sub(start))
+	*l = lease{bc: bc, tag: tag, gated: gated, classGated: classGated, start: now, longStmt: l.longStmt[:0]}
 	if bc.vars == nil {
 		bc.vars = s.baseVars()
 	}
@@ -121,6 +144,18 @@ func (s *Server) take(ctx context.Context, l *lease, tag *attribution.Tag, key s
 	return nil
 }
 
+// shedOr returns err, or the shedding of a background borrow when its
+// wait ended at its budget (counted under its tag and class).
+func (s *Server) shedOr(ctx context.Context, tag *attribution.Tag, cl class, err error) error {
+	var shed shedError
+	if cl != classBackground || !errors.As(context.Cause(ctx), &shed) || ctx.Err() == nil {
+		return err
+	}
+	s.classes.stats[cl].shed.Add(1)
+	tag.Rejected(attribution.RejectShed)
+	return shed
+}
+
 // syncFailed is take's error when the connection it acquired could not be
 // brought to the state asked for (the server's *sqlError, or an I/O error).
 type syncFailed struct{ err error }
@@ -129,7 +164,8 @@ func (e syncFailed) Error() string { return e.err.Error() }
 func (e syncFailed) Unwrap() error { return e.err }
 
 // leaseErr is what a client is told of a borrow its on-call controls or
-// the pool refused: 9001 (drained), 9002 (no slot under a limit), 1040
+// the pool refused: 9001 (drained), 9002 (no slot under a limit), 9006
+// (shed under overload), 1040
 // (pool exhausted), 2003 (backend down), 1053 (shutting down).
 func leaseErr(err error) *sqlError {
 	switch {
@@ -137,6 +173,8 @@ func leaseErr(err error) *sqlError {
 		return newErr(codeTagDrained, "HY000", "holdfast: %v", err)
 	case errors.Is(err, errTagLimit):
 		return newErr(codeTagLimit, "HY000", "holdfast: %v", err)
+	case errors.Is(err, errShed):
+		return newErr(codeShed, "40001", "holdfast: %v", err)
 	}
 	return poolErr(err)
 }
@@ -185,6 +223,9 @@ func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID ui
 	}
 	if l.gated != "" {
 		s.gates.exit(l.gated)
+	}
+	if l.classGated {
+		s.classes.gate.exit(backgroundGateKey)
 	}
 	s.pool.Release(l.bc, reusable)
 	*l = lease{longStmt: l.longStmt[:0]}

@@ -47,7 +47,11 @@ type pipe struct {
 	writing   []byte          // the buffer the head's first read is writing
 	next      func() []byte   // nextWrite, made once
 	headSince time.Time       // when the current head statement got its turn
+	class     class           // its statements' overload class: pipes do not mix classes
 }
+
+// rankEpoch is where the pipe waiters' ranks count from.
+var rankEpoch = time.Now()
 
 // pipes is the server's set of open pipes.
 type pipes struct {
@@ -73,15 +77,24 @@ func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
 // pipelinable reports whether a statement of tag may be pipelined. A
 // pipelined statement takes no lease, so passes no control: a drained or
 // limited tag's statements borrow instead (and are refused or counted
-// there); the other tags' pipeline as usual.
+// there), as do background ones while the background cap is in force;
+// the other tags' pipeline as usual.
 func (s *session) pipelinable(info *sqlscan.Info, size int, tag *attribution.Tag) bool {
 	if s.state.vars == nil && s.srv.primary.base.Load() != nil {
 		s.state.vars = s.initialVars()
 	}
-	return s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil && s.state.pinReason == "" && !s.tx.holdNext &&
+	if !(s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil && s.state.pinReason == "" && !s.tx.holdNext &&
 		s.state.status&statusInTrans == 0 && s.state.status&statusAutocommit != 0 &&
-		plainSelect(info) && size < 1<<16 && s.srv.pipelineDepth() > 0 &&
-		s.srv.gates.free(s.gateKey(tag))
+		plainSelect(info) && size < 1<<16 && s.srv.pipelineDepth() > 0) {
+		return false
+	}
+	key := s.gateKey(tag)
+	if !s.srv.gates.free(key) {
+		return false
+	}
+	// Background statements borrow, under the background cap (classes.go).
+	t := s.srv.classes.table.Load()
+	return t == nil || !t.background || t.lookup(key) != classBackground
 }
 
 // runPipelined runs a statement on a pipe. handled is false when no pipe
@@ -91,7 +104,8 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	q := s.srv.pipes.waiters
 	var w *waitq.Waiter[struct{}, struct{}]
 	var ctx context.Context
-	p, turn, cmd, wait := s.srv.joinPipe(s, cs, build)
+	cl := s.srv.classOf(s.gateKey(tag))
+	p, turn, cmd, wait := s.srv.joinPipe(s, cs, cl, build)
 	for p == nil && wait {
 		// A pipe fit for us exists but cannot take us now (full, busy with
 		// a slow statement, or closed to newcomers while transactions wait
@@ -99,7 +113,8 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		// wait for a place rather than for a connection of our own, which
 		// a busy pipe would not give back.
 		if w == nil {
-			w = &waitq.Waiter[struct{}, struct{}]{}
+			// Queued by class like the pool's borrowers (classes.go).
+			w = &waitq.Waiter[struct{}, struct{}]{Rank: int64(start.Sub(rankEpoch) + s.srv.handicap(cl))}
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(s.srv.ctx, s.srv.pool.Limits().AcquireTimeout)
 			defer cancel()
@@ -109,7 +124,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 			return true, true
 		}
 		// A place may have opened between the failed try and queueing.
-		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, build); p != nil || !wait {
+		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, cl, build); p != nil || !wait {
 			if _, handed := q.Leave(w); handed {
 				q.GiveBack(struct{}{}) // a wake-up we no longer need
 			}
@@ -123,7 +138,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 			}
 			return true, true
 		}
-		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, build); p == nil && !wait {
+		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, cl, build); p == nil && !wait {
 			// Woken, but off to borrow a connection instead: the place
 			// we were woken for goes to the next waiter.
 			q.GiveBack(struct{}{})
@@ -205,7 +220,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 // queued) unless another sender is writing. It returns the pipe and the
 // channel that signals this statement's turn to read its response; a nil
 // pipe when neither is possible without waiting.
-func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
+func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
 	if s.turn == nil {
 		s.turn = make(chan struct{}, 1)
 	}
@@ -219,6 +234,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 		p = &bc.pipe
 		p.mu.Lock()
 		p.reset(bc, srv)
+		p.class = cl
 		srv.pipes.mu.Lock()
 		srv.pipes.open = append(srv.pipes.open, p)
 		srv.pipes.mu.Unlock()
@@ -243,7 +259,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, build func(*backendConn)
 	bestLen := depth
 	for _, x := range srv.pipes.open {
 		x.mu.Lock()
-		if !x.closed && x.killing == 0 && s.fitsPipe(x.bc, cs) {
+		if !x.closed && x.killing == 0 && x.class == cl && s.fitsPipe(x.bc, cs) {
 			wait = true
 			if open && len(x.queue) < bestLen && now.Sub(x.headSince) < time.Duration(srv.slowHead.Load()) {
 				best, bestLen = x, len(x.queue)

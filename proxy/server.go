@@ -52,16 +52,18 @@ const (
 // the backendUsers lookup slot (one account lookup at a time; the wait for
 // it and the lookup together are bounded by backend.exchange_timeout).
 type Server struct {
-	log    *slog.Logger
-	pool   *pool.Pool[variant, *backendConn]
-	users  users
-	procs  Procedures
-	rec    *attribution.Recorder
-	gates  gates
-	slow   slowLog
-	engine engineRegistry
-	cmds   atomic.Uint64
-	pipes  *pipes
+	log   *slog.Logger
+	pool  *pool.Pool[variant, *backendConn]
+	users users
+	procs Procedures
+	rec   *attribution.Recorder
+	gates gates
+	// classes are the overload classes of tags (classes.go).
+	classes classes
+	slow    slowLog
+	engine  engineRegistry
+	cmds    atomic.Uint64
+	pipes   *pipes
 	// pipelined counts statements run on a shared (pipelined) connection,
 	// pipeReruns those run again after a kill meant for another.
 	pipelined  atomic.Uint64
@@ -199,6 +201,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	s.nextConnID.Store(firstConnID - 1)
 	s.slowHead.Store(int64(defaultSlowHead))
 	s.applyConfigGates(cfg.Tags)
+	s.applyConfigClasses(cfg.Overload)
 	return s, nil
 }
 
@@ -617,6 +620,7 @@ func (s *Server) Reload(cfg config.Config) error {
 		return fmt.Errorf("proxy: %w", err)
 	}
 	s.applyConfigGates(cfg.Tags)
+	s.applyConfigClasses(cfg.Overload)
 	s.log.Info("configuration reloaded", "users", len(cfg.Users), "pool_max", cfg.Pool.Max)
 	return nil
 }

@@ -167,6 +167,41 @@ func TestFleetControls(t *testing.T) {
 	}
 }
 
+// An overload class set through one instance, for a pattern, is in force
+// on every instance within the bound, and lifts itself at its expiry.
+func TestFleetClasses(t *testing.T) {
+	ms := fleetOf(t, 2)
+	const series = `holdfast_tag_class{class="background",tag="report_x"}`
+	for _, m := range ms {
+		if _, err := m.client(t).Exec("/* conn_tag:report_x */ SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.metric(t, series); ok {
+			t.Fatal("report_x is background before any class was set")
+		}
+	}
+	ans := ms[0].api(t, http.MethodPut, "/api/tags/report_*/class?class=background&for=3s&reason=nightly-export")
+	if !strings.Contains(ans, `"scope": "fleet"`) || !strings.Contains(ans, `"class_here_now": "background"`) {
+		t.Fatalf("class answered %s", ans)
+	}
+	for i, m := range ms {
+		took := within(t, 2*time.Second, fmt.Sprintf("instance %d has report_x background", i), func() bool {
+			_, ok := m.metric(t, series)
+			return ok
+		})
+		t.Logf("instance %d: report_x background %v after the change", i, took.Round(time.Millisecond))
+	}
+	if ans := ms[1].api(t, http.MethodGet, "/api/controls"); !strings.Contains(ans, `"kind": "class"`) || !strings.Contains(ans, `"reason": "nightly-export"`) {
+		t.Fatalf("the other instance lists the controls as %s", ans)
+	}
+	for i, m := range ms {
+		within(t, 3*time.Second+2*time.Second, fmt.Sprintf("instance %d: the class expired", i), func() bool {
+			_, ok := m.metric(t, series)
+			return !ok
+		})
+	}
+}
+
 // A fleet-wide cap of N holds across three instances: never more than N
 // of the tag's statements run at once on the database (sampled from its
 // process list, one view of all instances), with the load spread evenly

@@ -46,7 +46,10 @@ Commands:
       -reason TEXT       recorded with the limit and shown with it
   maxtxn TAG D           TAG's transactions holding a backend connection longer than D
                          are rolled back, their clients disconnected (D = off lifts it)
-    drain, undrain, limit and maxtxn also take:
+  class TAG CLASS        put TAG (or the tags matching a pattern such as report_*) in an
+                         overload class: critical, normal, background (off lifts it)
+      -reason TEXT       recorded with the class
+    drain, undrain, limit, maxtxn and class also take:
       -for D             lift the control by itself after D (e.g. 30m), everywhere
       -local             act on the instance asked only, not the fleet
       -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)
@@ -151,6 +154,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "maxtxn":
 		scoped()
 		want = []string{"TAG", "D"}
+	case "class":
+		fs.StringVar(&reason, "reason", "", "")
+		scoped()
+		want = []string{"TAG", "CLASS"}
 	case "controls", "fleet":
 	case "authority":
 		fs.StringVar(&reason, "reason", "", "")
@@ -201,6 +208,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = c.Limit(ctx, pos[0], pos[1], reason)
 	case "maxtxn":
 		err = c.MaxTxn(ctx, pos[0], pos[1])
+	case "class":
+		err = c.Class(ctx, pos[0], pos[1], reason)
 	case "controls":
 		err = c.Controls(ctx)
 	case "fleet":

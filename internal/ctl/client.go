@@ -245,6 +245,29 @@ func (c *Client) SetMaxTransactionTime(ctx context.Context, tag string, d time.D
 	return s, err
 }
 
+// ClassState is the answer to a class change.
+type ClassState struct {
+	Tag          string `json:"tag"`
+	Class        string `json:"class"`
+	ClassHereNow string `json:"class_here_now"`
+	Scope        string `json:"scope"`
+}
+
+// SetClass puts the tags matching pattern in an overload class
+// (PUT /api/tags/{tag}/class?class=C); class "" lifts it (DELETE).
+func (c *Client) SetClass(ctx context.Context, pattern, class, reason string) (ClassState, error) {
+	method, q := http.MethodDelete, url.Values(nil)
+	if class != "" {
+		method, q = http.MethodPut, url.Values{"class": {class}}
+		if reason != "" {
+			q.Set("reason", reason)
+		}
+	}
+	var s ClassState
+	err := c.do(ctx, method, tagPath(pattern, "class"), c.Scope.query(q), &s, "tag", "class_here_now")
+	return s, err
+}
+
 // FleetControl is one of the fleet's controls (GET /api/controls).
 type FleetControl struct {
 	Tag     string    `json:"tag"`

@@ -253,6 +253,33 @@ func (c *CLI) MaxTxn(ctx context.Context, tag, d string) error {
 	return err
 }
 
+// classNames are the overload classes by their fleet control value.
+var classNames = []string{"critical", "normal", "background"}
+
+// Class puts the tags matching pattern (a tag, * for any run of
+// characters) in an overload class: critical, normal, background, or off
+// to lift it. It prints one line.
+func (c *CLI) Class(ctx context.Context, pattern, class, reason string) error {
+	if err := CheckTag(strings.ReplaceAll(pattern, "*", "x")); err != nil {
+		return err
+	}
+	if strings.EqualFold(class, "off") {
+		class = ""
+	} else if class != "critical" && class != "normal" && class != "background" {
+		return usagef("class: CLASS must be critical, normal, background or off; got %q", class)
+	}
+	s, err := c.Client.SetClass(ctx, pattern, class, reason)
+	if err != nil {
+		return err
+	}
+	if class == "" {
+		_, err = fmt.Fprintf(c.Out, "lifted the class of %s%s (overload.classes applies; here now: %s)\n", pattern, c.where(s.Scope), s.ClassHereNow)
+		return err
+	}
+	_, err = fmt.Fprintf(c.Out, "%s is %s%s (lift: holdfastctl class %s off)\n", pattern, class, c.where(s.Scope), pattern)
+	return err
+}
+
 // Controls prints the fleet's controls in force: tag, kind, value, who set
 // them, when, until when and why; then whether this instance's view is
 // current.
@@ -277,6 +304,10 @@ func (c *CLI) Controls(ctx context.Context) error {
 				val = "grace " + (time.Duration(fc.Value) * time.Millisecond).String()
 			case "max_txn":
 				val = (time.Duration(fc.Value) * time.Millisecond).String()
+			case "class":
+				if fc.Value >= 0 && fc.Value < int64(len(classNames)) {
+					val = classNames[fc.Value]
+				}
 			}
 			exp := "never"
 			if !fc.Expires.IsZero() {

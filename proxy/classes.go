@@ -1,0 +1,381 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/config"
+)
+
+// Overload classes. Each tag has a class: critical (the flow that earns
+// the money), normal (the default) or background (reports, resyncs,
+// retries that can wait). When the pool is saturated, its borrowers queue
+// in order of arrival plus their class's handicap (critical none, normal
+// overload.critical_wait, background half of overload.background_wait), so
+// critical work goes first, yet no class starves: a waiter is served
+// before higher-class work that arrives more than its handicap after it.
+// Background borrowers also never hold more than pool.max minus
+// overload.reserve connections (a gate of their own, in front of the
+// pool, so the reserve holds whatever the session variant), are not
+// pipelined (a pipelined statement bypasses that gate), and are shed with
+// error 9006 once they have waited overload.background_wait; critical and
+// normal ones wait up to pool.acquire_timeout as before. Pipes carry one
+// class, so a critical SELECT never queues on a connection behind a
+// background one.
+//
+// A tag's class comes from the fleet's controls (holdfastctl class), then
+// this instance's run-time ones (--local), then overload.classes in the
+// configuration; no class anywhere costs a borrow one atomic load.
+
+type class uint8
+
+const (
+	classCritical class = iota
+	classNormal
+	classBackground
+	numClasses
+)
+
+var classNames = [numClasses]string{"critical", "normal", "background"}
+
+func (c class) String() string { return classNames[c] }
+
+// ParseClass returns the class named s.
+func parseClass(s string) (class, bool) {
+	for i, n := range classNames {
+		if n == s {
+			return class(i), true
+		}
+	}
+	return 0, false
+}
+
+// codeShed is the error of a borrow shed under overload.
+const codeShed = 9006
+
+// errShed is wrapped by a shed borrow's error (a shedError).
+var errShed = errors.New("shed under overload")
+
+// shedError is the cause a background borrow's wait ends with.
+type shedError struct {
+	tag  string
+	wait time.Duration
+}
+
+func (e shedError) Error() string {
+	return fmt.Sprintf("tag '%s' (class background) waited %v for a backend connection while the pool was saturated, and was shed: "+
+		"nothing ran and a transaction begun was rolled back; retry later", e.tag, e.wait)
+}
+func (e shedError) Is(target error) bool { return target == errShed }
+
+// classRule gives tags matching pattern a class.
+type classRule struct {
+	pattern string
+	class   class
+}
+
+// classTable is the classes in force, immutable once published: rules of
+// the fleet, then of this instance, then of the configuration; within
+// each, an exact tag before patterns, and patterns in class order.
+type classTable struct {
+	sources    [3][]classRule
+	background bool // some rule names background: the reserve applies
+
+	cache  sync.Map // tag → class
+	cached atomic.Int32
+}
+
+// maxClassCache bounds the tags a table remembers (tags may carry ids).
+const maxClassCache = 4096
+
+func newClassTable(srcs [3][]classRule) *classTable {
+	t := &classTable{sources: srcs}
+	for _, rs := range srcs {
+		for _, r := range rs {
+			if r.class == classBackground {
+				t.background = true
+			}
+		}
+	}
+	return t
+}
+
+func (t *classTable) lookup(tag string) class {
+	if c, ok := t.cache.Load(tag); ok {
+		return c.(class)
+	}
+	c := t.resolve(tag)
+	if t.cached.Load() < maxClassCache {
+		t.cached.Add(1)
+		t.cache.Store(tag, c)
+	}
+	return c
+}
+
+func (t *classTable) resolve(tag string) class {
+	for _, rs := range t.sources {
+		for _, r := range rs {
+			if r.pattern == tag {
+				return r.class
+			}
+		}
+		for _, r := range rs {
+			if strings.Contains(r.pattern, "*") && matchTag(r.pattern, tag) {
+				return r.class
+			}
+		}
+	}
+	return classNormal
+}
+
+// matchTag reports whether tag matches pattern, * standing for any run of
+// characters (tags hold no other character path.Match treats specially).
+func matchTag(pattern, tag string) bool {
+	ok, _ := path.Match(pattern, tag)
+	return ok
+}
+
+// classes is the server's overload state.
+type classes struct {
+	table atomic.Pointer[classTable] // nil: every tag is normal
+
+	mu  sync.Mutex          // guards src
+	src [3]map[string]class // by controlSource order fleet, local, config (see publish)
+
+	// gate caps background borrows at pool.max - overload.reserve.
+	gate gates
+
+	stats [numClasses]classStats
+}
+
+type classStats struct {
+	admitted, shed, overBudget atomic.Uint64
+	wait                       attribution.Histogram
+}
+
+// classOrder maps a control source to its precedence in classTable.
+var classOrder = [...]controlSource{srcFleet, srcLocal, srcConfig}
+
+const backgroundGateKey = "background"
+
+// setClasses replaces one source's classes (tag or pattern → class) and
+// publishes the table.
+func (s *Server) setClasses(src controlSource, m map[string]class) {
+	c := &s.classes
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, o := range classOrder {
+		if o == src {
+			c.src[i] = maps.Clone(m)
+		}
+	}
+	s.publishClassesLocked()
+}
+
+// setClass sets (ok) or removes one of this instance's run-time classes.
+func (s *Server) setLocalClass(tag string, cl class, ok bool) {
+	c := &s.classes
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.src[1] == nil {
+		c.src[1] = map[string]class{}
+	}
+	if ok {
+		c.src[1][tag] = cl
+	} else {
+		delete(c.src[1], tag)
+	}
+	s.publishClassesLocked()
+}
+
+func (s *Server) publishClassesLocked() {
+	c := &s.classes
+	var srcs [3][]classRule
+	n := 0
+	for i, m := range c.src {
+		// Exact tags in any order, then patterns by class, highest first.
+		for cl := range numClasses {
+			for p, x := range m {
+				if x == cl {
+					srcs[i] = append(srcs[i], classRule{p, x})
+				}
+			}
+		}
+		n += len(m)
+	}
+	if n == 0 {
+		c.table.Store(nil)
+	} else {
+		c.table.Store(newClassTable(srcs))
+	}
+	s.applyReserve()
+}
+
+// applyReserve puts the background cap in force (pool.max - reserve) when
+// some tag is background, and lifts it when none is.
+func (s *Server) applyReserve() {
+	t := s.classes.table.Load()
+	if t == nil || !t.background {
+		s.classes.gate.setLimit(backgroundGateKey, noLimit, 0)
+		return
+	}
+	cfg := s.config()
+	s.classes.gate.setLimit(backgroundGateKey, max(cfg.Pool.Max-cfg.Overload.Reserve, 1), 0)
+}
+
+// applyConfigClasses puts overload.classes in force.
+func (s *Server) applyConfigClasses(o config.Overload) {
+	m := map[string]class{}
+	// Highest class first, so that a pattern listed twice keeps it.
+	for cl := numClasses; cl > 0; cl-- {
+		for _, p := range o.Classes[classNames[cl-1]] {
+			m[p] = cl - 1
+		}
+	}
+	s.setClasses(srcConfig, m)
+}
+
+// classOf is the class of a borrow for tag key (see session.gateKey).
+func (s *Server) classOf(key string) class {
+	t := s.classes.table.Load()
+	if t == nil {
+		return classNormal
+	}
+	return t.lookup(key)
+}
+
+// ClassOf returns the name of tag's class.
+func (s *Server) ClassOf(tag string) string { return s.classOf(tag).String() }
+
+// handicap is how much later than its arrival a borrower of cl queues.
+func (s *Server) handicap(cl class) time.Duration {
+	switch cl {
+	case classNormal:
+		return s.config().Overload.CriticalWait
+	case classBackground:
+		return s.config().Overload.BackgroundWait / 2
+	}
+	return 0
+}
+
+// admitClass passes a background borrow through the background cap within
+// ctx; it reports whether the borrow was counted (and must exit).
+func (s *Server) admitClass(ctx context.Context, cl class) (bool, error) {
+	if cl != classBackground {
+		return false, nil
+	}
+	return s.classes.gate.enter(ctx, backgroundGateKey)
+}
+
+// classWaited accounts a borrow of cl admitted after wait.
+func (s *Server) classWaited(cl class, wait time.Duration) {
+	st := &s.classes.stats[cl]
+	st.admitted.Add(1)
+	st.wait.Observe(wait)
+	if cl == classCritical && wait > s.config().Overload.CriticalWait {
+		st.overBudget.Add(1)
+	}
+}
+
+var (
+	dClassAdmitted   = prometheus.NewDesc("holdfast_class_admitted_total", "Borrows of a backend connection admitted, by overload class.", []string{"class"}, nil)
+	dClassShed       = prometheus.NewDesc("holdfast_class_shed_total", "Borrows shed after waiting overload.background_wait (error 9006), by overload class.", []string{"class"}, nil)
+	dClassOverBudget = prometheus.NewDesc("holdfast_class_waits_over_budget_total", "Critical borrows that waited longer than overload.critical_wait (the pool is too small for critical work).", []string{"class"}, nil)
+	dClassWait       = prometheus.NewDesc("holdfast_class_wait_seconds", "Time borrows waited for a backend connection (controls and pool), by overload class.", []string{"class"}, nil)
+	dClassTag        = prometheus.NewDesc("holdfast_tag_class", "1 for the overload class of each tag that has one other than normal.", []string{"tag", "class"}, nil)
+)
+
+// ClassCollector exports the overload classes' metrics.
+func (s *Server) ClassCollector() prometheus.Collector { return classCollector{s} }
+
+type classCollector struct{ s *Server }
+
+func (c classCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- dClassAdmitted
+	ch <- dClassShed
+	ch <- dClassOverBudget
+	ch <- dClassWait
+	ch <- dClassTag
+}
+
+func (c classCollector) Collect(ch chan<- prometheus.Metric) {
+	for cl := range numClasses {
+		st := &c.s.classes.stats[cl]
+		n := cl.String()
+		ch <- prometheus.MustNewConstMetric(dClassAdmitted, prometheus.CounterValue, float64(st.admitted.Load()), n)
+		ch <- prometheus.MustNewConstMetric(dClassShed, prometheus.CounterValue, float64(st.shed.Load()), n)
+		if cl == classCritical {
+			ch <- prometheus.MustNewConstMetric(dClassOverBudget, prometheus.CounterValue, float64(st.overBudget.Load()), n)
+		}
+		ch <- st.wait.Snapshot().Metric(dClassWait, n)
+	}
+	for _, tc := range c.s.TagClasses() {
+		ch <- prometheus.MustNewConstMetric(dClassTag, prometheus.GaugeValue, 1, tc.Tag, tc.Class)
+	}
+}
+
+// TagClass is one tag's class, for the status page and metrics.
+type TagClass struct {
+	Tag   string `json:"tag"`
+	Class string `json:"class"`
+}
+
+// TagClasses lists the tags seen lately whose class is not normal.
+func (s *Server) TagClasses() []TagClass {
+	if s.classes.table.Load() == nil {
+		return nil
+	}
+	var out []TagClass
+	for _, ts := range s.rec.Snapshot() {
+		if cl := s.classOf(ts.Tag); cl != classNormal {
+			out = append(out, TagClass{ts.Tag, cl.String()})
+		}
+	}
+	return out
+}
+
+// ClassStat is one class's counts, for the status page.
+type ClassStat struct {
+	Class       string  `json:"class"`
+	Admitted    uint64  `json:"admitted"`
+	Shed        uint64  `json:"shed"`
+	OverBudget  uint64  `json:"over_budget"`
+	WaitP99Secs float64 `json:"wait_p99_seconds"`
+}
+
+// ClassStats returns each class's counts since start.
+func (s *Server) ClassStats() []ClassStat {
+	out := make([]ClassStat, numClasses)
+	for cl := range numClasses {
+		st := &s.classes.stats[cl]
+		out[cl] = ClassStat{Class: cl.String(), Admitted: st.admitted.Load(), Shed: st.shed.Load(), OverBudget: st.overBudget.Load(),
+			WaitP99Secs: st.wait.Snapshot().Quantile(0.99)}
+	}
+	return out
+}
+
+// SetTagClass puts the tags matching pattern (a tag, or * for any run of
+// characters) in class on this instance; class "" lifts this instance's
+// own. The fleet's classes win over it.
+func (s *Server) SetTagClass(pattern, class string) error {
+	if class == "" {
+		s.setLocalClass(pattern, 0, false)
+		return nil
+	}
+	cl, ok := parseClass(class)
+	if !ok {
+		return fmt.Errorf("class: want critical, normal or background, got %q", class)
+	}
+	s.setLocalClass(pattern, cl, true)
+	return nil
+}
