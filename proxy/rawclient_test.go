@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // Capability flags.
@@ -244,7 +246,7 @@ func (c *rawConn) handshake(o rawOpts) error {
 	}
 	if c.caps&capConnectAttrs != 0 {
 		attrs := putLenEncStr(putLenEncStr(nil, "_client_name"), "rawclient")
-		b = putLenEnc(b, uint64(len(attrs)))
+		b = mysqlwire.AppendLenEnc(b, uint64(len(attrs)))
 		b = append(b, attrs...)
 	}
 	if err := c.writePacket(b); err != nil {
@@ -427,30 +429,16 @@ func (c *rawConn) waitClosed() ([]byte, error) {
 // Decoding.
 
 func lenEnc(b []byte) (uint64, int, error) {
-	if len(b) == 0 {
+	v, n, null, ok := mysqlwire.ReadLenEnc(b)
+	switch {
+	case len(b) == 0:
 		return 0, 0, errors.New("rawclient: missing length-encoded integer")
-	}
-	var n int
-	switch b[0] {
-	case 0xfc:
-		n = 2
-	case 0xfd:
-		n = 3
-	case 0xfe:
-		n = 8
-	case 0xfb, 0xff:
+	case null || b[0] == 0xff:
 		return 0, 0, fmt.Errorf("rawclient: 0x%02x is no length-encoded integer", b[0])
-	default:
-		return uint64(b[0]), 1, nil
-	}
-	if len(b) < 1+n {
+	case !ok:
 		return 0, 0, errors.New("rawclient: truncated length-encoded integer")
 	}
-	var v uint64
-	for i := n; i >= 1; i-- {
-		v = v<<8 | uint64(b[i])
-	}
-	return v, 1 + n, nil
+	return v, n, nil
 }
 
 func lenEncStr(b []byte) ([]byte, int, error) {
@@ -464,19 +452,7 @@ func lenEncStr(b []byte) ([]byte, int, error) {
 	return b[k : k+int(n)], k + int(n), nil
 }
 
-func putLenEnc(b []byte, n uint64) []byte {
-	switch {
-	case n < 251:
-		return append(b, byte(n))
-	case n < 1<<16:
-		return append(b, 0xfc, byte(n), byte(n>>8))
-	case n < 1<<24:
-		return append(b, 0xfd, byte(n), byte(n>>8), byte(n>>16))
-	}
-	return binary.LittleEndian.AppendUint64(append(b, 0xfe), n)
-}
-
-func putLenEncStr(b []byte, s string) []byte { return append(putLenEnc(b, uint64(len(s))), s...) }
+func putLenEncStr(b []byte, s string) []byte { return mysqlwire.AppendLenEncString(b, []byte(s)) }
 
 // rawErr is a decoded ERR packet.
 type rawErr struct {

@@ -11,6 +11,8 @@ import (
 	"net"
 	"slices"
 	"time"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // Client is a minimal MySQL text-protocol client: mysql_native_password
@@ -208,31 +210,14 @@ func (c *Client) Close() error {
 	return c.conn.Close()
 }
 
-// lenenc decodes a length-encoded integer, returning it and its size.
+// lenenc decodes a length-encoded integer, returning it and its size (not
+// ok for NULL).
 func lenenc(b []byte) (v uint64, n int, ok bool) {
-	if len(b) == 0 {
+	v, n, null, ok := mysqlwire.ReadLenEnc(b)
+	if null {
 		return 0, 0, false
 	}
-	switch b[0] {
-	case 0xfc:
-		if len(b) < 3 {
-			return 0, 0, false
-		}
-		return uint64(binary.LittleEndian.Uint16(b[1:])), 3, true
-	case 0xfd:
-		if len(b) < 4 {
-			return 0, 0, false
-		}
-		return uint64(b[1]) | uint64(b[2])<<8 | uint64(b[3])<<16, 4, true
-	case 0xfe:
-		if len(b) < 9 {
-			return 0, 0, false
-		}
-		return binary.LittleEndian.Uint64(b[1:]), 9, true
-	case 0xfb, 0xff:
-		return 0, 0, false
-	}
-	return uint64(b[0]), 1, true
+	return v, n, ok
 }
 
 func cstring(b []byte) (s string, rest []byte, err error) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 func TestReserveOrder(t *testing.T) {
@@ -345,7 +347,7 @@ func FuzzParseTextRow(f *testing.F) {
 				back = append(back, 0xfb)
 				continue
 			}
-			back = appendLenenc(back, uint64(len(c)))
+			back = mysqlwire.AppendLenEnc(back, uint64(len(c)))
 			back = append(back, c...)
 		}
 		if string(back) != string(p) {
@@ -362,18 +364,6 @@ func FuzzParseTextRow(f *testing.F) {
 			}
 		}
 	})
-}
-
-func appendLenenc(b []byte, v uint64) []byte {
-	switch {
-	case v < 0xfb:
-		return append(b, byte(v))
-	case v < 1<<16:
-		return append(b, 0xfc, byte(v), byte(v>>8))
-	case v < 1<<24:
-		return append(b, 0xfd, byte(v), byte(v>>8), byte(v>>16))
-	}
-	return append(b, 0xfe, byte(v), byte(v>>8), byte(v>>16), byte(v>>24), byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56))
 }
 
 // FuzzParseMetrics: no input panics, and what parses has a series name.
