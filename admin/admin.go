@@ -65,8 +65,8 @@ type Options struct {
 	// /api/authority (authority.go); nil serves no such route.
 	Authority Authority
 	// Fleet, when not nil, is where on-call controls are written for the
-	// whole fleet (package fleet): drains, limits and max_transaction_time
-	// set through this listener go there unless the request says local=1.
+	// whole fleet (package fleet): drains, limits, max_transaction_time
+	// and classes set through this listener go there unless the request says local=1.
 	// nil keeps them to this instance.
 	Fleet Fleet
 	// Log receives refused requests and the on-call changes made through

@@ -185,18 +185,24 @@ func (a *Admin) scope(r *http.Request) (fleetWide bool, note string) {
 	return true, "fleet"
 }
 
-// expiry reads for=DUR (0: none).
-func expiry(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
+// scopeFor is scope with for=DUR read (0: none). Only fleet controls
+// expire: for= with a local scope is refused (400) rather than ignored.
+func (a *Admin) scopeFor(w http.ResponseWriter, r *http.Request) (fleetWide bool, scope string, exp time.Duration, ok bool) {
+	fleetWide, scope = a.scope(r)
 	v := r.URL.Query().Get("for")
 	if v == "" {
-		return 0, true
+		return fleetWide, scope, 0, true
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
+	switch {
+	case err != nil || d <= 0:
 		writeError(w, http.StatusBadRequest, "for: want a positive duration such as 30m, got %q", v)
-		return 0, false
+		return false, "", 0, false
+	case !fleetWide:
+		writeError(w, http.StatusBadRequest, "for: only the fleet's controls expire, and this change is %s; lift it by hand instead (nothing changed)", scope)
+		return false, "", 0, false
 	}
-	return d, true
+	return fleetWide, scope, d, true
 }
 
 // who names the author of a change: the request's "by", else its address.
@@ -207,30 +213,38 @@ func who(r *http.Request) string {
 	return "admin API from " + r.RemoteAddr
 }
 
-// setFleet writes a fleet control, answering 503 when the fleet's table
-// cannot be written (nothing was changed).
+// setFleet writes a fleet control. It answers 400 for a control that
+// makes no sense and 503 when the write failed: nothing was changed when
+// the fleet's tables are missing, else the write may or may not have
+// reached the table, and the answer says how to find out.
 func (a *Admin) setFleet(w http.ResponseWriter, r *http.Request, c fleet.Control, expires time.Duration) bool {
 	c.SetBy = who(r)
 	if err := a.o.Fleet.Set(r.Context(), c, expires); err != nil {
-		status := http.StatusServiceUnavailable
-		if errors.Is(err, fleet.ErrInvalid) {
-			status = http.StatusBadRequest
-		}
-		writeError(w, status, "the %s of %s was not set: %v (nothing changed; local=1 sets it on this instance only)", c.Kind, c.Tag, err)
+		a.fleetWriteFailed(w, "set", c.Kind, c.Tag, err)
 		return false
 	}
 	return true
 }
 
-// removeFleet lifts a fleet control, answering 503 when the fleet's table
-// cannot be written.
+// removeFleet lifts a fleet control (see setFleet for its failures).
 func (a *Admin) removeFleet(w http.ResponseWriter, r *http.Request, tag string, kind fleet.Kind) (bool, bool) {
 	had, err := a.o.Fleet.Remove(r.Context(), tag, kind)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "the %s of %s was not lifted: %v (nothing changed; local=1 lifts this instance's own)", kind, tag, err)
+		a.fleetWriteFailed(w, "lifted", kind, tag, err)
 		return false, false
 	}
 	return had, true
+}
+
+func (a *Admin) fleetWriteFailed(w http.ResponseWriter, did string, kind fleet.Kind, tag string, err error) {
+	switch {
+	case errors.Is(err, fleet.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "the %s of %s was not %s: %v (nothing changed)", kind, tag, did, err)
+	case errors.Is(err, fleet.ErrNoSchema):
+		writeError(w, http.StatusServiceUnavailable, "the %s of %s was not %s: %v (nothing changed; local=1 acts on this instance only)", kind, tag, did, err)
+	default:
+		writeError(w, http.StatusServiceUnavailable, "the %s of %s may not have been %s: %v (GET /api/controls or holdfastctl controls shows whether it was; local=1 acts on this instance only)", kind, tag, did, err)
+	}
 }
 
 // inForce is tag's gate on this instance now (the zero GateState when it
@@ -258,12 +272,11 @@ func (a *Admin) apiDrain(w http.ResponseWriter, r *http.Request) {
 		}
 		grace = d
 	}
-	exp, ok := expiry(w, r)
+	reason := r.URL.Query().Get("reason")
+	fleetWide, scope, exp, ok := a.scopeFor(w, r)
 	if !ok {
 		return
 	}
-	reason := r.URL.Query().Get("reason")
-	fleetWide, scope := a.scope(r)
 	if fleetWide {
 		if !a.setFleet(w, r, fleet.Control{Tag: tag, Kind: fleet.KindDrain, Value: grace.Milliseconds(), Reason: reason}, exp) {
 			return
@@ -333,11 +346,10 @@ func (a *Admin) apiUnMaxTxn(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) setMaxTxn(w http.ResponseWriter, r *http.Request, tag string, d time.Duration) {
-	exp, ok := expiry(w, r)
+	fleetWide, scope, exp, ok := a.scopeFor(w, r)
 	if !ok {
 		return
 	}
-	fleetWide, scope := a.scope(r)
 	switch {
 	case fleetWide && d == 0:
 		if _, ok := a.removeFleet(w, r, tag, fleet.KindMaxTxn); !ok {
@@ -382,11 +394,10 @@ func (a *Admin) apiUnclass(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) setClass(w http.ResponseWriter, r *http.Request, pat, name string, v int64) {
-	exp, ok := expiry(w, r)
+	fleetWide, scope, exp, ok := a.scopeFor(w, r)
 	if !ok {
 		return
 	}
-	fleetWide, scope := a.scope(r)
 	switch {
 	case fleetWide && v < 0:
 		if _, ok := a.removeFleet(w, r, pat, fleet.KindClass); !ok {
@@ -407,8 +418,8 @@ func (a *Admin) setClass(w http.ResponseWriter, r *http.Request, pat, name strin
 	} else {
 		a.o.Log.Warn("admin: tag class set", "tag", pat, "class", name, "scope", scope, "remote", r.RemoteAddr)
 	}
-	// A fleet change reaches this instance at its next poll: say what
-	// holds here now, and what was asked.
+	// What was asked, and what holds here now (a local class loses to a
+	// fleet class; a fleet change was read back before this answer).
 	writeJSON(w, http.StatusOK, map[string]any{"tag": pat, "class": name, "class_here_now": a.srv.ClassOf(pat), "scope": scope})
 }
 
@@ -430,11 +441,10 @@ func (a *Admin) apiUnlimit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) setLimit(w http.ResponseWriter, r *http.Request, tag string, n int, reason string) {
-	exp, ok := expiry(w, r)
+	fleetWide, scope, exp, ok := a.scopeFor(w, r)
 	if !ok {
 		return
 	}
-	fleetWide, scope := a.scope(r)
 	switch {
 	case fleetWide && n == 0:
 		if _, ok := a.removeFleet(w, r, tag, fleet.KindLimit); !ok {

@@ -744,13 +744,13 @@ func (t BackendTLS) validate() error {
 	return nil
 }
 
-// validTag reports whether t is a tag as holdfast records it.
 // ValidTagPattern reports whether p is a tag in which * stands for any run
 // of characters (a lone * matches every tag).
 func ValidTagPattern(p string) bool {
 	return p == "*" || validTag(strings.ReplaceAll(p, "*", "x"))
 }
 
+// validTag reports whether t is a tag as holdfast records it.
 func validTag(t string) bool {
 	if t == "" || len(t) > 64 {
 		return false

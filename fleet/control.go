@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/holdfast-db/holdfast/attribution"
 )
 
 // Kind is what a control does to its tag.
@@ -38,8 +40,8 @@ func ClassValue(name string) (int64, bool) {
 	return 0, false
 }
 
-// MaxTagLen is the longest tag a control names (attribution.MaxTagLen).
-const MaxTagLen = 64
+// MaxTagLen is the longest tag a control names.
+const MaxTagLen = attribution.MaxTagLen
 
 // Control is one row of holdfast_controls.
 type Control struct {

@@ -3,8 +3,8 @@
 // migration 5), the way the Redis authority switch already is: no
 // consensus protocol of holdfast's own and no connection-level locks.
 //
-//   - Controls (holdfast_controls): on-call's drains, connection caps and
-//     per-tag max_transaction_time, each with who set it, when, why and an
+//   - Controls (holdfast_controls): on-call's drains, connection caps,
+//     per-tag max_transaction_time and overload classes, each with who set it, when, why and an
 //     optional expiry (the database's clock). Every instance polls them
 //     and applies them within one poll interval.
 //   - Membership (holdfast_members): each instance's heartbeat row.

@@ -296,7 +296,7 @@ func (f *Fleet) Holds(duty string) bool {
 	return ok && time.Now().Before(d)
 }
 
-// inForce returns the controls not expired at now (local clock).
+// inForceLocked returns the controls not expired at now (local clock).
 func (f *Fleet) inForceLocked(now time.Time) []Control {
 	var out []Control
 	for i, c := range f.controls {
@@ -411,22 +411,41 @@ func sorted(m map[string]*Applied) []Applied {
 
 // Set writes a control for the whole fleet and puts it in force on this
 // instance before it returns; the others apply it within one poll.
-// expires > 0 lifts it that long after (the database's clock).
+// expires > 0 lifts it that long after (the database's clock). The write
+// is bounded like a poll. Its error is the write's alone: once written,
+// the control is the fleet's, and a failed poll here (logged, and shown
+// as stale) only delays it on this instance to the next poll.
 func (f *Fleet) Set(ctx context.Context, c Control, expires time.Duration) error {
-	if err := f.o.Store.SetControl(ctx, c, expires); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, f.o.Poll+f.o.TTL/2)
+	err := f.o.Store.SetControl(wctx, c, expires)
+	cancel()
+	if err != nil {
 		return err
 	}
-	return f.Poll(ctx)
+	f.pollAfterWrite(ctx)
+	return nil
 }
 
 // Remove lifts tag's control of kind for the whole fleet, and on this
-// instance before it returns; it reports whether one was in force.
+// instance before it returns; it reports whether one was in force. The
+// write is bounded and its error reported as Set's.
 func (f *Fleet) Remove(ctx context.Context, tag string, kind Kind) (bool, error) {
-	ok, err := f.o.Store.RemoveControl(ctx, tag, kind)
+	wctx, cancel := context.WithTimeout(ctx, f.o.Poll+f.o.TTL/2)
+	ok, err := f.o.Store.RemoveControl(wctx, tag, kind)
+	cancel()
 	if err != nil {
 		return false, err
 	}
-	return ok, f.Poll(ctx)
+	f.pollAfterWrite(ctx)
+	return ok, nil
+}
+
+// pollAfterWrite applies a change just written, whether or not the
+// writer is still waiting.
+func (f *Fleet) pollAfterWrite(ctx context.Context) {
+	if err := f.Poll(context.WithoutCancel(ctx)); err != nil {
+		f.o.Log.Warn("fleet: a control was written, but reading the controls back failed; it applies here at the next poll", "err", err)
+	}
 }
 
 // Status is what this instance knows of the fleet.
@@ -474,12 +493,4 @@ func (f *Fleet) Status() Status {
 	}
 	slices.Sort(st.Duties)
 	return st
-}
-
-// Instances is the number of live instances the last read saw (at least
-// 1: this one).
-func (f *Fleet) Instances() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return max(1, len(f.members))
 }

@@ -38,7 +38,8 @@ func missing(err error) error {
 }
 
 // Controls returns the controls in force (unexpired by the database's
-// clock) and the database's time of the read.
+// clock) and the database's time of the read (zero when there are none:
+// it serves only to place their expiries on this host's clock).
 func (s *Store) Controls(ctx context.Context) ([]Control, time.Time, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT tag, kind, value, set_by, reason, set_at, expires_at, NOW(6)
 FROM holdfast_controls WHERE expires_at IS NULL OR expires_at > NOW(6) ORDER BY tag, kind`)
@@ -63,11 +64,6 @@ FROM holdfast_controls WHERE expires_at IS NULL OR expires_at > NOW(6) ORDER BY 
 	}
 	if err := rows.Err(); err != nil {
 		return nil, time.Time{}, err
-	}
-	if now.IsZero() {
-		if err := s.db.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&now); err != nil {
-			return nil, time.Time{}, err
-		}
 	}
 	return out, now, nil
 }
@@ -359,24 +355,6 @@ ON DUPLICATE KEY UPDATE
 		return false, err
 	}
 	return h == holder, nil
-}
-
-// DutyHolders returns each duty's holder and whether its lease is live.
-func (s *Store) DutyHolders(ctx context.Context) (map[string]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT duty, holder FROM holdfast_duties WHERE expires_at >= NOW(6)`)
-	if err != nil {
-		return nil, missing(err)
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var d, h string
-		if err := rows.Scan(&d, &h); err != nil {
-			return nil, err
-		}
-		out[d] = h
-	}
-	return out, rows.Err()
 }
 
 // ReleaseDuty gives up holder's lease on duty (a clean shutdown).

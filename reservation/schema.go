@@ -200,7 +200,8 @@ var Migrations = []Migration{{
 		// On-call controls every instance applies (package fleet): one row
 		// per tag and kind. kind drain: value is the grace in milliseconds
 		// (0: none); limit: the fleet-wide connection cap; max_txn: the
-		// tag's max_transaction_time in milliseconds. expires_at (the
+		// tag's max_transaction_time in milliseconds; class (tag may be a
+		// pattern with *): 0 critical, 1 normal, 2 background. expires_at (the
 		// database's clock; NULL: never) lifts it.
 		`CREATE TABLE IF NOT EXISTS holdfast_controls (
   tag VARCHAR(64) NOT NULL,

@@ -50,7 +50,7 @@ Commands:
                          overload class: critical, normal, background (off lifts it)
       -reason TEXT       recorded with the class
     drain, undrain, limit, maxtxn and class also take:
-      -for D             lift the control by itself after D (e.g. 30m), everywhere
+      -for D             lift the control by itself after D (e.g. 30m), everywhere (not with -local)
       -local             act on the instance asked only, not the fleet
       -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)
   controls               the fleet's controls in force: who set them, when, why, until when

@@ -115,7 +115,7 @@ type Client struct {
 	hc    *http.Client
 
 	// Scope is where the control changes (drain, undrain, limit, max
-	// transaction time) go, and what is recorded with them.
+	// transaction time, class) go, and what is recorded with them.
 	Scope Scope
 }
 
@@ -279,19 +279,6 @@ type FleetControl struct {
 	Expires time.Time `json:"expires_at"`
 }
 
-// Gate is one tag's controls in force on the instance asked
-// (GET /api/gates, /api/controls).
-type Gate struct {
-	Tag                   string  `json:"tag"`
-	Drained               bool    `json:"drained"`
-	Reason                string  `json:"reason"`
-	Limit                 int     `json:"limit"`
-	Limited               bool    `json:"limited"`
-	InUse                 int     `json:"in_use"`
-	Waiting               int     `json:"waiting"`
-	MaxTransactionSeconds float64 `json:"max_transaction_seconds"`
-}
-
 // Controls is the answer of GET /api/controls.
 type Controls struct {
 	Fleet    bool           `json:"fleet"` // false: this holdfast shares no controls
@@ -301,10 +288,9 @@ type Controls struct {
 	Error    string         `json:"error"`
 	LastRead time.Time      `json:"last_read"`
 	Controls []FleetControl `json:"controls"`
-	Gates    []Gate         `json:"gates"`
 }
 
-// Controls returns the fleet's controls and this instance's gates.
+// Controls returns the fleet's controls.
 func (c *Client) Controls(ctx context.Context) (Controls, error) {
 	var out Controls
 	err := c.do(ctx, http.MethodGet, "/api/controls", nil, &out, "fleet")
@@ -325,13 +311,14 @@ type Member struct {
 type FleetStatus struct {
 	Fleet  bool `json:"fleet"`
 	Status struct {
-		Instance string   `json:"instance_id"`
-		Known    bool     `json:"known"`
-		Stale    bool     `json:"stale"`
-		NoSchema bool     `json:"no_schema"`
-		Error    string   `json:"error"`
-		Members  []Member `json:"members"`
-		Duties   []string `json:"duties"`
+		Instance string    `json:"instance_id"`
+		Known    bool      `json:"known"`
+		Stale    bool      `json:"stale"`
+		NoSchema bool      `json:"no_schema"`
+		Error    string    `json:"error"`
+		LastRead time.Time `json:"last_read"`
+		Members  []Member  `json:"members"`
+		Duties   []string  `json:"duties"`
 	} `json:"status"`
 }
 

@@ -265,7 +265,7 @@ func (c *CLI) Class(ctx context.Context, pattern, class, reason string) error {
 	}
 	if strings.EqualFold(class, "off") {
 		class = ""
-	} else if class != "critical" && class != "normal" && class != "background" {
+	} else if !slices.Contains(classNames, class) {
 		return usagef("class: CLASS must be critical, normal, background or off; got %q", class)
 	}
 	s, err := c.Client.SetClass(ctx, pattern, class, reason)
@@ -275,6 +275,10 @@ func (c *CLI) Class(ctx context.Context, pattern, class, reason string) error {
 	if class == "" {
 		_, err = fmt.Fprintf(c.Out, "lifted the class of %s%s (overload.classes applies; here now: %s)\n", pattern, c.where(s.Scope), s.ClassHereNow)
 		return err
+	}
+	if s.ClassHereNow != class && !strings.HasPrefix(s.Scope, "fleet") {
+		// A local class loses to the fleet's: say so rather than "done".
+		return c.unexpected("class", pattern, "class "+clean(s.ClassHereNow)+" in force there (a fleet class wins over a local one)")
 	}
 	_, err = fmt.Fprintf(c.Out, "%s is %s%s (lift: holdfastctl class %s off)\n", pattern, class, c.where(s.Scope), pattern)
 	return err
@@ -317,14 +321,20 @@ func (c *CLI) Controls(ctx context.Context) error {
 				fc.SetAt.UTC().Format("2006-01-02 15:04:05"), exp, clean(fc.Reason))
 		}
 	}
+	return readState(w, cs.NoSchema, cs.Stale, cs.Known, cs.LastRead, cs.Error)
+}
+
+// readState prints, when it is not current, how fresh the instance's view
+// of the fleet's tables is.
+func readState(w io.Writer, noSchema, stale, known bool, lastRead time.Time, errText string) (err error) {
 	switch {
-	case cs.NoSchema:
+	case noSchema:
 		_, err = fmt.Fprintln(w, "the fleet's tables are missing (run holdfast migrate): controls apply to the instance they are set on")
-	case cs.Stale:
-		_, err = fmt.Fprintf(w, "STALE: this instance could not read the controls since %s (%s); it keeps the last ones it read\n",
-			cs.LastRead.UTC().Format("15:04:05"), clean(cs.Error))
-	case !cs.Known:
-		_, err = fmt.Fprintln(w, "this instance has not read the controls yet")
+	case stale:
+		_, err = fmt.Fprintf(w, "STALE: this instance could not read the fleet's tables since %s (%s); it keeps the last controls and members it read\n",
+			lastRead.UTC().Format("15:04:05"), clean(errText))
+	case !known:
+		_, err = fmt.Fprintln(w, "this instance has not read the fleet's tables yet")
 	}
 	return err
 }
@@ -351,9 +361,12 @@ func (c *CLI) Fleet(ctx context.Context) error {
 		fmt.Fprintf(w, "%-40s %-24s %-10s %8d %-20s %s\n", clean(m.ID), clean(m.Address), clean(m.Version), m.PoolMax,
 			m.StartedAt.UTC().Format("2006-01-02 15:04:05"), duties)
 	}
-	_, err = fmt.Fprintf(w, "%s live; pool.max adds up to %d backend connections (asked through %s)\n",
-		plural(len(fs.Status.Members), "instance"), total, clean(fs.Status.Instance))
-	return err
+	if _, err = fmt.Fprintf(w, "%s live; pool.max adds up to %d backend connections (asked through %s)\n",
+		plural(len(fs.Status.Members), "instance"), total, clean(fs.Status.Instance)); err != nil {
+		return err
+	}
+	st := fs.Status
+	return readState(w, st.NoSchema, st.Stale, st.Known, st.LastRead, st.Error)
 }
 
 func (c *CLI) unexpected(cmd, tag, got string) error {
