@@ -50,9 +50,6 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 		s.waitKills()
 		return s.lease.bc, nil
 	}
-	if s.state.vars == nil && s.srv.primary.base.Load() != nil {
-		s.state.vars = s.initialVars()
-	}
 	// The session's state is restored once the hold is visible to the
 	// janitor and to kills: take without sync, then sync below.
 	key := s.gateKey(tag)
@@ -123,14 +120,21 @@ func (s *session) release(reusable bool) {
 	s.mu.Unlock()
 }
 
-// gateKey is the name a borrow for tag passes the on-call controls under:
+// controlsByTag reports whether some on-call control or overload class is
+// in force, so that the tag a statement carries matters (see gateKey).
+func (s *Server) controlsByTag() bool {
+	return s.gates.active.Load() != 0 || s.classes.table.Load() != nil
+}
+
+// gateKey is the name a borrow for tag passes the on-call controls and
+// gets its overload class under:
 // the tag the statement (or its transaction) carries, even when
 // accounting folded it into other (attribution.max_tags reached) or does
 // not look at tags (attribution.disabled), so that a drain, a limit or a
 // max_transaction_time of that tag applies to it.
 func (s *session) gateKey(tag *attribution.Tag) string {
 	name := tag.Name()
-	if s.srv.gates.active.Load() == 0 && s.srv.classes.table.Load() == nil {
+	if !s.srv.controlsByTag() {
 		return name
 	}
 	if !s.srv.attr && len(s.tagRaw) > 0 {

@@ -35,7 +35,8 @@ import (
 //
 // A tag's class comes from the fleet's controls (holdfastctl class), then
 // this instance's run-time ones (--local), then overload.classes in the
-// configuration; no class anywhere costs a borrow one atomic load.
+// configuration. With no class anywhere, finding a borrow's class is one
+// atomic load; every borrow's wait is still counted under its class.
 
 type class uint8
 
@@ -46,11 +47,12 @@ const (
 	numClasses
 )
 
-var classNames = [numClasses]string{"critical", "normal", "background"}
+// classNames are config's class names, in class order.
+var classNames = [numClasses]string(config.OverloadClasses)
 
 func (c class) String() string { return classNames[c] }
 
-// ParseClass returns the class named s.
+// parseClass returns the class named s.
 func parseClass(s string) (class, bool) {
 	for i, n := range classNames {
 		if n == s {
@@ -174,26 +176,26 @@ func (s *Server) setClasses(src controlSource, m map[string]class) {
 	c := &s.classes
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, o := range classOrder {
-		if o == src {
-			c.src[i] = maps.Clone(m)
-		}
+	if maps.Equal(c.src[src], m) {
+		return // the fleet's poll says the same each second: keep the table's cache
 	}
+	c.src[src] = maps.Clone(m)
 	s.publishClassesLocked()
 }
 
-// setClass sets (ok) or removes one of this instance's run-time classes.
+// setLocalClass sets (ok) or removes one of this instance's run-time
+// classes.
 func (s *Server) setLocalClass(tag string, cl class, ok bool) {
 	c := &s.classes
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.src[1] == nil {
-		c.src[1] = map[string]class{}
+	if c.src[srcLocal] == nil {
+		c.src[srcLocal] = map[string]class{}
 	}
 	if ok {
-		c.src[1][tag] = cl
+		c.src[srcLocal][tag] = cl
 	} else {
-		delete(c.src[1], tag)
+		delete(c.src[srcLocal], tag)
 	}
 	s.publishClassesLocked()
 }
@@ -202,8 +204,9 @@ func (s *Server) publishClassesLocked() {
 	c := &s.classes
 	var srcs [3][]classRule
 	n := 0
-	for i, m := range c.src {
-		// Exact tags in any order, then patterns by class, highest first.
+	for i, o := range classOrder {
+		m := c.src[o]
+		// By class, highest first (resolve tries exact tags first).
 		for cl := range numClasses {
 			for p, x := range m {
 				if x == cl {
@@ -324,7 +327,7 @@ func (c classCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// TagClass is one tag's class, for the status page and metrics.
+// TagClass is one tag's class (holdfast_tag_class).
 type TagClass struct {
 	Tag   string `json:"tag"`
 	Class string `json:"class"`
@@ -344,7 +347,8 @@ func (s *Server) TagClasses() []TagClass {
 	return out
 }
 
-// ClassStat is one class's counts, for the status page.
+// ClassStat is one class's counts since start (the holdfast_class_*
+// metrics, as values).
 type ClassStat struct {
 	Class       string  `json:"class"`
 	Admitted    uint64  `json:"admitted"`

@@ -235,17 +235,15 @@ func (s *Server) instances() int {
 }
 
 // Gates lists the on-call controls in force, by tag. InUse is the number of
-// backend connections the tag holds now (as in Holders), whether or not it
+// backend connections the tag holds now (by the name the controls know it
+// by, as heldBy counts), whether or not it
 // is capped.
 func (s *Server) Gates() []GateState {
 	gs := s.gates.snapshot()
 	if len(gs) == 0 {
 		return gs
 	}
-	held := map[string]int{}
-	for _, h := range s.Holders() {
-		held[h.Tag]++
-	}
+	held := s.heldByKey()
 	for i := range gs {
 		gs[i].InUse = held[gs[i].Tag]
 	}

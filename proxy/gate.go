@@ -179,21 +179,6 @@ func (g *gates) publishLocked() {
 			next[tag] = struct{}{}
 		}
 	}
-	if cur := g.stopped.Load(); cur != nil && len(*cur) == len(next) {
-		same := true
-		for t := range next {
-			if _, ok := (*cur)[t]; !ok {
-				same = false
-				break
-			}
-		}
-		if same {
-			return
-		}
-	}
-	if len(next) == 0 && g.stopped.Load() == nil {
-		return
-	}
 	if len(next) == 0 {
 		g.stopped.Store(nil)
 		return
@@ -203,9 +188,9 @@ func (g *gates) publishLocked() {
 
 // free reports whether tag's borrows pass the controls without entering
 // them: it is neither drained nor limited (a max_transaction_time does
-// not stop a borrow). Lock-free: it decides whether a statement may take
-// a path that bypasses enter (pipelining), so that a control on one tag
-// leaves the others' paths as they are.
+// not stop a borrow). Lock-free: it decides whether a borrow may skip
+// enter, and a statement take a path that bypasses it (pipelining), so
+// that a control on one tag leaves the others' paths as they are.
 func (g *gates) free(tag string) bool {
 	if g.active.Load() == 0 {
 		return true

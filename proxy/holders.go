@@ -52,21 +52,23 @@ func (s *Server) Holders() []HolderInfo {
 
 // heldBy counts connections held now under tag as the on-call controls
 // know it (a folded tag by the name its statements carry).
-func (s *Server) heldBy(tag string) int {
-	n := 0
+func (s *Server) heldBy(tag string) int { return s.heldByKey()[tag] }
+
+// heldByKey counts connections held now by the names the on-call controls
+// know their tags by.
+func (s *Server) heldByKey() map[string]int {
+	n := map[string]int{}
 	s.mu.Lock()
 	for _, x := range s.sessions {
 		x.mu.Lock()
-		if !x.holdSince.IsZero() && x.holdKey == tag {
-			n++
+		if !x.holdSince.IsZero() {
+			n[x.holdKey]++
 		}
 		x.mu.Unlock()
 	}
 	s.mu.Unlock()
 	for _, h := range s.engineHolders(time.Now()) {
-		if h.Tag == tag {
-			n++
-		}
+		n[h.Tag]++
 	}
 	return n
 }

@@ -55,7 +55,7 @@ type leaseState struct {
 // a limit ("" if none), which the borrow must exit; a refusal wraps
 // errTagDrained or errTagLimit, and is counted under tag.
 func (s *Server) admit(ctx context.Context, tag *attribution.Tag, key string) (gated string, err error) {
-	if s.gates.active.Load() == 0 {
+	if s.gates.free(key) { // neither drained nor limited: nothing to enter
 		return "", nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.pool.Limits().AcquireTimeout)

@@ -74,37 +74,41 @@ func newPipes() *pipes {
 // (0: pipelining off).
 func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
 
-// pipelinable reports whether a statement of tag may be pipelined. A
+// pipelinable reports whether a statement of tag may be pipelined, and its
+// overload class. A
 // pipelined statement takes no lease, so passes no control: a drained or
 // limited tag's statements borrow instead (and are refused or counted
 // there), as do background ones while the background cap is in force;
 // the other tags' pipeline as usual.
-func (s *session) pipelinable(info *sqlscan.Info, size int, tag *attribution.Tag) bool {
+func (s *session) pipelinable(info *sqlscan.Info, size int, tag *attribution.Tag) (class, bool) {
 	if s.state.vars == nil && s.srv.primary.base.Load() != nil {
 		s.state.vars = s.initialVars()
 	}
 	if !(s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil && s.state.pinReason == "" && !s.tx.holdNext &&
 		s.state.status&statusInTrans == 0 && s.state.status&statusAutocommit != 0 &&
 		plainSelect(info) && size < 1<<16 && s.srv.pipelineDepth() > 0) {
-		return false
+		return 0, false
 	}
 	key := s.gateKey(tag)
 	if !s.srv.gates.free(key) {
-		return false
+		return 0, false
+	}
+	t := s.srv.classes.table.Load()
+	if t == nil {
+		return classNormal, true
 	}
 	// Background statements borrow, under the background cap (classes.go).
-	t := s.srv.classes.table.Load()
-	return t == nil || !t.background || t.lookup(key) != classBackground
+	cl := t.lookup(key)
+	return cl, !t.background || cl != classBackground
 }
 
 // runPipelined runs a statement on a pipe. handled is false when no pipe
 // could take it (the caller then borrows a connection as usual).
-func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution.Tag, cs *clientStmt, text []byte) (handled, keep bool) {
+func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution.Tag, cl class, cs *clientStmt, text []byte) (handled, keep bool) {
 	start := time.Now()
 	q := s.srv.pipes.waiters
 	var w *waitq.Waiter[struct{}, struct{}]
 	var ctx context.Context
-	cl := s.srv.classOf(s.gateKey(tag))
 	p, turn, cmd, wait := s.srv.joinPipe(s, cs, cl, build)
 	for p == nil && wait {
 		// A pipe fit for us exists but cannot take us now (full, busy with
@@ -158,7 +162,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		tag.Borrowed(turnAt.Sub(start))
 	}
 	s.mu.Lock()
-	s.holdSince, s.holdTag = turnAt, tag.Name()
+	s.holdSince, s.holdTag, s.holdKey = turnAt, tag.Name(), s.gateKey(tag)
 	s.stmtText = append(s.stmtText[:0], text[:min(len(text), maxStmtCopy)]...)
 	s.mu.Unlock()
 	p.mu.Lock()
@@ -192,7 +196,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		s.srv.account(&held, tag, now, s.id, nil)
 	}
 	s.mu.Lock()
-	s.holdSince, s.holdTag = time.Time{}, ""
+	s.holdSince, s.holdTag, s.holdKey = time.Time{}, "", ""
 	s.mu.Unlock()
 	if err == nil && rr.failed && rr.errCode == codeQueryInterrupted && !s.interrupted.Load() && s.cw.n == sent {
 		// Interrupted by a kill meant for the statement queued before ours

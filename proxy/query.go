@@ -44,8 +44,8 @@ func (s *session) comQuery(p []byte) bool {
 			p, sql = q, q[1:]
 		}
 	}
-	if s.pipelinable(&info, len(p), tag) && info.Vars == 0 {
-		if handled, keep := s.runPipelined(func(*backendConn) []byte { return p }, tag, nil, sql); handled {
+	if cl, ok := s.pipelinable(&info, len(p), tag); ok && info.Vars == 0 {
+		if handled, keep := s.runPipelined(func(*backendConn) []byte { return p }, tag, cl, nil, sql); handled {
 			return keep
 		}
 	}

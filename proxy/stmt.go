@@ -244,7 +244,8 @@ func (s *session) stmtPrepare(p []byte) bool {
 	s.setExec(bc, nil)
 	unbound := bc.bound(s.srv.exchangeTimeout())
 	parse := varstate.ParseState(s.state.vars)
-	bs, errPkt, err := bc.prepareOn(s.state.db, parse, query, stmtKey(s.state.db, parse, query), s.srv.stmtConfig())
+	key := stmtKey(s.state.db, parse, query)
+	bs, errPkt, err := bc.prepareOn(s.state.db, parse, query, key, s.srv.stmtConfig())
 	unbound()
 	s.setExec(nil, nil)
 	if err != nil {
@@ -259,7 +260,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 	cs := &clientStmt{id: s.ps.nextStmt, query: query, db: s.state.db, params: bs.params, columns: bs.columns, info: info}
 	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
 	cs.parse = parse
-	cs.key = stmtKey(cs.db, cs.parse, cs.query)
+	cs.key = key
 	s.srv.stmtRefs.add(cs.key)
 	if tagged {
 		cs.tag = tag
@@ -366,14 +367,16 @@ func (s *session) stmtExecute(p []byte) bool {
 			return true
 		}
 	}
-	if flags == 0 && cs.longData == nil && s.pipelinable(&cs.info, len(p), tag) {
-		build := func(bc *backendConn) []byte {
-			bs, _ := bc.stmts.lru.Peek(cs.key)
-			s.ps.pipeBuf = appendExecute(s.ps.pipeBuf[:0], bs.id, flags, iter, cs, nullMap, values)
-			return s.ps.pipeBuf
-		}
-		if handled, keep := s.runPipelined(build, tag, cs, cs.sql); handled {
-			return keep
+	if flags == 0 && cs.longData == nil {
+		if cl, ok := s.pipelinable(&cs.info, len(p), tag); ok {
+			build := func(bc *backendConn) []byte {
+				bs, _ := bc.stmts.lru.Peek(cs.key)
+				s.ps.pipeBuf = appendExecute(s.ps.pipeBuf[:0], bs.id, flags, iter, cs, nullMap, values)
+				return s.ps.pipeBuf
+			}
+			if handled, keep := s.runPipelined(build, tag, cl, cs, cs.sql); handled {
+				return keep
+			}
 		}
 	}
 	bc, serr := s.borrow(tag, plainSelect(&cs.info))

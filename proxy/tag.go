@@ -37,7 +37,7 @@ func (s *session) statementTag(sql []byte, info *sqlscan.Info) (tag *attribution
 		// No accounting by tag, but the on-call controls still apply to
 		// the tag a statement carries (see gateKey).
 		s.tagRaw = nil
-		if s.srv.gates.active.Load() != 0 && info.NTagComments > 0 {
+		if s.srv.controlsByTag() && info.NTagComments > 0 {
 			if b, ok := appendStatementTag(s.tagBuf[:0], sql, info, s.scanMode()); ok {
 				s.tagBuf, s.tagRaw = b[:0], b
 			}

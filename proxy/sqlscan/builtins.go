@@ -61,21 +61,10 @@ var builtins = func() map[string]struct{} {
 	return m
 }()
 
-// isBuiltin reports whether word b names a built-in function (or a word
-// that takes a parenthesised list), matched case-insensitively. It does not
+// isBuiltin reports whether up, an upper-cased word, names a built-in
+// function (or a word that takes a parenthesised list). It does not
 // allocate.
-func isBuiltin(b []byte) bool {
-	var buf [maxKeyword]byte
-	if len(b) > len(buf) {
-		return false
-	}
-	for i, c := range b {
-		if c >= 'a' && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		buf[i] = c
-	}
-	up := buf[:len(b)]
+func isBuiltin(up []byte) bool {
 	if len(up) > 3 && (string(up[:3]) == "ST_" || string(up[:3]) == "MBR") {
 		return true
 	}

@@ -324,12 +324,12 @@ func (s *scanner) calls() bool {
 	if t.kind == tQuoted || s.st.qualified {
 		return true
 	}
-	b := s.lx.src[t.start:t.end]
 	var buf [maxKeyword]byte
-	if _, _, reserved := lookupKeyword(b, &buf); reserved {
+	up, _, reserved := lookupKeyword(s.lx.src[t.start:t.end], &buf)
+	if reserved {
 		return false
 	}
-	return !isBuiltin(b)
+	return up == nil || !isBuiltin(up) // longer than any keyword: no built-in either
 }
 
 // head classifies the statement starting at token t. main says whether its

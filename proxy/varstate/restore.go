@@ -105,10 +105,6 @@ func restoreAssignments(want, have *State) []assignment {
 	return as
 }
 
-func isCharsetVar(name string) bool {
-	return strings.HasPrefix(name, "character_set_") || name == "collation_connection" || name == ResultsCollation
-}
-
 func setRank(name string) int {
 	switch {
 	case strings.HasPrefix(name, "character_set_"):
