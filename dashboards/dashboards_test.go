@@ -561,31 +561,40 @@ func checkMetricNames(t *testing.T, h holdfast, d dashboard, rules []rule) {
 	}
 }
 
+// ruleGroups is Prometheus's answer to /api/v1/rules.
+type ruleGroups struct {
+	Groups []struct {
+		Name  string `json:"name"`
+		Rules []struct {
+			Name      string `json:"name"`
+			Health    string `json:"health"`
+			LastError string `json:"lastError"`
+			Alerts    []struct {
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
+				State       string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"rules"`
+	} `json:"groups"`
+}
+
+// rules returns the rule groups Prometheus has loaded, with their state.
+func (p prometheus) rules() (ruleGroups, error) {
+	var r ruleGroups
+	data, err := p.api("/api/v1/rules", url.Values{})
+	if err != nil {
+		return r, err
+	}
+	return r, json.Unmarshal(data, &r)
+}
+
 // checkRuleHealth checks that Prometheus evaluates every rule without error,
 // and that each alert whose condition is true is pending or firing with
 // annotations that name a tag of the load.
 func checkRuleHealth(t *testing.T, prom prometheus, firing map[string]bool) {
 	t.Helper()
-	data, err := prom.api("/api/v1/rules", url.Values{})
+	r, err := prom.rules()
 	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		Groups []struct {
-			Name  string `json:"name"`
-			Rules []struct {
-				Name      string `json:"name"`
-				Health    string `json:"health"`
-				LastError string `json:"lastError"`
-				Alerts    []struct {
-					Labels      map[string]string `json:"labels"`
-					Annotations map[string]string `json:"annotations"`
-					State       string            `json:"state"`
-				} `json:"alerts"`
-			} `json:"rules"`
-		} `json:"groups"`
-	}
-	if err := json.Unmarshal(data, &r); err != nil {
 		t.Fatal(err)
 	}
 	var tagRules []int

@@ -3,10 +3,8 @@ package dashboards
 import (
 	"bufio"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/url"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -186,25 +184,8 @@ func TestEngineAlertRules(t *testing.T) {
 	// condition is true is pending or firing with its annotations
 	// rendered.
 	waitFor(t, "every true condition pending or firing", 10*time.Second, func() error {
-		data, err := prom.api("/api/v1/rules", url.Values{})
+		rr, err := prom.rules()
 		if err != nil {
-			return err
-		}
-		var rr struct {
-			Groups []struct {
-				Name  string `json:"name"`
-				Rules []struct {
-					Name      string `json:"name"`
-					Health    string `json:"health"`
-					LastError string `json:"lastError"`
-					Alerts    []struct {
-						State       string            `json:"state"`
-						Annotations map[string]string `json:"annotations"`
-					} `json:"alerts"`
-				} `json:"rules"`
-			} `json:"groups"`
-		}
-		if err := json.Unmarshal(data, &rr); err != nil {
 			return err
 		}
 		for _, g := range rr.Groups {

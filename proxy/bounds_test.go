@@ -153,10 +153,15 @@ func TestMaxTransactionTime(t *testing.T) {
 	r := startProxy(t, func(c *config.Config) {
 		c.Tags.MaxTransactionTime = map[string]time.Duration{"batch": 300 * time.Millisecond}
 	})
-	b := r.raw(t, rawOpts{})
+	b, o := r.raw(t, rawOpts{}), r.raw(t, rawOpts{})
 	b.mustQuery("/* conn_tag:batch */ BEGIN")
 	b.mustQuery("/* conn_tag:batch */ SELECT 1")
+	o.mustQuery("/* conn_tag:search */ BEGIN")
+	o.mustQuery("/* conn_tag:search */ SELECT 1")
 	expectTimeoutErr(t, b, 9005, "tag 'batch'")
+	if v := o.value("SELECT @@in_transaction"); v != "1" {
+		t.Fatal("another tag's transaction ended too")
+	}
 }
 
 // A client that stops reading a large answer is disconnected after

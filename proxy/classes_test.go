@@ -80,17 +80,6 @@ func sleepers(t *testing.T, db *sql.DB, tag string, n int, secs float64, done ch
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func holdersOf(p *testProxy, tag string) int {
 	n := 0
 	for _, h := range p.srv.Holders() {
@@ -112,11 +101,11 @@ func TestOverloadAdmitsByClass(t *testing.T) {
 			db.SetMaxOpenConns(64)
 			bg := make(chan error, 8)
 			sleepers(t, db, "report_daily", 6, 2, bg)
-			waitUntil(t, "background to take its connections", func() bool { return holdersOf(p, "report_daily") >= 3 })
+			waitFor(t, "background to take its connections", func() bool { return holdersOf(p, "report_daily") >= 3 })
 			// The fourth is never background's: a normal statement gets it.
 			n1 := make(chan error, 1)
 			sleepers(t, db, "cart", 1, 1, n1)
-			waitUntil(t, "the normal sleeper to hold the fourth", func() bool { return holdersOf(p, "cart") == 1 })
+			waitFor(t, "the normal sleeper to hold the fourth", func() bool { return holdersOf(p, "cart") == 1 })
 			if n := holdersOf(p, "report_daily"); n != 3 {
 				t.Fatalf("background holds %d connections, want 3 (pool.max 4, reserve 1)", n)
 			}
@@ -134,7 +123,7 @@ func TestOverloadAdmitsByClass(t *testing.T) {
 				return ch
 			}
 			n2 := run("cart_late", "SELECT SLEEP(0.3)")
-			waitUntil(t, "the normal borrower to queue", func() bool { w := p.srv.Waiting(); return w.Pool+w.Pipeline >= 1 })
+			waitFor(t, "the normal borrower to queue", func() bool { w := p.srv.Waiting(); return w.Pool+w.Pipeline >= 1 })
 			time.Sleep(20 * time.Millisecond)
 			c := run("checkout_pay", "SELECT 1")
 			for _, ch := range []chan error{n1, n2, c} {
@@ -169,7 +158,7 @@ func TestOverloadShedsBackground(t *testing.T) {
 	db.SetMaxOpenConns(64)
 	bg := make(chan error, 3)
 	sleepers(t, db, "report_daily", 3, 3, bg)
-	waitUntil(t, "background to take its three connections", func() bool { return holdersOf(p, "report_daily") == 3 })
+	waitFor(t, "background to take its three connections", func() bool { return holdersOf(p, "report_daily") == 3 })
 
 	c := p.conn(t)
 	ctx := context.Background()

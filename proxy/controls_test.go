@@ -31,19 +31,13 @@ func TestControlsKeyedByRealTag(t *testing.T) {
 	p.srv.UndrainTag("checkout")
 	mustExec(t, db, "/* conn_tag:checkout */ SELECT 1")
 
+	// The folded tag's own max_transaction_time ends its transaction
+	// (sessions.max_transaction_time is off: only the tag's can).
 	p.srv.SetMaxTransactionTime("checkout", 200*time.Millisecond)
-	c := p.conn(t)
-	ctx := context.Background()
-	if _, err := c.ExecContext(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.ExecContext(ctx, "/* conn_tag:checkout */ SELECT 1"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1500 * time.Millisecond)
-	if _, err := c.ExecContext(ctx, "SELECT 2"); err == nil {
-		t.Fatal("a transaction of the folded tag outlived its max_transaction_time")
-	}
+	c := p.raw(t, rawOpts{})
+	c.mustQuery("BEGIN")
+	c.mustQuery("/* conn_tag:checkout */ SELECT 1")
+	expectTimeoutErr(t, c, codeTxnTooLong, "max_transaction_time (200ms")
 }
 
 // Time queued behind a tag's connection limit is that tag's wait.
@@ -59,10 +53,12 @@ func TestCapWaitIsWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
+	db := p.open(t)
 	go func() {
-		_, err := p.open(t).Exec("/* conn_tag:capped */ SELECT 1")
+		_, err := db.Exec("/* conn_tag:capped */ SELECT 1")
 		done <- err
 	}()
+	waitFor(t, "the second borrow to queue behind the limit", func() bool { return p.srv.Waiting().ByTag["capped"] == 1 })
 	time.Sleep(500 * time.Millisecond)
 	if _, err := holder.ExecContext(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)

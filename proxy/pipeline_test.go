@@ -519,6 +519,9 @@ func TestControlsLeavePipeliningToOthers(t *testing.T) {
 	if pipelined == 0 {
 		t.Fatal("nothing was pipelined: a control on other tags turned pipelining off")
 	}
+	if most == 0 {
+		t.Fatal("the process-list sampler never saw the limited tag's statements")
+	}
 	if most > 1 {
 		t.Fatalf("the limited tag ran %d statements at once, limit 1", most)
 	}

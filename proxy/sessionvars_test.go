@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -329,13 +330,13 @@ func TestStoredFunctionChangesStateInSelect(t *testing.T) {
 			defer wg.Done()
 			_, _ = head.ExecContext(ctx, "SELECT SLEEP(0.5)")
 		}()
-		time.Sleep(100 * time.Millisecond)
+		waitFor(t, "the head to run on a pipe", func() bool { return pipeQueued(p) >= 1 })
 		callerDone := make(chan error, 1)
 		go func() {
 			_, err := caller.query("SELECT set_tz()")
 			callerDone <- err
 		}()
-		time.Sleep(100 * time.Millisecond)
+		waitFor(t, "the caller to queue behind the head", func() bool { return pipeQueued(p) >= 2 || p.srv.Waiting().Total() >= 1 })
 		got := make([]string, len(others))
 		errs := make([]error, len(others))
 		for i, o := range others {
@@ -375,7 +376,10 @@ func TestStoredFunctionChangesStateInSelect(t *testing.T) {
 		o := p.raw(t, rawOpts{caps: capSessionTrack})
 		o.mustQuery("SET SESSION session_track_system_variables = '*'")
 		rs := o.mustQuery("SET time_zone = '+01:00'")
-		st, _ := decodeState(rs[0].ok.state)
+		st, err := decodeState(rs[0].ok.state)
+		if err != nil || !slices.ContainsFunc(st, func(e stateEntry) bool { return e.name == "time_zone" }) {
+			t.Fatalf("the OK of SET time_zone tracked %+v (%v), want time_zone among it", st, err)
+		}
 		for _, e := range st {
 			if e.name == "sort_buffer_size" {
 				t.Fatalf("another client was told of SET STATEMENT's variable: %+v", st)

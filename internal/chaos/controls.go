@@ -93,8 +93,17 @@ func (l *controlLog) lift(kind string, start, end time.Time, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := l.open[kind]
-	if w == nil || !ok {
-		return // nothing set, or it may still be in force: keep it open
+	if w == nil {
+		return // nothing set
+	}
+	if !ok {
+		// It may have been lifted from start on, or may still be in
+		// force: it is certain no longer, and possible from start on in
+		// a window of its own (certain again after a set that answers).
+		w.mayUntil, w.sureUntil = end.Add(controlBound), start
+		l.wins[kind] = append(l.wins[kind], *w)
+		l.open[kind] = &window{mayFrom: start}
+		return
 	}
 	w.mayUntil, w.sureUntil = end.Add(controlBound), start
 	l.wins[kind] = append(l.wins[kind], *w)
@@ -129,7 +138,9 @@ func controlLoop(ctx context.Context, hs []*holdfast, every time.Duration, rng *
 			var expires time.Duration
 			q := "/api/tags/" + tagDrained + "/drain?reason=chaos&by=chaos"
 			if rng.IntN(3) == 0 {
-				expires = time.Duration(1+rng.IntN(3)) * time.Second
+				// Longer than controlBound, so that it is certainly in
+				// force for a while before it lifts itself.
+				expires = controlBound + time.Duration(1+rng.IntN(3))*time.Second
 				q += "&for=" + expires.String()
 			}
 			start := time.Now()

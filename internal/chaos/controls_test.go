@@ -1,0 +1,33 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+)
+
+// The controller's log: a lift whose answer was lost ends the certainty
+// at its start (it may have been lifted) and keeps the control possible;
+// a set that answers makes it certain again one bound later.
+func TestControlLogFailedLift(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	var l controlLog
+	l.set("drain", at(0), at(1), true, 0)
+	l.lift("drain", at(10), at(11), false) // lost: maybe lifted
+	l.set("drain", at(20), at(21), true, 0)
+	l.lift("drain", at(30), at(31), true)
+	ws := l.windows("drain")
+	if len(ws) != 2 {
+		t.Fatalf("windows %+v, want two", ws)
+	}
+	first, second := ws[0], ws[1]
+	if !first.sureFrom.Equal(at(1).Add(controlBound)) || !first.sureUntil.Equal(at(10)) {
+		t.Fatalf("first window certain %v..%v, want %v..%v", first.sureFrom, first.sureUntil, at(1).Add(controlBound), at(10))
+	}
+	if !second.mayFrom.Equal(at(10)) || !second.sureFrom.Equal(at(21).Add(controlBound)) || !second.sureUntil.Equal(at(30)) {
+		t.Fatalf("second window %+v: want possible from the lost lift, certain from the next set plus the bound", second)
+	}
+	if !first.mayUntil.After(second.mayFrom) {
+		t.Fatalf("a gap between the windows: %v .. %v, though the drain was possible throughout", first.mayUntil, second.mayFrom)
+	}
+}
