@@ -37,6 +37,11 @@ func missing(err error) error {
 	return err
 }
 
+// MaxConns is how many connections a Store's database handle should keep
+// at most, outside the proxy's pool: the poll, and a control written
+// through the admin API beside it.
+const MaxConns = 2
+
 // Controls returns the controls in force (unexpired by the database's
 // clock) and the database's time of the read (zero when there are none:
 // it serves only to place their expiries on this host's clock).

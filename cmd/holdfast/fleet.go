@@ -32,8 +32,8 @@ func startFleet(ctx context.Context, cfg config.Config, srv *proxy.Server, dutie
 	if err != nil {
 		return nil, nil, fmt.Errorf("fleet: %w", err)
 	}
-	db.SetMaxOpenConns(2)
-	db.SetMaxIdleConns(2)
+	db.SetMaxOpenConns(fleet.MaxConns)
+	db.SetMaxIdleConns(fleet.MaxConns)
 	self := fleet.Member{ID: instanceID(), Address: advertised(cfg.Listen), Version: buildVersion(), PoolMax: cfg.Pool.Max}
 	f := fleet.New(fleet.Options{Store: fleet.NewStore(db), Applier: srv, Self: self,
 		Poll: cfg.Fleet.PollInterval, TTL: cfg.Fleet.TTL, Duties: duties, StmtBudget: srv.StatementBudget,

@@ -70,7 +70,8 @@ type HoldfastConfig struct {
 	// reserve too).
 	Redis string
 	// Settings change defaults for a labelled extra run, never the one a
-	// target is judged on: "path=value", the path dotted as in config.yaml
+	// target is judged on (but for overload.classes, which is what
+	// ModeOverload's phase 3 judges): "path=value", the path dotted as in config.yaml
 	// ("pool.max=8"), the value YAML ("0", "30s", "true").
 	Settings []string
 }

@@ -93,7 +93,7 @@ func (b *runner) runOverload(ctx context.Context) error {
 		b.printOverloadPhase(p)
 	}
 	p1, p2, p3 := phases[0], phases[1], phases[2]
-	var failed []string
+	var missed []string
 	ratio := float64(p3.p99) / float64(max(p1.p99, time.Microsecond))
 	verdict := func(ok bool) string {
 		if ok {
@@ -112,16 +112,18 @@ func (b *runner) runOverload(ctx context.Context) error {
 	okErr := p3.checkoutErrs == 0
 	b.printf("critical errors with classes on: %d (target 0): %s\n", p3.checkoutErrs, verdict(okErr))
 	if !okP99 {
-		failed = append(failed, "checkout p99")
+		missed = append(missed, "checkout p99")
 	}
 	if !okBg {
-		failed = append(failed, "background share")
+		missed = append(missed, "background share")
 	}
 	if !okErr {
-		failed = append(failed, "critical errors: "+p3.firstCheckoutErr)
+		missed = append(missed, "critical errors: "+p3.firstCheckoutErr)
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("bench: overload targets missed: %s", strings.Join(failed, "; "))
+	if len(missed) > 0 {
+		// Reported, not returned, like every mode's missed targets: the
+		// exit status is for runs that failed.
+		b.printf("targets missed: %s\n", strings.Join(missed, "; "))
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/holdfast-db/holdfast/fleet"
 )
 
 // The three targets every workload runs against, in the order each round
@@ -271,10 +273,10 @@ func (r ScaleReport) Print(w io.Writer) {
 			float64(per)/1024, mib(r.BaseRSS), mib(r.IdleRSS), res.Opened)
 	}
 	if r.BackendConns >= 0 {
-		// Beside its pool, holdfast keeps up to fleetConns connections of
+		// Beside its pool, holdfast keeps up to fleet.MaxConns connections of
 		// its own for the fleet's tables (controls, membership, leases).
 		fmt.Fprintf(w, "  %s backend connections: at most %d seen in MariaDB's process list (target ≤ %d; pool.max %d, and %d for the fleet's tables)\n",
-			verdict(r.BackendConns <= r.BackendMax && r.BackendConns <= r.PoolMax+fleetConns), r.BackendConns, r.BackendMax, r.PoolMax, fleetConns)
+			verdict(r.BackendConns <= r.BackendMax && r.BackendConns <= r.PoolMax+fleet.MaxConns), r.BackendConns, r.BackendMax, r.PoolMax, fleet.MaxConns)
 	}
 	secs := res.Wall.Seconds()
 	if secs > 0 {
@@ -299,7 +301,3 @@ func roundDur(d time.Duration) time.Duration {
 	}
 	return d.Round(time.Microsecond)
 }
-
-// fleetConns is the most connections holdfast opens for the fleet's
-// tables, outside its pool (cmd/holdfast/fleet.go).
-const fleetConns = 2

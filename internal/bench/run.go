@@ -314,6 +314,9 @@ func (o Options) validate() error {
 			return err
 		}
 	}
+	if o.Mode == ModeOverload && len(o.Settings) > 0 {
+		return errors.New("bench: -set is not for mode overload: its phases run the shipped defaults, and phase 3 adds only the classes")
+	}
 	switch o.BackendTLS {
 	case "":
 	case config.TLSPreferred, config.TLSRequired, config.TLSVerifyCA, config.TLSVerifyIdentity:
