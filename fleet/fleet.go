@@ -379,8 +379,16 @@ func (f *Fleet) apply(ctx context.Context, now time.Time) {
 	}
 	applied := sorted(byTag)
 	f.o.Applier.ApplyFleetControls(applied)
-	if err := f.o.Store.ReleaseGrants(ctx, f.o.Self.ID, capped); err != nil && !errors.Is(err, ErrNoSchema) {
-		f.o.Log.Debug("fleet: releasing cap grants failed", "err", err)
+	// A cap lifted since the last poll: give its grant back at once (an
+	// unrenewed grant would lapse after the ttl anyway).
+	lifted := false
+	for t := range grants {
+		lifted = lifted || !slices.Contains(capped, t)
+	}
+	if lifted {
+		if err := f.o.Store.ReleaseGrants(ctx, f.o.Self.ID, capped); err != nil && !errors.Is(err, ErrNoSchema) {
+			f.o.Log.Debug("fleet: releasing cap grants failed", "err", err)
+		}
 	}
 	f.mu.Lock()
 	for t := range grants {
