@@ -220,28 +220,31 @@ func (c *Client) Undrain(ctx context.Context, tag string) (DrainState, error) {
 // /api/tags/{tag}/limit?max=N); max 0 lifts the cap (DELETE). reason, when
 // not empty, is shown with the limit (GET /api/gates, the status page).
 func (c *Client) SetLimit(ctx context.Context, tag string, max int, reason string) (LimitState, error) {
+	var s LimitState
+	err := c.setOrLift(ctx, tag, "limit", "max", strconv.Itoa(max), max > 0, reason, &s, "limit")
+	return s, err
+}
+
+// setOrLift PUTs tag's control what with param=value (and reason) when
+// set, else DELETEs it; the answer goes to out, which must name the tag
+// and the fields in required.
+func (c *Client) setOrLift(ctx context.Context, tag, what, param, value string, set bool, reason string, out any, required ...string) error {
 	method, q := http.MethodDelete, url.Values(nil)
-	if max > 0 {
-		method, q = http.MethodPut, url.Values{"max": {strconv.Itoa(max)}}
+	if set {
+		method, q = http.MethodPut, url.Values{param: {value}}
 		if reason != "" {
 			q.Set("reason", reason)
 		}
 	}
-	var s LimitState
-	err := c.do(ctx, method, tagPath(tag, "limit"), c.Scope.query(q), &s, "tag", "limit")
-	return s, err
+	return c.do(ctx, method, tagPath(tag, what), c.Scope.query(q), out, append([]string{"tag"}, required...)...)
 }
 
 // SetMaxTransactionTime bounds how long a transaction of tag may hold its
 // backend connection (PUT /api/tags/{tag}/max_transaction_time?max=D); 0
 // lifts the tag's own bound (DELETE).
 func (c *Client) SetMaxTransactionTime(ctx context.Context, tag string, d time.Duration) (MaxTxnState, error) {
-	method, q := http.MethodDelete, url.Values(nil)
-	if d > 0 {
-		method, q = http.MethodPut, url.Values{"max": {d.String()}}
-	}
 	var s MaxTxnState
-	err := c.do(ctx, method, tagPath(tag, "max_transaction_time"), c.Scope.query(q), &s, "tag", "max_transaction_seconds")
+	err := c.setOrLift(ctx, tag, "max_transaction_time", "max", d.String(), d > 0, "", &s, "max_transaction_seconds")
 	return s, err
 }
 
@@ -256,15 +259,8 @@ type ClassState struct {
 // SetClass puts the tags matching pattern in an overload class
 // (PUT /api/tags/{tag}/class?class=C); class "" lifts it (DELETE).
 func (c *Client) SetClass(ctx context.Context, pattern, class, reason string) (ClassState, error) {
-	method, q := http.MethodDelete, url.Values(nil)
-	if class != "" {
-		method, q = http.MethodPut, url.Values{"class": {class}}
-		if reason != "" {
-			q.Set("reason", reason)
-		}
-	}
 	var s ClassState
-	err := c.do(ctx, method, tagPath(pattern, "class"), c.Scope.query(q), &s, "tag", "class_here_now")
+	err := c.setOrLift(ctx, pattern, "class", "class", class, class != "", reason, &s, "class_here_now")
 	return s, err
 }
 
