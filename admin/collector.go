@@ -122,7 +122,7 @@ func (l live) Gates() []attribution.Gate {
 	gs := l.srv.Gates()
 	out := make([]attribution.Gate, len(gs))
 	for i, g := range gs {
-		out[i] = attribution.Gate{Tag: g.Tag, Drained: g.Drained, Limit: g.Limit}
+		out[i] = attribution.Gate{Tag: g.Tag, Drained: g.Drained, Limit: g.Limit, Limited: g.Limited}
 	}
 	return out
 }

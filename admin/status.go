@@ -193,6 +193,7 @@ type tagStatus struct {
 	OldestHoldSeconds     rounded `json:"oldest_hold_seconds"` // its longest hold now
 	Drained               bool    `json:"drained"`
 	Limit                 int     `json:"limit"`
+	Limited               bool    `json:"limited"` // a cap is in force (limit 0 admits no one)
 	Waiting               int     `json:"waiting"` // queued under its limit now
 	// History is the tag's pool share between consecutive samples, oldest
 	// first, ending with the interval up to now.
@@ -247,7 +248,7 @@ func (a *Admin) status() statusJSON {
 	}
 	for _, t := range cur.tags {
 		c := cur.sample.tags[t.Tag]
-		ts := tagStatus{Tag: t.Tag, HeldNow: t.HeldNow, Drained: t.Drained, Limit: t.Limit,
+		ts := tagStatus{Tag: t.Tag, HeldNow: t.HeldNow, Drained: t.Drained, Limit: t.Limit, Limited: t.Limited,
 			SlowTransactionsTotal: t.SlowTransactions, OldestHoldSeconds: rounded(oldest[t.Tag]),
 			Waiting: waiting.ByTag[t.Tag]}
 		if base != nil {
@@ -263,7 +264,7 @@ func (a *Admin) status() statusJSON {
 		}
 		ts.PoolShare = rounded(float64(ts.HoldRate) / float64(maxConns))
 		active := ts.HoldRate != 0 || ts.HeldNow > 0 || ts.WaitRate != 0 || ts.StatementsPerSecond != 0 ||
-			ts.Errors > 0 || ts.Drained || ts.Limit > 0 || ts.Waiting > 0
+			ts.Errors > 0 || ts.Drained || ts.Limited || ts.Waiting > 0
 		for i := 1; i < len(points); i++ {
 			p, q := points[i-1], points[i]
 			v := delta(q.tags[t.Tag].hold, p.tags[t.Tag].hold) / q.at.Sub(p.at).Seconds() / float64(max(q.pool.Max, 1))

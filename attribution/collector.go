@@ -17,8 +17,12 @@ type Holder struct {
 type Gate struct {
 	Tag     string
 	Drained bool // new borrows for the tag fail fast
-	Limit   int  // most backend connections the tag may hold at once; 0 (or less) means no cap
+	Limit   int  // most backend connections the tag may hold at once; 0 (or less) means no cap...
+	Limited bool // ... unless Limited: a cap is in force, and Limit 0 admits no one
 }
+
+// capped reports whether g has a cap in force.
+func (g Gate) capped() bool { return g.Limited || g.Limit > 0 }
 
 // LiveState is the proxy's live state, read by the collector at scrape time
 // only. Both methods may be called concurrently with the proxy's work and
@@ -172,8 +176,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		tag := labelValue(g.Tag)
 		if prev, ok := gates[tag]; ok {
 			g.Drained = g.Drained || prev.Drained
-			if prev.Limit > 0 && (g.Limit <= 0 || prev.Limit < g.Limit) {
-				g.Limit = prev.Limit
+			if prev.capped() && (!g.capped() || prev.Limit < g.Limit) {
+				g.Limit, g.Limited = prev.Limit, true
 			}
 		}
 		gates[tag] = g
@@ -190,8 +194,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			drained = 1
 		}
 		gauge(c.drained, drained, tag)
-		if g.Limit > 0 {
-			gauge(c.limit, float64(g.Limit), tag)
+		if g.capped() {
+			gauge(c.limit, float64(max(g.Limit, 0)), tag)
 		}
 	}
 }

@@ -114,9 +114,10 @@ type TagInfo struct {
 	SlowTransactions uint64  `json:"slow_transactions"`
 	HeldNow          int     `json:"held_now"` // backend connections held now
 	Drained          bool    `json:"drained"`
-	Limit            int     `json:"limit"` // 0: no cap
-	Class            string  `json:"class"` // overload class
-	Shed             uint64  `json:"shed"`  // borrows shed under overload (error 9006)
+	Limit            int     `json:"limit"`   // with Limited: the cap (0 admits no one)
+	Limited          bool    `json:"limited"` // a cap is in force
+	Class            string  `json:"class"`   // overload class
+	Shed             uint64  `json:"shed"`    // borrows shed under overload (error 9006)
 }
 
 // Tags returns per-tag totals sorted by hold time, with live state; a tag
@@ -139,13 +140,13 @@ func (s *Server) Tags() []TagInfo {
 		out = append(out, TagInfo{Tag: t.Tag, HoldSeconds: t.HoldSeconds, ExecSeconds: t.ExecSeconds,
 			IdleInTxnSeconds: t.IdleInTxnSeconds, WaitSeconds: t.WaitSeconds, Borrows: t.Borrows,
 			Statements: t.Statements, Errors: t.Errors, Transactions: t.Transactions,
-			SlowTransactions: t.SlowTransactions, HeldNow: held[t.Tag], Drained: g.Drained, Limit: g.Limit,
+			SlowTransactions: t.SlowTransactions, HeldNow: held[t.Tag], Drained: g.Drained, Limit: g.Limit, Limited: g.Limited,
 			Class: s.classOf(t.Tag).String(), Shed: t.Rejected[attribution.RejectShed]})
 	}
 	var extra []TagInfo
 	for tag, g := range gates {
 		if !seen[tag] {
-			extra = append(extra, TagInfo{Tag: tag, HeldNow: held[tag], Drained: g.Drained, Limit: g.Limit})
+			extra = append(extra, TagInfo{Tag: tag, HeldNow: held[tag], Drained: g.Drained, Limit: g.Limit, Limited: g.Limited})
 		}
 	}
 	sort.Slice(extra, func(i, j int) bool { return extra[i].Tag < extra[j].Tag })

@@ -126,6 +126,7 @@
       case "drain": return "drained" + (c.value > 0 ? " (grace " + fmtSec(c.value / 1000) + ")" : "");
       case "limit": return "at most " + c.value + " connections fleet-wide";
       case "max_txn": return "transactions at most " + fmtSec(c.value / 1000);
+      case "class": return "class " + (["critical", "normal", "background"][c.value] || c.value);
       default: return c.kind + " " + c.value;
     }
   }
@@ -177,12 +178,12 @@
     const rows = s.tags.map((t) => {
       const state = [];
       if (t.drained) state.push("drained");
-      if (t.limit > 0) state.push("limit " + t.limit + (t.waiting > 0 ? " (" + t.waiting + " queued)" : ""));
+      if (t.limited) state.push("limit " + t.limit + (t.waiting > 0 ? " (" + t.waiting + " queued)" : ""));
       const mins = Math.round(t.history.length * s.sample_seconds / 60);
       const spark = sparkline(t.history, t.tag + ": share of the pool over the last " + (mins || "<1") + " min");
       const actions = el("td", { class: "actions" },
         t.drained ? button("Undrain", "undrain", t.tag) : button("Drain", "drain", t.tag, "danger"),
-        t.limit > 0 ? button("Lift limit", "unlimit", t.tag) : button("Limit", "limit", t.tag));
+        t.limited ? button("Lift limit", "unlimit", t.tag) : button("Limit", "limit", t.tag));
       const row = el("tr", { "data-tag": t.tag, class: t.drained ? "drained" : "" },
         td(t.tag, "tag"), td(t.held_now, "num"), td(fmtRate(t.hold_rate), "num"), td(fmtPct(t.pool_share), "num"),
         el("td", null, spark), td(fmtRate(t.wait_rate), "num"), td(fmtPct(t.idle_in_transaction_share), "num"),
@@ -203,10 +204,10 @@
     const rows = s.gates.map((g) => el("tr", { "data-tag": g.tag },
       td(g.tag, "tag"), td(g.drained ? new Date(g.drained_at).toLocaleString() : "–"),
       td([g.reason, g.limit_reason].filter(Boolean).join(" · ") || "–"),
-      td(g.limit > 0 ? g.limit : "–", "num"), td(g.in_use, "num"), td(g.waiting, "num"),
+      td(g.limited ? g.limit : "–", "num"), td(g.in_use, "num"), td(g.waiting, "num"),
       el("td", { class: "actions" },
         g.drained ? button("Undrain", "undrain", g.tag) : "",
-        g.limit > 0 ? button("Lift limit", "unlimit", g.tag) : "")));
+        g.limited ? button("Lift limit", "unlimit", g.tag) : "")));
     fill($("gates").tBodies[0], rows);
     $("gates").hidden = rows.length === 0;
     $("gates-note").textContent = rows.length === 0 ? "none: every tag may borrow freely" : "";
