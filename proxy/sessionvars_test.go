@@ -82,7 +82,8 @@ func TestBinlogWritesKeepThePool(t *testing.T) {
 	}
 
 	// A client that tracks last_gtid is told its commit's GTID, as
-	// MariaDB tells it, and keeps its own after moving connections.
+	// MariaDB tells it. (It is not restored on another connection: it is
+	// read-only; see README, "Not restored".)
 	c := p.raw(t, rawOpts{db: "hf", caps: capSessionTrack})
 	c.mustQuery("SET SESSION session_track_system_variables = 'last_gtid'")
 	rs := c.mustQuery("INSERT INTO t (v) VALUES (-1)")
