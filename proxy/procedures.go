@@ -210,13 +210,7 @@ func procErr(name string, err error) *sqlError {
 	var bf borrowFailure
 	if errors.As(err, &bf) {
 		if cause := bf.BorrowErr(); cause != nil {
-			switch {
-			case errors.Is(cause, errTagDrained):
-				return newErr(codeTagDrained, "HY000", "holdfast.%s: %v; nothing was done", name, cause)
-			case errors.Is(cause, errTagLimit):
-				return newErr(codeTagLimit, "HY000", "holdfast.%s: %v; nothing was done", name, cause)
-			}
-			e := poolErr(cause)
+			e := leaseErr(cause)
 			e.Msg = "holdfast." + name + ": nothing was done: " + strings.TrimPrefix(e.Msg, "holdfast: ")
 			return e
 		}
