@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"net"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,27 +19,7 @@ import (
 // migrated database.
 func engineHoldfast(t *testing.T, bin, extra string, prep func(*sql.DB)) holdfast {
 	t.Helper()
-	h := holdfast{addr: dbtest.FreeAddr(t), admin: dbtest.FreeAddr(t), db: dbtest.NewDatabase(t)}
-	path := filepath.Join(t.TempDir(), "holdfast.yaml")
-	dbtest.WriteHoldfastYAML(t, path, dbtest.HoldfastYAML{
-		Listen:   h.addr,
-		Users:    "  - name: app\n    password: app\n",
-		Database: h.db,
-		Admin:    "  listen: " + h.admin + "\n",
-		Extra:    "log:\n  level: info\n" + extra,
-	})
-	if out, err := exec.Command(bin, "migrate", "-config", path).CombinedOutput(); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
-	}
-	if prep != nil {
-		prep(dbtest.Open(t, h.db))
-	}
-	startProcess(t, "holdfast "+h.db, exec.Command(bin, "serve", "-config", path))
-	waitFor(t, "holdfast admin /metrics", 20*time.Second, func() error {
-		_, err := httpDo("GET", "http://"+h.admin+"/metrics")
-		return err
-	})
-	return h
+	return runHoldfast(t, bin, dbtest.HoldfastYAML{Extra: "log:\n  level: info\n" + extra}, true, prep)
 }
 
 // redisSet sets key to value on the Redis at addr (one RESP command).

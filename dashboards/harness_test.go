@@ -105,18 +105,31 @@ type holdfast struct {
 // slow flow's hold time.
 func startHoldfast(t *testing.T) holdfast {
 	t.Helper()
-	bin := dbtest.Command(t, "./cmd/holdfast")
+	return runHoldfast(t, dbtest.Command(t, "./cmd/holdfast"), dbtest.HoldfastYAML{
+		Pool:  "  min: 0\n  max: 4\n  max_idle: 4\n  acquire_timeout: 300ms\n",
+		Extra: "attribution:\n  slow_transaction: 300ms\nlog:\n  level: warn\n",
+	}, false, nil)
+}
+
+// runHoldfast runs bin serve on a fresh database with y (its listen,
+// users, database and admin filled in here), after `holdfast migrate`
+// and prep (on the migrated database) when migrate is set, and returns
+// once its /metrics answers.
+func runHoldfast(t *testing.T, bin string, y dbtest.HoldfastYAML, migrate bool, prep func(*sql.DB)) holdfast {
+	t.Helper()
 	h := holdfast{addr: dbtest.FreeAddr(t), admin: dbtest.FreeAddr(t), db: dbtest.NewDatabase(t)}
 	path := filepath.Join(t.TempDir(), "holdfast.yaml")
-	dbtest.WriteHoldfastYAML(t, path, dbtest.HoldfastYAML{
-		Listen:   h.addr,
-		Users:    "  - name: app\n    password: app\n",
-		Database: h.db,
-		Pool:     "  min: 0\n  max: 4\n  max_idle: 4\n  acquire_timeout: 300ms\n",
-		Admin:    "  listen: " + h.admin + "\n",
-		Extra:    "attribution:\n  slow_transaction: 300ms\nlog:\n  level: warn\n",
-	})
-	startProcess(t, "holdfast", exec.Command(bin, "serve", "-config", path))
+	y.Listen, y.Users, y.Database, y.Admin = h.addr, "  - name: app\n    password: app\n", h.db, "  listen: "+h.admin+"\n"
+	dbtest.WriteHoldfastYAML(t, path, y)
+	if migrate {
+		if out, err := exec.Command(bin, "migrate", "-config", path).CombinedOutput(); err != nil {
+			t.Fatalf("migrate: %v\n%s", err, out)
+		}
+		if prep != nil {
+			prep(dbtest.Open(t, h.db))
+		}
+	}
+	startProcess(t, "holdfast "+h.db, exec.Command(bin, "serve", "-config", path))
 	waitFor(t, "holdfast admin /metrics", 20*time.Second, func() error {
 		_, err := httpDo("GET", "http://"+h.admin+"/metrics")
 		return err
