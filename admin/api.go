@@ -131,10 +131,24 @@ func holdersJSON(hs []proxy.HolderInfo) []holderJSON {
 
 func (a *Admin) gatesJSON(gs []proxy.GateState, w proxy.Waiting) []gateJSON {
 	out := make([]gateJSON, len(gs))
+	// A fleet cap's reason is in its control, the same on every instance.
+	fleetReasons := map[string]string{}
+	if a.o.Fleet != nil {
+		for _, c := range a.o.Fleet.Status().Controls {
+			if c.Kind == fleet.KindLimit {
+				fleetReasons[c.Tag] = c.Reason
+			}
+		}
+	}
 	for i, g := range gs {
 		out[i] = gateJSON{Tag: g.Tag, Drained: g.Drained, DrainedAt: g.DrainedAt, Reason: g.Reason, Limit: g.Limit, Limited: g.Limited,
 			InUse: g.InUse, Waiting: w.ByTag[g.Tag], MaxTransactionSeconds: g.MaxTransactionTime.Seconds()}
-		if g.Limit > 0 {
+		if !g.Limited {
+			continue
+		}
+		if r, ok := fleetReasons[g.Tag]; ok {
+			out[i].LimitReason = r
+		} else {
 			out[i].LimitReason = a.limits.get(g.Tag)
 		}
 	}
@@ -456,8 +470,8 @@ func (a *Admin) setLimit(w http.ResponseWriter, r *http.Request, tag string, n i
 		}
 	default:
 		a.srv.LimitTag(tag, n)
+		a.limits.set(tag, n, reason)
 	}
-	a.limits.set(tag, n, reason)
 	if n == 0 {
 		a.o.Log.Warn("admin: tag connection limit lifted", "tag", tag, "scope", scope, "remote", r.RemoteAddr)
 	} else {
@@ -498,8 +512,9 @@ func (a *Admin) apiFleet(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "status": st})
 }
 
-// limitReasons remembers the reason given with each limit set through
-// this listener (the proxy keeps reasons for drains only).
+// limitReasons remembers the reason given with each local limit set
+// through this listener (the proxy keeps reasons for drains only; a fleet
+// limit's is in its control).
 type limitReasons struct {
 	mu sync.Mutex // guards m
 	m  map[string]string
