@@ -100,14 +100,16 @@ func loadDashboard(t *testing.T) dashboard {
 	return d
 }
 
-// The rule groups: the tag and pool alerts, and the engine's and fleet's.
+// The rule groups: the tag and pool alerts, the engine's and fleet's, and
+// overload protection's.
 const (
-	tagGroup    = "holdfast"
-	engineGroup = "holdfast-engine"
+	tagGroup      = "holdfast"
+	engineGroup   = "holdfast-engine"
+	overloadGroup = "holdfast-overload"
 )
 
 // loadGroups returns the rule groups of AlertsFile by name, which must be
-// exactly tagGroup and engineGroup.
+// exactly tagGroup, engineGroup and overloadGroup.
 func loadGroups(t *testing.T) map[string][]rule {
 	t.Helper()
 	raw, err := Files.ReadFile(AlertsFile)
@@ -122,8 +124,8 @@ func loadGroups(t *testing.T) map[string][]rule {
 	for _, g := range f.Groups {
 		out[g.Name] = g.Rules
 	}
-	if len(f.Groups) != 2 || out[tagGroup] == nil || out[engineGroup] == nil {
-		t.Fatalf("%s: want exactly the rule groups %s and %s", AlertsFile, tagGroup, engineGroup)
+	if len(f.Groups) != 3 || out[tagGroup] == nil || out[engineGroup] == nil || out[overloadGroup] == nil {
+		t.Fatalf("%s: want exactly the rule groups %s, %s and %s", AlertsFile, tagGroup, engineGroup, overloadGroup)
 	}
 	return out
 }
@@ -211,7 +213,7 @@ func TestAlertRulesShape(t *testing.T) {
 	t.Parallel()
 	groups := loadGroups(t)
 	names := map[string]bool{}
-	for _, r := range groups[engineGroup] {
+	for _, r := range slices.Concat(groups[engineGroup], groups[overloadGroup]) {
 		if r.Alert == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 			t.Errorf("engine rule %q: want an alert with a severity, a summary and a description", r.Alert+r.Record)
 		}
@@ -603,8 +605,8 @@ func checkRuleHealth(t *testing.T, prom prometheus, firing map[string]bool) {
 			tagRules = append(tagRules, i)
 		}
 	}
-	if len(r.Groups) != 2 || len(tagRules) != 1 {
-		t.Fatalf("prometheus loaded rule groups %+v, want %s and %s", r.Groups, tagGroup, engineGroup)
+	if len(r.Groups) != 3 || len(tagRules) != 1 {
+		t.Fatalf("prometheus loaded rule groups %+v, want %s, %s and %s", r.Groups, tagGroup, engineGroup, overloadGroup)
 	}
 	tags := []string{"fast_flow", "slow_flow", "batch_flow", "pin_flow"}
 	for _, rule := range r.Groups[tagRules[0]].Rules {
