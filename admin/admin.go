@@ -37,6 +37,7 @@ type Server interface {
 	// class in force.
 	SetTagClass(pattern, class string) error
 	ClassOf(tag string) string
+	ClassStats() []proxy.ClassStat // per overload class since start
 }
 
 // Options configures an Admin. The zero value serves the API with no

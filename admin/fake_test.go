@@ -83,6 +83,10 @@ func (f *fakeServer) SetTagClass(pattern, class string) error {
 	return nil
 }
 
+func (f *fakeServer) ClassStats() []proxy.ClassStat {
+	return []proxy.ClassStat{{Class: "critical"}, {Class: "normal"}, {Class: "background"}}
+}
+
 func (f *fakeServer) ClassOf(tag string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -120,6 +120,9 @@ type statusJSON struct {
 	Gates         []gateJSON   `json:"gates"`
 	Engine        *engineJSON  `json:"engine"` // null when no engine reports
 	Fleet         *fleetJSON   `json:"fleet"`  // null with fleet.disabled
+	// Classes are the overload classes' counts since start, highest
+	// class first.
+	Classes []proxy.ClassStat `json:"classes"`
 }
 
 // fleetJSON is what this instance knows of the fleet: whether its
@@ -194,6 +197,8 @@ type tagStatus struct {
 	Drained               bool    `json:"drained"`
 	Limit                 int     `json:"limit"`
 	Limited               bool    `json:"limited"` // a cap is in force (limit 0 admits no one)
+	Class                 string  `json:"class"`   // overload class
+	Shed                  uint64  `json:"shed"`    // borrows shed since start (error 9006)
 	Waiting               int     `json:"waiting"` // queued under its limit now
 	// History is the tag's pool share between consecutive samples, oldest
 	// first, ending with the interval up to now.
@@ -248,7 +253,7 @@ func (a *Admin) status() statusJSON {
 	}
 	for _, t := range cur.tags {
 		c := cur.sample.tags[t.Tag]
-		ts := tagStatus{Tag: t.Tag, HeldNow: t.HeldNow, Drained: t.Drained, Limit: t.Limit, Limited: t.Limited,
+		ts := tagStatus{Tag: t.Tag, HeldNow: t.HeldNow, Drained: t.Drained, Limit: t.Limit, Limited: t.Limited, Class: t.Class, Shed: t.Shed,
 			SlowTransactionsTotal: t.SlowTransactions, OldestHoldSeconds: rounded(oldest[t.Tag]),
 			Waiting: waiting.ByTag[t.Tag]}
 		if base != nil {
@@ -300,6 +305,7 @@ func (a *Admin) status() statusJSON {
 	st.Gates = a.gatesJSON(a.srv.Gates(), waiting)
 	st.Engine = engineStatus(cur.engine, base, sec)
 	st.Fleet = a.fleetStatus(time.Now())
+	st.Classes = a.srv.ClassStats()
 	return st
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"path"
 	"strings"
 	"sync"
@@ -354,7 +355,7 @@ type ClassStat struct {
 	Admitted    uint64  `json:"admitted"`
 	Shed        uint64  `json:"shed"`
 	OverBudget  uint64  `json:"over_budget"`
-	WaitP99Secs float64 `json:"wait_p99_seconds"`
+	WaitP99Secs float64 `json:"wait_p99_seconds"` // -1: above the last bucket (60 s)
 }
 
 // ClassStats returns each class's counts since start.
@@ -362,8 +363,12 @@ func (s *Server) ClassStats() []ClassStat {
 	out := make([]ClassStat, numClasses)
 	for cl := range numClasses {
 		st := &s.classes.stats[cl]
+		p99 := st.wait.Snapshot().Quantile(0.99)
+		if math.IsInf(p99, 1) {
+			p99 = -1 // JSON has no +Inf
+		}
 		out[cl] = ClassStat{Class: cl.String(), Admitted: st.admitted.Load(), Shed: st.shed.Load(), OverBudget: st.overBudget.Load(),
-			WaitP99Secs: st.wait.Snapshot().Quantile(0.99)}
+			WaitP99Secs: p99}
 	}
 	return out
 }

@@ -119,6 +119,21 @@
     renderHolders(s);
     renderEngine(s);
     renderFleet(s);
+    renderOverload(s);
+  }
+
+  // The overload classes' counts since start: borrows admitted, shed
+  // (background, error 9006), and critical waits past their budget.
+  function renderOverload(s) {
+    const by = {};
+    for (const c of s.classes) by[c.class] = c;
+    const crit = by.critical || {}, bg = by.background || {};
+    const shed = bg.shed || 0, over = crit.over_budget || 0;
+    $("overload-state").textContent = shed > 0 ? shed + " shed" : "nothing shed";
+    $("card-overload").className = "card " + (over > 0 ? "bad" : shed > 0 ? "warn" : "");
+    $("overload-detail").textContent = s.classes.map((c) => c.class + " " + c.admitted + " admitted, wait p99 " +
+      (c.wait_p99_seconds < 0 ? "> 60s" : "≤ " + fmtSec(c.wait_p99_seconds)) + (c.shed > 0 ? ", " + c.shed + " shed" : "") +
+      (c.class === "critical" ? ", " + c.over_budget + " over budget" : "")).join(" · ") + " (since start)";
   }
 
   function controlText(c) {
@@ -179,6 +194,8 @@
       const state = [];
       if (t.drained) state.push("drained");
       if (t.limited) state.push("limit " + t.limit + (t.waiting > 0 ? " (" + t.waiting + " queued)" : ""));
+      if (t.class && t.class !== "normal") state.push(t.class);
+      if (t.shed > 0) state.push(t.shed + " shed");
       const mins = Math.round(t.history.length * s.sample_seconds / 60);
       const spark = sparkline(t.history, t.tag + ": share of the pool over the last " + (mins || "<1") + " min");
       const actions = el("td", { class: "actions" },

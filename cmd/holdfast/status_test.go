@@ -275,6 +275,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if card := value(t, ctx, "read the fleet card", chromedp.Text(css(`#card-fleet`))); !strings.Contains(card, "1 instance") || !strings.Contains(card, "controls read") {
 		t.Errorf("fleet card: %q", card)
 	}
+	// The overload card: classes' counts since start (the engine's
+	// borrows are critical).
+	if card := value(t, ctx, "read the overload card", chromedp.Text(css(`#card-overload`))); !strings.Contains(card, "nothing shed") || !strings.Contains(card, "critical") || strings.Contains(card, "undefined") {
+		t.Errorf("overload card: %q", card)
+	}
 	steps(t, ctx, "let the page refresh", chromedp.Sleep(2500*time.Millisecond))
 	png := value(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 	shot := filepath.Join(t.TempDir(), "status-page.png")
