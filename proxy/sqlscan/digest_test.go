@@ -77,3 +77,53 @@ func TestAppendDigestDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+func fnvHash(b []byte) uint64 {
+	h := uint64(fnvOffset)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * fnvPrime
+	}
+	return h
+}
+
+func TestShape(t *testing.T) {
+	same := [][]string{
+		{
+			"SELECT * FROM t WHERE id IN (1, 2, 3) AND s = 'x'",
+			"select * from t where id in (4) and s = 'a much longer string' /* conn_tag:report */",
+			"/* conn_tag:checkout */ SELECT  *  FROM t\n WHERE id IN (?, ?) AND s = _utf8mb4'y'",
+		},
+		{
+			"INSERT INTO t (a, b) VALUES (1, 'x')",
+			"insert into t (a, b) values (2, 'y'), (3, 'z'), (4, NULL)",
+		},
+	}
+	seen := map[uint64]string{}
+	for _, group := range same {
+		want := Scan([]byte(group[0])).Shape
+		if prev, ok := seen[want]; ok {
+			t.Errorf("%q has the shape of %q", group[0], prev)
+		}
+		seen[want] = group[0]
+		for _, sql := range group {
+			info := Scan([]byte(sql))
+			if info.Shape != want {
+				t.Errorf("Scan(%q).Shape = %016x, want %016x (the shape of %q)", sql, info.Shape, want, group[0])
+			}
+			if h := fnvHash(AppendDigest(nil, []byte(sql), 0)); info.Shape != h {
+				t.Errorf("Scan(%q).Shape = %016x, the hash of its digest is %016x", sql, info.Shape, h)
+			}
+		}
+	}
+	for _, sql := range []string{"SELECT * FROM u WHERE id IN (1)", "SELECT * FROM t WHERE id = 1 AND s = 'x'", "SELECT `T`.* FROM t"} {
+		if prev, ok := seen[Scan([]byte(sql)).Shape]; ok {
+			t.Errorf("%q has the shape of %q", sql, prev)
+		}
+	}
+	// Every instance of a fleet must compute the same shape, whatever its
+	// version: a change here breaks shape controls across an upgrade. (The
+	// value is FNV-1a 64 of "SELECT c FROM sbtest1 WHERE id=?".)
+	if got, want := Scan([]byte("SELECT c FROM sbtest1 WHERE id=42")).Shape, uint64(0xbe86e8d6561eaf20); got != want {
+		t.Errorf("the shape of a fixed statement changed: %016x, was %016x", got, want)
+	}
+}

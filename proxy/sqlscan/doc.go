@@ -8,9 +8,12 @@
 //     built in, ...) appear anywhere in it, which comments mention the tag
 //     key (the attribution package reads them), which kinds of session
 //     variables it names, whether it is a plain BEGIN / COMMIT / ROLLBACK,
-//     and the routine a CALL names; so the proxy can decide pinning and
-//     pipelining, attribute and gate it, and intercept KILL, CALL
-//     holdfast.* and SELECT LAST_INSERT_ID(). It does not allocate.
+//     the routine a CALL names, and the statement's shape (the hash of its
+//     digest, by which on-call blocks or caps one statement form); so the
+//     proxy can decide pinning and pipelining, attribute and gate it, and
+//     intercept KILL, CALL holdfast.* and SELECT LAST_INSERT_ID(). It does
+//     not allocate. The digest is built as the tokens go by (digester), so
+//     hashing it costs no pass of its own.
 //   - What only some statements need is computed when asked, each in a
 //     pass of its own over those statements only: ParseCall parses the
 //     arguments of CALL holdfast.*; Split gives the statements of a text

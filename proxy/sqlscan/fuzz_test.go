@@ -118,6 +118,9 @@ func FuzzAppendDigest(f *testing.F) {
 		maxLen %= 4096
 		orig := bytes.Clone(sql)
 		full := AppendDigest(nil, sql, 0)
+		if h := fnvHash(full); Scan(sql).Shape != h || Mode(0).ShapeOf(sql) != h {
+			t.Fatalf("shape %x (ShapeOf %x) is not the hash of the digest %q, %x", Scan(sql).Shape, Mode(0).ShapeOf(sql), full, h)
+		}
 		out := AppendDigest([]byte("dst:"), sql, maxLen)
 		if !bytes.Equal(sql, orig) {
 			t.Fatalf("input modified")

@@ -281,24 +281,64 @@ STATEMENT STATUS STOP SUBSTRING SUM SUSPEND TABLES TEMPORARY TEMPTABLE TEXT TIME
 TRANSACTION TRIGGERS TRUNCATE UNBOUNDED UNCOMMITTED UNKNOWN USER VALUE VARIABLES VIEW WAIT
 WARNINGS WORK XA XML`
 
-// keywords maps an upper-case keyword to whether it is reserved.
-var keywords = func() map[string]bool {
-	m := make(map[string]bool, 600)
-	for _, w := range strings.Fields(otherKeywords) {
-		m[w] = false
+// kwEntry is one keyword of keywordTable.
+type kwEntry struct {
+	upper, lower string
+	reserved     bool
+}
+
+// keywordTable is an open-addressing hash table of reservedWords and
+// otherKeywords, indexed by kwFoldHash: a keyword is found, and most other
+// words rejected, without upper-casing them first.
+var keywordTable = func() (t [kwTableSize]kwEntry) {
+	add := func(words string, reserved bool) {
+		for _, w := range strings.Fields(words) {
+			h := kwFoldHash([]byte(w))
+			for t[h].upper != "" && t[h].upper != w {
+				h = (h + 1) % kwTableSize
+			}
+			t[h] = kwEntry{upper: w, lower: strings.ToLower(w), reserved: reserved || t[h].reserved}
+		}
 	}
-	for _, w := range strings.Fields(reservedWords) {
-		m[w] = true
-	}
-	return m
+	add(otherKeywords, false)
+	add(reservedWords, true)
+	return t
 }()
+
+// kwTableSize is keywordTable's size: about three times its keywords.
+const kwTableSize = 2048
+
+// kwFoldHash hashes b as if its ASCII letters were all in one case.
+func kwFoldHash(b []byte) uint16 {
+	h := uint32(2166136261)
+	for _, c := range b {
+		h = (h ^ uint32(c|0x20)) * 16777619
+	}
+	return uint16(h^h>>16) % kwTableSize
+}
+
+// keyword returns the keyword b is, matched case-insensitively.
+func keyword(b []byte) (e *kwEntry, ok bool) {
+	if len(b) == 0 || len(b) > maxKeyword {
+		return nil, false
+	}
+	for h := kwFoldHash(b); ; h = (h + 1) % kwTableSize {
+		e := &keywordTable[h]
+		if e.upper == "" {
+			return nil, false
+		}
+		if eqFold(b, e.lower) {
+			return e, true
+		}
+	}
+}
 
 // maxKeyword bounds the words lookupKeyword considers.
 const maxKeyword = 32
 
 // lookupKeyword upper-cases b into buf and reports whether it is a keyword
 // and whether it is reserved. It does not allocate.
-func lookupKeyword(b []byte, buf *[maxKeyword]byte) (upper []byte, keyword, reserved bool) {
+func lookupKeyword(b []byte, buf *[maxKeyword]byte) (upper []byte, isKeyword, reserved bool) {
 	if len(b) > maxKeyword {
 		return nil, false, false
 	}
@@ -309,6 +349,6 @@ func lookupKeyword(b []byte, buf *[maxKeyword]byte) (upper []byte, keyword, rese
 		buf[i] = c
 	}
 	upper = buf[:len(b)]
-	reserved, keyword = keywords[string(upper)]
-	return upper, keyword, reserved
+	e, ok := keyword(b)
+	return upper, ok, ok && e.reserved
 }

@@ -70,6 +70,12 @@ type Info struct {
 	// the text names: the schema (empty when unqualified) and the name,
 	// without their quotes.
 	CallSchema, CallName Span
+	// Shape identifies the text's form with its literals taken out: the
+	// 64-bit FNV-1a hash of its whole digest (see Mode.AppendDigest).
+	// Statements that differ only in their literals, comments, spacing,
+	// the letter case of keywords and the length of IN and VALUES lists of
+	// literals have the same shape; it is the same in every process.
+	Shape uint64
 }
 
 // MaxTagComments is how many tag comments Info keeps.
@@ -127,14 +133,16 @@ func Scan(sql []byte) Info { return Mode(0).Scan(sql) }
 // a LastInsertIDColumn other than the common spellings LAST_INSERT_ID() and
 // last_insert_id() is a new string (the result never aliases sql).
 func (m Mode) Scan(sql []byte) Info {
-	s := scanner{lx: lexer{src: sql, mode: m}}
+	s := scanner{lx: lexer{src: sql, mode: m}, dg: digester{src: sql, out: digestOut{hashing: true, h: fnvOffset}}}
 	for {
 		t := s.lx.next()
 		if t.kind == tEOF {
 			s.end()
 			s.info.TagComments, s.info.NTagComments, s.info.TagResume = s.lx.tags, int(s.lx.ntags), s.lx.tagsNext
+			s.info.Shape = s.dg.out.h
 			return s.info
 		}
+		s.dg.feed(t)
 		if t.is(';') {
 			s.end()
 		} else {
@@ -147,6 +155,7 @@ func (m Mode) Scan(sql []byte) Info {
 // scanner is the state of one Scan.
 type scanner struct {
 	lx   lexer
+	dg   digester // the shape, hashed as the tokens go by
 	info Info
 	ntok int // tokens before the current one, in the whole text
 	st   stmt
