@@ -152,6 +152,11 @@ func (a *Admin) routes() http.Handler {
 	api.HandleFunc("DELETE /api/tags/{tag}/max_transaction_time", a.apiUnMaxTxn)
 	api.HandleFunc("PUT /api/tags/{tag}/class", a.apiClass)
 	api.HandleFunc("DELETE /api/tags/{tag}/class", a.apiUnclass)
+	api.HandleFunc("GET /api/shapes", a.apiShapes)
+	api.HandleFunc("PUT /api/shapes/{shape}/block", a.apiShapeBlock)
+	api.HandleFunc("DELETE /api/shapes/{shape}/block", a.apiShapeUnblock)
+	api.HandleFunc("PUT /api/shapes/{shape}/limit", a.apiShapeLimit)
+	api.HandleFunc("DELETE /api/shapes/{shape}/limit", a.apiShapeUnlimit)
 	api.HandleFunc("GET /api/controls", a.apiControls)
 	api.HandleFunc("GET /api/fleet", a.apiFleet)
 	if a.o.Authority != nil {

@@ -1,9 +1,12 @@
 package admin
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
@@ -46,6 +49,9 @@ var (
 	dPinned        = desc("holdfast_pinned_sessions", "Client sessions pinned to a backend connection now.")
 	dPipelined     = desc("holdfast_pipelined_statements_total", "Autocommit SELECTs run on a backend connection shared with other clients' SELECTs (pool.pipeline_depth).")
 	dPins          = desc("holdfast_pins_total", "Sessions pinned to a backend connection, by reason.", "reason")
+	dShapeBlocked  = desc("holdfast_shape_blocked", "1 for a statement shape on-call blocks (its statements get error 9007).", "shape")
+	dShapeLimit    = desc("holdfast_shape_limit", "The cap in force on this instance on a statement shape's statements running at once.", "shape")
+	dShapeRunning  = desc("holdfast_shape_running", "Statements of a capped shape running now under its cap.", "shape")
 )
 
 type collector struct {
@@ -57,7 +63,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dPoolConns, dPoolMax, dPoolWaiters, dPoolAcquires, dPoolWaits, dPoolWaitSecs,
 		dPoolTimeouts, dPoolRejected, dPoolDials, dPoolDialErrs, dPoolClosed, dPoolDialing, dPoolHeld, dBackendStmts,
 		dStmtBudget, dStmtRetries, dClients, dClientsTotal, dHandshakeFail, dClientsRej, dLoginFails, dLoginsWaiting,
-		dCommands, dPinned, dPins, dPipelined} {
+		dCommands, dPinned, dPins, dPipelined, dShapeBlocked, dShapeLimit, dShapeRunning} {
 		ch <- d
 	}
 	c.tags.Describe(ch)
@@ -104,6 +110,19 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for reason, v := range st.Pins {
 		n(dPins, float64(v), reason)
 	}
+	for _, gs := range c.srv.Gates() {
+		if !proxy.IsShapeKey(gs.Tag) {
+			continue
+		}
+		shape := strings.TrimPrefix(gs.Tag, proxy.ShapePrefix)
+		if gs.Drained {
+			g(dShapeBlocked, 1, shape)
+		}
+		if gs.Limited {
+			g(dShapeLimit, float64(gs.Limit), shape)
+			g(dShapeRunning, float64(gs.InUse), shape)
+		}
+	}
 }
 
 // live is srv's holders and controls as the attribution collector reads them.
@@ -120,9 +139,11 @@ func (l live) Holders() []attribution.Holder {
 
 func (l live) Gates() []attribution.Gate {
 	gs := l.srv.Gates()
-	out := make([]attribution.Gate, len(gs))
-	for i, g := range gs {
-		out[i] = attribution.Gate{Tag: g.Tag, Drained: g.Drained, Limit: g.Limit, Limited: g.Limited}
+	out := make([]attribution.Gate, 0, len(gs))
+	for _, g := range gs {
+		if !proxy.IsShapeKey(g.Tag) { // shapes have metrics of their own
+			out = append(out, attribution.Gate{Tag: g.Tag, Drained: g.Drained, Limit: g.Limit, Limited: g.Limited})
+		}
 	}
 	return out
 }

@@ -28,7 +28,11 @@ const (
 	RejectDrained = "drained" // the tag is drained: new borrows fail fast
 	RejectLimit   = "limit"   // the wait for a slot under the tag's connection cap timed out
 	RejectShed    = "shed"    // a background borrow waited past overload.background_wait
-	RejectOther   = "other"
+	// RejectShapeBlocked and RejectShapeLimit count statements refused by a
+	// control on their shape (not on their tag).
+	RejectShapeBlocked = "shape_blocked"
+	RejectShapeLimit   = "shape_limit"
+	RejectOther        = "other"
 )
 
 // Timeout reasons, the label values of holdfast_tag_timeouts_total{reason}:
@@ -47,7 +51,7 @@ const (
 var (
 	pinReasons = [...]string{PinTemporaryTable, PinUserVariable, PinGetLock, PinLockTables, PinSQLPrepare,
 		PinFoundRows, PinHandler, PinXA, PinCursor, PinSessionState, PinSessionTrack, PinOther}
-	rejectReasons  = [...]string{RejectDrained, RejectLimit, RejectShed, RejectOther}
+	rejectReasons  = [...]string{RejectDrained, RejectLimit, RejectShed, RejectShapeBlocked, RejectShapeLimit, RejectOther}
 	timeoutReasons = [...]string{TimeoutIdleInTransaction, TimeoutTransaction, TimeoutClientWrite, TimeoutWait, TimeoutOther}
 )
 

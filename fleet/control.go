@@ -3,6 +3,7 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
@@ -40,6 +41,27 @@ func ClassValue(name string) (int64, bool) {
 	return 0, false
 }
 
+// ShapePrefix starts the Tag of a control on a statement shape, not a tag:
+// "shape/" and the shape's 16 hex digits. Such a control is a KindDrain
+// (a block; Value 0) or a KindLimit (a cap on its statements running at
+// once across the fleet).
+const ShapePrefix = "shape/"
+
+// validShape reports whether tag names a shape well: ShapePrefix and 16
+// lower-case hex digits.
+func validShape(tag string) bool {
+	h, ok := strings.CutPrefix(tag, ShapePrefix)
+	if !ok || len(h) != 16 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // MaxTagLen is the longest tag a control names.
 const MaxTagLen = attribution.MaxTagLen
 
@@ -66,6 +88,12 @@ func (c Control) Validate() error {
 		return fmt.Errorf("%w: tag must be 1..%d bytes, got %q", ErrInvalid, MaxTagLen, c.Tag)
 	case c.Kind != KindDrain && c.Kind != KindLimit && c.Kind != KindMaxTxn && c.Kind != KindClass:
 		return fmt.Errorf("%w: kind must be drain, limit, max_txn or class, got %q", ErrInvalid, c.Kind)
+	case strings.HasPrefix(c.Tag, ShapePrefix) && !validShape(c.Tag):
+		return fmt.Errorf("%w: a shape is 16 lower-case hex digits after %q, got %q", ErrInvalid, ShapePrefix, c.Tag)
+	case strings.HasPrefix(c.Tag, ShapePrefix) && c.Kind != KindDrain && c.Kind != KindLimit:
+		return fmt.Errorf("%w: a statement shape can be blocked (drain) or capped (limit), not given a %s", ErrInvalid, c.Kind)
+	case strings.HasPrefix(c.Tag, ShapePrefix) && c.Kind == KindDrain && c.Value != 0:
+		return fmt.Errorf("%w: a block of a statement shape has no grace (its running statements are not killed), got %dms", ErrInvalid, c.Value)
 	case c.Kind == KindClass && c.Value >= int64(len(Classes)):
 		return fmt.Errorf("%w: class must be one of %v, got value %d", ErrInvalid, Classes, c.Value)
 	case c.Kind == KindLimit && c.Value < 0:

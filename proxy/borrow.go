@@ -165,7 +165,7 @@ func (s *session) stmtStart(tag *attribution.Tag, sql []byte) time.Time {
 	key := s.gateKey(t)
 	s.mu.Lock()
 	s.holdTag, s.holdKey = t.Name(), key
-	s.stmtText = append(s.stmtText[:0], s.lastSQL...)
+	s.stmtText, s.stmtShape = append(s.stmtText[:0], s.lastSQL...), s.shape
 	s.mu.Unlock()
 	return now
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -110,6 +111,10 @@ func (s *Server) enforceLocked(tag string) {
 	if f, ok := s.ctrl.src[srcFleet][tag]; ok {
 		eff = stricter(eff, f)
 	}
+	if IsShapeKey(tag) {
+		s.enforceShapeLocked(tag, eff)
+		return
+	}
 	drained, limit, maxTxn := s.gates.current(tag)
 	switch {
 	case eff.drained && !drained:
@@ -134,6 +139,31 @@ func (s *Server) enforceLocked(tag string) {
 	if eff.maxTxn != maxTxn {
 		s.gates.setMaxTxn(tag, eff.maxTxn)
 		s.log.Warn("tag max_transaction_time in force", "tag", tag, "max", eff.maxTxn)
+	}
+}
+
+// enforceShapeLocked puts a shape's merged controls in force: a drain is
+// a block (its grace is never set for a shape), a limit caps the
+// statements running at once, counting from now.
+func (s *Server) enforceShapeLocked(key string, eff tagControl) {
+	g := &s.shapeGates
+	shape := strings.TrimPrefix(key, ShapePrefix)
+	drained, limit, _ := g.current(key)
+	switch {
+	case eff.drained && !drained:
+		g.drain(key, eff.reason, 0, nil)
+		s.log.Warn("statement shape blocked", "shape", shape, "reason", eff.reason)
+	case !eff.drained && drained:
+		g.undrain(key)
+		s.log.Warn("statement shape unblocked", "shape", shape)
+	}
+	if eff.limit != limit {
+		g.setLimit(key, eff.limit, 0)
+		if eff.limit == noLimit {
+			s.log.Info("statement shape cap lifted", "shape", shape)
+		} else {
+			s.log.Info("statement shape cap in force", "shape", shape, "max", eff.limit)
+		}
 	}
 }
 
@@ -218,7 +248,7 @@ func (s *Server) ApplyFleetControls(cs []fleet.Applied) {
 
 // Demand is what tag's borrows on this instance hold and wait for under
 // its limit now (fleet.Applier).
-func (s *Server) Demand(tag string) (held, waiting int) { return s.gates.demand(tag) }
+func (s *Server) Demand(tag string) (held, waiting int) { return s.gatesFor(tag).demand(tag) }
 
 // SetFleetSize tells the server how many holdfast instances share the
 // backend (package fleet); with backend.instances 0 they split its
@@ -240,14 +270,14 @@ func (s *Server) instances() int {
 // is capped.
 func (s *Server) Gates() []GateState {
 	gs := s.gates.snapshot()
-	if len(gs) == 0 {
-		return gs
+	if len(gs) > 0 {
+		held := s.heldByKey()
+		for i := range gs {
+			gs[i].InUse = held[gs[i].Tag]
+		}
 	}
-	held := s.heldByKey()
-	for i := range gs {
-		gs[i].InUse = held[gs[i].Tag]
-	}
-	return gs
+	// A shape's InUse is its statements running under its cap.
+	return append(gs, s.shapeGates.snapshot()...)
 }
 
 func (s *Server) killHolders(tag string) {

@@ -26,6 +26,8 @@ const (
 	codeServerLost       = 2013 // backend connection lost during a statement
 	codeTagDrained       = 9001 // the statement's tag is drained by on-call
 	codeTagLimit         = 9002 // no slot under the tag's connection limit in time
+	codeShapeBlocked     = 9007 // the statement's shape is blocked by on-call
+	codeShapeLimit       = 9008 // no slot under the shape's cap in time
 )
 
 func newErr(code uint16, state, format string, a ...any) *sqlError {

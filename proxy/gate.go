@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +40,11 @@ type gate struct {
 	waiters *waitq.Queue[struct{}, bool]
 }
 
-// gates holds the controls in force. The zero value is ready to use.
+// gates holds the controls in force. The zero value is ready to use, for
+// tags; shapes is set for the gates of statement shapes (shapes.go), which
+// only changes what refusals say.
 type gates struct {
+	shapes       bool
 	active       atomic.Int32 // number of tags with a control; 0 skips the lock
 	maxTxnActive atomic.Int32 // number of tags with a max_transaction_time
 	// stopped is the set of tags drained or limited now (nil: none),
@@ -78,7 +82,7 @@ func (g *gates) enter(ctx context.Context, tag string) (bool, error) {
 		g.mu.Unlock()
 		return false, nil
 	case gt.drained:
-		err := gt.drainErr(tag)
+		err := g.drainErr(tag, gt)
 		g.mu.Unlock()
 		return false, err
 	case gt.inUse < gt.limit && gt.waiters.Len() == 0:
@@ -91,7 +95,7 @@ func (g *gates) enter(ctx context.Context, tag string) (bool, error) {
 		g.mu.Unlock()
 		return false, err
 	}
-	limitErr := fmt.Errorf("tag '%s' is limited to %d backend connections by on-call: %w", tag, gt.limit, errTagLimit)
+	limitErr := g.limitErr(tag, gt.limit)
 	g.mu.Unlock()
 	// A slot handed over as ctx ends goes back through the queue's
 	// give-back (see getLocked), so it is neither lost nor doubled.
@@ -100,7 +104,7 @@ func (g *gates) enter(ctx context.Context, tag string) (bool, error) {
 		return false, limitErr
 	}
 	g.mu.Lock()
-	drained, derr := gt.drained, gt.drainErr(tag)
+	drained, derr := gt.drained, g.drainErr(tag, gt)
 	g.mu.Unlock()
 	if drained {
 		if counted {
@@ -111,12 +115,28 @@ func (g *gates) enter(ctx context.Context, tag string) (bool, error) {
 	return counted, nil
 }
 
-func (gt *gate) drainErr(tag string) error {
-	msg := fmt.Sprintf("tag '%s' is drained by on-call since %s", tag, gt.drainedAt.UTC().Format(time.RFC3339))
+func (g *gates) drainErr(tag string, gt *gate) error {
+	since := gt.drainedAt.UTC().Format(time.RFC3339)
+	var msg string
+	if g.shapes {
+		msg = fmt.Sprintf("statement shape %s is blocked by on-call since %s", strings.TrimPrefix(tag, ShapePrefix), since)
+	} else {
+		msg = fmt.Sprintf("tag '%s' is drained by on-call since %s", tag, since)
+	}
 	if gt.reason != "" {
 		msg += " (" + gt.reason + ")"
 	}
+	if g.shapes {
+		return fmt.Errorf("%s: %w", msg, errShapeBlocked)
+	}
 	return fmt.Errorf("%s: %w", msg, errTagDrained)
+}
+
+func (g *gates) limitErr(tag string, n int) error {
+	if g.shapes {
+		return fmt.Errorf("statement shape %s is capped at %d running at once by on-call: %w", strings.TrimPrefix(tag, ShapePrefix), n, errShapeLimit)
+	}
+	return fmt.Errorf("tag '%s' is limited to %d backend connections by on-call: %w", tag, n, errTagLimit)
 }
 
 // stopKillTimerLocked cancels the kill that a drain with a grace period

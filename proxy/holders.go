@@ -24,6 +24,9 @@ type HolderInfo struct {
 	HeldFor       float64 `json:"held_for_seconds"`
 	InTransaction bool    `json:"in_transaction"`
 	Statement     string  `json:"statement"` // digest of the current or last statement
+	// Shape is that statement's shape (FormatShape), by which on-call
+	// blocks or caps it; empty for holdfast's own work.
+	Shape string `json:"shape,omitempty"`
 }
 
 // Holders lists held backend connections, longest held first.
@@ -41,7 +44,7 @@ func (s *Server) Holders() []HolderInfo {
 		if !x.holdSince.IsZero() {
 			out = append(out, HolderInfo{ClientID: x.id, User: x.user.Name, Tag: x.holdTag,
 				HeldFor: now.Sub(x.holdSince).Seconds(), InTransaction: x.inTxn,
-				Statement: string(sqlscan.AppendDigest(nil, x.stmtText, 200))})
+				Statement: string(sqlscan.AppendDigest(nil, x.stmtText, 200)), Shape: FormatShape(x.stmtShape)})
 		}
 		x.mu.Unlock()
 	}
@@ -82,11 +85,14 @@ type Waiting struct {
 	// Background is background borrowers waiting under their class's cap
 	// (pool.max - overload.reserve).
 	Background int
+	// ShapeLimit is statements waiting for a slot under their shape's cap
+	// (holding no connection unless they are in a transaction).
+	ShapeLimit int
 	ByTag      map[string]int // TagLimit by tag; nil when no one waits under a limit
 }
 
 // Total is every borrower waiting.
-func (w Waiting) Total() int { return w.Pool + w.TagLimit + w.Pipeline + w.Background }
+func (w Waiting) Total() int { return w.Pool + w.TagLimit + w.Pipeline + w.Background + w.ShapeLimit }
 
 // Waiting returns the borrowers queued now. The three counts are read one
 // after the other, not as one consistent cut.
@@ -95,6 +101,9 @@ func (s *Server) Waiting() Waiting {
 		Background: s.classes.gate.waiting()[backgroundGateKey]}
 	for _, n := range w.ByTag {
 		w.TagLimit += n
+	}
+	for _, n := range s.shapeGates.waiting() {
+		w.ShapeLimit += n
 	}
 	return w
 }

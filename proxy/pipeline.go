@@ -163,7 +163,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	}
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey = turnAt, tag.Name(), s.gateKey(tag)
-	s.stmtText = append(s.stmtText[:0], text[:min(len(text), maxStmtCopy)]...)
+	s.stmtText, s.stmtShape = append(s.stmtText[:0], text[:min(len(text), maxStmtCopy)]...), s.shape
 	s.mu.Unlock()
 	p.mu.Lock()
 	err := p.err

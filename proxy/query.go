@@ -24,6 +24,17 @@ func (s *session) comQuery(p []byte) bool {
 	info := s.scanMode().Scan(sql)
 	tag, tagged := s.statementTag(sql, &info)
 	s.noteTag(tag, tagged)
+	s.shape = info.Shape
+	if s.srv.shapeGates.active.Load() != 0 {
+		counted, serr := s.admitShape(&info, tag)
+		if serr != nil {
+			s.writeErr(serr)
+			return true
+		}
+		if counted != "" {
+			defer s.srv.shapeGates.exit(counted)
+		}
+	}
 	switch {
 	case s.deferTransaction(sql, &info, tag, tagged):
 		return true

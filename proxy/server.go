@@ -58,6 +58,8 @@ type Server struct {
 	procs Procedures
 	rec   *attribution.Recorder
 	gates gates
+	// shapeGates hold the controls on statement shapes (shapes.go).
+	shapeGates gates
 	// classes are the overload classes of tags (classes.go).
 	classes classes
 	slow    slowLog
@@ -167,6 +169,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		sessions:   map[uint32]*session{},
 		pipes:      newPipes(),
 		backendTLS: btls,
+		shapeGates: gates{shapes: true},
 	}
 	s.st.Pins = map[string]uint64{}
 	s.rec = attribution.NewRecorder(attribution.Options{MaxTags: cfg.Attribution.MaxTags, RetireIdle: cfg.Attribution.RetireIdle})

@@ -66,6 +66,7 @@ type session struct {
 	tagBuf  []byte
 	tagRaw  []byte // the current statement's tag as it carries it (in tagBuf); nil when untagged
 	lastSQL []byte // the last statement, truncated (for holders and logs)
+	shape   uint64 // the shape of the statement running now (sqlscan.Info.Shape)
 	// turn signals the session's pipelined statement that its response is
 	// next to read (see joinPipe). Made at the first pipelined statement
 	// and reused: each statement on a pipe takes exactly the one signal
@@ -116,6 +117,7 @@ type session struct {
 	holdKey   string    // ... and as the on-call controls know it (see gateKey)
 	inTxn     bool
 	stmtText  []byte
+	stmtShape uint64 // stmtText's shape
 }
 
 // sessionState is what a client set of its session, restored on whichever

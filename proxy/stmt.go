@@ -361,6 +361,18 @@ func (s *session) stmtExecute(p []byte) bool {
 		tag = cs.tag
 		s.noteTag(tag, true)
 	}
+	s.shape = cs.info.Shape
+	if s.srv.shapeGates.active.Load() != 0 {
+		counted, serr := s.admitShape(&cs.info, tag)
+		if serr != nil {
+			s.writeErr(serr)
+			cs.longData, cs.longSize = nil, 0
+			return true
+		}
+		if counted != "" {
+			defer s.srv.shapeGates.exit(counted)
+		}
+	}
 	if k := cs.info.Kind; k == sqlscan.KindBegin || k == sqlscan.KindCommit || k == sqlscan.KindRollback {
 		// A prepared BEGIN / COMMIT / ROLLBACK is deferred like a typed one.
 		if s.deferTransaction([]byte(cs.query), &cs.info, tag, cs.tag != nil) {
