@@ -71,6 +71,7 @@ type holderJSON struct {
 	HeldFor       rounded `json:"held_for_seconds"`
 	InTransaction bool    `json:"in_transaction"`
 	Statement     string  `json:"statement"`
+	Shape         string  `json:"shape,omitempty"` // the statement's shape (GET /api/shapes)
 }
 
 type gateJSON struct {
@@ -124,7 +125,7 @@ func holdersJSON(hs []proxy.HolderInfo) []holderJSON {
 	out := make([]holderJSON, len(hs))
 	for i, h := range hs {
 		out[i] = holderJSON{ClientID: h.ClientID, User: h.User, Tag: h.Tag, HeldFor: rounded(h.HeldFor),
-			InTransaction: h.InTransaction, Statement: h.Statement}
+			InTransaction: h.InTransaction, Statement: h.Statement, Shape: h.Shape}
 	}
 	return out
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
 // fleetOf starts n holdfast processes on one database, after `holdfast
@@ -488,3 +489,114 @@ func TestCallHonoursCallerTag(t *testing.T) {
 		t.Fatalf("checkout's CALLs counted as %v statements, want at least 21 (the holder's SELECT and 20 reserves)", calls)
 	}
 }
+
+// On-call finds a runaway statement's shape in one instance's holders
+// view, blocks it through another for the whole fleet with an expiry, and
+// caps it fleet-wide: every instance refuses its statements (9007) within
+// the propagation bound while other statements pass, the block lifts itself
+// at its expiry, and under a cap of 2 across three loaded instances the
+// database never runs more than 2 of them at once.
+func TestFleetShapes(t *testing.T) {
+	ms := fleetOf(t, 3)
+	const runaway = "/* conn_tag:report_x */ SELECT SLEEP(1.5), 'runaway'"
+	slow := ms[1].client(t)
+	done := make(chan error, 1)
+	go func() { _, err := slow.Exec(runaway); done <- err }()
+	var shape string
+	within(t, 2*time.Second, "the runaway statement in instance 1's holders view", func() bool {
+		var ans struct {
+			Holders []struct{ Statement, Shape string }
+		}
+		dbtest.FetchJSON(t, ms[1].admin+"/api/holders", &ans)
+		for _, h := range ans.Holders {
+			if strings.Contains(h.Statement, "SLEEP(?)") {
+				shape = h.Shape
+			}
+		}
+		return shape != ""
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ans := ms[0].api(t, http.MethodPut, "/api/shapes/"+shape+"/block?for=6s&reason=runaway-report")
+	if !strings.Contains(ans, `"scope": "fleet"`) || !strings.Contains(ans, `"blocked": true`) {
+		t.Fatalf("block answered %s", ans)
+	}
+	blocked := func(db *sql.DB, q string) bool {
+		_, err := db.Exec(q)
+		var me *mysql.MySQLError
+		return errors.As(err, &me) && me.Number == 9007 && strings.Contains(me.Message, "runaway-report")
+	}
+	for i, m := range ms {
+		db := m.client(t)
+		took := within(t, 2*time.Second, fmt.Sprintf("instance %d blocks the shape", i), func() bool {
+			return blocked(db, "SELECT SLEEP(0), 'other literals'")
+		})
+		t.Logf("instance %d: shape blocked %v after the change", i, took.Round(time.Millisecond))
+		if _, err := db.Exec("SELECT SLEEP(0)"); err != nil {
+			t.Fatalf("instance %d: a statement of another shape: %v", i, err)
+		}
+	}
+	for i, m := range ms {
+		db := m.client(t)
+		within(t, 6*time.Second+2*time.Second, fmt.Sprintf("instance %d: the block expired", i), func() bool {
+			return !blocked(db, runaway)
+		})
+	}
+
+	// A fleet-wide cap of 2 on another shape, load on all three.
+	// DO, not SELECT: autocommit SELECTs may be pipelined, one after
+	// another on one connection, which would keep the peak below the cap.
+	const capped = "DO SLEEP(0.05) /* capped */"
+	h := fmt.Sprintf("%016x", shapeHash(capped))
+	ms[2].api(t, http.MethodPut, "/api/shapes/"+h+"/limit?max=2&reason=hot-query")
+	for i, m := range ms {
+		within(t, 2*time.Second, fmt.Sprintf("instance %d applies the shape's cap", i), func() bool {
+			return strings.Contains(m.api(t, http.MethodGet, "/api/shapes"), `"limited": true`)
+		})
+	}
+	root := dbtest.Root(t)
+	var peak, ok atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			var n int64
+			if err := root.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'DO SLEEP(0.05) /* capped */'").Scan(&n); err == nil && n > peak.Load() {
+				peak.Store(n)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(5 * time.Second)
+	for _, m := range ms {
+		db := m.client(t)
+		for range 3 {
+			wg.Go(func() {
+				for time.Now().Before(deadline) {
+					if _, err := db.Exec(capped); err == nil {
+						ok.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	t.Logf("cap 2 on a shape, 9 clients on 3 instances: peak %d at once, %d done", peak.Load(), ok.Load())
+	if peak.Load() > 2 {
+		t.Fatalf("%d statements of the capped shape ran at once across the fleet, over the cap 2", peak.Load())
+	}
+	if peak.Load() < 2 || ok.Load() == 0 {
+		t.Fatalf("the capped shape reached %d at once (%d done), want its cap, 2", peak.Load(), ok.Load())
+	}
+}
+
+func shapeHash(q string) uint64 { return sqlscan.Scan([]byte(q)).Shape }
