@@ -549,10 +549,21 @@ func TestFleetShapes(t *testing.T) {
 	// another on one connection, which would keep the peak below the cap.
 	const capped = "DO SLEEP(0.05) /* capped */"
 	h := fmt.Sprintf("%016x", shapeHash(capped))
-	ms[2].api(t, http.MethodPut, "/api/shapes/"+h+"/limit?max=2&reason=hot-query")
+	ctlBin := dbtest.Command(t, "./cmd/holdfastctl")
+	ctl := func(m *fleetMember, args ...string) string {
+		t.Helper()
+		out, err := guarded(t, ctlBin, append([]string{"-addr", m.admin}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("holdfastctl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := ctl(ms[2], "shape", "limit", h, "2", "-reason", "hot-query"); !strings.Contains(out, "capped shape "+h+" at 2") {
+		t.Fatalf("holdfastctl shape limit said %q", out)
+	}
 	for i, m := range ms {
 		within(t, 2*time.Second, fmt.Sprintf("instance %d applies the shape's cap", i), func() bool {
-			return strings.Contains(m.api(t, http.MethodGet, "/api/shapes"), `"limited": true`)
+			return strings.Contains(ctl(m, "shapes"), "cap ")
 		})
 	}
 	root := dbtest.Root(t)

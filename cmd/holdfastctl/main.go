@@ -49,7 +49,16 @@ Commands:
   class TAG CLASS        put TAG (or the tags matching a pattern such as report_*) in an
                          overload class: critical, normal, background (off lifts it)
       -reason TEXT       recorded with the class
-    drain, undrain, limit, maxtxn and class also take:
+  shapes                 statement shapes held now (most held first) and the controls on
+                         shapes: a shape is 16 hex digits, the same for every statement
+                         that differs only in its literals, comments and spacing
+  shape block SHAPE      statements of SHAPE get error 9007 on every instance (running
+                         ones finish); KILL, COMMIT and ROLLBACK always pass
+  shape unblock SHAPE    lift the block
+  shape limit SHAPE N    at most N statements of SHAPE run at once across the fleet; the
+                         others wait, then get error 9008 (N = off or 0 lifts the cap)
+      -reason TEXT       recorded with the control and shown in its error
+    drain, undrain, limit, maxtxn, class and shape also take:
       -for D             lift the control by itself after D (e.g. 30m), everywhere (not with -local)
       -local             act on the instance asked only, not the fleet
       -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)
@@ -158,6 +167,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fs.StringVar(&reason, "reason", "", "")
 		scoped()
 		want = []string{"TAG", "CLASS"}
+	case "shapes":
+	case "shape":
+		fs.StringVar(&reason, "reason", "", "")
+		scoped()
+		want = []string{"block|unblock|limit", "SHAPE"}
+		if len(args) > 0 && args[0] == "limit" {
+			want = append(want, "N")
+		}
 	case "controls", "fleet":
 	case "authority":
 		fs.StringVar(&reason, "reason", "", "")
@@ -210,6 +227,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = c.MaxTxn(ctx, pos[0], pos[1])
 	case "class":
 		err = c.Class(ctx, pos[0], pos[1], reason)
+	case "shapes":
+		err = c.Shapes(ctx)
+	case "shape":
+		max := ""
+		if len(pos) > 2 {
+			max = pos[2]
+		}
+		err = c.Shape(ctx, pos[0], pos[1], max, reason)
 	case "controls":
 		err = c.Controls(ctx)
 	case "fleet":
