@@ -233,7 +233,8 @@
   function renderHolders(s) {
     const rows = s.holders.map((h) => el("tr", { "data-tag": h.tag, class: h.held_for_seconds >= 1 ? "long" : "" },
       td(h.client_id === 0 ? "–" : h.client_id, "num"), td(h.user || "–"), td(h.tag, "tag"),
-      td(fmtSec(h.held_for_seconds), "num"), td(h.in_transaction ? "yes" : "no"), td(h.statement || "–", "stmt")));
+      td(fmtSec(h.held_for_seconds), "num"), td(h.in_transaction ? "yes" : "no"), td(h.statement || "–", "stmt"),
+      td(h.shape || "–", "shape")));
     fill($("holders").tBodies[0], rows);
     $("holders").hidden = rows.length === 0;
     $("holders-note").textContent = rows.length === 0 ? "no backend connection is held right now" :
