@@ -97,6 +97,12 @@ func TestConfigYAMLIsTheDefaults(t *testing.T) {
 		if len(c.Tags.MaxTransactionTime) == 0 {
 			c.Tags.MaxTransactionTime = nil
 		}
+		if len(c.Backend.Replicas) == 0 {
+			c.Backend.Replicas = nil
+		}
+		if len(c.Routing.Tags) == 0 {
+			c.Routing.Tags = nil
+		}
 	}
 	if !reflect.DeepEqual(shipped, def) {
 		sv, dv := reflect.ValueOf(shipped), reflect.ValueOf(def)

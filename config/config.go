@@ -50,6 +50,7 @@ type Config struct {
 	Attribution Attribution `yaml:"attribution"`
 	Tags        Tags        `yaml:"tags"`
 	Overload    Overload    `yaml:"overload"`
+	Routing     Routing     `yaml:"routing"`
 	Fleet       Fleet       `yaml:"fleet"`
 	Reservation Reservation `yaml:"reservation"`
 }
@@ -249,7 +250,43 @@ type Backend struct {
 	Instances int `yaml:"instances"`
 	// TLS to the backend, for every backend connection holdfast opens.
 	TLS BackendTLS `yaml:"tls"`
+	// Replicas are read-only copies of the primary (Address), reached with
+	// the same accounts, database, collation and TLS, to which routing
+	// may send reads. None by default: everything goes to the primary.
+	Replicas []Replica `yaml:"replicas"`
 }
+
+// Replica is one replica of the primary.
+type Replica struct {
+	Address string `yaml:"address"`
+	// Weight is its share of the reads routed to replicas, among the
+	// replicas eligible for a read (default 1).
+	Weight int `yaml:"weight"`
+	// Max caps its backend connections on this instance (0: pool.max).
+	Max int `yaml:"max"`
+}
+
+// Routing decides which reads go to replicas (backend.replicas), by tag.
+type Routing struct {
+	// Tags maps tag patterns (* matches any run of characters) to a
+	// policy: primary (the default: everything on the primary), replica
+	// (reads that may go to a replica do, once it has applied the
+	// session's last write, within max_replica_lag), replica_stale_ok
+	// (within max_replica_lag only). A tag matching several patterns takes
+	// the first of primary, replica, replica_stale_ok. Untagged statements
+	// take their user's default_tag's policy.
+	Tags map[string]string `yaml:"tags"`
+	// MaxReplicaLag: a replica further behind the primary than this (by
+	// GTID position: how long ago the primary had the position the
+	// replica has applied) gets no reads until it catches up.
+	MaxReplicaLag time.Duration `yaml:"max_replica_lag"`
+	// CheckInterval is how often holdfast reads each server's GTID
+	// position (and finds a replica down or back).
+	CheckInterval time.Duration `yaml:"check_interval"`
+}
+
+// Routing policies, in the order a tag matching several takes them.
+var RoutingPolicies = []string{"primary", "replica", "replica_stale_ok"}
 
 // BackendTLS configures TLS on backend connections. Modes are named as
 // MySQL clients name them: disabled (the default), preferred (TLS when the
@@ -397,6 +434,7 @@ func Default() Config {
 		Sessions:    Sessions{StatementCache: 1000, PreparedStatementShare: 0.5, ClientWriteTimeout: 30 * time.Second},
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
 		Overload:    Overload{Reserve: 4, BackgroundWait: time.Second, CriticalWait: 100 * time.Millisecond},
+		Routing:     Routing{MaxReplicaLag: time.Second, CheckInterval: 100 * time.Millisecond},
 		Fleet:       Fleet{PollInterval: time.Second, TTL: 5 * time.Second, ConnectionReserve: 10},
 		Reservation: Reservation{Enabled: true, Config: reservation.DefaultConfig()},
 	}
@@ -668,6 +706,32 @@ func (c *Config) Validate() error {
 	}
 	if c.Overload.CriticalWait <= 0 {
 		return bad("overload.critical_wait", "must be positive, got %v", c.Overload.CriticalWait)
+	}
+	for i, r := range c.Backend.Replicas {
+		field := fmt.Sprintf("backend.replicas[%d]", i)
+		if _, _, err := net.SplitHostPort(r.Address); err != nil {
+			return bad(field+".address", "want host:port, got %q", r.Address)
+		}
+		if r.Address == c.Backend.Address {
+			return bad(field+".address", "%q is the primary (backend.address)", r.Address)
+		}
+		if r.Weight < 0 || r.Max < 0 {
+			return bad(field, "weight and max must be 0 or more, got %d and %d", r.Weight, r.Max)
+		}
+	}
+	for pat, pol := range c.Routing.Tags {
+		if !ValidTagPattern(pat) {
+			return bad("routing.tags", "%q is not a tag pattern (a tag, with * for any run of characters)", pat)
+		}
+		if !slices.Contains(RoutingPolicies, pol) {
+			return bad("routing.tags."+pat, "%q is not a policy (primary, replica or replica_stale_ok)", pol)
+		}
+	}
+	if c.Routing.MaxReplicaLag <= 0 {
+		return bad("routing.max_replica_lag", "must be positive, got %v", c.Routing.MaxReplicaLag)
+	}
+	if c.Routing.CheckInterval <= 0 {
+		return bad("routing.check_interval", "must be positive, got %v", c.Routing.CheckInterval)
 	}
 	for t, d := range c.Tags.MaxTransactionTime {
 		if !validTag(t) {

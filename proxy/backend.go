@@ -116,6 +116,7 @@ type BackendSettings struct {
 // concurrent use except threadID, which is immutable.
 type backendConn struct {
 	slot     pool.Slot // the pool's bookkeeping (see pool.Conn)
+	be       *backend  // the server it is open to (nil for holdfast's own dials)
 	threadID uint32
 	version  string
 	nc       net.Conn

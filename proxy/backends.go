@@ -3,17 +3,21 @@ package proxy
 import (
 	"sync/atomic"
 
+	"github.com/holdfast-db/holdfast/proxy/pool"
+
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // backend is what holdfast knows of one backend server, and keeps for it:
 // what its first connection said (its greeting's capabilities, its session
 // defaults, globals and collations, its statement limit), and the
-// connection kills go out on. holdfast has one, the primary
-// (backend.address); each replica will have its own.
+// connection kills go out on. The primary is backend.address; each of
+// backend.replicas has its own (replicas.go).
 type backend struct {
-	info        atomic.Pointer[backendInfo]   // from the first connection's greeting
-	base        atomic.Pointer[varstate.Base] // nil until learned (learnBackend)
-	maxPrepared atomic.Int64                  // max_prepared_stmt_count; 0 until known
-	killer      killer                        // sends KILL QUERY on a connection of its own
+	addr        string                            // a replica's address ("" for the primary: backend.address)
+	pool        *pool.Pool[variant, *backendConn] // its connections
+	info        atomic.Pointer[backendInfo]       // from the first connection's greeting
+	base        atomic.Pointer[varstate.Base]     // nil until learned (learnBackend)
+	maxPrepared atomic.Int64                      // max_prepared_stmt_count; 0 until known
+	killer      killer                            // sends KILL QUERY on a connection of its own
 }

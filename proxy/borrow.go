@@ -53,15 +53,32 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 	// The session's state is restored once the hold is visible to the
 	// janitor and to kills: take without sync, then sync below.
 	key := s.gateKey(tag)
-	if err := s.srv.take(s.srv.ctx, &s.lease, tag, key, s.state.variant, leaseState{}); err != nil {
-		if errors.Is(err, errShed) && s.tx.pendingBegin != nil {
-			// Shedding answers "transaction rolled back" (40001): the
-			// deferred BEGIN never reached the backend, so it ends here.
-			s.tx.pendingBegin = nil
-			s.state.status &^= statusInTrans
-			s.setTxnTag(nil)
+	if r := s.route; r != nil {
+		// A read routed to a replica: a replica that cannot lend a
+		// connection sends it to the primary instead (replicas.go).
+		err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, s.srv.classOf(key), s.state.variant, leaseState{}, &r.be)
+		switch {
+		case err == nil:
+			r.routed.Add(1)
+		case errors.Is(err, errTagDrained), errors.Is(err, errTagLimit), errors.Is(err, errShed):
+			return nil, leaseErr(err)
+		default:
+			s.srv.replicaDown(r, err)
+			r.fellBack.Add(1)
+			s.route = nil
 		}
-		return nil, leaseErr(err)
+	}
+	if s.lease.bc == nil {
+		if err := s.srv.take(s.srv.ctx, &s.lease, tag, key, s.state.variant, leaseState{}); err != nil {
+			if errors.Is(err, errShed) && s.tx.pendingBegin != nil {
+				// Shedding answers "transaction rolled back" (40001): the
+				// deferred BEGIN never reached the backend, so it ends here.
+				s.tx.pendingBegin = nil
+				s.state.status &^= statusInTrans
+				s.setTxnTag(nil)
+			}
+			return nil, leaseErr(err)
+		}
 	}
 	bc := s.lease.bc
 	now := s.lease.start

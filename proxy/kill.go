@@ -215,7 +215,7 @@ func (s *session) interrupt() {
 		s.execCall(errCallInterrupted)
 		s.interrupted.Store(true)
 	}
-	held := bc != nil && s.srv.pool.Hold(bc)
+	held := bc != nil && poolOf(bc, s.srv).Hold(bc)
 	if held {
 		s.interrupted.Store(true)
 		if s.uploading.Load() {
@@ -234,7 +234,11 @@ func (s *session) interrupt() {
 	if d := s.srv.killDelay; d > 0 {
 		time.Sleep(d)
 	}
-	err := s.srv.primary.killer.killQuery(s.srv, bc.threadID)
+	be := bc.be
+	if be == nil {
+		be = &s.srv.primary
+	}
+	err := be.killer.killQuery(s.srv, be, bc.threadID)
 	if err != nil && isIOError(err) {
 		s.srv.log.Warn("KILL QUERY on backend failed", "client", s.id, "backend_thread", bc.threadID, "err", err)
 	}
@@ -245,7 +249,7 @@ func (s *session) interrupt() {
 	}
 	// A kill whose fate is unknown may still land: then the connection is
 	// not lent to anyone again.
-	s.srv.pool.Unhold(bc, !isIOError(err))
+	poolOf(bc, s.srv).Unhold(bc, !isIOError(err))
 }
 
 // terminate closes the client connection (KILL CONNECTION) and interrupts
@@ -266,7 +270,7 @@ type killer struct {
 // killQuery sends KILL QUERY tid. A *sqlError means the server answered
 // (an unknown thread, say); any other error that the kill's fate is
 // unknown.
-func (k *killer) killQuery(srv *Server, tid uint32) error {
+func (k *killer) killQuery(srv *Server, be *backend, tid uint32) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	ctx, cancel := context.WithTimeout(srv.ctx, 5*time.Second)
@@ -274,7 +278,11 @@ func (k *killer) killQuery(srv *Server, tid uint32) error {
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		if k.bc == nil {
-			if k.bc, err = dialBackend(ctx, srv.backendSettings(), 0); err != nil {
+			bs := srv.backendSettings()
+			if be.addr != "" {
+				bs.Address = be.addr
+			}
+			if k.bc, err = dialBackend(ctx, bs, 0); err != nil {
 				k.bc = nil
 				// Not sent: nothing can land. A dial failure is no I/O
 				// error on the target's connection.

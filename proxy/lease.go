@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
@@ -82,12 +83,15 @@ func (s *Server) admit(ctx context.Context, tag *attribution.Tag, key string) (g
 // failed sync returns the connection (closed after an I/O error) and comes
 // back as a syncFailed.
 func (s *Server) take(ctx context.Context, l *lease, tag *attribution.Tag, key string, v variant, st leaseState) error {
-	return s.takeAs(ctx, l, tag, key, s.classOf(key), v, st)
+	return s.takeAs(ctx, l, tag, key, s.classOf(key), v, st, &s.primary)
 }
 
 // takeAs is take for a borrow of class cl (see classes.go): its place in
 // the pool's queue, the background cap, and shedding.
-func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key string, cl class, v variant, st leaseState) error {
+//
+// be is the backend to borrow from: the primary, or a replica a read was
+// routed to.
+func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key string, cl class, v variant, st leaseState, be *backend) error {
 	// The wait starts before the controls: time queued behind a tag's
 	// limit is that tag's wait.
 	start := time.Now()
@@ -105,7 +109,7 @@ func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key
 	classGated, err := s.admitClass(ctx, cl)
 	if err == nil {
 		var bc *backendConn
-		bc, err = s.pool.AcquireHandicap(ctx, v, s.handicap(cl))
+		bc, err = be.pool.AcquireHandicap(ctx, v, s.handicap(cl))
 		if err == nil {
 			l.bc = bc
 		} else if classGated {
@@ -142,6 +146,14 @@ func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key
 		return syncFailed{err}
 	}
 	return nil
+}
+
+// poolOf is the pool bc belongs to.
+func poolOf(bc *backendConn, s *Server) *pool.Pool[variant, *backendConn] {
+	if bc.be != nil && bc.be.pool != nil {
+		return bc.be.pool
+	}
+	return s.pool
 }
 
 // shedOr returns err, or the shedding of a background borrow when its
@@ -227,7 +239,7 @@ func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID ui
 	if l.classGated {
 		s.classes.gate.exit(backgroundGateKey)
 	}
-	s.pool.Release(l.bc, reusable)
+	poolOf(l.bc, s).Release(l.bc, reusable)
 	*l = lease{longStmt: l.longStmt[:0]}
 }
 

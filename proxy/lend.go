@@ -42,7 +42,7 @@ func (s *Server) BorrowEngine(ctx context.Context, tag string) (*EngineConn, err
 	st := leaseState{db: s.config().Backend.Database, vars: s.baseVars(), multiStmts: true}
 	// Critical whatever its tag: the engine's borrows are few and short,
 	// and every CALL holdfast.* of every class waits on them.
-	if err := s.takeAs(ctx, &c.lease, s.rec.TagString(tag), tag, classCritical, 0, st); err != nil {
+	if err := s.takeAs(ctx, &c.lease, s.rec.TagString(tag), tag, classCritical, 0, st, &s.primary); err != nil {
 		var sf syncFailed
 		if errors.As(err, &sf) {
 			return nil, fmt.Errorf("proxy: prepare a connection for %s: %w", tag, sf.err)

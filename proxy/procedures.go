@@ -109,6 +109,11 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool, tag *at
 	}
 	start := time.Now()
 	cols, rows, err := s.callProcedure(name, args, tag)
+	if s.srv.routing != nil {
+		// The engine committed on connections of its own: no GTID of
+		// them reaches this session (see routeRead).
+		s.rywAfter = time.Now()
+	}
 	if s.srv.attr {
 		tag.Statement(time.Since(start), err != nil)
 	}

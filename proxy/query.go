@@ -55,6 +55,19 @@ func (s *session) comQuery(p []byte) bool {
 			p, sql = q, q[1:]
 		}
 	}
+	if s.srv.routing != nil {
+		if s.state.vars == nil && s.srv.primary.base.Load() != nil {
+			s.state.vars = s.initialVars()
+		}
+		if s.replicaRead(&info) {
+			if r := s.routeRead(tag); r != nil {
+				s.route = r
+				keep := s.run(p, comQuery, &info, tag)
+				s.route = nil
+				return keep
+			}
+		}
+	}
 	if cl, ok := s.pipelinable(&info, len(p), tag); ok && info.Vars == 0 {
 		if handled, keep := s.runPipelined(func(*backendConn) []byte { return p }, tag, cl, nil, sql); handled {
 			return keep
@@ -102,6 +115,7 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.watch.arm()
 	var rr relayResult
 	s.reply.hideChange = cmd == comQuery && s.hidesStatementChange(info, p[1:])
+	sent, seq := s.cw.n, s.w.seq
 	err := bc.sendCommand(p)
 	if err == nil {
 		rr, err = s.relay(bc, cmd)
@@ -124,6 +138,17 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.setExec(nil, nil)
 	s.stmtEnd(tag, start, err != nil || rr.failed)
 	if err != nil {
+		if r := s.route; r != nil && isIOError(err) && !errors.Is(err, errClientGone) && s.cw.n == sent && s.w.seq == seq && !s.interrupted.Load() {
+			// A replica's connection failed before any byte of the answer
+			// reached the client: the read runs again on the primary (the
+			// one statement holdfast sends twice; it only reads).
+			s.srv.log.Warn("replica connection failed during a read; running it on the primary", "client", s.id, "replica", r.be.addr, "err", err)
+			s.srv.replicaDown(r, err)
+			r.fellBack.Add(1)
+			s.release(false)
+			s.route = nil
+			return s.run(p, cmd, info, tag)
+		}
 		if s.beginFailed(err) {
 			return true
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -81,8 +82,10 @@ type Server struct {
 	cfg     atomic.Pointer[config.Config]
 	tlsConf atomic.Pointer[tls.Config]
 	version atomic.Pointer[string]
-	// primary is the backend holdfast sends everything to (backend.address).
+	// primary is the backend holdfast sends everything to (backend.address)
+	// but the reads routing sends to a replica.
 	primary backend
+	routing *routing // nil without backend.replicas
 	// ctrl is the on-call controls by source (controls.go).
 	ctrl       controls
 	nextConnID atomic.Uint32
@@ -191,7 +194,11 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 			if err != nil {
 				return nil, err
 			}
-			return dialBackend(ctx, bs, v)
+			bc, err := dialBackend(ctx, bs, v)
+			if err == nil {
+				bc.be = &s.primary
+			}
+			return bc, err
 		},
 		OnFirstDial: s.learnBackend,
 		OnFree:      s.pipes.wakeOne,
@@ -200,6 +207,11 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	s.primary.pool = s.pool
+	if s.routing, err = s.newRouting(cfg); err != nil {
+		cancel()
+		return nil, err
 	}
 	s.nextConnID.Store(firstConnID - 1)
 	s.slowHead.Store(int64(defaultSlowHead))
@@ -266,12 +278,36 @@ func collationID(name string) (uint8, bool) {
 func (s *Server) learnBackend(bc *backendConn) error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.exchangeTimeout())
 	defer cancel()
-	res, err := bc.query(ctx, "SELECT @@character_set_client, @@character_set_connection, @@character_set_results, @@collation_connection, @@session.sql_mode")
+	base, maxPrepared, err := s.readBase(ctx, bc)
 	if err != nil {
 		return err
 	}
+	if maxPrepared > 0 {
+		s.primary.maxPrepared.Store(maxPrepared)
+	}
+	info := bc.info
+	s.primary.info.Store(&info)
+	s.primary.base.Store(base)
+	bc.vars = base.Vars
+	if s.config().ServerVersion == "" && bc.version != "" {
+		v := bc.version
+		s.version.Store(&v)
+	}
+	s.log.Info("backend connected", "addr", s.config().Backend.Address, "version", bc.version,
+		"collation", base.Vars.Get("collation_connection"))
+	return nil
+}
+
+// readBase reads what a backend's fresh connections start with: the
+// session character set and sql_mode, the kept variables' global values,
+// the collations, and max_prepared_stmt_count (0 when unreadable).
+func (s *Server) readBase(ctx context.Context, bc *backendConn) (*varstate.Base, int64, error) {
+	res, err := bc.query(ctx, "SELECT @@character_set_client, @@character_set_connection, @@character_set_results, @@collation_connection, @@session.sql_mode")
+	if err != nil {
+		return nil, 0, err
+	}
 	if len(res.rows) != 1 || len(res.rows[0]) != 5 {
-		return fmt.Errorf("proxy: unexpected reply reading session character set")
+		return nil, 0, fmt.Errorf("proxy: unexpected reply reading session character set")
 	}
 	fresh := map[string]string{}
 	for i, name := range varstate.CharsetVars {
@@ -282,22 +318,22 @@ func (s *Server) learnBackend(bc *backendConn) error {
 	// with (see varstate.KeptVars).
 	res, err = bc.query(ctx, varstate.SelectKept("global"))
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	if len(res.rows) != 1 || len(res.rows[0]) != len(varstate.KeptNames) {
-		return fmt.Errorf("proxy: unexpected reply reading global session defaults")
+		return nil, 0, fmt.Errorf("proxy: unexpected reply reading global session defaults")
 	}
 	global := map[string]string{}
 	for i, n := range varstate.KeptNames {
 		global[n] = string(res.rows[0][i])
 	}
+	var maxPrepared int64
 	if res, err := bc.query(ctx, "SELECT @@global.max_prepared_stmt_count"); err == nil && len(res.rows) == 1 && len(res.rows[0]) == 1 {
-		n, _ := strconv.ParseInt(string(res.rows[0][0]), 10, 64)
-		s.primary.maxPrepared.Store(n)
+		maxPrepared, _ = strconv.ParseInt(string(res.rows[0][0]), 10, 64)
 	}
 	res, err = bc.query(ctx, "SELECT ID, CHARACTER_SET_NAME, COLLATION_NAME, IS_DEFAULT FROM information_schema.COLLATIONS")
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	var colls []varstate.Collation
 	for _, r := range res.rows {
@@ -310,18 +346,7 @@ func (s *Server) learnBackend(bc *backendConn) error {
 		}
 		colls = append(colls, varstate.Collation{ID: id, Charset: string(r[1]), Name: string(r[2]), DefaultOfCharset: strings.EqualFold(string(r[3]), "yes")})
 	}
-	base := varstate.NewBase(fresh, global, colls)
-	info := bc.info
-	s.primary.info.Store(&info)
-	s.primary.base.Store(base)
-	bc.vars = base.Vars
-	if s.config().ServerVersion == "" && bc.version != "" {
-		v := bc.version
-		s.version.Store(&v)
-	}
-	s.log.Info("backend connected", "addr", s.config().Backend.Address, "version", bc.version,
-		"collation", base.Vars.Get("collation_connection"))
-	return nil
+	return varstate.NewBase(fresh, global, colls), maxPrepared, nil
 }
 
 // baseVars is the session state of a fresh backend connection (nil until
@@ -372,6 +397,13 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.pool.Start()
 	s.wg.Add(1)
 	go s.janitor()
+	if s.routing != nil {
+		for _, r := range s.routing.replicas {
+			r.be.pool.Start()
+		}
+		s.wg.Add(1)
+		go s.monitor()
+	}
 	if err := s.warm(); err != nil {
 		_ = ln.Close()
 		return err
@@ -610,9 +642,9 @@ func (s *Server) Stats() ServerStats {
 // dropping clients. Other fields need a restart; they are logged.
 func (s *Server) Reload(cfg config.Config) error {
 	old := s.config()
-	if cfg.Listen != old.Listen || cfg.Backend != old.Backend || cfg.TLS != old.TLS {
-		s.log.Warn("reload: listen, backend and tls settings take effect only after a restart")
-		cfg.Listen, cfg.Backend, cfg.TLS = old.Listen, old.Backend, old.TLS
+	if cfg.Listen != old.Listen || !reflect.DeepEqual(cfg.Backend, old.Backend) || cfg.TLS != old.TLS || !reflect.DeepEqual(cfg.Routing, old.Routing) {
+		s.log.Warn("reload: listen, backend, routing and tls settings take effect only after a restart")
+		cfg.Listen, cfg.Backend, cfg.TLS, cfg.Routing = old.Listen, old.Backend, old.TLS, old.Routing
 	}
 	s.cfg.Store(&cfg)
 	if err := s.setUsers(cfg); err != nil {
@@ -694,5 +726,11 @@ func (s *Server) Close() error {
 	s.primary.killer.close()
 	s.beUsers.close()
 	s.pool.Close()
+	if s.routing != nil {
+		for _, r := range s.routing.replicas {
+			r.be.killer.close()
+			r.be.pool.Close()
+		}
+	}
 	return nil
 }

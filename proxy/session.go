@@ -67,6 +67,12 @@ type session struct {
 	tagRaw  []byte // the current statement's tag as it carries it (in tagBuf); nil when untagged
 	lastSQL []byte // the last statement, truncated (for holders and logs)
 	shape   uint64 // the shape of the statement running now (sqlscan.Info.Shape)
+	// route is the replica the statement running now was routed to (nil:
+	// the primary); rywAfter is when the session's last CALL holdfast.*
+	// ended: until a replica has applied the primary's position of then,
+	// its reads under the replica policy go to the primary (replicas.go).
+	route    *replica
+	rywAfter time.Time
 	// turn signals the session's pipelined statement that its response is
 	// next to read (see joinPipe). Made at the first pipelined statement
 	// and reused: each statement on a pipe takes exactly the one signal

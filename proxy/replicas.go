@@ -1,0 +1,486 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/pool"
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+)
+
+// Reads on replicas (backend.replicas, routing). A read may go to a replica
+// when it is an autocommit SELECT outside a transaction from a session that
+// keeps no backend connection, with nothing that depends on the session or
+// may write (plainSelect: no function that is not built in, no locking
+// clause, no variables), and its tag's policy (routing.tags) allows it:
+//
+//   - replica_stale_ok: to a replica within routing.max_replica_lag;
+//   - replica: the same, and once the session has written (its last GTID,
+//     from the server's OK) or run a CALL holdfast.* (the engine's
+//     commits), only to a replica that has applied that write; else the
+//     primary.
+//
+// Lag is measured by GTID position: every routing.check_interval holdfast
+// reads the primary's gtid_binlog_pos and each replica's gtid_slave_pos; a
+// replica's lag is how long ago the primary had the first position the
+// replica has not applied. A replica that cannot be read, lags past the
+// bound, or whose session defaults differ from the primary's gets no reads
+// until that changes (each change is logged and counted). A read whose
+// replica connection fails before any byte of its answer reached the client
+// is run again on the primary: the one case where holdfast sends a
+// statement twice. Everything else goes to the primary.
+//
+// Each replica has its own backend record (its pool under its own cap, its
+// kill connection); a connection knows its backend (backendConn.be), so a
+// lease, a kill and a release reach the right server.
+
+// Routing policies.
+type policy uint8
+
+const (
+	policyPrimary policy = iota
+	policyReplica
+	policyStaleOK
+)
+
+func parsePolicy(s string) policy {
+	switch s {
+	case "replica":
+		return policyReplica
+	case "replica_stale_ok":
+		return policyStaleOK
+	}
+	return policyPrimary
+}
+
+// replica is one of backend.replicas.
+type replica struct {
+	be     backend
+	weight int
+	state  atomic.Pointer[replicaState] // nil until first checked: no reads
+	// Reads routed to it, and reads that fell back to the primary after
+	// its connection failed before answering.
+	routed, fellBack atomic.Uint64
+	defaultsDiffer   atomic.Bool // its session defaults are not the primary's
+}
+
+// replicaState is what the last check found.
+type replicaState struct {
+	up      bool
+	reason  string  // why not up
+	pos     gtidPos // applied
+	lag     time.Duration
+	checked time.Time
+}
+
+// routing is the replicas and what they are checked against.
+type routing struct {
+	replicas []*replica
+	rules    []routeRule // routing.tags, in precedence order
+	maxLag   time.Duration
+	interval time.Duration
+
+	mu      sync.Mutex // guards history
+	history []posSample
+	// stats
+	changes atomic.Uint64 // replicas going in or out of service
+}
+
+type routeRule struct {
+	pattern string
+	pol     policy
+}
+
+// posSample is the primary's position at a time.
+type posSample struct {
+	at  time.Time
+	pos gtidPos
+}
+
+// newRouting builds the replicas of cfg (nil when there are none).
+func (s *Server) newRouting(cfg config.Config) (*routing, error) {
+	if len(cfg.Backend.Replicas) == 0 {
+		return nil, nil
+	}
+	rt := &routing{maxLag: cfg.Routing.MaxReplicaLag, interval: cfg.Routing.CheckInterval}
+	for _, name := range config.RoutingPolicies {
+		for pat, pol := range cfg.Routing.Tags {
+			if pol == name {
+				rt.rules = append(rt.rules, routeRule{pattern: pat, pol: parsePolicy(pol)})
+			}
+		}
+	}
+	for _, rc := range cfg.Backend.Replicas {
+		r := &replica{weight: max(1, rc.Weight)}
+		r.be.addr = rc.Address
+		lim := limitsFrom(cfg.Pool)
+		lim.Min = 0
+		if rc.Max > 0 {
+			lim.Max = rc.Max
+		}
+		lim.MaxIdle = min(lim.MaxIdle, lim.Max)
+		p, err := pool.New(pool.Options[variant, *backendConn]{
+			Dial: func(ctx context.Context, v variant) (*backendConn, error) {
+				bs, err := s.dialSettings(v)
+				if err != nil {
+					return nil, err
+				}
+				bs.Address = r.be.addr
+				bc, err := dialBackend(ctx, bs, v)
+				if err == nil {
+					bc.be = &r.be
+				}
+				return bc, err
+			},
+			OnFirstDial: func(bc *backendConn) error { return s.learnReplica(r, bc) },
+			Log:         s.log,
+		}, lim)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: replica %s: %w", rc.Address, err)
+		}
+		r.be.pool = p
+		rt.replicas = append(rt.replicas, r)
+	}
+	return rt, nil
+}
+
+// policyOf is the routing policy of the tags named key.
+func (rt *routing) policyOf(key string) policy {
+	for _, r := range rt.rules {
+		if r.pattern == key || matchTag(r.pattern, key) {
+			return r.pol
+		}
+	}
+	return policyPrimary
+}
+
+// learnReplica runs on a replica's first connection: a replica whose
+// session defaults differ from the primary's gets no reads (a session's
+// state is restored on it relative to the primary's defaults).
+func (s *Server) learnReplica(r *replica, bc *backendConn) error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.exchangeTimeout())
+	defer cancel()
+	base, _, err := s.readBase(ctx, bc)
+	if err != nil {
+		return err
+	}
+	info := bc.info
+	r.be.info.Store(&info)
+	r.be.base.Store(base)
+	bc.vars = base.Vars
+	if pb := s.primary.base.Load(); pb != nil && !pb.Vars.Equal(base.Vars) {
+		if !r.defaultsDiffer.Swap(true) {
+			s.log.Warn("replica gets no reads: its session defaults differ from the primary's", "replica", r.be.addr,
+				"replica", base.Vars.Get("collation_connection")+" "+base.Vars.Get("sql_mode"),
+				"primary", pb.Vars.Get("collation_connection")+" "+pb.Vars.Get("sql_mode"))
+		}
+	}
+	s.log.Info("replica connected", "addr", r.be.addr, "version", bc.version)
+	return nil
+}
+
+// routeRead returns the replica a statement goes to, or nil for the
+// primary. The caller has checked that the statement may go to one
+// (replicaRead).
+func (s *session) routeRead(tag *attribution.Tag) *replica {
+	rt := s.srv.routing
+	pol := rt.policyOf(s.gateKey(tag))
+	if pol == policyPrimary {
+		return nil
+	}
+	var domain uint32
+	var seq uint64
+	haveGTID := false
+	if pol == policyReplica && s.state.lastGTID != "" {
+		domain, seq, haveGTID = parseGTID(s.state.lastGTID)
+		if !haveGTID {
+			return nil // a write we cannot place: its reads stay on the primary
+		}
+	}
+	var after gtidPos
+	if pol == policyReplica && !s.rywAfter.IsZero() {
+		var ok bool
+		if after, ok = rt.sampleAfter(s.rywAfter); !ok {
+			return nil // the engine's writes are not yet in a sample
+		}
+	}
+	total := 0
+	var cands [8]*replica
+	n := 0
+	for _, r := range rt.replicas {
+		st := r.state.Load()
+		if st == nil || !st.up || r.defaultsDiffer.Load() {
+			continue
+		}
+		if haveGTID && st.pos[domain] < seq {
+			continue
+		}
+		if after != nil && !st.pos.covers(after) {
+			continue
+		}
+		if n < len(cands) {
+			cands[n] = r
+			n++
+			total += r.weight
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if after != nil && n == len(rt.replicas) {
+		s.rywAfter = time.Time{} // every replica has the engine's writes now
+	}
+	pick := rand.IntN(total)
+	for _, r := range cands[:n] {
+		if pick < r.weight {
+			return r
+		}
+		pick -= r.weight
+	}
+	return cands[n-1]
+}
+
+// replicaRead reports whether a statement may go to a replica: the
+// conditions of pipelining (an autocommit plain SELECT from a session that
+// keeps no connection), no variables named, one statement.
+func (s *session) replicaRead(info *sqlscan.Info) bool {
+	return s.srv.routing != nil && s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil &&
+		s.state.pinReason == "" && !s.tx.holdNext && s.state.status&statusInTrans == 0 &&
+		s.state.status&statusAutocommit != 0 && plainSelect(info) && info.Vars == 0
+}
+
+// sampleAfter returns the first sample of the primary's position taken at
+// or after t.
+func (rt *routing) sampleAfter(t time.Time) (gtidPos, bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, smp := range rt.history {
+		if !smp.at.Before(t) {
+			return smp.pos, true
+		}
+	}
+	return nil, false
+}
+
+// monitor checks the primary's and the replicas' positions every interval
+// until the server stops.
+func (s *Server) monitor() {
+	defer s.wg.Done()
+	rt := s.routing
+	conns := make([]*backendConn, len(rt.replicas)+1) // [0] the primary's
+	defer func() {
+		for _, bc := range conns {
+			if bc != nil {
+				bc.close()
+			}
+		}
+	}()
+	t := time.NewTicker(rt.interval)
+	defer t.Stop()
+	for {
+		s.checkReplicas(conns)
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// position reads a server's GTID position (variable name) on *bc, dialing
+// it first when needed; a failed connection is closed and dropped.
+func (s *Server) position(bc **backendConn, addr, name string) (gtidPos, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, max(s.routing.interval, time.Second))
+	defer cancel()
+	if *bc == nil {
+		bs := s.backendSettings()
+		bs.Address = addr
+		c, err := dialBackend(ctx, bs, 0)
+		if err != nil {
+			return nil, err
+		}
+		*bc = c
+	}
+	// SHOW, not SELECT: the check does not count as a read (Com_select).
+	res, err := (*bc).query(ctx, "SHOW GLOBAL VARIABLES LIKE '"+name+"'")
+	if err != nil {
+		(*bc).close()
+		*bc = nil
+		return nil, err
+	}
+	if len(res.rows) != 1 || len(res.rows[0]) != 2 {
+		return nil, fmt.Errorf("no %s: replica routing needs MariaDB's GTIDs", name)
+	}
+	pos, ok := parseGTIDPos(string(res.rows[0][1]))
+	if !ok {
+		return nil, fmt.Errorf("cannot read %s %q", name, res.rows[0][1])
+	}
+	return pos, nil
+}
+
+// checkReplicas runs one check: the primary's position, then each
+// replica's, its lag, and whether it is in service.
+func (s *Server) checkReplicas(conns []*backendConn) {
+	rt := s.routing
+	now := time.Now()
+	ppos, perr := s.position(&conns[0], s.config().Backend.Address, "gtid_binlog_pos")
+	if perr == nil {
+		rt.mu.Lock()
+		keep := 2*rt.maxLag + 2*rt.interval
+		i := 0
+		for i < len(rt.history) && now.Sub(rt.history[i].at) > keep {
+			i++
+		}
+		rt.history = append(rt.history[i:], posSample{at: now, pos: ppos})
+		rt.mu.Unlock()
+	}
+	for i, r := range rt.replicas {
+		st := &replicaState{checked: now}
+		pos, err := s.position(&conns[i+1], r.be.addr, "gtid_slave_pos")
+		switch {
+		case err != nil:
+			st.reason = "cannot read its position: " + err.Error()
+		case perr != nil:
+			// Without the primary's position the lag is unknown.
+			st.pos, st.reason = pos, "cannot read the primary's position: "+perr.Error()
+		default:
+			st.pos = pos
+			st.lag = rt.lagOf(pos, now)
+			st.up = st.lag <= rt.maxLag
+			if !st.up {
+				st.reason = fmt.Sprintf("lags %v behind the primary (routing.max_replica_lag %v)", st.lag.Round(time.Millisecond), rt.maxLag)
+			}
+		}
+		prev := r.state.Swap(st)
+		switch {
+		case st.up && (prev == nil || !prev.up):
+			rt.changes.Add(1)
+			s.log.Info("replica in service", "replica", r.be.addr, "lag", st.lag)
+		case !st.up && (prev == nil || prev.up || prev.reason != st.reason && !strings.HasPrefix(st.reason, "lags")):
+			if prev != nil && prev.up {
+				rt.changes.Add(1)
+			}
+			s.log.Warn("replica out of service: its reads go to the primary", "replica", r.be.addr, "reason", st.reason)
+		}
+	}
+}
+
+// lagOf is how long ago the primary had the first sampled position pos
+// does not cover (0 when it covers the latest).
+func (rt *routing) lagOf(pos gtidPos, now time.Time) time.Duration {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, smp := range rt.history {
+		if !pos.covers(smp.pos) {
+			return now.Sub(smp.at)
+		}
+	}
+	return 0
+}
+
+// replicaDown takes r out of service after its connection failed during a
+// statement, until the next check finds it well.
+func (s *Server) replicaDown(r *replica, err error) {
+	st := &replicaState{reason: "a connection failed: " + err.Error(), checked: time.Now()}
+	if prev := r.state.Swap(st); prev != nil && prev.up {
+		s.routing.changes.Add(1)
+		s.log.Warn("replica out of service: its reads go to the primary", "replica", r.be.addr, "reason", st.reason)
+	}
+}
+
+// gtidPos is a MariaDB GTID position: the last sequence number applied in
+// each replication domain.
+type gtidPos map[uint32]uint64
+
+// covers reports whether p has applied everything q has.
+func (p gtidPos) covers(q gtidPos) bool {
+	for d, seq := range q {
+		if p[d] < seq {
+			return false
+		}
+	}
+	return true
+}
+
+// parseGTIDPos reads "0-1-100,1-2-5" (domain-server-sequence, one per
+// domain; empty for none).
+func parseGTIDPos(s string) (gtidPos, bool) {
+	pos := gtidPos{}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		d, seq, ok := parseGTID(part)
+		if !ok {
+			return nil, false
+		}
+		pos[d] = max(pos[d], seq)
+	}
+	return pos, true
+}
+
+// parseGTID reads one MariaDB GTID, domain-server-sequence.
+func parseGTID(s string) (domain uint32, seq uint64, ok bool) {
+	a, rest, ok1 := strings.Cut(s, "-")
+	_, c, ok2 := strings.Cut(rest, "-")
+	if !ok1 || !ok2 {
+		return 0, 0, false
+	}
+	d, err1 := strconv.ParseUint(a, 10, 32)
+	n, err2 := strconv.ParseUint(c, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return uint32(d), n, true
+}
+
+// ReplicaState is one replica as the admin API shows it.
+type ReplicaState struct {
+	Address  string  `json:"address"`
+	Up       bool    `json:"in_service"`
+	Reason   string  `json:"reason,omitempty"`
+	Lag      float64 `json:"lag_seconds"`
+	Position string  `json:"gtid_position"`
+	Routed   uint64  `json:"reads_routed"`
+	FellBack uint64  `json:"reads_fell_back"`
+	Pool     pool.Stats
+}
+
+// Replicas lists the replicas and their state (none without
+// backend.replicas).
+func (s *Server) Replicas() []ReplicaState {
+	if s.routing == nil {
+		return nil
+	}
+	out := make([]ReplicaState, 0, len(s.routing.replicas))
+	for _, r := range s.routing.replicas {
+		rs := ReplicaState{Address: r.be.addr, Routed: r.routed.Load(), FellBack: r.fellBack.Load(), Pool: r.be.pool.Stats()}
+		if st := r.state.Load(); st != nil {
+			rs.Up, rs.Reason, rs.Lag = st.up && !r.defaultsDiffer.Load(), st.reason, st.lag.Seconds()
+			if r.defaultsDiffer.Load() {
+				rs.Reason = "its session defaults differ from the primary's"
+			}
+			var parts []string
+			for d, seq := range st.pos {
+				parts = append(parts, strconv.FormatUint(uint64(d), 10)+":"+strconv.FormatUint(seq, 10))
+			}
+			rs.Position = strings.Join(parts, ",")
+		} else {
+			rs.Reason = "not checked yet"
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
+var errNoReplica = errors.New("no replica")

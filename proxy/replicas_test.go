@@ -1,0 +1,237 @@
+package proxy
+
+import (
+	"database/sql"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+)
+
+// pairProxy is holdfast in front of a private primary and replica.
+type pairProxy struct {
+	*testProxy
+	primary, replica *dbtest.Private
+	pdb, rdb         *sql.DB // root on each server
+}
+
+// startPairProxy starts a primary/replica pair with database rt (table t,
+// row (1, 10)) and holdfast in front of it with the replica configured
+// and routing.tags from policies.
+func startPairProxy(t *testing.T, policies map[string]string) *pairProxy {
+	t.Helper()
+	primary, replica := dbtest.StartReplicaPair(t)
+	pdb, rdb := primary.Open(""), replica.Open("")
+	t.Cleanup(func() { pdb.Close(); rdb.Close() })
+	for _, q := range []string{"CREATE DATABASE rt", "CREATE TABLE rt.t (id INT PRIMARY KEY, v INT)", "INSERT INTO rt.t VALUES (1, 10)"} {
+		if _, err := pdb.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caughtUp(t, pdb, rdb)
+	cfg := config.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Admin.Listen = ""
+	cfg.Backend.Address = primary.Addr
+	cfg.Backend.User, cfg.Backend.Password, cfg.Backend.Database = "root", "", "rt"
+	cfg.Backend.Replicas = []config.Replica{{Address: replica.Addr}}
+	cfg.Routing.Tags = policies
+	cfg.Routing.CheckInterval = 50 * time.Millisecond
+	cfg.Users = []config.User{{Name: "app", Password: "app"}}
+	cfg.Pool.Min, cfg.Pool.Max = 0, 4
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	p := &pairProxy{testProxy: &testProxy{srv: srv, addr: ln.Addr().String(), db: "rt", cfg: cfg}, primary: primary, replica: replica, pdb: pdb, rdb: rdb}
+	waitFor(t, "the replica in service", func() bool { rs := srv.Replicas(); return len(rs) == 1 && rs[0].Up })
+	return p
+}
+
+// caughtUp waits until the replica has applied the primary's position.
+func caughtUp(t *testing.T, pdb, rdb *sql.DB) {
+	t.Helper()
+	var pos string
+	if err := pdb.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	var r int
+	if err := rdb.QueryRow("SELECT MASTER_GTID_WAIT(?, 20)", pos).Scan(&r); err != nil || r != 0 {
+		t.Fatalf("the replica did not reach %s: %d %v", pos, r, err)
+	}
+}
+
+// comSelect reads a server's Com_select.
+func comSelect(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var name string
+	var n int
+	if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Com_select'").Scan(&name, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// counted runs f and returns how many SELECTs each server ran meanwhile
+// (the reads of Com_select themselves are SHOWs).
+func (p *pairProxy) counted(t *testing.T, f func()) (primary, replica int) {
+	t.Helper()
+	p0, r0 := comSelect(t, p.pdb), comSelect(t, p.rdb)
+	f()
+	return comSelect(t, p.pdb) - p0, comSelect(t, p.rdb) - r0
+}
+
+func readV(t *testing.T, db *sql.DB, q string, want int) {
+	t.Helper()
+	var v int
+	if err := db.QueryRow(q).Scan(&v); err != nil || v != want {
+		t.Fatalf("%s: %d, %v, want %d", q, v, err, want)
+	}
+}
+
+// Reads go to the replica by their tag's policy, counted on each server's
+// Com_select; untagged reads, locking reads, reads in a transaction and
+// writes stay on the primary.
+func TestReplicaRoutesByPolicy(t *testing.T) {
+	p := startPairProxy(t, map[string]string{"report_*": "replica_stale_ok"})
+	db := p.open(t)
+	readV(t, db, "/* conn_tag:report_x */ SELECT v FROM t WHERE id = 1", 10) // warms the replica's pool
+	pr, rr := p.counted(t, func() {
+		for range 20 {
+			readV(t, db, "/* conn_tag:report_x */ SELECT v FROM t WHERE id = 1", 10)
+		}
+	})
+	if pr != 0 || rr != 20 {
+		t.Fatalf("20 reads of a replica_stale_ok tag: %d on the primary, %d on the replica; want 0 and 20", pr, rr)
+	}
+	pr, rr = p.counted(t, func() {
+		for range 10 {
+			readV(t, db, "SELECT v FROM t WHERE id = 1", 10)
+		}
+		readV(t, db, "/* conn_tag:report_x */ SELECT v FROM t WHERE id = 1 FOR UPDATE", 10)
+		tx, err := db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v int
+		if err := tx.QueryRow("/* conn_tag:report_x */ SELECT v FROM t WHERE id = 1").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec("/* conn_tag:report_x */ UPDATE t SET v = 11 WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if pr != 12 || rr != 0 {
+		t.Fatalf("10 untagged reads, a locking read and a transaction's read: %d on the primary, %d on the replica; want 12 and 0", pr, rr)
+	}
+	var v int
+	if err := p.pdb.QueryRow("SELECT v FROM rt.t WHERE id = 1").Scan(&v); err != nil || v != 11 {
+		t.Fatalf("the transaction's write on the primary: %d %v", v, err)
+	}
+	if rs := p.srv.Replicas(); rs[0].Routed < 21 {
+		t.Errorf("replica state %+v, want at least 21 reads routed", rs[0])
+	}
+}
+
+// Under the replica policy a client reads its own write: with the
+// replica's SQL thread stopped the read goes to the primary, and once the
+// replica has applied the write, to the replica again.
+func TestReplicaReadYourWrites(t *testing.T) {
+	p := startPairProxy(t, map[string]string{"catalog": "replica", "report": "replica_stale_ok"})
+	db := p.open(t)
+	db.SetMaxOpenConns(1) // one session: its last write is the one it reads
+	readV(t, db, "/* conn_tag:catalog */ SELECT v FROM t WHERE id = 1", 10)
+	if _, err := p.rdb.Exec("STOP SLAVE SQL_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("/* conn_tag:catalog */ INSERT INTO t VALUES (2, 20)"); err != nil {
+		t.Fatal(err)
+	}
+	pr, rr := p.counted(t, func() {
+		for range 5 {
+			readV(t, db, "/* conn_tag:catalog */ SELECT v FROM t WHERE id = 2", 20)
+		}
+	})
+	if pr != 5 || rr != 0 {
+		t.Fatalf("reads of its own write with the replica stopped: %d on the primary, %d on the replica; want 5 and 0", pr, rr)
+	}
+	if _, err := p.rdb.Exec("START SLAVE SQL_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, p.pdb, p.rdb)
+	waitFor(t, "the read of its write to go to the replica again", func() bool {
+		_, rr := p.counted(t, func() { readV(t, db, "/* conn_tag:catalog */ SELECT v FROM t WHERE id = 2", 20) })
+		return rr == 1
+	})
+}
+
+// A replica that dies is left out and its reads go to the primary, every
+// one of them answered; when it is back, reads go to it again.
+func TestReplicaKilled(t *testing.T) {
+	p := startPairProxy(t, map[string]string{"report": "replica_stale_ok"})
+	db := p.open(t)
+	for range 5 {
+		readV(t, db, "/* conn_tag:report */ SELECT v FROM t WHERE id = 1", 10)
+	}
+	// A read running on the replica when it dies: no byte of its answer
+	// was sent, so it runs again on the primary and its client gets the
+	// answer.
+	type answer struct {
+		v   int
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		var a answer
+		var slept int
+		a.err = db.QueryRow("/* conn_tag:report */ SELECT SLEEP(2), v FROM t WHERE id = 1").Scan(&slept, &a.v)
+		got <- a
+	}()
+	waitFor(t, "the slow read to run on the replica", func() bool {
+		var n int
+		_ = p.rdb.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%SLEEP(2)%' AND INFO NOT LIKE '%PROCESSLIST%'").Scan(&n)
+		return n == 1
+	})
+	p.replica.Kill()
+	if a := <-got; a.err != nil || a.v != 10 {
+		t.Fatalf("a read running on the replica when it died: %d, %v; want 10 from the primary", a.v, a.err)
+	}
+	for i := range 30 {
+		var v int
+		if err := db.QueryRow("/* conn_tag:report */ SELECT v FROM t WHERE id = 1").Scan(&v); err != nil || v != 10 {
+			t.Fatalf("read %d after the replica died: %d, %v", i, v, err)
+		}
+	}
+	if rs := p.srv.Replicas(); rs[0].Up {
+		t.Fatalf("the dead replica is in service: %+v", rs[0])
+	}
+	p.replica.Start()
+	if err := p.replica.Follow(p.primary); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "reads to go to the replica again", func() bool {
+		_, rr := p.counted(t, func() { readV(t, db, "/* conn_tag:report */ SELECT v FROM t WHERE id = 1", 10) })
+		return rr == 1
+	})
+	t.Logf("replica: %+v", p.srv.Replicas()[0])
+}
