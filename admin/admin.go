@@ -38,6 +38,7 @@ type Server interface {
 	SetTagClass(pattern, class string) error
 	ClassOf(tag string) string
 	ClassStats() []proxy.ClassStat // per overload class since start
+	Replicas() []proxy.ReplicaState // backend.replicas and their state (none: nil)
 }
 
 // Options configures an Admin. The zero value serves the API with no
@@ -152,6 +153,7 @@ func (a *Admin) routes() http.Handler {
 	api.HandleFunc("DELETE /api/tags/{tag}/max_transaction_time", a.apiUnMaxTxn)
 	api.HandleFunc("PUT /api/tags/{tag}/class", a.apiClass)
 	api.HandleFunc("DELETE /api/tags/{tag}/class", a.apiUnclass)
+	api.HandleFunc("GET /api/replicas", a.apiReplicas)
 	api.HandleFunc("GET /api/shapes", a.apiShapes)
 	api.HandleFunc("PUT /api/shapes/{shape}/block", a.apiShapeBlock)
 	api.HandleFunc("DELETE /api/shapes/{shape}/block", a.apiShapeUnblock)

@@ -173,6 +173,16 @@ func (a *Admin) apiHolders(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"holders": holdersJSON(a.srv.Holders())})
 }
 
+// apiReplicas lists backend.replicas: in service or why not, lag, GTID
+// position, reads routed and fallen back, connections.
+func (a *Admin) apiReplicas(w http.ResponseWriter, _ *http.Request) {
+	rs := a.srv.Replicas()
+	if rs == nil {
+		rs = []proxy.ReplicaState{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"replicas": rs})
+}
+
 func (a *Admin) apiPool(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, poolAnswer(a.srv.Stats(), a.srv.Waiting()))
 }

@@ -83,6 +83,8 @@ func (f *fakeServer) SetTagClass(pattern, class string) error {
 	return nil
 }
 
+func (f *fakeServer) Replicas() []proxy.ReplicaState { return nil }
+
 func (f *fakeServer) ClassStats() []proxy.ClassStat {
 	return []proxy.ClassStat{{Class: "critical"}, {Class: "normal"}, {Class: "background"}}
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
@@ -251,11 +252,12 @@ func (s *session) routeRead(tag *attribution.Tag) *replica {
 
 // replicaRead reports whether a statement may go to a replica: the
 // conditions of pipelining (an autocommit plain SELECT from a session that
-// keeps no connection), no variables named, one statement.
+// keeps no connection), no variables named, one statement, no
+// /* holdfast:primary */ hint.
 func (s *session) replicaRead(info *sqlscan.Info) bool {
 	return s.srv.routing != nil && s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil &&
 		s.state.pinReason == "" && !s.tx.holdNext && s.state.status&statusInTrans == 0 &&
-		s.state.status&statusAutocommit != 0 && plainSelect(info) && info.Vars == 0
+		s.state.status&statusAutocommit != 0 && plainSelect(info) && info.Vars == 0 && !info.PrimaryHint
 }
 
 // sampleAfter returns the first sample of the primary's position taken at
@@ -446,14 +448,16 @@ func parseGTID(s string) (domain uint32, seq uint64, ok bool) {
 
 // ReplicaState is one replica as the admin API shows it.
 type ReplicaState struct {
-	Address  string  `json:"address"`
-	Up       bool    `json:"in_service"`
-	Reason   string  `json:"reason,omitempty"`
-	Lag      float64 `json:"lag_seconds"`
-	Position string  `json:"gtid_position"`
-	Routed   uint64  `json:"reads_routed"`
-	FellBack uint64  `json:"reads_fell_back"`
-	Pool     pool.Stats
+	Address  string     `json:"address"`
+	Up       bool       `json:"in_service"`
+	Reason   string     `json:"reason,omitempty"`
+	Lag      float64    `json:"lag_seconds"`
+	Position string     `json:"gtid_position"`
+	Routed   uint64     `json:"reads_routed"`
+	FellBack uint64     `json:"reads_fell_back"`
+	Pool     pool.Stats `json:"-"`
+	InUse    int        `json:"connections_in_use"`
+	Idle     int        `json:"connections_idle"`
 }
 
 // Replicas lists the replicas and their state (none without
@@ -464,7 +468,8 @@ func (s *Server) Replicas() []ReplicaState {
 	}
 	out := make([]ReplicaState, 0, len(s.routing.replicas))
 	for _, r := range s.routing.replicas {
-		rs := ReplicaState{Address: r.be.addr, Routed: r.routed.Load(), FellBack: r.fellBack.Load(), Pool: r.be.pool.Stats()}
+		ps := r.be.pool.Stats()
+		rs := ReplicaState{Address: r.be.addr, Routed: r.routed.Load(), FellBack: r.fellBack.Load(), Pool: ps, InUse: ps.InUse, Idle: ps.Idle}
 		if st := r.state.Load(); st != nil {
 			rs.Up, rs.Reason, rs.Lag = st.up && !r.defaultsDiffer.Load(), st.reason, st.lag.Seconds()
 			if r.defaultsDiffer.Load() {
@@ -483,4 +488,45 @@ func (s *Server) Replicas() []ReplicaState {
 	return out
 }
 
-var errNoReplica = errors.New("no replica")
+var (
+	dReplicaUp       = prometheus.NewDesc("holdfast_replica_in_service", "1 while a replica gets reads (reachable, within routing.max_replica_lag, session defaults as the primary's).", []string{"replica"}, nil)
+	dReplicaLag      = prometheus.NewDesc("holdfast_replica_lag_seconds", "How long ago the primary had the first GTID position the replica has not applied (its last check).", []string{"replica"}, nil)
+	dReplicaReads    = prometheus.NewDesc("holdfast_replica_reads_total", "Reads routed to the replica.", []string{"replica"}, nil)
+	dReplicaFallback = prometheus.NewDesc("holdfast_replica_fallbacks_total", "Reads routed to the replica that ran on the primary instead: it could not lend a connection, or its connection failed before answering.", []string{"replica"}, nil)
+	dReplicaConns    = prometheus.NewDesc("holdfast_replica_connections", "Backend connections open to the replica, by state.", []string{"replica", "state"}, nil)
+	dReplicaChanges  = prometheus.NewDesc("holdfast_replica_service_changes_total", "Replicas going into or out of service.", nil, nil)
+)
+
+// ReplicaCollector exports the replicas' metrics (none without
+// backend.replicas).
+func (s *Server) ReplicaCollector() prometheus.Collector { return replicaCollector{s} }
+
+type replicaCollector struct{ s *Server }
+
+func (c replicaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{dReplicaUp, dReplicaLag, dReplicaReads, dReplicaFallback, dReplicaConns, dReplicaChanges} {
+		ch <- d
+	}
+}
+
+func (c replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.s.routing == nil {
+		return
+	}
+	g := func(d *prometheus.Desc, t prometheus.ValueType, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, t, v, l...)
+	}
+	for _, r := range c.s.Replicas() {
+		up := 0.0
+		if r.Up {
+			up = 1
+		}
+		g(dReplicaUp, prometheus.GaugeValue, up, r.Address)
+		g(dReplicaLag, prometheus.GaugeValue, r.Lag, r.Address)
+		g(dReplicaReads, prometheus.CounterValue, float64(r.Routed), r.Address)
+		g(dReplicaFallback, prometheus.CounterValue, float64(r.FellBack), r.Address)
+		g(dReplicaConns, prometheus.GaugeValue, float64(r.Pool.InUse), r.Address, "in_use")
+		g(dReplicaConns, prometheus.GaugeValue, float64(r.Pool.Idle), r.Address, "idle")
+	}
+	g(dReplicaChanges, prometheus.CounterValue, float64(c.s.routing.changes.Load()))
+}

@@ -107,8 +107,9 @@ func readV(t *testing.T, db *sql.DB, q string, want int) {
 }
 
 // Reads go to the replica by their tag's policy, counted on each server's
-// Com_select; untagged reads, locking reads, reads in a transaction and
-// writes stay on the primary.
+// Com_select; untagged reads, locking reads, reads with the
+// /* holdfast:primary */ hint, reads in a transaction and writes stay on
+// the primary. The replica's state and metrics say what happened.
 func TestReplicaRoutesByPolicy(t *testing.T) {
 	p := startPairProxy(t, map[string]string{"report_*": "replica_stale_ok"})
 	db := p.open(t)
@@ -126,6 +127,7 @@ func TestReplicaRoutesByPolicy(t *testing.T) {
 			readV(t, db, "SELECT v FROM t WHERE id = 1", 10)
 		}
 		readV(t, db, "/* conn_tag:report_x */ SELECT v FROM t WHERE id = 1 FOR UPDATE", 10)
+		readV(t, db, "/* conn_tag:report_x */ /* holdfast:primary */ SELECT v FROM t WHERE id = 1", 10)
 		tx, err := db.Begin()
 		if err != nil {
 			t.Fatal(err)
@@ -141,15 +143,15 @@ func TestReplicaRoutesByPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if pr != 12 || rr != 0 {
-		t.Fatalf("10 untagged reads, a locking read and a transaction's read: %d on the primary, %d on the replica; want 12 and 0", pr, rr)
+	if pr != 13 || rr != 0 {
+		t.Fatalf("10 untagged reads, a locking read, a hinted read and a transaction's read: %d on the primary, %d on the replica; want 13 and 0", pr, rr)
 	}
 	var v int
 	if err := p.pdb.QueryRow("SELECT v FROM rt.t WHERE id = 1").Scan(&v); err != nil || v != 11 {
 		t.Fatalf("the transaction's write on the primary: %d %v", v, err)
 	}
-	if rs := p.srv.Replicas(); rs[0].Routed < 21 {
-		t.Errorf("replica state %+v, want at least 21 reads routed", rs[0])
+	if rs := p.srv.Replicas(); rs[0].Routed != 21 || !rs[0].Up || rs[0].FellBack != 0 {
+		t.Errorf("replica state %+v, want 21 reads routed, none fallen back, in service", rs[0])
 	}
 }
 

@@ -124,7 +124,7 @@ func serve(path string, cfg config.Config) error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()), srv.ClassCollector())
+	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()), srv.ClassCollector(), srv.ReplicaCollector())
 	// The fleet first: the engine's background loops run the fleet duties
 	// this instance holds.
 	fctx, fcancel := context.WithCancel(context.Background())

@@ -109,15 +109,24 @@ type lexer struct {
 	// haltFull makes next return a tEOF token as soon as tags is full
 	// (MoreTagComments wants nothing after them).
 	haltFull bool
+	// primaryHint: an ordinary comment holds "holdfast:primary".
+	primaryHint bool
 }
 
 // tagKey is the word a comment must hold to be a tag comment (the
 // attribution package decides what it says).
 var tagKey = []byte("conn_tag")
 
+// primaryHint in an ordinary comment keeps a statement on the primary
+// (Info.PrimaryHint).
+var primaryHint = []byte("holdfast:primary")
+
 // noteComment records the body src[start:end] of an ordinary comment,
 // after which lexing goes on at next, when it mentions the tag key.
 func (l *lexer) noteComment(start, end, next int) {
+	if !l.primaryHint && bytes.Contains(l.src[start:end], primaryHint) {
+		l.primaryHint = true
+	}
 	if int(l.ntags) < len(l.tags) && bytes.Contains(l.src[start:end], tagKey) {
 		l.tags[l.ntags] = Span{start, end}
 		l.ntags++

@@ -76,6 +76,10 @@ type Info struct {
 	// the letter case of keywords and the length of IN and VALUES lists of
 	// literals have the same shape; it is the same in every process.
 	Shape uint64
+	// PrimaryHint is set when an ordinary comment (not one inside a
+	// literal, not an executable one) holds "holdfast:primary", as in
+	// /* holdfast:primary */: the statement must not go to a replica.
+	PrimaryHint bool
 }
 
 // MaxTagComments is how many tag comments Info keeps.
@@ -140,6 +144,7 @@ func (m Mode) Scan(sql []byte) Info {
 			s.end()
 			s.info.TagComments, s.info.NTagComments, s.info.TagResume = s.lx.tags, int(s.lx.ntags), s.lx.tagsNext
 			s.info.Shape = s.dg.out.h
+			s.info.PrimaryHint = s.lx.primaryHint
 			return s.info
 		}
 		s.dg.feed(t)

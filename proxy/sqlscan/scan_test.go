@@ -625,3 +625,19 @@ func TestScanTagCommentsVarsPlainCall(t *testing.T) {
 		}
 	}
 }
+
+func TestPrimaryHint(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"/* holdfast:primary */ SELECT 1":                    true,
+		"SELECT 1 -- holdfast:primary":                       true,
+		"SELECT 1 /* conn_tag:x holdfast:primary */":         true,
+		"SELECT '/* holdfast:primary */'":                    false,
+		"SELECT 1 /*!99999 holdfast:primary */":              false,
+		"SELECT 1 /* holdfast:replica */":                    false,
+		"/* conn_tag:checkout */ SELECT holdfast_col FROM t": false,
+	} {
+		if got := Scan([]byte(sql)).PrimaryHint; got != want {
+			t.Errorf("Scan(%q).PrimaryHint = %v, want %v", sql, got, want)
+		}
+	}
+}
