@@ -37,7 +37,7 @@ type Server interface {
 	// class in force.
 	SetTagClass(pattern, class string) error
 	ClassOf(tag string) string
-	ClassStats() []proxy.ClassStat // per overload class since start
+	ClassStats() []proxy.ClassStat  // per overload class since start
 	Replicas() []proxy.ReplicaState // backend.replicas and their state (none: nil)
 }
 
