@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"database/sql"
 	"net"
 	"testing"
@@ -236,4 +237,57 @@ func TestReplicaKilled(t *testing.T) {
 		return rr == 1
 	})
 	t.Logf("replica: %+v", p.srv.Replicas()[0])
+}
+
+// A read answered by the replica is byte for byte the answer the primary
+// gives for the same data: column definitions, rows, EOF or OK, with the
+// capabilities of each driver the differential test speaks as.
+func TestReplicaAnswersLikePrimary(t *testing.T) {
+	p := startPairProxy(t, map[string]string{"report": "replica_stale_ok"})
+	for _, q := range []string{
+		"CREATE TABLE rt.types (id INT PRIMARY KEY, d DECIMAL(10,3), s VARCHAR(20) CHARACTER SET utf8mb4, b VARBINARY(8), dt DATETIME(6), j JSON, f DOUBLE, n INT NULL, e ENUM('a','b'), bl BLOB)",
+		"INSERT INTO rt.types VALUES (1, 12.5, 'héllo', x'00ff', '2026-12-04 10:11:12.131415', '{\"a\": [1, 2]}', 1.5e-3, NULL, 'b', REPEAT('x', 300)), (2, -1, '', '', '1970-01-01 00:00:01', 'null', 0, 7, 'a', NULL)",
+	} {
+		if _, err := p.pdb.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caughtUp(t, p.pdb, p.rdb)
+	readV(t, p.open(t), "/* conn_tag:report */ SELECT id FROM types WHERE id = 1", 1) // the replica's first connection reads its defaults
+	queries := []string{
+		"SELECT * FROM types ORDER BY id",
+		"SELECT id, d * 2 AS dd, UPPER(s), LENGTH(bl), JSON_EXTRACT(j, '$.a[1]') FROM types WHERE id > 0 ORDER BY id DESC",
+		"SELECT COUNT(*), SUM(d), MAX(dt) FROM types",
+		"SELECT * FROM types WHERE id = 99",
+		"SELECT no_such_column FROM types",
+	}
+	for _, d := range diffDrivers {
+		c := rawLogin(t, p.addr, rawOpts{user: "app", pass: "app", db: "rt", caps: d.caps, drop: ^d.caps, ext: d.ext, coll: d.coll})
+		for _, q := range queries {
+			var resp [2][][]byte
+			for i, text := range []string{"/* conn_tag:report */ /* holdfast:primary */ " + q, "/* conn_tag:report */ " + q} {
+				pr, rr := p.counted(t, func() {
+					if err := c.command(append([]byte{rcQuery}, text...)); err != nil {
+						t.Fatal(err)
+					}
+					ps, err := readResponse(c, respResults)
+					if err != nil {
+						t.Fatalf("%s: %s: %v", d.name, text, err)
+					}
+					resp[i] = ps
+				})
+				if want := [2][2]int{{1, 0}, {0, 1}}[i]; [2]int{pr, rr} != want {
+					t.Fatalf("%s: %q ran %d times on the primary, %d on the replica; want %v", d.name, text, pr, rr, want)
+				}
+			}
+			if len(resp[0]) != len(resp[1]) {
+				t.Fatalf("%s: %s: %d packets from the primary, %d from the replica", d.name, q, len(resp[0]), len(resp[1]))
+			}
+			for i := range resp[0] {
+				if !bytes.Equal(resp[0][i], resp[1][i]) {
+					t.Fatalf("%s: %s: packet %d differs:\nprimary %s\nreplica %s", d.name, q, i, describePacket(resp[0][i], true), describePacket(resp[1][i], true))
+				}
+			}
+		}
+	}
 }
