@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"database/sql"
+	"strings"
 	"net"
 	"testing"
 	"time"
@@ -289,5 +290,43 @@ func TestReplicaAnswersLikePrimary(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A replica that lags (delayed replication, 2 s behind): right after a
+// write its writer reads from the primary; past max_replica_lag the
+// replica gets no reads at all, even stale_ok ones; once it has applied
+// the write it is back in service and the writer's reads go to it.
+func TestReplicaLagging(t *testing.T) {
+	p := startPairProxy(t, map[string]string{"catalog": "replica", "report": "replica_stale_ok"})
+	for _, q := range []string{"STOP SLAVE", "CHANGE MASTER TO MASTER_DELAY=2", "START SLAVE"} {
+		if _, err := p.rdb.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writer := p.open(t)
+	writer.SetMaxOpenConns(1)
+	other := p.open(t)
+	readV(t, writer, "/* conn_tag:catalog */ SELECT v FROM t WHERE id = 1", 10)
+	readV(t, other, "/* conn_tag:report */ SELECT v FROM t WHERE id = 1", 10)
+	if _, err := writer.Exec("/* conn_tag:catalog */ UPDATE t SET v = 12 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	pr, rr := p.counted(t, func() { readV(t, writer, "/* conn_tag:catalog */ SELECT v FROM t WHERE id = 1", 12) })
+	if pr != 1 || rr != 0 {
+		t.Fatalf("the writer's read right after its write: %d on the primary, %d on the replica; want the primary", pr, rr)
+	}
+	waitFor(t, "the lagging replica out of service", func() bool { return !p.srv.Replicas()[0].Up })
+	if r := p.srv.Replicas()[0]; r.Lag <= 1 || !strings.Contains(r.Reason, "lags") {
+		t.Fatalf("out of service as %+v, want a lag over max_replica_lag", r)
+	}
+	pr, rr = p.counted(t, func() { readV(t, other, "/* conn_tag:report */ SELECT v FROM t WHERE id = 1", 12) })
+	if pr != 1 || rr != 0 {
+		t.Fatalf("a stale_ok read while the replica lags past the bound: %d on the primary, %d on the replica; want the primary", pr, rr)
+	}
+	waitFor(t, "the replica back in service", func() bool { return p.srv.Replicas()[0].Up })
+	pr, rr = p.counted(t, func() { readV(t, writer, "/* conn_tag:catalog */ SELECT v FROM t WHERE id = 1", 12) })
+	if pr != 0 || rr != 1 {
+		t.Fatalf("the writer's read once the replica applied its write: %d on the primary, %d on the replica; want the replica", pr, rr)
 	}
 }
