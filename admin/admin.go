@@ -39,6 +39,11 @@ type Server interface {
 	ClassOf(tag string) string
 	ClassStats() []proxy.ClassStat  // per overload class since start
 	Replicas() []proxy.ReplicaState // backend.replicas and their state (none: nil)
+	// SetTagRoute gives the tags matching pattern a routing policy on this
+	// instance ("" lifts this instance's own); RouteOf is a tag's policy
+	// in force.
+	SetTagRoute(pattern, policy string) error
+	RouteOf(tag string) string
 }
 
 // Options configures an Admin. The zero value serves the API with no
@@ -153,6 +158,8 @@ func (a *Admin) routes() http.Handler {
 	api.HandleFunc("DELETE /api/tags/{tag}/max_transaction_time", a.apiUnMaxTxn)
 	api.HandleFunc("PUT /api/tags/{tag}/class", a.apiClass)
 	api.HandleFunc("DELETE /api/tags/{tag}/class", a.apiUnclass)
+	api.HandleFunc("PUT /api/tags/{tag}/route", a.apiRoute)
+	api.HandleFunc("DELETE /api/tags/{tag}/route", a.apiUnroute)
 	api.HandleFunc("GET /api/replicas", a.apiReplicas)
 	api.HandleFunc("GET /api/shapes", a.apiShapes)
 	api.HandleFunc("PUT /api/shapes/{shape}/block", a.apiShapeBlock)

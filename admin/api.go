@@ -448,6 +448,59 @@ func (a *Admin) setClass(w http.ResponseWriter, r *http.Request, pat, name strin
 	writeJSON(w, http.StatusOK, map[string]any{"tag": pat, "class": name, "class_here_now": a.srv.ClassOf(pat), "scope": scope})
 }
 
+// apiRoute gives a tag, or the tags matching a pattern, a routing policy
+// for reads on replicas: PUT /api/tags/{tag}/route?policy=replica.
+func (a *Admin) apiRoute(w http.ResponseWriter, r *http.Request) {
+	pat, ok := patternParam(w, r)
+	if !ok {
+		return
+	}
+	name := r.URL.Query().Get("policy")
+	v, ok := fleet.RouteValue(name)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "policy: want primary, replica or replica_stale_ok, got %q", name)
+		return
+	}
+	a.setRoute(w, r, pat, name, v)
+}
+
+func (a *Admin) apiUnroute(w http.ResponseWriter, r *http.Request) {
+	if pat, ok := patternParam(w, r); ok {
+		a.setRoute(w, r, pat, "", -1)
+	}
+}
+
+func (a *Admin) setRoute(w http.ResponseWriter, r *http.Request, pat, name string, v int64) {
+	fleetWide, scope, exp, ok := a.scopeFor(w, r)
+	if !ok {
+		return
+	}
+	switch {
+	case fleetWide && v < 0:
+		if _, ok := a.removeFleet(w, r, pat, fleet.KindRoute); !ok {
+			return
+		}
+	case fleetWide:
+		if !a.setFleet(w, r, fleet.Control{Tag: pat, Kind: fleet.KindRoute, Value: v, Reason: r.URL.Query().Get("reason")}, exp) {
+			return
+		}
+	default:
+		if err := a.srv.SetTagRoute(pat, name); err != nil {
+			writeError(w, http.StatusConflict, "%v (nothing changed)", err)
+			return
+		}
+	}
+	if v < 0 {
+		a.o.Log.Warn("admin: tag route lifted", "tag", pat, "scope", scope, "remote", r.RemoteAddr)
+	} else {
+		a.o.Log.Warn("admin: tag route set", "tag", pat, "policy", name, "scope", scope, "remote", r.RemoteAddr)
+	}
+	// What was asked, and what holds here now (a local route loses to a
+	// fleet route; an instance without replicas routes everything to the
+	// primary).
+	writeJSON(w, http.StatusOK, map[string]any{"tag": pat, "route": name, "route_here_now": a.srv.RouteOf(pat), "scope": scope})
+}
+
 // patternParam is tagParam for a tag pattern: a tag in which * stands for
 // any run of characters.
 func patternParam(w http.ResponseWriter, r *http.Request) (string, bool) {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -84,6 +85,10 @@ func (f *fakeServer) SetTagClass(pattern, class string) error {
 }
 
 func (f *fakeServer) Replicas() []proxy.ReplicaState { return nil }
+
+func (f *fakeServer) SetTagRoute(string, string) error { return errors.New("no replicas") }
+
+func (f *fakeServer) RouteOf(string) string { return "primary" }
 
 func (f *fakeServer) ClassStats() []proxy.ClassStat {
 	return []proxy.ClassStat{{Class: "critical"}, {Class: "normal"}, {Class: "background"}}

@@ -74,7 +74,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.polls, s.Polls)
 	counter(c.failures, s.Failures)
 	gauge(c.interval, s.PollSeconds)
-	kinds := map[Kind]int{KindDrain: 0, KindLimit: 0, KindMaxTxn: 0, KindClass: 0}
+	kinds := map[Kind]int{KindDrain: 0, KindLimit: 0, KindMaxTxn: 0, KindClass: 0, KindRoute: 0}
 	for _, k := range s.Controls {
 		kinds[k.Kind]++
 	}

@@ -26,7 +26,23 @@ const (
 	// KindClass puts the tags matching Tag (a tag, or a pattern with *)
 	// in an overload class: Value is an index of Classes.
 	KindClass Kind = "class"
+	// KindRoute gives the tags matching Tag (a tag, or a pattern with *)
+	// a routing policy for reads on replicas: Value is an index of Routes.
+	KindRoute Kind = "route"
 )
+
+// Routes are the routing policies, by the Value of a KindRoute control.
+var Routes = []string{"primary", "replica", "replica_stale_ok"}
+
+// RouteValue returns the Value of a KindRoute control for policy name.
+func RouteValue(name string) (int64, bool) {
+	for i, r := range Routes {
+		if r == name {
+			return int64(i), true
+		}
+	}
+	return 0, false
+}
 
 // Classes are the overload classes, by the Value of a KindClass control.
 var Classes = []string{"critical", "normal", "background"}
@@ -86,14 +102,16 @@ func (c Control) Validate() error {
 	switch {
 	case c.Tag == "" || len(c.Tag) > MaxTagLen:
 		return fmt.Errorf("%w: tag must be 1..%d bytes, got %q", ErrInvalid, MaxTagLen, c.Tag)
-	case c.Kind != KindDrain && c.Kind != KindLimit && c.Kind != KindMaxTxn && c.Kind != KindClass:
-		return fmt.Errorf("%w: kind must be drain, limit, max_txn or class, got %q", ErrInvalid, c.Kind)
+	case c.Kind != KindDrain && c.Kind != KindLimit && c.Kind != KindMaxTxn && c.Kind != KindClass && c.Kind != KindRoute:
+		return fmt.Errorf("%w: kind must be drain, limit, max_txn, class or route, got %q", ErrInvalid, c.Kind)
 	case strings.HasPrefix(c.Tag, ShapePrefix) && !validShape(c.Tag):
 		return fmt.Errorf("%w: a shape is 16 lower-case hex digits after %q, got %q", ErrInvalid, ShapePrefix, c.Tag)
 	case strings.HasPrefix(c.Tag, ShapePrefix) && c.Kind != KindDrain && c.Kind != KindLimit:
 		return fmt.Errorf("%w: a statement shape can be blocked (drain) or capped (limit), not given a %s", ErrInvalid, c.Kind)
 	case strings.HasPrefix(c.Tag, ShapePrefix) && c.Kind == KindDrain && c.Value != 0:
 		return fmt.Errorf("%w: a block of a statement shape has no grace (its running statements are not killed), got %dms", ErrInvalid, c.Value)
+	case c.Kind == KindRoute && c.Value >= int64(len(Routes)):
+		return fmt.Errorf("%w: route must be one of %v, got value %d", ErrInvalid, Routes, c.Value)
 	case c.Kind == KindClass && c.Value >= int64(len(Classes)):
 		return fmt.Errorf("%w: class must be one of %v, got value %d", ErrInvalid, Classes, c.Value)
 	case c.Kind == KindLimit && c.Value < 0:
@@ -124,6 +142,9 @@ type Applied struct {
 	// Class is the overload class of the tags Tag matches (a pattern when
 	// it holds *), "" when the fleet sets none.
 	Class string
+	// Route is their routing policy for reads on replicas ("" when the
+	// fleet sets none).
+	Route string
 }
 
 // Applier is what fleet tells of the controls in force: the proxy.

@@ -346,6 +346,10 @@ func (f *Fleet) apply(ctx context.Context, now time.Time) {
 			if c.Value >= 0 && c.Value < int64(len(Classes)) {
 				a.Class = Classes[c.Value]
 			}
+		case KindRoute:
+			if c.Value >= 0 && c.Value < int64(len(Routes)) {
+				a.Route = Routes[c.Value]
+			}
 		}
 	}
 	// A cap's grant may shrink: first stop admitting above what is held

@@ -230,9 +230,13 @@ func (s *Server) SetMaxTransactionTime(tag string, d time.Duration) {
 func (s *Server) ApplyFleetControls(cs []fleet.Applied) {
 	set := make(map[string]tagControl, len(cs))
 	classes := map[string]class{}
+	routes := map[string]policy{}
 	for _, a := range cs {
 		if cl, ok := parseClass(a.Class); ok {
 			classes[a.Tag] = cl
+		}
+		if a.Route != "" {
+			routes[a.Tag] = parsePolicy(a.Route)
 		}
 		c := tagControl{drained: a.Drained, reason: a.Reason, grace: a.Grace, limit: noLimit, maxTxn: a.MaxTxn}
 		if a.Limited {
@@ -244,6 +248,9 @@ func (s *Server) ApplyFleetControls(cs []fleet.Applied) {
 	}
 	s.replaceControls(srcFleet, set)
 	s.setClasses(srcFleet, classes)
+	if s.routing != nil {
+		s.routing.setRoutes(srcFleet, routes)
+	}
 }
 
 // Demand is what tag's borrows on this instance hold and wait for under

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,6 +89,12 @@ type replicaState struct {
 type routing struct {
 	replicas []*replica
 	rules    []routeRule // routing.tags, in precedence order
+	// dyn is the route controls in force (the fleet's over this
+	// instance's own): consulted before rules. srcs are each source's,
+	// guarded by srcMu.
+	dyn      atomic.Pointer[routeTable]
+	srcMu    sync.Mutex
+	srcs     [numSources]map[string]policy
 	maxLag   time.Duration
 	interval time.Duration
 
@@ -154,8 +162,106 @@ func (s *Server) newRouting(cfg config.Config) (*routing, error) {
 	return rt, nil
 }
 
+// routeTable is route controls: exact tags, then patterns in precedence
+// order.
+type routeTable struct {
+	exact    map[string]policy
+	patterns []routeRule
+}
+
+func (t *routeTable) lookup(key string) (policy, bool) {
+	if p, ok := t.exact[key]; ok {
+		return p, true
+	}
+	for _, r := range t.patterns {
+		if matchTag(r.pattern, key) {
+			return r.pol, true
+		}
+	}
+	return policyPrimary, false
+}
+
+// setRoutes replaces one source's route controls (tag or pattern →
+// policy) and puts the merged ones in force: the fleet's win over this
+// instance's own, and both over routing.tags.
+func (rt *routing) setRoutes(src controlSource, m map[string]policy) {
+	rt.srcMu.Lock()
+	defer rt.srcMu.Unlock()
+	rt.srcs[src] = m
+	t := &routeTable{exact: map[string]policy{}}
+	for _, src := range []controlSource{srcLocal, srcFleet} {
+		for k, p := range rt.srcs[src] {
+			if !strings.Contains(k, "*") {
+				t.exact[k] = p
+			}
+		}
+	}
+	for pol := policyPrimary; pol <= policyStaleOK; pol++ {
+		for _, src := range []controlSource{srcFleet, srcLocal} {
+			for k, p := range rt.srcs[src] {
+				if p == pol && strings.Contains(k, "*") {
+					t.patterns = append(t.patterns, routeRule{pattern: k, pol: p})
+				}
+			}
+		}
+	}
+	if len(t.exact) == 0 && len(t.patterns) == 0 {
+		rt.dyn.Store(nil)
+		return
+	}
+	rt.dyn.Store(t)
+}
+
+// setLocalRoute sets (ok) or lifts this instance's own route control on a
+// tag or pattern.
+func (rt *routing) setLocalRoute(key string, pol policy, ok bool) {
+	rt.srcMu.Lock()
+	m := map[string]policy{}
+	for k, p := range rt.srcs[srcLocal] {
+		m[k] = p
+	}
+	rt.srcMu.Unlock()
+	if ok {
+		m[key] = pol
+	} else {
+		delete(m, key)
+	}
+	rt.setRoutes(srcLocal, m)
+}
+
+// policyNames are the policies' names, by policy.
+var policyNames = [...]string{"primary", "replica", "replica_stale_ok"}
+
+// SetTagRoute gives the tags matching pattern a routing policy on this
+// instance (policy "" lifts this instance's own); it fails without
+// backend.replicas.
+func (s *Server) SetTagRoute(pattern, policy string) error {
+	if s.routing == nil {
+		return errors.New("this holdfast has no backend.replicas: every read goes to the primary")
+	}
+	if policy != "" && !slices.Contains(policyNames[:], policy) {
+		return fmt.Errorf("route: want primary, replica or replica_stale_ok, got %q", policy)
+	}
+	s.routing.setLocalRoute(pattern, parsePolicy(policy), policy != "")
+	return nil
+}
+
+// RouteOf is the routing policy in force for tag ("primary" without
+// backend.replicas).
+func (s *Server) RouteOf(tag string) string {
+	if s.routing == nil {
+		return "primary"
+	}
+	return policyNames[s.routing.policyOf(tag)]
+}
+
 // policyOf is the routing policy of the tags named key.
 func (rt *routing) policyOf(key string) policy {
+	if t := rt.dyn.Load(); t != nil {
+		if p, ok := t.lookup(key); ok {
+			return p
+		}
+	}
 	for _, r := range rt.rules {
 		if r.pattern == key || matchTag(r.pattern, key) {
 			return r.pol

@@ -3,8 +3,8 @@ package proxy
 import (
 	"bytes"
 	"database/sql"
-	"strings"
 	"net"
+	"strings"
 	"testing"
 	"time"
 

@@ -611,3 +611,64 @@ func TestFleetShapes(t *testing.T) {
 }
 
 func shapeHash(q string) uint64 { return sqlscan.Scan([]byte(q)).Shape }
+
+// A route set through one instance applies on every instance: two holdfast
+// processes in front of a private primary and replica; `holdfastctl route
+// report replica_stale_ok` through the first sends the other's reads of
+// tag report to the replica (counted on its Com_select) within the
+// propagation bound, and lifting it brings them back to the primary.
+func TestFleetRoutes(t *testing.T) {
+	primary, replica := dbtest.StartReplicaPair(t)
+	pdb, rdb := primary.Open(""), replica.Open("")
+	defer pdb.Close()
+	defer rdb.Close()
+	if _, err := pdb.Exec("CREATE DATABASE rt; CREATE TABLE rt.t (id INT PRIMARY KEY, v INT); INSERT INTO rt.t VALUES (1, 10)"); err != nil {
+		t.Fatal(err)
+	}
+	bin := binary(t)
+	var ms []*fleetMember
+	for i := range 2 {
+		p := &process{addr: dbtest.FreeAddr(t), db: "rt", config: filepath.Join(t.TempDir(), "holdfast.yaml"),
+			out: &dbtest.SyncBuffer{}, exited: make(chan error, 1)}
+		admin := dbtest.FreeAddr(t)
+		dbtest.WriteHoldfastYAML(t, p.config, dbtest.HoldfastYAML{Listen: p.addr, Users: appUser, Backend: primary.Addr, Database: "rt",
+			BackendMore: "  replicas: [{address: " + replica.Addr + "}]\n",
+			Admin:       "  listen: " + admin + "\n", Extra: "routing:\n  check_interval: 50ms\n"})
+		if i == 0 {
+			p.migrate(t, bin)
+		}
+		p.serve(t, bin)
+		ms = append(ms, &fleetMember{process: p, admin: "http://" + admin, bin: bin})
+	}
+	comSelect := func(db *sql.DB) int {
+		var name string
+		var n int
+		if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Com_select'").Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	client := ms[1].client(t)
+	onReplica := func() bool {
+		before := comSelect(rdb)
+		var v int
+		if err := client.QueryRow("/* conn_tag:report */ SELECT v FROM t WHERE id = 1").Scan(&v); err != nil || v != 10 {
+			t.Fatalf("read: %d %v", v, err)
+		}
+		return comSelect(rdb) > before
+	}
+	if onReplica() {
+		t.Fatal("a read of tag report went to the replica before any route was set")
+	}
+	ctlBin := dbtest.Command(t, "./cmd/holdfastctl")
+	out, err := guarded(t, ctlBin, "-addr", ms[0].admin, "route", "report", "replica_stale_ok", "-reason", "offload").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "report reads: replica_stale_ok") {
+		t.Fatalf("holdfastctl route: %v\n%s", err, out)
+	}
+	took := within(t, 2*time.Second+time.Second, "instance 1 routes report to the replica", onReplica)
+	t.Logf("route in force on the other instance %v after the change", took.Round(time.Millisecond))
+	if out, err := guarded(t, ctlBin, "-addr", ms[0].admin, "route", "report", "off").CombinedOutput(); err != nil {
+		t.Fatalf("holdfastctl route off: %v\n%s", err, out)
+	}
+	within(t, 3*time.Second, "instance 1 routes report to the primary again", func() bool { return !onReplica() })
+}

@@ -49,6 +49,10 @@ Commands:
   class TAG CLASS        put TAG (or the tags matching a pattern such as report_*) in an
                          overload class: critical, normal, background (off lifts it)
       -reason TEXT       recorded with the class
+  route TAG POLICY       where TAG's reads (or those of the tags matching a pattern) go:
+                         primary, replica (reads its own writes), replica_stale_ok
+                         (within routing.max_replica_lag only); off lifts it
+      -reason TEXT       recorded with the route
   shapes                 statement shapes held now (most held first) and the controls on
                          shapes: a shape is 16 hex digits, the same for every statement
                          that differs only in its literals, comments and spacing
@@ -58,7 +62,7 @@ Commands:
   shape limit SHAPE N    at most N statements of SHAPE run at once across the fleet; the
                          others wait, then get error 9008 (N = off or 0 lifts the cap)
       -reason TEXT       recorded with the control and shown in its error
-    drain, undrain, limit, maxtxn, class and shape also take:
+    drain, undrain, limit, maxtxn, class, route and shape also take:
       -for D             lift the control by itself after D (e.g. 30m), everywhere (not with -local)
       -local             act on the instance asked only, not the fleet
       -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)
@@ -167,6 +171,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fs.StringVar(&reason, "reason", "", "")
 		scoped()
 		want = []string{"TAG", "CLASS"}
+	case "route":
+		fs.StringVar(&reason, "reason", "", "")
+		scoped()
+		want = []string{"TAG", "POLICY"}
 	case "shapes":
 	case "shape":
 		fs.StringVar(&reason, "reason", "", "")
@@ -227,6 +235,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = c.MaxTxn(ctx, pos[0], pos[1])
 	case "class":
 		err = c.Class(ctx, pos[0], pos[1], reason)
+	case "route":
+		err = c.Route(ctx, pos[0], pos[1], reason)
 	case "shapes":
 		err = c.Shapes(ctx)
 	case "shape":

@@ -264,6 +264,22 @@ func (c *Client) SetClass(ctx context.Context, pattern, class, reason string) (C
 	return s, err
 }
 
+// RouteState is the answer to a route change.
+type RouteState struct {
+	Tag          string `json:"tag"`
+	Route        string `json:"route"`
+	RouteHereNow string `json:"route_here_now"`
+	Scope        string `json:"scope"`
+}
+
+// SetRoute gives the tags matching pattern a routing policy
+// (PUT /api/tags/{tag}/route?policy=P); policy "" lifts it (DELETE).
+func (c *Client) SetRoute(ctx context.Context, pattern, policy, reason string) (RouteState, error) {
+	var s RouteState
+	err := c.setOrLift(ctx, pattern, "route", "policy", policy, policy != "", reason, &s, "route_here_now")
+	return s, err
+}
+
 // FleetControl is one of the fleet's controls (GET /api/controls).
 type FleetControl struct {
 	Tag     string    `json:"tag"`

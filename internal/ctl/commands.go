@@ -284,6 +284,29 @@ func (c *CLI) Class(ctx context.Context, pattern, class, reason string) error {
 	return err
 }
 
+// Route gives the tags matching pattern a routing policy for reads on
+// replicas: primary, replica, replica_stale_ok, or off to lift it.
+func (c *CLI) Route(ctx context.Context, pattern, policy, reason string) error {
+	if err := CheckTag(strings.ReplaceAll(pattern, "*", "x")); err != nil {
+		return err
+	}
+	if strings.EqualFold(policy, "off") {
+		policy = ""
+	} else if !slices.Contains([]string{"primary", "replica", "replica_stale_ok"}, policy) {
+		return usagef("route: POLICY must be primary, replica, replica_stale_ok or off; got %q", policy)
+	}
+	s, err := c.Client.SetRoute(ctx, pattern, policy, reason)
+	if err != nil {
+		return err
+	}
+	if policy == "" {
+		_, err = fmt.Fprintf(c.Out, "lifted the route of %s%s (routing.tags applies; here now: %s)\n", pattern, c.where(s.Scope), s.RouteHereNow)
+		return err
+	}
+	_, err = fmt.Fprintf(c.Out, "%s reads: %s%s (here now: %s; lift: holdfastctl route %s off)\n", pattern, policy, c.where(s.Scope), s.RouteHereNow, pattern)
+	return err
+}
+
 // Controls prints the fleet's controls in force: tag, kind, value, who set
 // them, when, until when and why; then whether this instance's view is
 // current.

@@ -13,6 +13,9 @@ type HoldfastYAML struct {
 	Users    string // the items of users (YAML list items)
 	Backend  string // backend.address; "" is the test server's
 	Database string // backend.database
+	// BackendMore is more of backend's body (indented YAML), such as
+	// replicas.
+	BackendMore string
 	Pool     string // the body of pool (indented YAML); "" is min 0, max 4, max_idle 4
 	Admin    string // the body of admin (indented YAML)
 	Extra    string // further top-level YAML
@@ -36,9 +39,9 @@ backend:
   user: %s
   password: %q
   database: %s
-pool:
+%spool:
 %sadmin:
-%s%s`, y.Listen, y.Users, y.Backend, c.User, c.Passwd, y.Database, y.Pool, y.Admin, y.Extra)
+%s%s`, y.Listen, y.Users, y.Backend, c.User, c.Passwd, y.Database, y.BackendMore, y.Pool, y.Admin, y.Extra)
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
