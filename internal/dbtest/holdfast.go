@@ -16,9 +16,9 @@ type HoldfastYAML struct {
 	// BackendMore is more of backend's body (indented YAML), such as
 	// replicas.
 	BackendMore string
-	Pool     string // the body of pool (indented YAML); "" is min 0, max 4, max_idle 4
-	Admin    string // the body of admin (indented YAML)
-	Extra    string // further top-level YAML
+	Pool        string // the body of pool (indented YAML); "" is min 0, max 4, max_idle 4
+	Admin       string // the body of admin (indented YAML)
+	Extra       string // further top-level YAML
 }
 
 // WriteHoldfastYAML writes y to path.
