@@ -51,6 +51,11 @@ bench-overload:
 	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \
 	  $(GO) run ./cmd/holdfast-bench -mode overload -time 30s -go $(GO) -mariadb $$addr $(BENCH_FLAGS)
 
+## bench-replica: sysbench oltp_read_only through holdfast before a private primary and replica, reads on the primary vs routed to the replica (~4 min)
+bench-replica:
+	@scripts/mariadb-up.sh >/dev/null && scripts/tools-up.sh && \
+	  $(GO) run ./cmd/holdfast-bench -mode replica -rounds 3 -time 20s -go $(GO) $(BENCH_FLAGS)
+
 ## bench-attribution: sysbench point_select@16/@64 through holdfast, attribution on vs off, in turn and in concurrent pairs (~15 min)
 bench-attribution:
 	@addr=$$(scripts/mariadb-up.sh) && scripts/tools-up.sh && \

@@ -31,7 +31,7 @@ func main() {
 		return
 	}
 	o := bench.DefaultOptions()
-	flag.StringVar(&o.Mode, "mode", o.Mode, "comparison to run: proxy (direct / relay / holdfast, connection scale), attribution (holdfast with attribution on / off) or overload (checkout beside a background flood, overload classes off / on)")
+	flag.StringVar(&o.Mode, "mode", o.Mode, "comparison to run: proxy (direct / relay / holdfast, connection scale), attribution (holdfast with attribution on / off) overload (checkout beside a background flood, overload classes off / on) or replica (sysbench oltp_read_only with reads on the primary / on a replica, on a private pair)")
 	flag.StringVar(&o.Repo, "repo", o.Repo, "holdfast repository root (./cmd/holdfast is built from it)")
 	flag.StringVar(&o.Go, "go", o.Go, "go command used to build holdfast")
 	flag.StringVar(&o.Sysbench, "sysbench", o.Sysbench, "sysbench executable")

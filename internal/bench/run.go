@@ -168,6 +168,9 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	b := &runner{o: o, w: w}
 	defer b.cleanup()
 	b.header(ctx)
+	if o.Mode == ModeReplica {
+		return b.runReplica(ctx) // on servers of its own
+	}
 	if err := b.setup(ctx); err != nil {
 		return err
 	}
@@ -289,9 +292,9 @@ func (b *runner) outcome(ctx context.Context, failed []string) error {
 
 func (o Options) validate() error {
 	switch o.Mode {
-	case ModeProxy, ModeAttribution, ModeOverload:
+	case ModeProxy, ModeAttribution, ModeOverload, ModeReplica:
 	default:
-		return fmt.Errorf("bench: mode must be %s, %s or %s, got %q", ModeProxy, ModeAttribution, ModeOverload, o.Mode)
+		return fmt.Errorf("bench: mode must be %s, %s, %s or %s, got %q", ModeProxy, ModeAttribution, ModeOverload, ModeReplica, o.Mode)
 	}
 	switch {
 	case o.Rounds < 1:

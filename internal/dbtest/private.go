@@ -183,3 +183,11 @@ func freePort() (int, error) {
 	_, port, _ := net.SplitHostPort(addr)
 	return strconv.Atoi(port)
 }
+
+// Pid is the running server's process id (0 when it is not running).
+func (p *Private) Pid() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
