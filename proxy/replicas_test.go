@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"database/sql"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -328,5 +329,49 @@ func TestReplicaLagging(t *testing.T) {
 	pr, rr = p.counted(t, func() { readV(t, writer, "/* conn_tag:catalog */ SELECT v FROM t WHERE id = 1", 12) })
 	if pr != 0 || rr != 1 {
 		t.Fatalf("the writer's read once the replica applied its write: %d on the primary, %d on the replica; want the replica", pr, rr)
+	}
+}
+
+// KILL QUERY reaches a read running on a replica (it goes to the replica's
+// server, not the primary's), and CONNECTION_ID() and prepared statements
+// keep working beside routed reads (they stay on the primary).
+func TestReplicaKillAndPrimaryOnlyFeatures(t *testing.T) {
+	p := startPairProxy(t, map[string]string{"report": "replica_stale_ok"})
+	db := p.open(t)
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var id int64
+	if err := conn.QueryRowContext(t.Context(), "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		var a, b int
+		got <- conn.QueryRowContext(t.Context(), "/* conn_tag:report */ SELECT SLEEP(20), v FROM t WHERE id = 1").Scan(&a, &b)
+	}()
+	waitFor(t, "the slow read to run on the replica", func() bool {
+		var n int
+		_ = p.rdb.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%SLEEP(20)%' AND INFO NOT LIKE '%PROCESSLIST%'").Scan(&n)
+		return n == 1
+	})
+	if _, err := db.Exec("KILL QUERY " + strconv.FormatInt(id, 10)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		// SLEEP interrupted by KILL QUERY returns 1 (not an error) in
+		// MariaDB; either way the statement ended early.
+		if err != nil && mysqlErrNo(err) != codeQueryInterrupted {
+			t.Fatalf("the killed read: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("KILL QUERY did not end the read running on the replica")
+	}
+	var v int
+	if err := db.QueryRow("/* conn_tag:report */ SELECT v FROM t WHERE id = ?", 1).Scan(&v); err != nil || v != 10 {
+		t.Fatalf("a prepared read of a routed tag: %d %v", v, err)
 	}
 }
