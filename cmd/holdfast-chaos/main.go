@@ -19,7 +19,7 @@ import (
 
 func main() {
 	o := chaos.DefaultOptions()
-	scenarios := flag.String("scenarios", "all", "comma-separated scenarios: backend, mariadb, holdfast, instances, controls, or all")
+	scenarios := flag.String("scenarios", "all", "comma-separated scenarios: backend, mariadb, holdfast, instances, controls, replica, or all")
 	flag.StringVar(&o.Repo, "repo", o.Repo, "holdfast's repository root (where ./cmd/holdfast is built)")
 	flag.StringVar(&o.Go, "go", o.Go, "the go command")
 	flag.BoolVar(&o.Race, "race", o.Race, "build holdfast with -race; a reported data race is a violation")
@@ -29,7 +29,7 @@ func main() {
 	flag.DurationVar(&o.Traffic, "traffic", o.Traffic, "traffic per scenario")
 	flag.DurationVar(&o.TTL, "ttl", o.TTL, "ttl_seconds of every reserve (whole seconds, at least 3s)")
 	flag.DurationVar(&o.BackendKillEvery, "backend-kill-every", o.BackendKillEvery, "backend scenario: kill a backend connection this often")
-	flag.DurationVar(&o.MariaDBKillEvery, "mariadb-kill-every", o.MariaDBKillEvery, "mariadb scenario: kill MariaDB this often")
+	flag.DurationVar(&o.MariaDBKillEvery, "mariadb-kill-every", o.MariaDBKillEvery, "mariadb and replica scenarios: kill MariaDB (replica: the replica) this often")
 	flag.DurationVar(&o.HoldfastKillEvery, "holdfast-kill-every", o.HoldfastKillEvery, "holdfast and controls scenarios: kill holdfast (controls: one instance after another) this often")
 	flag.IntVar(&o.Instances, "instances", o.Instances, "instances and controls scenarios: holdfast instances")
 	flag.DurationVar(&o.ControlEvery, "control-every", o.ControlEvery, "controls scenario: change an on-call control this often")

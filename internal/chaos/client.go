@@ -29,6 +29,11 @@ type client struct {
 	tag      string // conn_tag of its calls ("" none)
 	seq      int
 	journal  []Call
+	// readOwn: read each reservation back after its reserve (the replica
+	// scenario); what those reads found wrong.
+	ryw        bool
+	ownReads   int
+	violations []Violation
 }
 
 // run places orders until ctx is done. Each order finishes its retries
@@ -53,6 +58,9 @@ func (c *client) order() {
 	res := c.repeat(func() Call { return c.reserve(key, req, locs, c.o.TTL) })
 	if res.Kind != Answered {
 		return
+	}
+	if c.ryw && res.Token != "" {
+		c.readOwn(key)
 	}
 	switch n := c.rng.IntN(100); {
 	case n < 70:

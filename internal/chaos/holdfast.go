@@ -54,6 +54,7 @@ type holdfastConfig struct {
 	Instances     int // backend.instances
 	TTL           time.Duration
 	PoolCap       int
+	Replica       string // a replica's host:port ("" none): the catalog tag's reads go to it
 }
 
 var configTmpl = template.Must(template.New("holdfast.yaml").Funcs(template.FuncMap{
@@ -71,6 +72,12 @@ backend:
   password: ` + backendUser + `
   database: {{.Database}}
   instances: {{.Instances}}   # 0: from the fleet's live instances
+{{- if .Replica}}
+  replicas: [{address: "{{.Replica}}"}]
+routing:
+  tags: {catalog: replica}
+  check_interval: 50ms
+{{- end}}
 log:
   level: warn
 admin:

@@ -34,10 +34,17 @@ const (
 	// Options.HoldfastKillEvery, and a backend connection is killed every
 	// 5 × Options.BackendKillEvery.
 	Controls Scenario = "controls"
+	// Replica runs a replica of the server (GTID replication) that
+	// holdfast routes the catalog tag's reads to, and kills it with
+	// SIGKILL every Options.MariaDBKillEvery, restarting it after each of
+	// Options.MariaDBDown in turn. Every client reads its own reservation
+	// back (read-your-writes) after each reserve, and readers read the
+	// stock: every read must be answered, and truly.
+	Replica Scenario = "replica"
 )
 
 // Scenarios lists every scenario in order.
-var Scenarios = []Scenario{KillBackend, KillMariaDB, KillHoldfast, Instances, Controls}
+var Scenarios = []Scenario{KillBackend, KillMariaDB, KillHoldfast, Instances, Controls, Replica}
 
 // ParseScenarios reads a comma-separated list of scenario names ("all"
 // for every one).

@@ -137,6 +137,8 @@ func (r *Result) faultLine() string {
 		return fmt.Sprintf("holdfast killed and restarted %d times", r.Faults)
 	case Controls:
 		return fmt.Sprintf("%d control changes, instance kills and backend kills (%d missed: no live instance answered, or nothing to kill)", r.Faults, r.FaultMisses)
+	case Replica:
+		return fmt.Sprintf("the replica killed and restarted %d times", r.Faults)
 	}
 	return fmt.Sprintf("none besides the %d instances", r.Starts)
 }

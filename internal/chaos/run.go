@@ -102,6 +102,8 @@ func describeScenario(o *Options, sc Scenario) string {
 	case Controls:
 		return fmt.Sprintf("%d holdfast instances, on-call controls changed every %s, one instance kill -9 every %s, a backend connection killed every %s",
 			o.Instances, o.ControlEvery, o.HoldfastKillEvery, 5*o.BackendKillEvery)
+	case Replica:
+		return fmt.Sprintf("reads routed to a replica, the replica kill -9 every %s, restarted after %v", o.MariaDBKillEvery, o.MariaDBDown)
 	}
 	return string(sc)
 }

@@ -22,7 +22,8 @@ type scenario struct {
 	sc       Scenario
 	bin, dir string
 	srv      *dbtest.Private
-	root     *sql.DB // the private server, as root
+	replica  *dbtest.Private // the replica scenario's replica of srv
+	root     *sql.DB         // the private server, as root
 	rng      *rand.Rand
 
 	db  *sql.DB // the scenario's database, as root
@@ -35,6 +36,11 @@ type scenario struct {
 	mon      monitor
 	faults   faultLog
 	controls controlLog // the controls scenario's changes
+
+	// The replica scenario's reads (replica.go).
+	readMu         sync.Mutex
+	stockReads     int64
+	readViolations []Violation
 }
 
 func (s *scenario) run(ctx context.Context) (*Result, error) {
@@ -67,6 +73,13 @@ func (s *scenario) setup(ctx context.Context) error {
 		}
 	}
 	s.db = s.srv.Open(name)
+	replica := ""
+	if s.sc == Replica {
+		if err := s.startReplica(ctx); err != nil {
+			return err
+		}
+		replica = s.replica.Addr
+	}
 	instances := 1
 	if s.sc == Instances || s.sc == Controls {
 		instances = s.o.Instances
@@ -81,7 +94,7 @@ func (s *scenario) setup(ctx context.Context) error {
 			return err
 		}
 		h, err := newHoldfast(i, fmt.Sprintf("s%d-holdfast-%d", s.n, i), s.bin, s.dir, holdfastConfig{Listen: listen, Admin: admin,
-			Backend: s.srv.Addr, Database: name, TTL: s.o.TTL, PoolCap: s.o.PoolCap})
+			Backend: s.srv.Addr, Database: name, TTL: s.o.TTL, PoolCap: s.o.PoolCap, Replica: replica})
 		if err != nil {
 			return err
 		}
@@ -122,6 +135,9 @@ func (s *scenario) close() {
 	for _, h := range s.hs {
 		h.stop()
 	}
+	if s.replica != nil {
+		s.replica.Stop()
+	}
 	for _, pair := range s.dbs {
 		pair[0].Close()
 		pair[1].Close()
@@ -151,6 +167,17 @@ func (s *scenario) traffic(ctx context.Context) {
 		bg.Go(func() { killMariaDB(faultCtx, s.srv, o.MariaDBKillEvery, o.MariaDBDown, &s.faults) })
 	case KillHoldfast:
 		bg.Go(func() { killHoldfast(faultCtx, s.hs[0], o.HoldfastKillEvery, o.HoldfastDown, &s.faults) })
+	case Replica:
+		bg.Go(func() { killReplica(faultCtx, s.replica, s.srv, o.MariaDBKillEvery, o.MariaDBDown, &s.faults) })
+		var stocked int64
+		for _, v := range s.initial {
+			stocked += v
+		}
+		for i := range max(2, o.Clients/8) {
+			bg.Go(func() {
+				readStock(faultCtx, s.dbs[i%len(s.dbs)][0], stocked, &s.stockReads, &s.readMu, &s.readViolations)
+			})
+		}
 	case Controls:
 		crng := rand.New(rand.NewPCG(s.rng.Uint64(), 3))
 		krng := rand.New(rand.NewPCG(s.rng.Uint64(), 4))
@@ -169,6 +196,7 @@ func (s *scenario) traffic(ctx context.Context) {
 		if s.sc == Controls {
 			c.tag = tagOf(i)
 		}
+		c.ryw = s.sc == Replica
 		clients[i] = c
 		cwg.Go(func() { c.run(trafficCtx) })
 	}
@@ -188,11 +216,24 @@ func (s *scenario) traffic(ctx context.Context) {
 			res.Recoveries[p] += v
 		}
 	}
+	ownReads := 0
 	for _, c := range clients {
 		s.calls = append(s.calls, c.journal...)
+		ownReads += c.ownReads
+		s.readViolations = append(s.readViolations, c.violations...)
+	}
+	if s.sc == Replica {
+		routed, fell, err := replicaReads(ctx, s.hs)
+		note := fmt.Sprintf("reads: %d stock reads, %d reservations read back by their clients, %d wrong or unanswered; holdfast routed %d to the replica (%d of them ran on the primary after all)",
+			s.stockReads, ownReads, len(s.readViolations), routed, fell)
+		if err != nil {
+			note += fmt.Sprintf(" (routing counts incomplete: %v)", err)
+		}
+		res.Notes = append(res.Notes, note)
 	}
 	res.tally(s.calls)
 	res.Faults, res.FaultMisses, res.Violations = s.faults.counts()
+	res.Violations = append(res.Violations, s.readViolations...)
 }
 
 // check judges the journal against the database, then checks the stock:
