@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -62,8 +63,14 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 			r.routed.Add(1)
 		case errors.Is(err, errTagDrained), errors.Is(err, errTagLimit), errors.Is(err, errShed):
 			return nil, leaseErr(err)
-		default:
+		case errors.Is(err, pool.ErrBackendDown):
 			s.srv.replicaDown(r, err)
+			r.fellBack.Add(1)
+			s.route = nil
+		default:
+			// Busy (no connection within its budget), or a sync that
+			// failed: the primary serves this read; the replica stays in
+			// service.
 			r.fellBack.Add(1)
 			s.route = nil
 		}

@@ -25,7 +25,8 @@ type HolderInfo struct {
 	InTransaction bool    `json:"in_transaction"`
 	Statement     string  `json:"statement"` // digest of the current or last statement
 	// Shape is that statement's shape (FormatShape), by which on-call
-	// blocks or caps it; empty for holdfast's own work.
+	// blocks or caps it; empty for holdfast's own work, a command without
+	// a statement, and with attribution.disabled (no statement recorded).
 	Shape string `json:"shape,omitempty"`
 }
 
@@ -44,13 +45,22 @@ func (s *Server) Holders() []HolderInfo {
 		if !x.holdSince.IsZero() {
 			out = append(out, HolderInfo{ClientID: x.id, User: x.user.Name, Tag: x.holdTag,
 				HeldFor: now.Sub(x.holdSince).Seconds(), InTransaction: x.inTxn,
-				Statement: string(sqlscan.AppendDigest(nil, x.stmtText, 200)), Shape: FormatShape(x.stmtShape)})
+				Statement: string(sqlscan.AppendDigest(nil, x.stmtText, 200)), Shape: shapeShown(x.stmtShape, s.attr)})
 		}
 		x.mu.Unlock()
 	}
 	out = append(out, s.engineHolders(now)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].HeldFor > out[j].HeldFor })
 	return out
+}
+
+// shapeShown is how a holder's shape is shown: none for a command with no
+// statement (and with attribution.disabled, which records no statements).
+func shapeShown(h uint64, recorded bool) string {
+	if h == 0 || !recorded {
+		return ""
+	}
+	return FormatShape(h)
 }
 
 // heldBy counts connections held now under tag as the on-call controls

@@ -280,7 +280,7 @@ func (k *killer) killQuery(srv *Server, be *backend, tid uint32) error {
 		if k.bc == nil {
 			bs := srv.backendSettings()
 			if be.addr != "" {
-				bs.Address = be.addr
+				bs.Address, bs.TLS = be.addr, *be.tls
 			}
 			if k.bc, err = dialBackend(ctx, bs, 0); err != nil {
 				k.bc = nil

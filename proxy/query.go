@@ -138,10 +138,13 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.setExec(nil, nil)
 	s.stmtEnd(tag, start, err != nil || rr.failed)
 	if err != nil {
-		if r := s.route; r != nil && isIOError(err) && !errors.Is(err, errClientGone) && s.cw.n == sent && s.w.seq == seq && !s.interrupted.Load() {
+		if r := s.route; r != nil && isIOError(err) && !errors.Is(err, errClientGone) && s.cw.n == sent && !s.interrupted.Load() {
 			// A replica's connection failed before any byte of the answer
-			// reached the client: the read runs again on the primary (the
-			// one statement holdfast sends twice; it only reads).
+			// reached the client: what was buffered of it is dropped and
+			// the read runs again on the primary (the one statement
+			// holdfast sends twice; it only reads).
+			s.w.drop()
+			s.w.seq = seq
 			s.srv.log.Warn("replica connection failed during a read; running it on the primary", "client", s.id, "replica", r.be.addr, "err", err)
 			s.srv.replicaDown(r, err)
 			r.fellBack.Add(1)
@@ -181,6 +184,9 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 	sc := &rr.sc
 	if sc.LastGTID != "" {
 		s.state.lastGTID = sc.LastGTID
+		if s.srv.routing != nil {
+			s.noteWrite(sc.LastGTID)
+		}
 	}
 	if statementScoped(info) {
 		// SET STATEMENT ... FOR: its variables are back to their values

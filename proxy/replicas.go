@@ -46,6 +46,10 @@ import (
 // kill connection); a connection knows its backend (backendConn.be), so a
 // lease, a kill and a release reach the right server.
 
+// replicaAcquireBudget is how long a read waits for a replica's connection
+// before it goes to the primary instead.
+const replicaAcquireBudget = 100 * time.Millisecond
+
 // Routing policies.
 type policy uint8
 
@@ -131,6 +135,12 @@ func (s *Server) newRouting(cfg config.Config) (*routing, error) {
 	for _, rc := range cfg.Backend.Replicas {
 		r := &replica{weight: max(1, rc.Weight)}
 		r.be.addr = rc.Address
+		r.be.acquireBudget = replicaAcquireBudget
+		bt, err := loadBackendTLS(cfg.Backend.TLS, rc.Address)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: replica %s: %w", rc.Address, err)
+		}
+		r.be.tls = &bt
 		lim := limitsFrom(cfg.Pool)
 		lim.Min = 0
 		if rc.Max > 0 {
@@ -143,7 +153,7 @@ func (s *Server) newRouting(cfg config.Config) (*routing, error) {
 				if err != nil {
 					return nil, err
 				}
-				bs.Address = r.be.addr
+				bs.Address, bs.TLS = r.be.addr, *r.be.tls
 				bc, err := dialBackend(ctx, bs, v)
 				if err == nil {
 					bc.be = &r.be
@@ -188,24 +198,33 @@ func (rt *routing) setRoutes(src controlSource, m map[string]policy) {
 	rt.srcMu.Lock()
 	defer rt.srcMu.Unlock()
 	rt.srcs[src] = m
-	t := &routeTable{exact: map[string]policy{}}
-	for _, src := range []controlSource{srcLocal, srcFleet} {
+	rt.publishRoutesLocked()
+}
+
+// publishRoutesLocked merges the sources' route controls (srcMu held): a
+// tag or pattern the fleet routes takes the fleet's policy; patterns are
+// then tried in policy order, as in routing.tags.
+func (rt *routing) publishRoutesLocked() {
+	merged := map[string]policy{}
+	for _, src := range []controlSource{srcLocal, srcFleet} { // the fleet's last: it wins
 		for k, p := range rt.srcs[src] {
-			if !strings.Contains(k, "*") {
-				t.exact[k] = p
-			}
+			merged[k] = p
+		}
+	}
+	t := &routeTable{exact: map[string]policy{}}
+	for k, p := range merged {
+		if !strings.Contains(k, "*") {
+			t.exact[k] = p
 		}
 	}
 	for pol := policyPrimary; pol <= policyStaleOK; pol++ {
-		for _, src := range []controlSource{srcFleet, srcLocal} {
-			for k, p := range rt.srcs[src] {
-				if p == pol && strings.Contains(k, "*") {
-					t.patterns = append(t.patterns, routeRule{pattern: k, pol: p})
-				}
+		for k, p := range merged {
+			if p == pol && strings.Contains(k, "*") {
+				t.patterns = append(t.patterns, routeRule{pattern: k, pol: p})
 			}
 		}
 	}
-	if len(t.exact) == 0 && len(t.patterns) == 0 {
+	if len(merged) == 0 {
 		rt.dyn.Store(nil)
 		return
 	}
@@ -216,17 +235,18 @@ func (rt *routing) setRoutes(src controlSource, m map[string]policy) {
 // tag or pattern.
 func (rt *routing) setLocalRoute(key string, pol policy, ok bool) {
 	rt.srcMu.Lock()
+	defer rt.srcMu.Unlock()
 	m := map[string]policy{}
 	for k, p := range rt.srcs[srcLocal] {
 		m[k] = p
 	}
-	rt.srcMu.Unlock()
 	if ok {
 		m[key] = pol
 	} else {
 		delete(m, key)
 	}
-	rt.setRoutes(srcLocal, m)
+	rt.srcs[srcLocal] = m
+	rt.publishRoutesLocked()
 }
 
 // policyNames are the policies' names, by policy.
@@ -304,14 +324,8 @@ func (s *session) routeRead(tag *attribution.Tag) *replica {
 	if pol == policyPrimary {
 		return nil
 	}
-	var domain uint32
-	var seq uint64
-	haveGTID := false
-	if pol == policyReplica && s.state.lastGTID != "" {
-		domain, seq, haveGTID = parseGTID(s.state.lastGTID)
-		if !haveGTID {
-			return nil // a write we cannot place: its reads stay on the primary
-		}
+	if pol == policyReplica && s.writesUnplaced {
+		return nil // a write we cannot place: its reads stay on the primary
 	}
 	var after gtidPos
 	if pol == policyReplica && !s.rywAfter.IsZero() {
@@ -321,39 +335,50 @@ func (s *session) routeRead(tag *attribution.Tag) *replica {
 		}
 	}
 	total := 0
-	var cands [8]*replica
-	n := 0
+	var buf [8]*replica
+	cands := buf[:0]
 	for _, r := range rt.replicas {
 		st := r.state.Load()
 		if st == nil || !st.up || r.defaultsDiffer.Load() {
 			continue
 		}
-		if haveGTID && st.pos[domain] < seq {
+		if pol == policyReplica && !st.pos.covers(s.writes) {
 			continue
 		}
 		if after != nil && !st.pos.covers(after) {
 			continue
 		}
-		if n < len(cands) {
-			cands[n] = r
-			n++
-			total += r.weight
-		}
+		cands = append(cands, r)
+		total += r.weight
 	}
-	if n == 0 {
+	if len(cands) == 0 {
 		return nil
 	}
-	if after != nil && n == len(rt.replicas) {
+	if after != nil && len(cands) == len(rt.replicas) {
 		s.rywAfter = time.Time{} // every replica has the engine's writes now
 	}
 	pick := rand.IntN(total)
-	for _, r := range cands[:n] {
+	for _, r := range cands {
 		if pick < r.weight {
 			return r
 		}
 		pick -= r.weight
 	}
-	return cands[n-1]
+	return cands[len(cands)-1]
+}
+
+// noteWrite records the GTID of a commit the session's statement made, so
+// that its reads under the replica policy wait for it (routeRead).
+func (s *session) noteWrite(gtid string) {
+	d, seq, ok := parseGTID(gtid)
+	if !ok {
+		s.writesUnplaced = true
+		return
+	}
+	if s.writes == nil {
+		s.writes = gtidPos{}
+	}
+	s.writes[d] = max(s.writes[d], seq)
 }
 
 // replicaRead reports whether a statement may go to a replica: the
@@ -406,12 +431,14 @@ func (s *Server) monitor() {
 
 // position reads a server's GTID position (variable name) on *bc, dialing
 // it first when needed; a failed connection is closed and dropped.
-func (s *Server) position(bc **backendConn, addr, name string) (gtidPos, error) {
+func (s *Server) position(bc **backendConn, be *backend, name string) (gtidPos, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, max(s.routing.interval, time.Second))
 	defer cancel()
 	if *bc == nil {
 		bs := s.backendSettings()
-		bs.Address = addr
+		if be.addr != "" {
+			bs.Address, bs.TLS = be.addr, *be.tls
+		}
 		c, err := dialBackend(ctx, bs, 0)
 		if err != nil {
 			return nil, err
@@ -440,7 +467,7 @@ func (s *Server) position(bc **backendConn, addr, name string) (gtidPos, error) 
 func (s *Server) checkReplicas(conns []*backendConn) {
 	rt := s.routing
 	now := time.Now()
-	ppos, perr := s.position(&conns[0], s.config().Backend.Address, "gtid_binlog_pos")
+	ppos, perr := s.position(&conns[0], &s.primary, "gtid_binlog_pos")
 	if perr == nil {
 		rt.mu.Lock()
 		keep := 2*rt.maxLag + 2*rt.interval
@@ -453,7 +480,7 @@ func (s *Server) checkReplicas(conns []*backendConn) {
 	}
 	for i, r := range rt.replicas {
 		st := &replicaState{checked: now}
-		pos, err := s.position(&conns[i+1], r.be.addr, "gtid_slave_pos")
+		pos, err := s.position(&conns[i+1], &r.be, "gtid_slave_pos")
 		switch {
 		case err != nil:
 			st.reason = "cannot read its position: " + err.Error()
@@ -462,9 +489,13 @@ func (s *Server) checkReplicas(conns []*backendConn) {
 			st.pos, st.reason = pos, "cannot read the primary's position: "+perr.Error()
 		default:
 			st.pos = pos
-			st.lag = rt.lagOf(pos, now)
-			st.up = st.lag <= rt.maxLag
-			if !st.up {
+			var known bool
+			st.lag, known = rt.lagOf(pos, now)
+			st.up = known && st.lag <= rt.maxLag
+			switch {
+			case !known:
+				st.reason = fmt.Sprintf("catching up: it lacks the oldest position holdfast has seen on the primary, %v ago (lag not known yet)", st.lag.Round(time.Millisecond))
+			case !st.up:
 				st.reason = fmt.Sprintf("lags %v behind the primary (routing.max_replica_lag %v)", st.lag.Round(time.Millisecond), rt.maxLag)
 			}
 		}
@@ -483,16 +514,20 @@ func (s *Server) checkReplicas(conns []*backendConn) {
 }
 
 // lagOf is how long ago the primary had the first sampled position pos
-// does not cover (0 when it covers the latest).
-func (rt *routing) lagOf(pos gtidPos, now time.Time) time.Duration {
+// does not cover (0 when it covers the latest). known is false when pos
+// lacks even the oldest sample and that is younger than max_replica_lag:
+// the replica may be further behind than the history shows (just after
+// start, or after the primary could not be read for a while).
+func (rt *routing) lagOf(pos gtidPos, now time.Time) (lag time.Duration, known bool) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	for _, smp := range rt.history {
+	for i, smp := range rt.history {
 		if !pos.covers(smp.pos) {
-			return now.Sub(smp.at)
+			lag = now.Sub(smp.at)
+			return lag, i > 0 || lag > rt.maxLag
 		}
 	}
-	return 0
+	return 0, true
 }
 
 // replicaDown takes r out of service after its connection failed during a
@@ -509,7 +544,7 @@ func (s *Server) replicaDown(r *replica, err error) {
 // each replication domain.
 type gtidPos map[uint32]uint64
 
-// covers reports whether p has applied everything q has.
+// covers reports whether p has applied everything q has (nil q: nothing).
 func (p gtidPos) covers(q gtidPos) bool {
 	for d, seq := range q {
 		if p[d] < seq {

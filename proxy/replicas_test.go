@@ -28,7 +28,7 @@ func startPairProxy(t *testing.T, policies map[string]string) *pairProxy {
 	primary, replica := dbtest.StartReplicaPair(t)
 	pdb, rdb := primary.Open(""), replica.Open("")
 	t.Cleanup(func() { pdb.Close(); rdb.Close() })
-	for _, q := range []string{"CREATE DATABASE rt", "CREATE TABLE rt.t (id INT PRIMARY KEY, v INT)", "INSERT INTO rt.t VALUES (1, 10)"} {
+	for _, q := range []string{"CREATE DATABASE rt", "CREATE TABLE rt.t (id INT PRIMARY KEY, v INT)", "INSERT INTO rt.t VALUES (1, 10)", "CREATE SEQUENCE rt.seq"} {
 		if _, err := pdb.Exec(q); err != nil {
 			t.Fatal(err)
 		}
@@ -131,6 +131,7 @@ func TestReplicaRoutesByPolicy(t *testing.T) {
 		}
 		readV(t, db, "/* conn_tag:report_x */ SELECT v FROM t WHERE id = 1 FOR UPDATE", 10)
 		readV(t, db, "/* conn_tag:report_x */ /* holdfast:primary */ SELECT v FROM t WHERE id = 1", 10)
+		readV(t, db, "/* conn_tag:report_x */ SELECT NEXTVAL(seq)", 1) // a sequence moves: a write
 		tx, err := db.Begin()
 		if err != nil {
 			t.Fatal(err)
@@ -146,8 +147,8 @@ func TestReplicaRoutesByPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if pr != 13 || rr != 0 {
-		t.Fatalf("10 untagged reads, a locking read, a hinted read and a transaction's read: %d on the primary, %d on the replica; want 13 and 0", pr, rr)
+	if pr != 14 || rr != 0 {
+		t.Fatalf("10 untagged reads, a locking read, a hinted read, a NEXTVAL and a transaction's read: %d on the primary, %d on the replica; want 14 and 0", pr, rr)
 	}
 	var v int
 	if err := p.pdb.QueryRow("SELECT v FROM rt.t WHERE id = 1").Scan(&v); err != nil || v != 11 {

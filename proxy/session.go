@@ -73,6 +73,11 @@ type session struct {
 	// its reads under the replica policy go to the primary (replicas.go).
 	route    *replica
 	rywAfter time.Time
+	// writes is the GTID position of the session's commits (the last per
+	// domain, from the server's last_gtid); writesUnplaced: one could not
+	// be read, so its reads under the replica policy stay on the primary.
+	writes         gtidPos
+	writesUnplaced bool
 	// turn signals the session's pipelined statement that its response is
 	// next to read (see joinPipe). Made at the first pipelined statement
 	// and reused: each statement on a pipe takes exactly the one signal
@@ -362,6 +367,7 @@ func (s *session) writeNow(e *sqlError) {
 
 func (s *session) dispatch(p []byte) bool {
 	s.srv.countCommand()
+	s.shape = 0 // a command with a statement sets its own
 	switch p[0] {
 	case comQuit:
 		return false

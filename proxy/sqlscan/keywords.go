@@ -33,6 +33,13 @@ const (
 	kwFor
 	kwFoundRows
 	kwGetLock
+	kwNextval
+	kwSetval
+	kwLastval
+	kwNext
+	kwPrevious
+	kwOutfile
+	kwDumpfile
 	kwGlobal
 	kwHandler
 	kwHard
@@ -130,6 +137,13 @@ var kwWords = [...]string{
 	kwFor:              "for",
 	kwFoundRows:        "found_rows",
 	kwGetLock:          "get_lock",
+	kwNextval:          "nextval",
+	kwSetval:           "setval",
+	kwLastval:          "lastval",
+	kwNext:             "next",
+	kwPrevious:         "previous",
+	kwOutfile:          "outfile",
+	kwDumpfile:         "dumpfile",
 	kwGlobal:           "global",
 	kwHandler:          "handler",
 	kwHard:             "hard",

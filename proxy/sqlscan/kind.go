@@ -150,6 +150,11 @@ const (
 	// FeatLocking: a locking read: FOR UPDATE, FOR SHARE, LOCK IN SHARE
 	// MODE (its rows stay locked to the end of the transaction).
 	FeatLocking
+	// FeatSideEffect: a SELECT that writes, or reads what is the session's
+	// own, beyond the features above: the sequence functions NEXTVAL(,
+	// SETVAL(, LASTVAL(, NEXT VALUE FOR and PREVIOUS VALUE FOR, and INTO
+	// OUTFILE / INTO DUMPFILE (a file on the server).
+	FeatSideEffect
 	numFeatures = iota
 )
 
@@ -157,7 +162,7 @@ var featureNames = [numFeatures]string{
 	"user_var_assign", "user_var_ref", "temp_table", "get_lock", "lock_tables",
 	"sql_prepare", "calc_found_rows", "handler", "xa", "set_session", "set_global",
 	"set_transaction", "local_infile", "last_insert_id", "found_rows_func", "set_statement",
-	"set_names", "kill", "connection_id", "func_call", "locking",
+	"set_names", "kill", "connection_id", "func_call", "locking", "side_effect",
 }
 
 // String returns the set's names joined by '|' ("user_var_ref|get_lock"), or

@@ -280,6 +280,12 @@ func (s *scanner) step(t token) {
 			s.info.Features |= FeatCalcFoundRows
 		case kwGetLock:
 			st.pending = FeatGetLock
+		case kwNextval, kwSetval, kwLastval:
+			st.pending = FeatSideEffect
+		case kwNext, kwPrevious:
+			if p := s.lx; s.word(p.next()) == kwValue {
+				s.info.Features |= FeatSideEffect
+			}
 		case kwLastInsertID:
 			st.pending = FeatLastInsertID
 		case kwFoundRows:
@@ -700,6 +706,9 @@ func (s *scanner) intoStep(t token, w kw) {
 			s.info.Features |= FeatUserVarAssign
 			st.into = 2
 		case tWord, tQuoted:
+			if w == kwOutfile || w == kwDumpfile {
+				s.info.Features |= FeatSideEffect
+			}
 			st.into = 2
 		}
 	case 2: // after a target
