@@ -123,6 +123,8 @@ type statusJSON struct {
 	// Classes are the overload classes' counts since start, highest
 	// class first.
 	Classes []proxy.ClassStat `json:"classes"`
+	// Replicas are backend.replicas and their state (empty: none).
+	Replicas []proxy.ReplicaState `json:"replicas"`
 }
 
 // fleetJSON is what this instance knows of the fleet: whether its
@@ -306,6 +308,9 @@ func (a *Admin) status() statusJSON {
 	st.Engine = engineStatus(cur.engine, base, sec)
 	st.Fleet = a.fleetStatus(time.Now())
 	st.Classes = a.srv.ClassStats()
+	if st.Replicas = a.srv.Replicas(); st.Replicas == nil {
+		st.Replicas = []proxy.ReplicaState{}
+	}
 	return st
 }
 

@@ -27,4 +27,8 @@ type backend struct {
 	// tls is a replica's backend.tls, loaded for its own address (the
 	// primary's is Server.backendTLS).
 	tls *backendTLS
+	// Its leases since start: how many, how long their borrowers waited,
+	// how long they were held (the per-tag split is the Recorder's).
+	borrows        atomic.Uint64
+	waitNs, holdNs atomic.Int64
 }

@@ -134,6 +134,8 @@ func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key
 		tag.Borrowed(now.Sub(start))
 	}
 	s.classWaited(cl, now.Sub(start))
+	be.borrows.Add(1)
+	be.waitNs.Add(int64(now.Sub(start)))
 	*l = lease{bc: bc, tag: tag, gated: gated, classGated: classGated, start: now, longStmt: l.longStmt[:0]}
 	if bc.vars == nil {
 		bc.vars = s.baseVars()
@@ -236,8 +238,12 @@ func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID ui
 	if tag == nil {
 		tag = l.tag
 	}
+	now := time.Now()
 	if s.attr && tag != nil {
-		s.account(l, tag, time.Now(), clientID, lastSQL)
+		s.account(l, tag, now, clientID, lastSQL)
+	}
+	if be := l.bc.be; be != nil {
+		be.holdNs.Add(int64(now.Sub(l.start)))
 	}
 	if l.gated != "" {
 		s.gates.exit(l.gated)

@@ -188,8 +188,14 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		}
 	}
 	p.leave()
+	// The turn is a lease of the primary's connection, for the per-backend
+	// totals too.
+	end := time.Now()
+	s.srv.primary.borrows.Add(1)
+	s.srv.primary.waitNs.Add(int64(turnAt.Sub(start)))
+	s.srv.primary.holdNs.Add(int64(end.Sub(turnAt)))
 	if s.srv.attr {
-		now := time.Now()
+		now := end
 		d := now.Sub(turnAt)
 		tag.Statement(d, err != nil || rr.failed)
 		held.stmtEnd(now, d)

@@ -599,6 +599,11 @@ type ReplicaState struct {
 	Pool     pool.Stats `json:"-"`
 	InUse    int        `json:"connections_in_use"`
 	Idle     int        `json:"connections_idle"`
+	// Its leases since start: borrows, and the seconds borrowers waited
+	// and held its connections.
+	Borrows     uint64  `json:"borrows"`
+	WaitSeconds float64 `json:"wait_seconds"`
+	HoldSeconds float64 `json:"hold_seconds"`
 }
 
 // Replicas lists the replicas and their state (none without
@@ -610,7 +615,8 @@ func (s *Server) Replicas() []ReplicaState {
 	out := make([]ReplicaState, 0, len(s.routing.replicas))
 	for _, r := range s.routing.replicas {
 		ps := r.be.pool.Stats()
-		rs := ReplicaState{Address: r.be.addr, Routed: r.routed.Load(), FellBack: r.fellBack.Load(), Pool: ps, InUse: ps.InUse, Idle: ps.Idle}
+		rs := ReplicaState{Address: r.be.addr, Routed: r.routed.Load(), FellBack: r.fellBack.Load(), Pool: ps, InUse: ps.InUse, Idle: ps.Idle,
+			Borrows: r.be.borrows.Load(), WaitSeconds: time.Duration(r.be.waitNs.Load()).Seconds(), HoldSeconds: time.Duration(r.be.holdNs.Load()).Seconds()}
 		if st := r.state.Load(); st != nil {
 			rs.Up, rs.Reason, rs.Lag = st.up && !r.defaultsDiffer.Load(), st.reason, st.lag.Seconds()
 			if r.defaultsDiffer.Load() {
@@ -636,6 +642,9 @@ var (
 	dReplicaFallback = prometheus.NewDesc("holdfast_replica_fallbacks_total", "Reads routed to the replica that ran on the primary instead: it could not lend a connection, or its connection failed before answering.", []string{"replica"}, nil)
 	dReplicaConns    = prometheus.NewDesc("holdfast_replica_connections", "Backend connections open to the replica, by state.", []string{"replica", "state"}, nil)
 	dReplicaChanges  = prometheus.NewDesc("holdfast_replica_service_changes_total", "Replicas going into or out of service.", nil, nil)
+	dBackendBorrows  = prometheus.NewDesc("holdfast_backend_borrows_total", "Backend connections lent, by backend (primary, or a replica's address).", []string{"backend"}, nil)
+	dBackendWait     = prometheus.NewDesc("holdfast_backend_wait_seconds_total", "Time borrowers waited for a connection, by backend.", []string{"backend"}, nil)
+	dBackendHold     = prometheus.NewDesc("holdfast_backend_hold_seconds_total", "Time connections were held (finished holds), by backend.", []string{"backend"}, nil)
 )
 
 // ReplicaCollector exports the replicas' metrics (none without
@@ -645,17 +654,27 @@ func (s *Server) ReplicaCollector() prometheus.Collector { return replicaCollect
 type replicaCollector struct{ s *Server }
 
 func (c replicaCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dReplicaUp, dReplicaLag, dReplicaReads, dReplicaFallback, dReplicaConns, dReplicaChanges} {
+	for _, d := range []*prometheus.Desc{dReplicaUp, dReplicaLag, dReplicaReads, dReplicaFallback, dReplicaConns, dReplicaChanges,
+		dBackendBorrows, dBackendWait, dBackendHold} {
 		ch <- d
 	}
 }
 
 func (c replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	g := func(d *prometheus.Desc, t prometheus.ValueType, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, t, v, l...)
+	}
+	backend := func(be *backend, name string) {
+		g(dBackendBorrows, prometheus.CounterValue, float64(be.borrows.Load()), name)
+		g(dBackendWait, prometheus.CounterValue, time.Duration(be.waitNs.Load()).Seconds(), name)
+		g(dBackendHold, prometheus.CounterValue, time.Duration(be.holdNs.Load()).Seconds(), name)
+	}
+	backend(&c.s.primary, "primary")
 	if c.s.routing == nil {
 		return
 	}
-	g := func(d *prometheus.Desc, t prometheus.ValueType, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, t, v, l...)
+	for _, r := range c.s.routing.replicas {
+		backend(&r.be, r.be.addr)
 	}
 	for _, r := range c.s.Replicas() {
 		up := 0.0

@@ -120,6 +120,19 @@
     renderEngine(s);
     renderFleet(s);
     renderOverload(s);
+    renderReplicas(s);
+  }
+
+  // backend.replicas: how many get reads, each one's lag and reads.
+  function renderReplicas(s) {
+    const rs = s.replicas || [];
+    $("card-replicas").hidden = rs.length === 0;
+    if (rs.length === 0) return;
+    const up = rs.filter((r) => r.in_service).length;
+    $("replicas-state").textContent = up + " / " + rs.length + " in service";
+    $("card-replicas").className = "card " + (up === 0 ? "bad" : up < rs.length ? "warn" : "");
+    $("replicas-detail").textContent = rs.map((r) => r.address + ": " + (r.in_service ? "lag " + fmtSec(r.lag_seconds) : r.reason) +
+      ", " + r.reads_routed + " reads (" + r.reads_fell_back + " to the primary)").join(" · ");
   }
 
   // The overload classes' counts since start: borrows admitted, shed
@@ -137,11 +150,15 @@
   }
 
   function controlText(c) {
+    if (c.tag.startsWith("shape/")) {
+      return c.kind === "drain" ? "statements blocked (9007)" : "at most " + c.value + " statements running fleet-wide";
+    }
     switch (c.kind) {
       case "drain": return "drained" + (c.value > 0 ? " (grace " + fmtSec(c.value / 1000) + ")" : "");
       case "limit": return "at most " + c.value + " connections fleet-wide";
       case "max_txn": return "transactions at most " + fmtSec(c.value / 1000);
       case "class": return "class " + (["critical", "normal", "background"][c.value] || c.value);
+      case "route": return "reads: " + (["primary", "replica", "replica_stale_ok"][c.value] || c.value);
       default: return c.kind + " " + c.value;
     }
   }
