@@ -138,18 +138,7 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.setExec(nil, nil)
 	s.stmtEnd(tag, start, err != nil || rr.failed)
 	if err != nil {
-		if r := s.route; r != nil && isIOError(err) && !errors.Is(err, errClientGone) && s.cw.n == sent && !s.interrupted.Load() {
-			// A replica's connection failed before any byte of the answer
-			// reached the client: what was buffered of it is dropped and
-			// the read runs again on the primary (the one statement
-			// holdfast sends twice; it only reads).
-			s.w.drop()
-			s.w.seq = seq
-			s.srv.log.Warn("replica connection failed during a read; running it on the primary", "client", s.id, "replica", r.be.addr, "err", err)
-			s.srv.replicaDown(r, err)
-			r.fellBack.Add(1)
-			s.release(false)
-			s.route = nil
+		if s.rerunOnPrimary(err, sent, seq) {
 			return s.run(p, cmd, info, tag)
 		}
 		if s.beginFailed(err) {
@@ -158,6 +147,28 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 		return s.relayFailed(err, &rr, held)
 	}
 	s.afterStatement(bc, &rr, info, tag)
+	return true
+}
+
+// rerunOnPrimary decides, after a statement routed to a replica failed
+// with err, whether it runs again on the primary: the replica's
+// connection failed (I/O) before any byte of the answer reached the
+// client. Then what was buffered of the answer is dropped (the client's
+// sequence back to seq), the replica leaves service, its connection is
+// closed, and the session routes to the primary; the caller sends the
+// statement again (the one statement holdfast sends twice: it only reads).
+func (s *session) rerunOnPrimary(err error, sent int64, seq uint8) bool {
+	r := s.route
+	if r == nil || !isIOError(err) || errors.Is(err, errClientGone) || s.cw.n != sent || s.interrupted.Load() {
+		return false
+	}
+	s.w.drop()
+	s.w.seq = seq
+	s.srv.log.Warn("replica connection failed during a read; running it on the primary", "client", s.id, "replica", r.be.addr, "err", err)
+	s.srv.replicaDown(r, err)
+	r.fellBack.Add(1)
+	s.release(false)
+	s.route = nil
 	return true
 }
 

@@ -334,8 +334,8 @@ func TestReplicaLagging(t *testing.T) {
 }
 
 // KILL QUERY reaches a read running on a replica (it goes to the replica's
-// server, not the primary's), and CONNECTION_ID() and prepared statements
-// keep working beside routed reads (they stay on the primary).
+// server, not the primary's); CONNECTION_ID() keeps working beside routed
+// reads, and prepared reads are routed like typed ones.
 func TestReplicaKillAndPrimaryOnlyFeatures(t *testing.T) {
 	p := startPairProxy(t, map[string]string{"report": "replica_stale_ok"})
 	db := p.open(t)
@@ -371,8 +371,20 @@ func TestReplicaKillAndPrimaryOnlyFeatures(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("KILL QUERY did not end the read running on the replica")
 	}
-	var v int
-	if err := db.QueryRow("/* conn_tag:report */ SELECT v FROM t WHERE id = ?", 1).Scan(&v); err != nil || v != 10 {
-		t.Fatalf("a prepared read of a routed tag: %d %v", v, err)
+	// A prepared read of a routed tag goes to the replica too (prepared
+	// there on first use); a prepared write stays on the primary.
+	pr, rr := p.counted(t, func() {
+		for range 3 {
+			var v int
+			if err := db.QueryRow("/* conn_tag:report */ SELECT v FROM t WHERE id = ?", 1).Scan(&v); err != nil || v != 10 {
+				t.Fatalf("a prepared read of a routed tag: %d %v", v, err)
+			}
+		}
+	})
+	if pr != 0 || rr != 3 {
+		t.Fatalf("3 prepared reads of a replica_stale_ok tag: %d on the primary, %d on the replica; want 0 and 3", pr, rr)
+	}
+	if _, err := db.Exec("/* conn_tag:report */ UPDATE t SET v = ? WHERE id = 1", 10); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -379,7 +379,21 @@ func (s *session) stmtExecute(p []byte) bool {
 			return true
 		}
 	}
-	if flags == 0 && cs.longData == nil {
+	routed := false
+	if flags == 0 && cs.longData == nil && s.srv.routing != nil {
+		// A prepared read may go to a replica like a typed one; it is
+		// prepared there on first use, as on any connection.
+		if s.state.vars == nil && s.srv.primary.base.Load() != nil {
+			s.state.vars = s.initialVars()
+		}
+		if s.replicaRead(&cs.info) {
+			if r := s.routeRead(tag); r != nil {
+				s.route, routed = r, true
+				defer func() { s.route = nil }()
+			}
+		}
+	}
+	if flags == 0 && cs.longData == nil && !routed {
 		if cl, ok := s.pipelinable(&cs.info, len(p), tag); ok {
 			build := func(bc *backendConn) []byte {
 				bs, _ := bc.stmts.lru.Peek(cs.key)
@@ -401,11 +415,29 @@ func (s *session) stmtExecute(p []byte) bool {
 	s.setExec(bc, nil)
 	s.watch.arm()
 	s.reply.hideChange = statementScoped(&cs.info) && s.hidesStatementChange(&cs.info, []byte(cs.query))
+	sent, seq := s.cw.n, s.w.seq
 	rr, errPkt, err := s.executeOn(bc, cs, flags, iter, nullMap, values)
 	s.reply.hideChange = false
 	s.watch.disarm()
 	s.setExec(nil, nil)
 	s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
+	if err != nil && s.rerunOnPrimary(err, sent, seq) {
+		// As run does for a typed read: nothing of the replica's answer
+		// reached the client; the primary answers.
+		bc, serr = s.borrow(tag, plainSelect(&cs.info))
+		if serr != nil {
+			s.writeErr(serr)
+			return true
+		}
+		held = s.keepsBackend()
+		start = s.stmtStart(tag, cs.sql)
+		s.setExec(bc, nil)
+		s.watch.arm()
+		rr, errPkt, err = s.executeOn(bc, cs, flags, iter, nullMap, values)
+		s.watch.disarm()
+		s.setExec(nil, nil)
+		s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
+	}
 	cs.longData, cs.longSize = nil, 0
 	if err != nil {
 		if s.beginFailed(err) {
