@@ -100,16 +100,17 @@ func loadDashboard(t *testing.T) dashboard {
 	return d
 }
 
-// The rule groups: the tag and pool alerts, the engine's and fleet's, and
-// overload protection's.
+// The rule groups: the tag and pool alerts, the engine's and fleet's,
+// overload protection's, and the replicas'.
 const (
 	tagGroup      = "holdfast"
 	engineGroup   = "holdfast-engine"
 	overloadGroup = "holdfast-overload"
+	replicaGroup  = "holdfast-replicas"
 )
 
 // loadGroups returns the rule groups of AlertsFile by name, which must be
-// exactly tagGroup, engineGroup and overloadGroup.
+// exactly tagGroup, engineGroup, overloadGroup and replicaGroup.
 func loadGroups(t *testing.T) map[string][]rule {
 	t.Helper()
 	raw, err := Files.ReadFile(AlertsFile)
@@ -124,8 +125,8 @@ func loadGroups(t *testing.T) map[string][]rule {
 	for _, g := range f.Groups {
 		out[g.Name] = g.Rules
 	}
-	if len(f.Groups) != 3 || out[tagGroup] == nil || out[engineGroup] == nil || out[overloadGroup] == nil {
-		t.Fatalf("%s: want exactly the rule groups %s, %s and %s", AlertsFile, tagGroup, engineGroup, overloadGroup)
+	if len(f.Groups) != 4 || out[tagGroup] == nil || out[engineGroup] == nil || out[overloadGroup] == nil || out[replicaGroup] == nil {
+		t.Fatalf("%s: want exactly the rule groups %s, %s, %s and %s", AlertsFile, tagGroup, engineGroup, overloadGroup, replicaGroup)
 	}
 	return out
 }

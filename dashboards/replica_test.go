@@ -1,0 +1,96 @@
+package dashboards
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
+)
+
+// TestReplicaAlertRules: the replicas' alert against a real Prometheus
+// scraping a real holdfast in front of a private primary and replica. The
+// condition is false while the replica serves reads and true once it is
+// killed, Prometheus evaluates it without error, and the alert is pending
+// or firing with its annotations rendered.
+func TestReplicaAlertRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts MariaDB, Prometheus and holdfast")
+	}
+	rules := loadGroups(t)[replicaGroup]
+	for _, r := range rules {
+		if r.Alert != "HoldfastReplicaOutOfService" {
+			t.Errorf("alert %s: add it to this test", r.Alert)
+		}
+	}
+	primary, replica := dbtest.StartReplicaPair(t)
+	pdb := primary.Open("")
+	defer pdb.Close()
+	if _, err := pdb.Exec("CREATE DATABASE ra"); err != nil {
+		t.Fatal(err)
+	}
+	addr, admin := dbtest.FreeAddr(t), dbtest.FreeAddr(t)
+	path := filepath.Join(t.TempDir(), "holdfast.yaml")
+	dbtest.WriteHoldfastYAML(t, path, dbtest.HoldfastYAML{Listen: addr, Users: "  - name: app\n    password: app\n",
+		Backend: primary.Addr, Database: "ra", Admin: "  listen: " + admin + "\n",
+		BackendMore: "  replicas: [{address: " + replica.Addr + "}]\n",
+		Extra:       "routing:\n  check_interval: 50ms\nlog:\n  level: warn\n"})
+	startProcess(t, "holdfast ra", exec.Command(dbtest.Command(t, "./cmd/holdfast"), "serve", "-config", path))
+	prom := startPrometheusJobs(t, map[string]string{"holdfast": admin})
+	waitFor(t, "prometheus scraping the replica in service", 20*time.Second, func() error {
+		s, err := prom.query(`holdfast_replica_in_service == 1`, time.Time{})
+		if err == nil && len(s) == 0 {
+			err = fmt.Errorf("no data")
+		}
+		return err
+	})
+	for _, r := range rules {
+		if s := prom.mustQuery(t, r.Expr, time.Time{}); len(s) != 0 {
+			t.Fatalf("alert %s: condition true with the replica in service: %s", r.Alert, describeAll(s))
+		}
+	}
+	replica.Kill()
+	for _, r := range rules {
+		waitFor(t, "alert "+r.Alert+": condition true", 30*time.Second, func() error {
+			s, err := prom.query(r.Expr, time.Time{})
+			if err == nil && len(s) == 0 {
+				err = fmt.Errorf("no data")
+			}
+			if err == nil {
+				t.Logf("alert %s: condition true: %s", r.Alert, describeAll(s))
+			}
+			return err
+		})
+	}
+	waitFor(t, "the alert pending or firing", 10*time.Second, func() error {
+		rg, err := prom.rules()
+		if err != nil {
+			return err
+		}
+		for _, g := range rg.Groups {
+			if g.Name != replicaGroup {
+				continue
+			}
+			for _, rule := range g.Rules {
+				if rule.Health != "ok" || rule.LastError != "" {
+					return fmt.Errorf("alert %s: health %q, last error %q", rule.Name, rule.Health, rule.LastError)
+				}
+				if len(rule.Alerts) == 0 {
+					return fmt.Errorf("alert %s: condition true but no pending or firing alert", rule.Name)
+				}
+				for _, al := range rule.Alerts {
+					if text := al.Annotations["summary"] + al.Annotations["description"]; strings.Contains(text, "<no value>") {
+						return fmt.Errorf("alert %s: annotations do not render: %v", rule.Name, al.Annotations)
+					}
+				}
+				t.Logf("alert %s is %s: %s", rule.Name, rule.Alerts[0].State, rule.Alerts[0].Annotations["summary"])
+			}
+			return nil
+		}
+		return fmt.Errorf("group %s not loaded", replicaGroup)
+	})
+	checkMetricNamesOf(t, []string{admin}, rules)
+}
