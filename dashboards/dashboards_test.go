@@ -214,7 +214,7 @@ func TestAlertRulesShape(t *testing.T) {
 	t.Parallel()
 	groups := loadGroups(t)
 	names := map[string]bool{}
-	for _, r := range slices.Concat(groups[engineGroup], groups[overloadGroup]) {
+	for _, r := range slices.Concat(groups[engineGroup], groups[overloadGroup], groups[replicaGroup]) {
 		if r.Alert == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 			t.Errorf("engine rule %q: want an alert with a severity, a summary and a description", r.Alert+r.Record)
 		}
