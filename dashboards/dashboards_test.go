@@ -606,8 +606,8 @@ func checkRuleHealth(t *testing.T, prom prometheus, firing map[string]bool) {
 			tagRules = append(tagRules, i)
 		}
 	}
-	if len(r.Groups) != 3 || len(tagRules) != 1 {
-		t.Fatalf("prometheus loaded rule groups %+v, want %s, %s and %s", r.Groups, tagGroup, engineGroup, overloadGroup)
+	if len(r.Groups) != 4 || len(tagRules) != 1 {
+		t.Fatalf("prometheus loaded rule groups %+v, want %s, %s, %s and %s", r.Groups, tagGroup, engineGroup, overloadGroup, replicaGroup)
 	}
 	tags := []string{"fast_flow", "slow_flow", "batch_flow", "pin_flow"}
 	for _, rule := range r.Groups[tagRules[0]].Rules {
