@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
@@ -31,4 +33,28 @@ type backend struct {
 	// how long they were held (the per-tag split is the Recorder's).
 	borrows        atomic.Uint64
 	waitNs, holdNs atomic.Int64
+	// byTag splits a replica's leases by tag (tag name → *tagUse; the
+	// primary's split is the Recorder's). Tags are bounded by
+	// attribution.max_tags (the rest fold into other).
+	byTag sync.Map
+}
+
+// tagUse is one tag's leases of one backend.
+type tagUse struct {
+	borrows        atomic.Uint64
+	waitNs, holdNs atomic.Int64
+}
+
+// use returns the tag's counters on be (replicas only: nil for the
+// primary, or without a tag).
+func (be *backend) use(tag *attribution.Tag) *tagUse {
+	if be.addr == "" || tag == nil {
+		return nil
+	}
+	name := tag.Name()
+	if u, ok := be.byTag.Load(name); ok {
+		return u.(*tagUse)
+	}
+	u, _ := be.byTag.LoadOrStore(name, &tagUse{})
+	return u.(*tagUse)
 }

@@ -136,6 +136,10 @@ func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key
 	s.classWaited(cl, now.Sub(start))
 	be.borrows.Add(1)
 	be.waitNs.Add(int64(now.Sub(start)))
+	if u := be.use(tag); u != nil {
+		u.borrows.Add(1)
+		u.waitNs.Add(int64(now.Sub(start)))
+	}
 	*l = lease{bc: bc, tag: tag, gated: gated, classGated: classGated, start: now, longStmt: l.longStmt[:0]}
 	if bc.vars == nil {
 		bc.vars = s.baseVars()
@@ -244,6 +248,9 @@ func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID ui
 	}
 	if be := l.bc.be; be != nil {
 		be.holdNs.Add(int64(now.Sub(l.start)))
+		if u := be.use(tag); u != nil {
+			u.holdNs.Add(int64(now.Sub(l.start)))
+		}
 	}
 	if l.gated != "" {
 		s.gates.exit(l.gated)

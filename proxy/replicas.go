@@ -604,6 +604,16 @@ type ReplicaState struct {
 	Borrows     uint64  `json:"borrows"`
 	WaitSeconds float64 `json:"wait_seconds"`
 	HoldSeconds float64 `json:"hold_seconds"`
+	// Tags splits them by tag, most held first.
+	Tags []ReplicaTag `json:"tags"`
+}
+
+// ReplicaTag is one tag's leases of one replica.
+type ReplicaTag struct {
+	Tag         string  `json:"tag"`
+	Borrows     uint64  `json:"borrows"`
+	WaitSeconds float64 `json:"wait_seconds"`
+	HoldSeconds float64 `json:"hold_seconds"`
 }
 
 // Replicas lists the replicas and their state (none without
@@ -616,7 +626,23 @@ func (s *Server) Replicas() []ReplicaState {
 	for _, r := range s.routing.replicas {
 		ps := r.be.pool.Stats()
 		rs := ReplicaState{Address: r.be.addr, Routed: r.routed.Load(), FellBack: r.fellBack.Load(), Pool: ps, InUse: ps.InUse, Idle: ps.Idle,
-			Borrows: r.be.borrows.Load(), WaitSeconds: time.Duration(r.be.waitNs.Load()).Seconds(), HoldSeconds: time.Duration(r.be.holdNs.Load()).Seconds()}
+			Borrows: r.be.borrows.Load(), WaitSeconds: time.Duration(r.be.waitNs.Load()).Seconds(), HoldSeconds: time.Duration(r.be.holdNs.Load()).Seconds(),
+			Tags: []ReplicaTag{}}
+		r.be.byTag.Range(func(k, v any) bool {
+			u := v.(*tagUse)
+			rs.Tags = append(rs.Tags, ReplicaTag{Tag: k.(string), Borrows: u.borrows.Load(),
+				WaitSeconds: time.Duration(u.waitNs.Load()).Seconds(), HoldSeconds: time.Duration(u.holdNs.Load()).Seconds()})
+			return true
+		})
+		slices.SortFunc(rs.Tags, func(a, b ReplicaTag) int {
+			switch {
+			case a.HoldSeconds > b.HoldSeconds:
+				return -1
+			case a.HoldSeconds < b.HoldSeconds:
+				return 1
+			}
+			return strings.Compare(a.Tag, b.Tag)
+		})
 		if st := r.state.Load(); st != nil {
 			rs.Up, rs.Reason, rs.Lag = st.up && !r.defaultsDiffer.Load(), st.reason, st.lag.Seconds()
 			if r.defaultsDiffer.Load() {
@@ -645,6 +671,8 @@ var (
 	dBackendBorrows  = prometheus.NewDesc("holdfast_backend_borrows_total", "Backend connections lent, by backend (primary, or a replica's address).", []string{"backend"}, nil)
 	dBackendWait     = prometheus.NewDesc("holdfast_backend_wait_seconds_total", "Time borrowers waited for a connection, by backend.", []string{"backend"}, nil)
 	dBackendHold     = prometheus.NewDesc("holdfast_backend_hold_seconds_total", "Time connections were held (finished holds), by backend.", []string{"backend"}, nil)
+	dReplicaTagHold  = prometheus.NewDesc("holdfast_replica_tag_hold_seconds_total", "Time a tag held a replica's connections (finished holds).", []string{"replica", "tag"}, nil)
+	dReplicaTagWait  = prometheus.NewDesc("holdfast_replica_tag_wait_seconds_total", "Time a tag's borrowers waited for a replica's connection.", []string{"replica", "tag"}, nil)
 )
 
 // ReplicaCollector exports the replicas' metrics (none without
@@ -655,7 +683,7 @@ type replicaCollector struct{ s *Server }
 
 func (c replicaCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dReplicaUp, dReplicaLag, dReplicaReads, dReplicaFallback, dReplicaConns, dReplicaChanges,
-		dBackendBorrows, dBackendWait, dBackendHold} {
+		dBackendBorrows, dBackendWait, dBackendHold, dReplicaTagHold, dReplicaTagWait} {
 		ch <- d
 	}
 }
@@ -675,6 +703,12 @@ func (c replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, r := range c.s.routing.replicas {
 		backend(&r.be, r.be.addr)
+		r.be.byTag.Range(func(k, v any) bool {
+			u := v.(*tagUse)
+			g(dReplicaTagHold, prometheus.CounterValue, time.Duration(u.holdNs.Load()).Seconds(), r.be.addr, k.(string))
+			g(dReplicaTagWait, prometheus.CounterValue, time.Duration(u.waitNs.Load()).Seconds(), r.be.addr, k.(string))
+			return true
+		})
 	}
 	for _, r := range c.s.Replicas() {
 		up := 0.0

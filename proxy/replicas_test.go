@@ -154,8 +154,12 @@ func TestReplicaRoutesByPolicy(t *testing.T) {
 	if err := p.pdb.QueryRow("SELECT v FROM rt.t WHERE id = 1").Scan(&v); err != nil || v != 11 {
 		t.Fatalf("the transaction's write on the primary: %d %v", v, err)
 	}
-	if rs := p.srv.Replicas(); rs[0].Routed != 21 || !rs[0].Up || rs[0].FellBack != 0 || rs[0].Borrows != 21 || rs[0].HoldSeconds <= 0 {
+	rs := p.srv.Replicas()
+	if rs[0].Routed != 21 || !rs[0].Up || rs[0].FellBack != 0 || rs[0].Borrows != 21 || rs[0].HoldSeconds <= 0 {
 		t.Errorf("replica state %+v, want 21 reads routed and borrowed, none fallen back, hold time, in service", rs[0])
+	}
+	if tags := rs[0].Tags; len(tags) != 1 || tags[0].Tag != "report_x" || tags[0].Borrows != 21 || tags[0].HoldSeconds <= 0 {
+		t.Errorf("the replica's leases by tag: %+v, want report_x's 21 with their hold", tags)
 	}
 }
 

@@ -132,7 +132,8 @@
     $("replicas-state").textContent = up + " / " + rs.length + " in service";
     $("card-replicas").className = "card " + (up === 0 ? "bad" : up < rs.length ? "warn" : "");
     $("replicas-detail").textContent = rs.map((r) => r.address + ": " + (r.in_service ? "lag " + fmtSec(r.lag_seconds) : r.reason) +
-      ", " + r.reads_routed + " reads (" + r.reads_fell_back + " to the primary)").join(" · ");
+      ", " + r.reads_routed + " reads (" + r.reads_fell_back + " to the primary)" +
+      ((r.tags || []).length ? ", held most by " + r.tags.slice(0, 3).map((t) => t.tag + " " + fmtSec(t.hold_seconds)).join(", ") : "")).join(" · ");
   }
 
   // The overload classes' counts since start: borrows admitted, shed
