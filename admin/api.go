@@ -396,109 +396,96 @@ func (a *Admin) setMaxTxn(w http.ResponseWriter, r *http.Request, tag string, d 
 	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "max_transaction_seconds": a.inForce(tag).MaxTransactionTime.Seconds(), "scope": scope})
 }
 
-// apiClass puts a tag, or the tags matching a pattern (* for any run of
-// characters), in an overload class: PUT /api/tags/{tag}/class?class=critical.
-func (a *Admin) apiClass(w http.ResponseWriter, r *http.Request) {
-	pat, ok := patternParam(w, r)
-	if !ok {
-		return
-	}
-	name := r.URL.Query().Get("class")
-	v, ok := fleet.ClassValue(name)
-	if !ok {
-		writeError(w, http.StatusBadRequest, "class: want critical, normal or background, got %q", name)
-		return
-	}
-	a.setClass(w, r, pat, name, v)
+// Controls on a tag or a pattern of tags (* for any run of characters):
+// an overload class and a routing policy. Both are set and lifted alike.
+type patternControl struct {
+	kind  fleet.Kind
+	param string // the query parameter naming the value: "class", "policy"
+	word  string // the answer's and the log's word: "class", "route"
+	want  string // the values, for a refusal
+	value func(name string) (int64, bool)
+	// setLocal sets the value on this instance ("" lifts it); a refusal
+	// is answered with status.
+	setLocal func(pattern, name string) error
+	status   int
+	hereNow  func(tag string) string // what holds for tag here now
 }
+
+func (a *Admin) classControl() patternControl {
+	return patternControl{kind: fleet.KindClass, param: "class", word: "class", want: "critical, normal or background",
+		value: fleet.ClassValue, setLocal: a.srv.SetTagClass, status: http.StatusBadRequest, hereNow: a.srv.ClassOf}
+}
+
+func (a *Admin) routeControl() patternControl {
+	return patternControl{kind: fleet.KindRoute, param: "policy", word: "route", want: "primary, replica or replica_stale_ok",
+		value: fleet.RouteValue, setLocal: a.srv.SetTagRoute, status: http.StatusConflict, hereNow: a.srv.RouteOf}
+}
+
+// apiClass puts a tag, or the tags matching a pattern, in an overload
+// class: PUT /api/tags/{tag}/class?class=critical.
+func (a *Admin) apiClass(w http.ResponseWriter, r *http.Request) { a.setPatternFrom(w, r, a.classControl()) }
 
 func (a *Admin) apiUnclass(w http.ResponseWriter, r *http.Request) {
 	if pat, ok := patternParam(w, r); ok {
-		a.setClass(w, r, pat, "", -1)
+		a.setPattern(w, r, a.classControl(), pat, "", -1)
 	}
-}
-
-func (a *Admin) setClass(w http.ResponseWriter, r *http.Request, pat, name string, v int64) {
-	fleetWide, scope, exp, ok := a.scopeFor(w, r)
-	if !ok {
-		return
-	}
-	switch {
-	case fleetWide && v < 0:
-		if _, ok := a.removeFleet(w, r, pat, fleet.KindClass); !ok {
-			return
-		}
-	case fleetWide:
-		if !a.setFleet(w, r, fleet.Control{Tag: pat, Kind: fleet.KindClass, Value: v, Reason: r.URL.Query().Get("reason")}, exp) {
-			return
-		}
-	default:
-		if err := a.srv.SetTagClass(pat, name); err != nil {
-			writeError(w, http.StatusBadRequest, "%v", err)
-			return
-		}
-	}
-	if v < 0 {
-		a.o.Log.Warn("admin: tag class lifted", "tag", pat, "scope", scope, "remote", r.RemoteAddr)
-	} else {
-		a.o.Log.Warn("admin: tag class set", "tag", pat, "class", name, "scope", scope, "remote", r.RemoteAddr)
-	}
-	// What was asked, and what holds here now (a local class loses to a
-	// fleet class; a fleet change was read back before this answer).
-	writeJSON(w, http.StatusOK, map[string]any{"tag": pat, "class": name, "class_here_now": a.srv.ClassOf(pat), "scope": scope})
 }
 
 // apiRoute gives a tag, or the tags matching a pattern, a routing policy
 // for reads on replicas: PUT /api/tags/{tag}/route?policy=replica.
-func (a *Admin) apiRoute(w http.ResponseWriter, r *http.Request) {
+func (a *Admin) apiRoute(w http.ResponseWriter, r *http.Request) { a.setPatternFrom(w, r, a.routeControl()) }
+
+func (a *Admin) apiUnroute(w http.ResponseWriter, r *http.Request) {
+	if pat, ok := patternParam(w, r); ok {
+		a.setPattern(w, r, a.routeControl(), pat, "", -1)
+	}
+}
+
+// setPatternFrom reads the pattern and the value of a PUT and sets it.
+func (a *Admin) setPatternFrom(w http.ResponseWriter, r *http.Request, pc patternControl) {
 	pat, ok := patternParam(w, r)
 	if !ok {
 		return
 	}
-	name := r.URL.Query().Get("policy")
-	v, ok := fleet.RouteValue(name)
+	name := r.URL.Query().Get(pc.param)
+	v, ok := pc.value(name)
 	if !ok {
-		writeError(w, http.StatusBadRequest, "policy: want primary, replica or replica_stale_ok, got %q", name)
+		writeError(w, http.StatusBadRequest, "%s: want %s, got %q", pc.param, pc.want, name)
 		return
 	}
-	a.setRoute(w, r, pat, name, v)
+	a.setPattern(w, r, pc, pat, name, v)
 }
 
-func (a *Admin) apiUnroute(w http.ResponseWriter, r *http.Request) {
-	if pat, ok := patternParam(w, r); ok {
-		a.setRoute(w, r, pat, "", -1)
-	}
-}
-
-func (a *Admin) setRoute(w http.ResponseWriter, r *http.Request, pat, name string, v int64) {
+// setPattern sets (v >= 0) or lifts (v < 0) a pattern control, for the
+// fleet or this instance.
+func (a *Admin) setPattern(w http.ResponseWriter, r *http.Request, pc patternControl, pat, name string, v int64) {
 	fleetWide, scope, exp, ok := a.scopeFor(w, r)
 	if !ok {
 		return
 	}
 	switch {
 	case fleetWide && v < 0:
-		if _, ok := a.removeFleet(w, r, pat, fleet.KindRoute); !ok {
+		if _, ok := a.removeFleet(w, r, pat, pc.kind); !ok {
 			return
 		}
 	case fleetWide:
-		if !a.setFleet(w, r, fleet.Control{Tag: pat, Kind: fleet.KindRoute, Value: v, Reason: r.URL.Query().Get("reason")}, exp) {
+		if !a.setFleet(w, r, fleet.Control{Tag: pat, Kind: pc.kind, Value: v, Reason: r.URL.Query().Get("reason")}, exp) {
 			return
 		}
 	default:
-		if err := a.srv.SetTagRoute(pat, name); err != nil {
-			writeError(w, http.StatusConflict, "%v (nothing changed)", err)
+		if err := pc.setLocal(pat, name); err != nil {
+			writeError(w, pc.status, "%v (nothing changed)", err)
 			return
 		}
 	}
 	if v < 0 {
-		a.o.Log.Warn("admin: tag route lifted", "tag", pat, "scope", scope, "remote", r.RemoteAddr)
+		a.o.Log.Warn("admin: tag "+pc.word+" lifted", "tag", pat, "scope", scope, "remote", r.RemoteAddr)
 	} else {
-		a.o.Log.Warn("admin: tag route set", "tag", pat, "policy", name, "scope", scope, "remote", r.RemoteAddr)
+		a.o.Log.Warn("admin: tag "+pc.word+" set", "tag", pat, pc.word, name, "scope", scope, "remote", r.RemoteAddr)
 	}
-	// What was asked, and what holds here now (a local route loses to a
-	// fleet route; an instance without replicas routes everything to the
-	// primary).
-	writeJSON(w, http.StatusOK, map[string]any{"tag": pat, "route": name, "route_here_now": a.srv.RouteOf(pat), "scope": scope})
+	// What was asked, and what holds here now (a local value loses to the
+	// fleet's; a fleet change was read back before this answer).
+	writeJSON(w, http.StatusOK, map[string]any{"tag": pat, pc.word: name, pc.word + "_here_now": pc.hereNow(pat), "scope": scope})
 }
 
 // patternParam is tagParam for a tag pattern: a tag in which * stands for

@@ -82,13 +82,21 @@ func TestOverloadAlertRules(t *testing.T) {
 			return err
 		})
 	}
-	waitFor(t, "both alerts pending or firing", 10*time.Second, func() error {
+	waitAlertsPending(t, prom, overloadGroup)
+	checkMetricNamesOf(t, []string{h.admin}, rules)
+}
+
+// waitAlertsPending waits until every rule of group is healthy and has a
+// pending or firing alert whose annotations render.
+func waitAlertsPending(t *testing.T, prom prometheus, group string) {
+	t.Helper()
+	waitFor(t, "the alerts of "+group+" pending or firing", 10*time.Second, func() error {
 		rg, err := prom.rules()
 		if err != nil {
 			return err
 		}
 		for _, g := range rg.Groups {
-			if g.Name != overloadGroup {
+			if g.Name != group {
 				continue
 			}
 			for _, rule := range g.Rules {
@@ -107,7 +115,6 @@ func TestOverloadAlertRules(t *testing.T) {
 			}
 			return nil
 		}
-		return fmt.Errorf("group %s not loaded", overloadGroup)
+		return fmt.Errorf("group %s not loaded", group)
 	})
-	checkMetricNamesOf(t, []string{h.admin}, rules)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -65,32 +64,6 @@ func TestReplicaAlertRules(t *testing.T) {
 			return err
 		})
 	}
-	waitFor(t, "the alert pending or firing", 10*time.Second, func() error {
-		rg, err := prom.rules()
-		if err != nil {
-			return err
-		}
-		for _, g := range rg.Groups {
-			if g.Name != replicaGroup {
-				continue
-			}
-			for _, rule := range g.Rules {
-				if rule.Health != "ok" || rule.LastError != "" {
-					return fmt.Errorf("alert %s: health %q, last error %q", rule.Name, rule.Health, rule.LastError)
-				}
-				if len(rule.Alerts) == 0 {
-					return fmt.Errorf("alert %s: condition true but no pending or firing alert", rule.Name)
-				}
-				for _, al := range rule.Alerts {
-					if text := al.Annotations["summary"] + al.Annotations["description"]; strings.Contains(text, "<no value>") {
-						return fmt.Errorf("alert %s: annotations do not render: %v", rule.Name, al.Annotations)
-					}
-				}
-				t.Logf("alert %s is %s: %s", rule.Name, rule.Alerts[0].State, rule.Alerts[0].Annotations["summary"])
-			}
-			return nil
-		}
-		return fmt.Errorf("group %s not loaded", replicaGroup)
-	})
+	waitAlertsPending(t, prom, replicaGroup)
 	checkMetricNamesOf(t, []string{admin}, rules)
 }

@@ -625,37 +625,18 @@ func TestFleetRoutes(t *testing.T) {
 	if _, err := pdb.Exec("CREATE DATABASE rt; CREATE TABLE rt.t (id INT PRIMARY KEY, v INT); INSERT INTO rt.t VALUES (1, 10)"); err != nil {
 		t.Fatal(err)
 	}
-	bin := binary(t)
 	var ms []*fleetMember
 	for i := range 2 {
-		p := &process{addr: dbtest.FreeAddr(t), db: "rt", config: filepath.Join(t.TempDir(), "holdfast.yaml"),
-			out: &dbtest.SyncBuffer{}, exited: make(chan error, 1)}
-		admin := dbtest.FreeAddr(t)
-		dbtest.WriteHoldfastYAML(t, p.config, dbtest.HoldfastYAML{Listen: p.addr, Users: appUser, Backend: primary.Addr, Database: "rt",
-			BackendMore: "  replicas: [{address: " + replica.Addr + "}]\n",
-			Admin:       "  listen: " + admin + "\n", Extra: "routing:\n  check_interval: 50ms\n"})
-		if i == 0 {
-			p.migrate(t, bin)
-		}
-		p.serve(t, bin)
-		ms = append(ms, &fleetMember{process: p, admin: "http://" + admin, bin: bin})
-	}
-	comSelect := func(db *sql.DB) int {
-		var name string
-		var n int
-		if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Com_select'").Scan(&name, &n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		ms = append(ms, startOnPair(t, primary.Addr, "rt", "  replicas: [{address: "+replica.Addr+"}]\n", "routing:\n  check_interval: 50ms\n", i == 0))
 	}
 	client := ms[1].client(t)
 	onReplica := func() bool {
-		before := comSelect(rdb)
+		before := comSelect(t, rdb)
 		var v int
 		if err := client.QueryRow("/* conn_tag:report */ SELECT v FROM t WHERE id = 1").Scan(&v); err != nil || v != 10 {
 			t.Fatalf("read: %d %v", v, err)
 		}
-		return comSelect(rdb) > before
+		return comSelect(t, rdb) > before
 	}
 	if onReplica() {
 		t.Fatal("a read of tag report went to the replica before any route was set")
