@@ -423,7 +423,9 @@ func (a *Admin) routeControl() patternControl {
 
 // apiClass puts a tag, or the tags matching a pattern, in an overload
 // class: PUT /api/tags/{tag}/class?class=critical.
-func (a *Admin) apiClass(w http.ResponseWriter, r *http.Request) { a.setPatternFrom(w, r, a.classControl()) }
+func (a *Admin) apiClass(w http.ResponseWriter, r *http.Request) {
+	a.setPatternFrom(w, r, a.classControl())
+}
 
 func (a *Admin) apiUnclass(w http.ResponseWriter, r *http.Request) {
 	if pat, ok := patternParam(w, r); ok {
@@ -433,7 +435,9 @@ func (a *Admin) apiUnclass(w http.ResponseWriter, r *http.Request) {
 
 // apiRoute gives a tag, or the tags matching a pattern, a routing policy
 // for reads on replicas: PUT /api/tags/{tag}/route?policy=replica.
-func (a *Admin) apiRoute(w http.ResponseWriter, r *http.Request) { a.setPatternFrom(w, r, a.routeControl()) }
+func (a *Admin) apiRoute(w http.ResponseWriter, r *http.Request) {
+	a.setPatternFrom(w, r, a.routeControl())
+}
 
 func (a *Admin) apiUnroute(w http.ResponseWriter, r *http.Request) {
 	if pat, ok := patternParam(w, r); ok {
