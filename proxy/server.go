@@ -439,6 +439,18 @@ func (s *Server) warm() error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.config().Backend.DialTimeout)
 	defer cancel()
 	bc, err := s.pool.Acquire(ctx, 0)
+	if err != nil && !errors.Is(err, errBackendSetting) {
+		// The pool reports its last dial's error, which may be a transient
+		// one (a timeout on a loaded machine) that came after a setting's:
+		// one dial of its own tells which it is.
+		dctx, dcancel := context.WithTimeout(s.ctx, s.config().Backend.DialTimeout)
+		if c, derr := dialBackend(dctx, s.backendSettings(), 0); errors.Is(derr, errBackendSetting) {
+			err = derr
+		} else if derr == nil {
+			c.close()
+		}
+		dcancel()
+	}
 	if errors.Is(err, errBackendSetting) {
 		return fmt.Errorf("proxy: cannot connect to the backend %s: %w", s.config().Backend.Address, err)
 	}
