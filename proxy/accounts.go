@@ -145,7 +145,17 @@ func (s *Server) applyLimits() error {
 	defer s.limitsMu.Unlock()
 	l := limitsFrom(s.config().Pool)
 	l.Keys = s.accts.keyLimits()
-	return s.pool.SetLimits(l)
+	if err := s.pool.SetLimits(l); err != nil {
+		return err
+	}
+	if s.routing != nil {
+		for _, r := range s.routing.replicas {
+			if err := r.be.pool.SetLimits(replicaLimits(s.config().Pool, r.max)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // dialSettings is how to open a connection of key v: as v's account.

@@ -73,6 +73,7 @@ func parsePolicy(s string) policy {
 type replica struct {
 	be     backend
 	weight int
+	max    int // backend.replicas[].max (0: pool.max)
 	state  atomic.Pointer[replicaState] // nil until first checked: no reads
 	// Reads routed to it, and reads that fell back to the primary after
 	// its connection failed before answering.
@@ -141,12 +142,8 @@ func (s *Server) newRouting(cfg config.Config) (*routing, error) {
 			return nil, fmt.Errorf("proxy: replica %s: %w", rc.Address, err)
 		}
 		r.be.tls = &bt
-		lim := limitsFrom(cfg.Pool)
-		lim.Min = 0
-		if rc.Max > 0 {
-			lim.Max = rc.Max
-		}
-		lim.MaxIdle = min(lim.MaxIdle, lim.Max)
+		r.max = rc.Max
+		lim := replicaLimits(cfg.Pool, rc.Max)
 		p, err := pool.New(pool.Options[variant, *backendConn]{
 			Dial: func(ctx context.Context, v variant) (*backendConn, error) {
 				bs, err := s.dialSettings(v)
@@ -273,6 +270,18 @@ func (s *Server) RouteOf(tag string) string {
 		return "primary"
 	}
 	return policyNames[s.routing.policyOf(tag)]
+}
+
+// replicaLimits is a replica pool's limits: the pool's settings, opened
+// only on demand (no minimum), capped at its own max when set.
+func replicaLimits(p config.Pool, max int) pool.Limits[variant] {
+	lim := limitsFrom(p)
+	lim.Min = 0
+	if max > 0 {
+		lim.Max = max
+	}
+	lim.MaxIdle = min(lim.MaxIdle, lim.Max)
+	return lim
 }
 
 // policyOf is the routing policy of the tags named key.

@@ -392,3 +392,20 @@ func TestReplicaKillAndPrimaryOnlyFeatures(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A reload's pool limits reach the replicas' pools too (a replica without
+// its own max follows pool.max).
+func TestReplicaPoolFollowsReload(t *testing.T) {
+	p := startPairProxy(t, map[string]string{"report": "replica_stale_ok"})
+	if got := p.srv.Replicas()[0].Pool.Max; got != 4 {
+		t.Fatalf("the replica's pool max is %d, want pool.max 4", got)
+	}
+	cfg := p.cfg
+	cfg.Pool.Max = 7
+	if err := p.srv.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.srv.Replicas()[0].Pool.Max; got != 7 {
+		t.Fatalf("after a reload to pool.max 7 the replica's pool max is %d", got)
+	}
+}
