@@ -73,7 +73,7 @@ func parsePolicy(s string) policy {
 type replica struct {
 	be     backend
 	weight int
-	max    int // backend.replicas[].max (0: pool.max)
+	max    int                          // backend.replicas[].max (0: pool.max)
 	state  atomic.Pointer[replicaState] // nil until first checked: no reads
 	// Reads routed to it, and reads that fell back to the primary after
 	// its connection failed before answering.
