@@ -510,30 +510,40 @@ func (a *Admin) apiUnlimit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) setLimit(w http.ResponseWriter, r *http.Request, tag string, n int, reason string) {
+	a.setCap(w, r, tag, n, reason, capped{field: "tag", name: tag, noun: "tag connection limit"})
+}
+
+// capped names what a cap is on, in its answer and log: a tag, or a
+// statement shape (whose control key is not its name).
+type capped struct{ field, name, noun string }
+
+// setCap sets (n > 0) or lifts a cap on the control key key, for the fleet
+// or this instance, and answers what holds here now.
+func (a *Admin) setCap(w http.ResponseWriter, r *http.Request, key string, n int, reason string, c capped) {
 	fleetWide, scope, exp, ok := a.scopeFor(w, r)
 	if !ok {
 		return
 	}
 	switch {
 	case fleetWide && n == 0:
-		if _, ok := a.removeFleet(w, r, tag, fleet.KindLimit); !ok {
+		if _, ok := a.removeFleet(w, r, key, fleet.KindLimit); !ok {
 			return
 		}
 	case fleetWide:
-		if !a.setFleet(w, r, fleet.Control{Tag: tag, Kind: fleet.KindLimit, Value: int64(n), Reason: reason}, exp) {
+		if !a.setFleet(w, r, fleet.Control{Tag: key, Kind: fleet.KindLimit, Value: int64(n), Reason: reason}, exp) {
 			return
 		}
 	default:
-		a.srv.LimitTag(tag, n)
-		a.limits.set(tag, n, reason)
+		a.srv.LimitTag(key, n)
+		a.limits.set(key, n, reason)
 	}
 	if n == 0 {
-		a.o.Log.Warn("admin: tag connection limit lifted", "tag", tag, "scope", scope, "remote", r.RemoteAddr)
+		a.o.Log.Warn("admin: "+c.noun+" lifted", c.field, c.name, "scope", scope, "remote", r.RemoteAddr)
 	} else {
-		a.o.Log.Warn("admin: tag connection limit set", "tag", tag, "max", n, "reason", reason, "scope", scope, "remote", r.RemoteAddr)
+		a.o.Log.Warn("admin: "+c.noun+" set", c.field, c.name, "max", n, "reason", reason, "scope", scope, "remote", r.RemoteAddr)
 	}
-	ans := map[string]any{"tag": tag, "limit": n, "scope": scope}
-	if g := a.inForce(tag); g.Limited {
+	ans := map[string]any{c.field: c.name, "limit": n, "scope": scope}
+	if g := a.inForce(key); g.Limited {
 		ans["in_force_here"] = g.Limit // this instance's share of a fleet-wide cap, or its own limit
 	}
 	writeJSON(w, http.StatusOK, ans)

@@ -92,34 +92,7 @@ func (a *Admin) apiShapeUnlimit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Admin) setShapeLimit(w http.ResponseWriter, r *http.Request, key, shape string, n int) {
-	reason := r.URL.Query().Get("reason")
-	fleetWide, scope, exp, ok := a.scopeFor(w, r)
-	if !ok {
-		return
-	}
-	switch {
-	case fleetWide && n == 0:
-		if _, ok := a.removeFleet(w, r, key, fleet.KindLimit); !ok {
-			return
-		}
-	case fleetWide:
-		if !a.setFleet(w, r, fleet.Control{Tag: key, Kind: fleet.KindLimit, Value: int64(n), Reason: reason}, exp) {
-			return
-		}
-	default:
-		a.srv.LimitTag(key, n)
-		a.limits.set(key, n, reason)
-	}
-	if n == 0 {
-		a.o.Log.Warn("admin: statement shape cap lifted", "shape", shape, "scope", scope, "remote", r.RemoteAddr)
-	} else {
-		a.o.Log.Warn("admin: statement shape capped", "shape", shape, "max", n, "reason", reason, "scope", scope, "remote", r.RemoteAddr)
-	}
-	ans := map[string]any{"shape": shape, "limit": n, "scope": scope}
-	if g := a.inForce(key); g.Limited {
-		ans["in_force_here"] = g.Limit // this instance's share of a fleet-wide cap, or its own
-	}
-	writeJSON(w, http.StatusOK, ans)
+	a.setCap(w, r, key, n, r.URL.Query().Get("reason"), capped{field: "shape", name: shape, noun: "statement shape cap"})
 }
 
 // shapeJSON is one statement shape: the statements of it held now, and

@@ -60,7 +60,6 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 		err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, s.srv.classOf(key), s.state.variant, leaseState{}, &r.be)
 		switch {
 		case err == nil:
-			r.routed.Add(1)
 		case errors.Is(err, errTagDrained), errors.Is(err, errTagLimit), errors.Is(err, errShed):
 			return nil, leaseErr(err)
 		case errors.Is(err, pool.ErrBackendDown):

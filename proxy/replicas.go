@@ -75,19 +75,19 @@ type replica struct {
 	weight int
 	max    int                          // backend.replicas[].max (0: pool.max)
 	state  atomic.Pointer[replicaState] // nil until first checked: no reads
-	// Reads routed to it, and reads that fell back to the primary after
-	// its connection failed before answering.
-	routed, fellBack atomic.Uint64
-	defaultsDiffer   atomic.Bool // its session defaults are not the primary's
+	// Reads routed to it that ran on the primary after all (it could not
+	// lend a connection, or its connection failed before answering); the
+	// reads it served are its backend's borrows.
+	fellBack       atomic.Uint64
+	defaultsDiffer atomic.Bool // its session defaults are not the primary's
 }
 
 // replicaState is what the last check found.
 type replicaState struct {
-	up      bool
-	reason  string  // why not up
-	pos     gtidPos // applied
-	lag     time.Duration
-	checked time.Time
+	up     bool
+	reason string  // why not up
+	pos    gtidPos // applied
+	lag    time.Duration
 }
 
 // routing is the replicas and what they are checked against.
@@ -488,7 +488,7 @@ func (s *Server) checkReplicas(conns []*backendConn) {
 		rt.mu.Unlock()
 	}
 	for i, r := range rt.replicas {
-		st := &replicaState{checked: now}
+		st := &replicaState{}
 		pos, err := s.position(&conns[i+1], &r.be, "gtid_slave_pos")
 		switch {
 		case err != nil:
@@ -542,7 +542,7 @@ func (rt *routing) lagOf(pos gtidPos, now time.Time) (lag time.Duration, known b
 // replicaDown takes r out of service after its connection failed during a
 // statement, until the next check finds it well.
 func (s *Server) replicaDown(r *replica, err error) {
-	st := &replicaState{reason: "a connection failed: " + err.Error(), checked: time.Now()}
+	st := &replicaState{reason: "a connection failed: " + err.Error()}
 	if prev := r.state.Swap(st); prev != nil && prev.up {
 		s.routing.changes.Add(1)
 		s.log.Warn("replica out of service: its reads go to the primary", "replica", r.be.addr, "reason", st.reason)
@@ -634,7 +634,7 @@ func (s *Server) Replicas() []ReplicaState {
 	out := make([]ReplicaState, 0, len(s.routing.replicas))
 	for _, r := range s.routing.replicas {
 		ps := r.be.pool.Stats()
-		rs := ReplicaState{Address: r.be.addr, Routed: r.routed.Load(), FellBack: r.fellBack.Load(), Pool: ps, InUse: ps.InUse, Idle: ps.Idle,
+		rs := ReplicaState{Address: r.be.addr, Routed: r.be.borrows.Load(), FellBack: r.fellBack.Load(), Pool: ps, InUse: ps.InUse, Idle: ps.Idle,
 			Borrows: r.be.borrows.Load(), WaitSeconds: time.Duration(r.be.waitNs.Load()).Seconds(), HoldSeconds: time.Duration(r.be.holdNs.Load()).Seconds(),
 			Tags: []ReplicaTag{}}
 		r.be.byTag.Range(func(k, v any) bool {

@@ -71,25 +71,19 @@ func startPairProxy(t *testing.T, policies map[string]string) *pairProxy {
 // caughtUp waits until the replica has applied the primary's position.
 func caughtUp(t *testing.T, pdb, rdb *sql.DB) {
 	t.Helper()
-	var pos string
-	if err := pdb.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	if err := dbtest.CaughtUp(t.Context(), pdb, rdb, 20*time.Second); err != nil {
 		t.Fatal(err)
-	}
-	var r int
-	if err := rdb.QueryRow("SELECT MASTER_GTID_WAIT(?, 20)", pos).Scan(&r); err != nil || r != 0 {
-		t.Fatalf("the replica did not reach %s: %d %v", pos, r, err)
 	}
 }
 
 // comSelect reads a server's Com_select.
 func comSelect(t *testing.T, db *sql.DB) int {
 	t.Helper()
-	var name string
-	var n int
-	if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Com_select'").Scan(&name, &n); err != nil {
+	n, err := dbtest.GlobalStatus(t.Context(), db, "Com_select")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return int(n)
 }
 
 // counted runs f and returns how many SELECTs each server ran meanwhile

@@ -405,38 +405,36 @@ func (s *session) stmtExecute(p []byte) bool {
 			}
 		}
 	}
-	bc, serr := s.borrow(tag, plainSelect(&cs.info))
-	if serr != nil {
-		s.writeErr(serr)
-		return true
-	}
-	held := s.keepsBackend()
-	start := s.stmtStart(tag, cs.sql)
-	s.setExec(bc, nil)
-	s.watch.arm()
-	s.reply.hideChange = statementScoped(&cs.info) && s.hidesStatementChange(&cs.info, []byte(cs.query))
-	sent, seq := s.cw.n, s.w.seq
-	rr, errPkt, err := s.executeOn(bc, cs, flags, iter, nullMap, values)
-	s.reply.hideChange = false
-	s.watch.disarm()
-	s.setExec(nil, nil)
-	s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
-	if err != nil && s.rerunOnPrimary(err, sent, seq) {
-		// As run does for a typed read: nothing of the replica's answer
-		// reached the client; the primary answers.
-		bc, serr = s.borrow(tag, plainSelect(&cs.info))
-		if serr != nil {
+	var (
+		bc     *backendConn
+		held   bool
+		rr     relayResult
+		errPkt []byte
+		err    error
+	)
+	// Once more on the primary when a replica's connection failed before
+	// any byte of its answer reached the client (rerunOnPrimary, as run
+	// does for a typed read).
+	for {
+		var serr *sqlError
+		if bc, serr = s.borrow(tag, plainSelect(&cs.info)); serr != nil {
 			s.writeErr(serr)
 			return true
 		}
 		held = s.keepsBackend()
-		start = s.stmtStart(tag, cs.sql)
+		start := s.stmtStart(tag, cs.sql)
 		s.setExec(bc, nil)
 		s.watch.arm()
+		s.reply.hideChange = statementScoped(&cs.info) && s.hidesStatementChange(&cs.info, []byte(cs.query))
+		sent, seq := s.cw.n, s.w.seq
 		rr, errPkt, err = s.executeOn(bc, cs, flags, iter, nullMap, values)
+		s.reply.hideChange = false
 		s.watch.disarm()
 		s.setExec(nil, nil)
 		s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
+		if err == nil || !s.rerunOnPrimary(err, sent, seq) {
+			break
+		}
 	}
 	cs.longData, cs.longSize = nil, 0
 	if err != nil {

@@ -58,10 +58,9 @@ func startOnPair(t *testing.T, primary, db, backendMore, extra string, migrate b
 // comSelect reads a server's Com_select.
 func comSelect(t *testing.T, db *sql.DB) int {
 	t.Helper()
-	var name string
-	var n int
-	if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Com_select'").Scan(&name, &n); err != nil {
+	n, err := dbtest.GlobalStatus(t.Context(), db, "Com_select")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return int(n)
 }

@@ -92,13 +92,8 @@ func (b *runner) runReplica(ctx context.Context) error {
 	if _, _, err := b.sysb.Exec(ctx, args); err != nil {
 		return err
 	}
-	var pos string
-	if err := pdb.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	if err := dbtest.CaughtUp(ctx, pdb, rdb, 2*time.Minute); err != nil {
 		return err
-	}
-	var waited int
-	if err := rdb.QueryRowContext(ctx, "SELECT MASTER_GTID_WAIT(?, 120)", pos).Scan(&waited); err != nil || waited != 0 {
-		return fmt.Errorf("bench: the replica did not catch up with the tables (%d): %v", waited, err)
 	}
 
 	threads := 16
@@ -135,7 +130,7 @@ func (b *runner) runReplica(ctx context.Context) error {
 		d99 = append(d99, runs[1][i].p99-runs[0][i].p99)
 	}
 	b.printf("throughput: %.0f qps all on the primary, %.0f qps with reads on the replica (%.2f×; per round %s; both servers share this machine's %d CPUs)\n",
-		a.sb.QPS, r.sb.QPS, r.sb.QPS/max(a.sb.QPS, 1), strings.Join(ratios, " "), numCPU())
+		a.sb.QPS, r.sb.QPS, r.sb.QPS/max(a.sb.QPS, 1), strings.Join(ratios, " "), runtime.NumCPU())
 	b.printf("one client's point select, routing's cost: p50 %v, p99 %v (medians of the per-round differences, replica minus primary; per round p50 %v, p99 %v)\n",
 		medianDur(d50), medianDur(d99), d50, d99)
 	share := perQ(r.primarySel, r.sb.Queries)
@@ -146,8 +141,6 @@ func (b *runner) runReplica(ctx context.Context) error {
 	b.printf("reads on the primary with routing: %.1f%% of queries (target ≤ 5%%: holdfast's own probes only): %s\n", 100*share, verdict)
 	return nil
 }
-
-func numCPU() int { return runtime.NumCPU() }
 
 func (p replicaPhase) line() string {
 	return fmt.Sprintf("%-26s qps %8.0f  p95 %6.2f ms  errors %d  primary SELECTs %8d  replica SELECTs %8d  primary CPU %6.2fs  replica CPU %6.2fs  1-client p50 %v p99 %v",
@@ -202,9 +195,7 @@ func (b *runner) replicaRun(ctx context.Context, primary, replica *dbtest.Privat
 	}
 	ph := replicaPhase{name: name}
 	sel := func(db *sql.DB) int64 {
-		var n string
-		var v int64
-		_ = db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Com_select'").Scan(&n, &v)
+		v, _ := dbtest.GlobalStatus(ctx, db, "Com_select")
 		return v
 	}
 	p0, r0 := sel(pdb), sel(rdb)

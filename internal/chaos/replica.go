@@ -35,22 +35,9 @@ func (s *scenario) startReplica(ctx context.Context) error {
 	if err := r.Follow(s.srv); err != nil {
 		return err
 	}
-	return caughtUp(ctx, s.root, r)
-}
-
-// caughtUp waits until replica has applied the primary's position.
-func caughtUp(ctx context.Context, primary *sql.DB, replica *dbtest.Private) error {
-	var pos string
-	if err := primary.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
-	rdb := replica.Open("")
+	rdb := r.Open("")
 	defer rdb.Close()
-	var waited int
-	if err := rdb.QueryRowContext(ctx, "SELECT MASTER_GTID_WAIT(?, 60)", pos).Scan(&waited); err != nil || waited != 0 {
-		return fmt.Errorf("chaos: the replica did not catch up (%d): %v", waited, err)
-	}
-	return nil
+	return dbtest.CaughtUp(ctx, s.root, rdb, time.Minute)
 }
 
 // killReplica kills the replica with SIGKILL every `every` until ctx is

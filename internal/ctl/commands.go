@@ -303,6 +303,10 @@ func (c *CLI) Route(ctx context.Context, pattern, policy, reason string) error {
 		_, err = fmt.Fprintf(c.Out, "lifted the route of %s%s (routing.tags applies; here now: %s)\n", pattern, c.where(s.Scope), s.RouteHereNow)
 		return err
 	}
+	if s.RouteHereNow != policy && !strings.HasPrefix(s.Scope, "fleet") {
+		// A local route loses to the fleet's: say so rather than "done".
+		return c.unexpected("route", pattern, "route "+clean(s.RouteHereNow)+" in force there (a fleet route wins over a local one)")
+	}
 	_, err = fmt.Fprintf(c.Out, "%s reads: %s%s (here now: %s; lift: holdfastctl route %s off)\n", pattern, policy, c.where(s.Scope), s.RouteHereNow, pattern)
 	return err
 }

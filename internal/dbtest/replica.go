@@ -1,6 +1,7 @@
 package dbtest
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"net"
@@ -92,4 +93,27 @@ func SlaveThreads(db *sql.DB) (io, sqlRunning, lastErr string, err error) {
 		}
 	}
 	return io, sqlRunning, lastErr, rows.Err()
+}
+
+// CaughtUp waits, up to d, until replica has applied everything primary
+// had when it was called (MASTER_GTID_WAIT on its gtid_binlog_pos).
+func CaughtUp(ctx context.Context, primary, replica *sql.DB, d time.Duration) error {
+	var pos string
+	if err := primary.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+		return fmt.Errorf("dbtest: the primary's position: %w", err)
+	}
+	var waited int
+	if err := replica.QueryRowContext(ctx, "SELECT MASTER_GTID_WAIT(?, ?)", pos, d.Seconds()).Scan(&waited); err != nil || waited != 0 {
+		return fmt.Errorf("dbtest: the replica did not reach %s within %v (%d): %v", pos, d, waited, err)
+	}
+	return nil
+}
+
+// GlobalStatus reads one of the server's global status counters (with
+// SHOW, so reading Com_select counts no SELECT).
+func GlobalStatus(ctx context.Context, db *sql.DB, name string) (int64, error) {
+	var n string
+	var v int64
+	err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE '"+name+"'").Scan(&n, &v)
+	return v, err
 }
