@@ -415,6 +415,13 @@ func (e *Engine) query(ctx context.Context, tag string, q string, args ...any) (
 	return queryOn(ctx, e.conns, tag, q, args...)
 }
 
+// Query runs one autocommit read on a connection of conns borrowed under
+// tag, and gives the connection back, broken when it was lost. For
+// packages that read the engine's tables beside it (reservation/legacy).
+func Query(ctx context.Context, conns Conns, tag string, q string, args ...any) ([][][]byte, error) {
+	return queryOn(ctx, conns, tag, q, args...)
+}
+
 // queryOn runs one autocommit read on a connection of conns borrowed under
 // tag.
 func queryOn(ctx context.Context, conns Conns, tag string, q string, args ...any) ([][][]byte, error) {

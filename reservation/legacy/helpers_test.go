@@ -121,7 +121,7 @@ func (v *env) scalar(q string, args ...any) int64 {
 // pools lists every pool in the ledger.
 func (v *env) pools() []reservation.PoolKey {
 	v.t.Helper()
-	keys, err := reservation.ListPools(context.Background(), v.conns, nil, reservation.PoolKey{}, 10000)
+	keys, err := legacy.ListPools(context.Background(), v.conns, nil, reservation.PoolKey{}, 10000)
 	if err != nil {
 		v.t.Fatal(err)
 	}

@@ -83,14 +83,14 @@ func Resync(ctx context.Context, conns reservation.Conns, st *Store, opts Resync
 	}
 	var after reservation.PoolKey
 	for {
-		keys, err := reservation.ListPools(ctx, conns, opts.Shops, after, 500)
+		keys, err := ListPools(ctx, conns, opts.Shops, after, 500)
 		if err != nil {
 			return rep, err
 		}
 		for _, k := range keys {
 			after = k
 			var res ResyncResult
-			err := reservation.WithPoolLocked(ctx, conns, k, func(ctx context.Context, v *reservation.PoolView) error {
+			err := WithPoolLocked(ctx, conns, k, func(ctx context.Context, v *PoolView) error {
 				if !v.Exists {
 					return nil
 				}

@@ -396,7 +396,7 @@ func (s *Store) heldMembers(ctx context.Context, k reservation.PoolKey) ([]strin
 }
 
 // resyncPool rewrites k's counter: see resyncScript.
-func (s *Store) resyncPool(ctx context.Context, k reservation.PoolKey, onHand int64, live []reservation.LiveLine, ended map[string]string) (ResyncResult, error) {
+func (s *Store) resyncPool(ctx context.Context, k reservation.PoolKey, onHand int64, live []LiveLine, ended map[string]string) (ResyncResult, error) {
 	args := append(s.head(), k.ShopID, k.ItemID, k.GroupID, onHand, s.retentionMS(), len(live))
 	for _, l := range live {
 		args = append(args, reservation.FormatToken(l.ReservationID), l.Qty, ms(l.ExpiresAt))

@@ -1,4 +1,4 @@
-package reservation
+package legacy
 
 import (
 	"context"
@@ -6,17 +6,18 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast-db/holdfast/reservation"
 )
 
-// Reading the engine's view for a store kept beside it: the pools, and one
-// pool's on_hand and live reservations under its ledger row lock. Package
-// reservation/legacy rewrites the legacy Redis counters from them
-// (holdfast resync-redis).
+// What Resync reads of the engine's tables: the pools, and one pool's
+// on_hand and live reservations under its ledger row lock, from which it
+// rewrites the legacy Redis counters (holdfast resync-redis).
 
 // ListPools returns up to limit pools (ledger rows) after the key after,
 // in key order; shops, when not empty, restricts them to those shops. Start
-// with the zero PoolKey.
-func ListPools(ctx context.Context, conns Conns, shops []int64, after PoolKey, limit int) ([]PoolKey, error) {
+// with the zero reservation.PoolKey.
+func ListPools(ctx context.Context, conns reservation.Conns, shops []int64, after reservation.PoolKey, limit int) ([]reservation.PoolKey, error) {
 	q := "SELECT shop_id, inventory_item_id, inventory_group_id FROM inventory_ledger WHERE (shop_id > ? OR (shop_id = ? AND (inventory_item_id > ? OR (inventory_item_id = ? AND inventory_group_id > ?))))"
 	if len(shops) > 0 {
 		ids := make([]string, len(shops))
@@ -26,17 +27,17 @@ func ListPools(ctx context.Context, conns Conns, shops []int64, after PoolKey, l
 		q += " AND shop_id IN (" + strings.Join(ids, ",") + ")"
 	}
 	q += " ORDER BY shop_id, inventory_item_id, inventory_group_id LIMIT ?"
-	rows, err := queryOn(ctx, conns, TagRead, q, after.ShopID, after.ShopID, after.ItemID, after.ItemID, after.GroupID, limit)
+	rows, err := reservation.Query(ctx, conns, reservation.TagRead, q, after.ShopID, after.ShopID, after.ItemID, after.ItemID, after.GroupID, limit)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]PoolKey, 0, len(rows))
+	out := make([]reservation.PoolKey, 0, len(rows))
 	for _, r := range rows {
-		v, err := rowInts(r)
-		if err != nil {
+		var k reservation.PoolKey
+		if err := scanInts(r, &k.ShopID, &k.ItemID, &k.GroupID); err != nil {
 			return nil, err
 		}
-		out = append(out, PoolKey{v[0], v[1], v[2]})
+		out = append(out, k)
 	}
 	return out, nil
 }
@@ -57,7 +58,7 @@ type PoolView struct {
 	// read saw them.
 	Live []LiveLine
 
-	c Conn // the locking transaction's connection
+	c reservation.Conn // the locking transaction's connection
 }
 
 // Ended reports, of ids, those the engine has finished by now, each with
@@ -79,9 +80,9 @@ func (v *PoolView) Ended(ctx context.Context, ids []uint64) (map[uint64]string, 
 		return nil, err
 	}
 	for _, r := range rows {
-		id, err := colUint(r[0])
+		id, err := strconv.ParseUint(string(r[0]), 10, 64)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("legacy: bad reservation_id %q", r[0])
 		}
 		out[id] = map[string]string{"1": "claimed", "2": "released"}[string(r[1])]
 		if out[id] == "" {
@@ -97,37 +98,58 @@ func (v *PoolView) Ended(ctx context.Context, ids []uint64) (map[uint64]string, 
 // While fn runs no claim, refill, extend or stock procedure of the pool can
 // commit (they lock the row first); reserves, releases and the sweeper can.
 // The transaction changes nothing; fn's error is returned.
-func WithPoolLocked(ctx context.Context, conns Conns, key PoolKey, fn func(ctx context.Context, v *PoolView) error) error {
-	tx := TxRunner{Conns: markConns{conns}, MaxRetries: 3}
-	return tx.Run(ctx, TagRead, func(ctx context.Context, c Conn) error {
+func WithPoolLocked(ctx context.Context, conns reservation.Conns, key reservation.PoolKey, fn func(ctx context.Context, v *PoolView) error) error {
+	tx := reservation.TxRunner{Conns: conns, MaxRetries: 3}
+	return tx.Run(ctx, reservation.TagRead, func(ctx context.Context, c reservation.Conn) error {
 		rows, err := c.Query(ctx, "SELECT 'L', on_hand FROM inventory_ledger WHERE "+key.WhereSQL()+" FOR UPDATE"+
 			"; SELECT 'Q', reservation_id, quantity, expires_at FROM reserved_quantities WHERE "+key.WhereSQL()+" AND expires_at > UTC_TIMESTAMP(6)")
 		if err != nil {
 			return err
 		}
-		t := byTag(rows)
-		v := &PoolView{Exists: len(t["L"]) > 0, c: c}
-		if v.Exists {
-			if v.OnHand, err = colInt(t["L"][0][0]); err != nil {
-				return err
+		v := &PoolView{c: c}
+		for _, r := range rows {
+			switch string(r[0]) {
+			case "L":
+				v.Exists = true
+				if err := scanInts(r[1:], &v.OnHand); err != nil {
+					return err
+				}
+			case "Q":
+				var l LiveLine
+				var err error
+				if l.ReservationID, err = strconv.ParseUint(string(r[1]), 10, 64); err != nil {
+					return fmt.Errorf("legacy: bad reservation_id %q", r[1])
+				}
+				if err := scanInts(r[2:3], &l.Qty); err != nil {
+					return err
+				}
+				if l.ExpiresAt, err = time.ParseInLocation(dbTimeLayout, string(r[3]), time.UTC); err != nil {
+					return fmt.Errorf("legacy: bad expires_at %q", r[3])
+				}
+				v.Live = append(v.Live, l)
 			}
 		}
-		v.Live = make([]LiveLine, 0, len(t["Q"]))
-		for _, r := range t["Q"] {
-			id, err := colUint(r[0])
-			if err != nil {
-				return err
-			}
-			q, err := colInt(r[1])
-			if err != nil {
-				return err
-			}
-			exp, err := colTime(r[2])
-			if err != nil {
-				return err
-			}
-			v.Live = append(v.Live, LiveLine{ReservationID: id, Qty: q, ExpiresAt: exp})
+		if v.Live == nil {
+			v.Live = []LiveLine{}
 		}
 		return fn(ctx, v)
 	})
+}
+
+// dbTimeLayout is how a DATETIME(6) column reads in the text protocol.
+const dbTimeLayout = "2006-01-02 15:04:05.999999"
+
+// scanInts parses the integer columns of row into dst, in order.
+func scanInts(row [][]byte, dst ...*int64) error {
+	if len(row) < len(dst) {
+		return fmt.Errorf("legacy: %d columns, want %d", len(row), len(dst))
+	}
+	for i, d := range dst {
+		v, err := strconv.ParseInt(string(row[i]), 10, 64)
+		if err != nil {
+			return fmt.Errorf("legacy: bad integer column %q", row[i])
+		}
+		*d = v
+	}
+	return nil
 }
