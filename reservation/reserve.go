@@ -70,7 +70,7 @@ func tokenArg(proc string, args []any, i int) (uint64, error) {
 }
 
 // newID returns a random non-zero reservation id (or call id) below
-// 2^62: the bit above it is authorityBit (authority.go).
+// 2^62: the bit above it is the caller's (CallerIDBit).
 func newID() uint64 {
 	var b [8]byte
 	for {

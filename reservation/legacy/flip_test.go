@@ -62,7 +62,7 @@ func TestFlipUnderLoad(t *testing.T) {
 
 	byAuth := map[reservation.Authority]int{}
 	for _, c := range done {
-		a, _ := reservation.TokenAuthority(c.token)
+		a, _ := legacy.TokenAuthority(c.token)
 		byAuth[a]++
 		switch c.fate {
 		case "claimed":
@@ -109,7 +109,7 @@ func TestFlipUnderLoad(t *testing.T) {
 		if state != want {
 			t.Fatalf("reservation %s was %s but MySQL has state %d", c.token, c.fate, state)
 		}
-		a, _ := reservation.TokenAuthority(c.token)
+		a, _ := legacy.TokenAuthority(c.token)
 		if auth == nil || *auth != fmt.Sprint(int(a)) {
 			t.Fatalf("reservation %s: token says %v, reservations.authority %v", c.token, a, auth)
 		}

@@ -214,7 +214,7 @@ func TestRedisPoolBusyUnderRedisAuthority(t *testing.T) {
 	}
 	// A claim of a reservation the engine does not know, which only Redis
 	// could: the same answer.
-	only := reservation.FormatToken(reservation.NewReservationID(reservation.AuthorityRedis))
+	only := reservation.FormatToken(legacy.NewReservationID(reservation.AuthorityRedis))
 	if _, _, err := v.call(v.r, "claim", only); restest.Code(err) != reservation.CodeBusy {
 		t.Fatalf("claim with every Redis connection busy: %v, want 9107", err)
 	}

@@ -31,7 +31,7 @@ func TestRolloutByPercent(t *testing.T) {
 		}
 		for i := range 3 {
 			rows := v.must(v.r, "reserve", s, fmt.Sprintf("k%d", i), restest.LinesJSON(1, 1, 1), int64(600))
-			if a, _ := reservation.TokenAuthority(rows[0][0].(string)); a != want {
+			if a, _ := legacy.TokenAuthority(rows[0][0].(string)); a != want {
 				t.Fatalf("shop %d (bucket %d) reserve %d decided by %v, want %v", s, legacy.Bucket(s), i, a, want)
 			}
 		}

@@ -236,7 +236,7 @@ func firstPool(req *reservation.ReserveRequest, lines []reservation.Line) []any 
 // locations Redis chose (so that both sides hold the same units). The
 // caller gets Redis's answer; nothing of the shadow's can fail it.
 func (r *Router) reserveRedis(ctx context.Context, args []any, req *reservation.ReserveRequest) ([]string, [][]any, error) {
-	id := reservation.NewReservationID(reservation.AuthorityRedis)
+	id := NewReservationID(reservation.AuthorityRedis)
 	tok := reservation.FormatToken(id)
 	t0 := time.Now()
 	d, err := r.st.Reserve(ctx, req, tok)
@@ -304,7 +304,7 @@ func (r *Router) reserveRedis(ctx context.Context, args []any, req *reservation.
 // Redis failure is counted, logged and marks the counters stale; it never
 // fails the caller.
 func (r *Router) reserveHoldfast(ctx context.Context, args []any, req *reservation.ReserveRequest) ([]string, [][]any, error) {
-	id := reservation.NewReservationID(reservation.AuthorityHoldfast)
+	id := NewReservationID(reservation.AuthorityHoldfast)
 	t0 := time.Now()
 	cols, rows, err := r.eng.CallWith(ctx, "reserve", args, reservation.CallOptions{ReservationID: id, Authority: reservation.AuthorityHoldfast})
 	r.m.observe("reserve", "holdfast", time.Since(t0))
@@ -375,7 +375,7 @@ func (r *Router) claim(ctx context.Context, args []any) ([]string, [][]any, erro
 	if err != nil {
 		return r.eng.Call(ctx, "claim", args)
 	}
-	auth, _ := reservation.TokenAuthority(tok)
+	auth, _ := TokenAuthority(tok)
 	var rec *Record
 	var recErr error
 	if auth == reservation.AuthorityRedis {
@@ -444,7 +444,7 @@ func (r *Router) release(ctx context.Context, args []any) ([]string, [][]any, er
 		return r.eng.Call(ctx, "release", args)
 	}
 	told := false // Redis has been told already
-	if auth, _ := reservation.TokenAuthority(tok); auth == reservation.AuthorityRedis {
+	if auth, _ := TokenAuthority(tok); auth == reservation.AuthorityRedis {
 		t0 := time.Now()
 		out, qty, rerr := r.st.Release(ctx, tok)
 		r.m.observe("release", "redis", time.Since(t0))
@@ -496,7 +496,7 @@ func (r *Router) extend(ctx context.Context, args []any) ([]string, [][]any, err
 	if err != nil {
 		return r.eng.Call(ctx, "extend", args)
 	}
-	if auth, _ := reservation.TokenAuthority(tok); auth == reservation.AuthorityRedis {
+	if auth, _ := TokenAuthority(tok); auth == reservation.AuthorityRedis {
 		t0 := time.Now()
 		out, exp, rerr := r.st.Extend(ctx, tok, ttl)
 		r.m.observe("extend", "redis", time.Since(t0))

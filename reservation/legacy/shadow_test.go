@@ -56,7 +56,7 @@ func TestShadowAgreesOnRealTraffic(t *testing.T) {
 
 	var claimed, released, abandoned int
 	for _, c := range done {
-		if a, _ := reservation.TokenAuthority(c.token); a != reservation.AuthorityRedis {
+		if a, _ := legacy.TokenAuthority(c.token); a != reservation.AuthorityRedis {
 			t.Fatalf("reserve of shop %d under authority redis got token %s, which does not say redis", c.shop, c.token)
 		}
 		switch c.fate {

@@ -5,18 +5,14 @@ import (
 	"time"
 )
 
-// Authority.
-//
-// During a migration from a legacy Redis counter (docs/migration.md,
-// package reservation/legacy) each reserve is decided by one authority: the
-// engine, or the legacy counter with the engine running the same reserve in
-// shadow. The reservation records which one, in two places: the
-// reservations.authority column (schema version 4), and one bit of its
-// reservation_id, so that whoever holds only the token can tell, without a
-// read, which authority finishes it. The engine itself treats every
-// reservation alike; the caller of CallWith routes by the authority.
+// What a caller that routes CALLs beside the engine uses (CallWith; package
+// reservation/legacy, during a migration from a legacy Redis counter,
+// docs/migration.md): per-call options, the requests decoded as Call
+// would, and the authority recorded with a reservation.
 
-// Authority says who decided a reservation.
+// Authority says who decided a reservation, as reservations.authority
+// records it (schema version 4). The engine records what CallOptions says
+// and treats every reservation alike; the caller of CallWith routes by it.
 type Authority uint8
 
 const (
@@ -41,38 +37,21 @@ func (a Authority) String() string {
 	return "none"
 }
 
-// authorityBit is the bit of a reservation_id that says the legacy counter
-// decided it. newID leaves it clear, so the engine's own ids never carry it.
-const authorityBit = uint64(1) << 62
+// CallerIDBit is the bit of a reservation id (and so of its token) that
+// belongs to the caller of CallWith: the engine's own ids leave it clear,
+// and when an id chosen with CallOptions.ReservationID collides with
+// another reservation's, the id the engine takes instead keeps it.
+// Package reservation/legacy records in it that the legacy counter
+// decided, so that whoever holds only the token can tell, without a read.
+const CallerIDBit = uint64(1) << 62
 
-// NewReservationID returns a random reservation id whose token says a.
-func NewReservationID(a Authority) uint64 {
-	id := newID()
-	if a == AuthorityRedis {
-		id |= authorityBit
-	}
-	return id
-}
+// NewReservationID returns a random reservation id, CallerIDBit clear, for
+// CallOptions.ReservationID.
+func NewReservationID() uint64 { return newID() }
 
-// newIDLike returns a new random id that says what id says.
+// newIDLike returns a new random id with id's CallerIDBit.
 func newIDLike(id uint64) uint64 {
-	return newID() | id&authorityBit
-}
-
-// TokenAuthority reports what a token's id says: AuthorityRedis when the
-// legacy counter decided it, AuthorityHoldfast otherwise. ok is false for
-// a string that is not a token. Tokens made before schema version 4 may say
-// either (their id was random): a caller that finds no record of such a
-// token in the legacy store must treat it as the engine's.
-func TokenAuthority(token string) (a Authority, ok bool) {
-	id, ok := parseToken(token)
-	if !ok {
-		return AuthorityNone, false
-	}
-	if id&authorityBit != 0 {
-		return AuthorityRedis, true
-	}
-	return AuthorityHoldfast, true
+	return newID() | id&CallerIDBit
 }
 
 // FormatToken is the token of reservation id.
@@ -84,7 +63,7 @@ func ParseToken(token string) (uint64, bool) { return parseToken(token) }
 // CallOptions adjust one CallWith. The zero value is Call.
 type CallOptions struct {
 	// ReservationID, when non-zero, is the reservation_id (and so the
-	// token) of the reservation a reserve makes: see NewReservationID. A
+	// token) of the reservation a reserve makes; see CallerIDBit. A
 	// reserve replayed from its key answers the original reservation
 	// whatever this says.
 	ReservationID uint64
