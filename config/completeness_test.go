@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 
@@ -109,6 +110,39 @@ func TestConfigYAMLIsTheDefaults(t *testing.T) {
 		for i := range sv.NumField() {
 			if !reflect.DeepEqual(sv.Field(i).Interface(), dv.Field(i).Interface()) {
 				t.Errorf("%s: config.yaml has %+v, the default is %+v", sv.Type().Field(i).Name, sv.Field(i).Interface(), dv.Field(i).Interface())
+			}
+		}
+	}
+}
+
+// TestEveryKnobHasOneDefault: each section's defaults are written once, in
+// its Default function, and WithDefaults fills a zero knob from there;
+// every knob has a default but those whose zero is the documented default
+// (a switch that is off, no Redis, an empty list).
+func TestEveryKnobHasOneDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		def    any
+		filled any      // the zero section (but fields taken literally) with defaults filled in
+		zeroOK []string // knobs whose default is zero
+	}{
+		{"reservation", DefaultEngine(), func() any {
+			d := DefaultEngine()
+			return Engine{PaymentTimeout: d.PaymentTimeout, CallbackRetryWindow: d.CallbackRetryWindow,
+				ClockSkew: d.ClockSkew, DefaultTTL: d.DefaultTTL}.WithDefaults()
+		}(), []string{"DisableCoalescing", "DisableSessions", "DisableOneTrip"}},
+		{"reservation.refiller", DefaultRefiller(), Refiller{}.WithDefaults(), nil},
+		{"reservation.redis", DefaultRedis(), Redis{}.WithDefaults(0),
+			[]string{"Address", "Password", "DB", "Shops", "Percent", "RecordRetention"}},
+	} {
+		if !reflect.DeepEqual(tc.def, tc.filled) {
+			t.Errorf("%s: WithDefaults of the zero section is %+v, the defaults are %+v", tc.name, tc.filled, tc.def)
+		}
+		v := reflect.ValueOf(tc.def)
+		for i := range v.NumField() {
+			name := v.Type().Field(i).Name
+			if v.Field(i).IsZero() && !slices.Contains(tc.zeroOK, name) {
+				t.Errorf("%s: %s has no default", tc.name, name)
 			}
 		}
 	}

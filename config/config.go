@@ -1,7 +1,12 @@
 // Package config owns holdfast's typed configuration: the YAML schema, its
 // defaults, environment overrides and validation. It does no I/O beyond
 // reading the file it is given and the secret files that file names (see
-// secrets.go), and starts nothing.
+// secrets.go), and starts nothing. It is a leaf: it imports no other package
+// of holdfast. The packages it configures take its plain structs as their
+// Config (the engine config.Engine, the refiller config.Refiller,
+// reservation/legacy config.Redis), and each default is written once, in
+// this package's Default functions, which the shipped config.yaml must match
+// (completeness_test.go).
 package config
 
 import (
@@ -15,9 +20,6 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/holdfast-db/holdfast/refiller"
-	"github.com/holdfast-db/holdfast/reservation"
 )
 
 // Config is the whole of holdfast's configuration. The zero value is not
@@ -77,22 +79,6 @@ type Fleet struct {
 	// monitoring): each instance warns (log, metric, status page) when the
 	// live instances' Σ pool.max exceeds max_connections less it.
 	ConnectionReserve int `yaml:"connection_reserve"`
-}
-
-// Reservation configures the inventory-reservation engine behind
-// CALL holdfast.* and its background work.
-type Reservation struct {
-	// Enabled answers CALL holdfast.* and runs the refiller, sweeper and
-	// reconciler. Disabled, CALL holdfast.* reaches the backend like any
-	// other CALL.
-	Enabled bool `yaml:"enabled"`
-	// ReplicaDSN (a go-sql-driver DSN) is where the reconciler reads; empty
-	// means the primary, through the pool.
-	ReplicaDSN string `yaml:"replica_dsn"`
-	// Engine settings (TTL rule, pool cap, coalescing, sweeper, reconciler).
-	reservation.Config `yaml:",inline"`
-	// Refiller settings (watermark, intervals).
-	Refiller refiller.Config `yaml:"refiller"`
 }
 
 // Attribution configures per-tag accounting.
@@ -436,7 +422,7 @@ func Default() Config {
 		Overload:    Overload{Reserve: 4, BackgroundWait: time.Second, CriticalWait: 100 * time.Millisecond},
 		Routing:     Routing{MaxReplicaLag: time.Second, CheckInterval: 100 * time.Millisecond},
 		Fleet:       Fleet{PollInterval: time.Second, TTL: 5 * time.Second, ConnectionReserve: 10},
-		Reservation: Reservation{Enabled: true, Config: reservation.DefaultConfig()},
+		Reservation: Reservation{Enabled: true, Engine: DefaultEngine()},
 	}
 }
 
@@ -670,7 +656,10 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Reservation.Enabled {
-		if err := c.Reservation.Config.Validate(); err != nil {
+		if err := c.Reservation.Engine.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		if err := c.Reservation.Redis.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
 		if err := c.Reservation.Refiller.Validate(); err != nil {

@@ -36,88 +36,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
-// Config configures a Refiller. Zero fields take the defaults given.
-type Config struct {
-	// PoolCap is the most units one pool holds. Zero means 1000. It must
-	// equal the engine's reservation.Config.PoolCap.
-	PoolCap int `yaml:"pool_cap"`
-	// Watermark is the fraction of PoolCap under which the background loop
-	// refills a pool. Zero means 0.3.
-	Watermark float64 `yaml:"watermark"`
-	// Lead makes the watermark demand-aware: the background loop also
-	// refills a pool that would run dry within Lead at the rate reserves in
-	// this process have been taking from it (a hot pool is refilled well
-	// above Watermark). It should cover a check and a refill transaction
-	// with room to spare. Zero means 50ms; negative disables it.
-	Lead time.Duration `yaml:"lead"`
-	// Interval is how often the background loop looks at the pools reserves
-	// took units from, besides looking (at most every 5ms) whenever a
-	// reserve notifies it. Zero means 100ms.
-	Interval time.Duration `yaml:"interval"`
-	// ScanInterval is how often it also scans every ledger row for pools
-	// under the watermark that no reserve here touched (stock received,
-	// other instances). Zero means 30s; negative disables the scan.
-	ScanInterval time.Duration `yaml:"scan_interval"`
-	// MaxTxRetries bounds retries after a deadlock or lock-wait timeout.
-	// Zero means 5.
-	MaxTxRetries int `yaml:"max_tx_retries"`
-	// HotPools is how many pools the pool-depth metric reports (the most
-	// reserved from). Zero means 20.
-	HotPools int `yaml:"hot_pools"`
-}
-
-// WithDefaults returns c with its zero settings replaced by their
-// defaults, as New uses it.
-func (c Config) WithDefaults() Config {
-	c.fillDefaults()
-	return c
-}
-
-func (c *Config) fillDefaults() {
-	if c.PoolCap == 0 {
-		c.PoolCap = 1000
-	}
-	if c.Watermark == 0 {
-		c.Watermark = 0.3
-	}
-	if c.Lead == 0 {
-		c.Lead = 50 * time.Millisecond
-	}
-	if c.Interval == 0 {
-		c.Interval = 100 * time.Millisecond
-	}
-	if c.ScanInterval == 0 {
-		c.ScanInterval = 30 * time.Second
-	}
-	if c.MaxTxRetries == 0 {
-		c.MaxTxRetries = 5
-	}
-	if c.HotPools == 0 {
-		c.HotPools = 20
-	}
-}
-
-// Validate reports the first bad field, by its YAML name.
-func (c Config) Validate() error {
-	c.fillDefaults()
-	switch {
-	case c.PoolCap < 1 || c.PoolCap > 100000:
-		return fmt.Errorf("refiller: config pool_cap: must be between 1 and 100000, got %d", c.PoolCap)
-	case c.Watermark <= 0 || c.Watermark > 1:
-		return fmt.Errorf("refiller: config watermark: must be in (0, 1], got %v", c.Watermark)
-	case c.Interval < 0:
-		return fmt.Errorf("refiller: config interval: must not be negative, got %v", c.Interval)
-	case c.MaxTxRetries < 0:
-		return fmt.Errorf("refiller: config max_tx_retries: must not be negative, got %d", c.MaxTxRetries)
-	case c.HotPools < 1 || c.HotPools > 1000:
-		return fmt.Errorf("refiller: config hot_pools: must be between 1 and 1000, got %d", c.HotPools)
-	}
-	return nil
-}
+// Config configures a Refiller: reservation.refiller in holdfast's
+// configuration, documented, defaulted and validated in package config
+// (config.Refiller). Zero fields take the defaults given there; New fills
+// them in (Config.WithDefaults).
+type Config = config.Refiller
 
 // Refiller refills unit pools. New starts nothing; Start runs the background
 // loop; Close stops it. RefillNow and Notify may be called from any
@@ -227,7 +155,7 @@ func New(conns reservation.Conns, cfg Config, logger *slog.Logger) (*Refiller, e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.fillDefaults()
+	cfg = cfg.WithDefaults()
 	if conns == nil {
 		return nil, errors.New("refiller: conns is required")
 	}

@@ -8,9 +8,19 @@
 // tag (holdfast:reserve, holdfast:claim, ...), so its hold time is attributed
 // like any other flow. Topping up the unit pools belongs to package refiller,
 // reached only through the Refiller interface declared here; this package must
-// not import refiller, proxy or attribution, and it knows nothing of the MySQL
-// wire protocol: errors that should reach a client with a specific code
-// implement MySQLError and the proxy turns them into ERR packets.
+// not import refiller, proxy, attribution or reservation/legacy, and it knows
+// nothing of the MySQL wire protocol: errors that should reach a client with a
+// specific code implement MySQLError and the proxy turns them into ERR packets.
+// Its Config is package config's plain struct (config.Engine), where the
+// defaults are written.
+//
+// A migration from a legacy Redis counter (docs/migration.md) runs in package
+// reservation/legacy, which wraps the engine: the engine stays unaware of
+// Redis, and takes what that caller decides per call through CallWith's
+// CallOptions (calloptions.go): a reservation id whose CallerIDBit the engine
+// keeps, the authority to record, and, for a claim of a reservation only the
+// legacy store knows, its lines, which the engine deducts from the ledger in
+// a claim of its own (legacyclaim.go).
 //
 // # Data model
 //

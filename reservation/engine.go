@@ -133,7 +133,7 @@ func New(cfg Config, opts Options) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.fillDefaults()
+	cfg = cfg.WithDefaults()
 	if opts.Conns == nil {
 		return nil, errors.New("reservation: Options.Conns is required")
 	}

@@ -54,7 +54,7 @@ func newEngine(cfg config.Config, srv *proxy.Server, duties lifecycle.Duties, lo
 		}
 		replica = reservation.SQLConns(e.replica)
 	}
-	e.eng, err = reservation.New(rc.Config, reservation.Options{Conns: conns, ReplicaConns: replica, Refiller: ref, Logger: log, Duties: duties})
+	e.eng, err = reservation.New(rc.Engine, reservation.Options{Conns: conns, ReplicaConns: replica, Refiller: ref, Logger: log, Duties: duties})
 	if err != nil {
 		return nil, err
 	}

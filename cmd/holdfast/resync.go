@@ -61,11 +61,7 @@ func resyncRedis(ctx context.Context, cfg config.Config, o resyncOpts, out io.Wr
 		return err
 	}
 	defer db.Close()
-	retention := rc.Retention
-	if retention == 0 {
-		retention = reservation.DefaultConfig().Retention
-	}
-	st := legacy.NewStore(rc.Redis.WithDefaults(retention), nil)
+	st := legacy.NewStore(rc.Redis.WithDefaults(rc.Engine.WithDefaults().Retention), nil)
 	defer st.Close()
 	changed := 0
 	rep, err := legacy.Resync(ctx, reservation.SQLConns(db), st, legacy.ResyncOptions{Shops: shops, Force: *o.force, DryRun: *o.dryRun,

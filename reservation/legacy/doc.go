@@ -9,17 +9,21 @@
 // the drift check; and resync-redis.
 //
 // It owns:
-//   - Store, the legacy counter: its configurable key layout
-//     (reservation.RedisConfig) and one atomic Lua script per operation
-//     (scripts.go), every one idempotent per reservation token;
+//   - Store, the legacy counter: its configurable key layout (Config,
+//     reservation.redis, defaulted and validated in package config) and one
+//     atomic Lua script per operation (scripts.go), every one idempotent per
+//     reservation token;
 //   - Router, which answers CALL holdfast.* (the proxy's Procedures) by
 //     routing each call to its authority: a reserve by the switch, a claim,
 //     release or extend by the authority its reservation was made under
 //     (recorded in its token and in reservations.authority), whatever the
 //     switch says now;
 //   - Switch, the authority switch's table, poll and rollout hash;
-//   - the comparisons, the Redis sweeper, the drift check, Resync, and the
-//     Collector that exports them.
+//   - the authority a token says (token.go: one bit of its reservation id,
+//     reservation.CallerIDBit, which the engine keeps without reading it);
+//   - the comparisons, the Redis sweeper, the drift check, Resync with its
+//     reads of the engine's tables (resyncread.go), and the Collector that
+//     exports them.
 //
 // The engine keeps deciding everything in MySQL it always did: the ledger
 // is the single source of on_hand in both modes (in the Redis era a claim
@@ -31,6 +35,11 @@
 // run), and never a claim or a release.
 //
 // It must not be imported by package reservation, which stays unaware of
-// Redis; it reaches the engine only through its exported API (CallWith and
-// the helpers in authority.go and sync.go).
+// Redis and never calls into this package: the Router wraps the engine
+// (cmd/holdfast installs it as the proxy's Procedures when
+// reservation.redis.address is set) and reaches it only through its
+// exported API: CallWith with its per-call CallOptions (the reservation
+// id, the authority to record, the lines of a reservation only Redis
+// knows, the Changed callback the engine calls after a commit), and
+// calloptions.go's request decoders.
 package legacy

@@ -25,7 +25,7 @@ type env struct {
 	db    *sql.DB
 	conns reservation.Conns
 	redis *redistest.Server
-	cfg   reservation.RedisConfig
+	cfg   legacy.Config
 	logs  *dbtest.SyncBuffer
 	r     *legacy.Router      // the first instance
 	eng   *reservation.Engine // its engine, for calls that bypass the router
@@ -45,7 +45,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.authority == "" {
 		o.authority = "redis"
 	}
-	v.cfg = reservation.RedisConfig{Address: v.redis.Addr, Authority: o.authority, Percent: o.percent,
+	v.cfg = legacy.Config{Address: v.redis.Addr, Authority: o.authority, Percent: o.percent,
 		SwitchPollInterval: 50 * time.Millisecond, SweepInterval: 50 * time.Millisecond, DriftInterval: -1,
 		Timeout: 500 * time.Millisecond, PoolSize: o.redisPool}.WithDefaults(72 * time.Hour)
 	v.r = v.addInstance()

@@ -100,7 +100,7 @@ const maxDriftReported = 20
 // availability: keys, or, when nil, the pools most recently reserved from in
 // this process. Both are read without locks, one after the other, so a
 // reserve between the two reads shows as drift for one check: a pool is
-// logged only after RedisConfig.DriftAlertAfter consecutive checks. It
+// logged only after Config.DriftAlertAfter consecutive checks. It
 // returns the pools compared, largest drift first. Not safe to call
 // concurrently with itself or with the loop Start runs.
 func (r *Router) DriftOnce(ctx context.Context, keys []reservation.PoolKey) ([]Drift, error) {

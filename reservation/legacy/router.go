@@ -18,8 +18,8 @@ type Options struct {
 	Store  *Store              // required
 	Switch *Switch             // required
 	// Config is reservation.redis with defaults filled in
-	// (RedisConfig.WithDefaults).
-	Config reservation.RedisConfig
+	// (Config.WithDefaults).
+	Config Config
 	// Logger receives disagreements, Redis failures, drift alerts; nil
 	// means slog.Default().
 	Logger *slog.Logger
@@ -40,7 +40,7 @@ type Router struct {
 	eng  *reservation.Engine
 	st   *Store
 	sw   *Switch
-	cfg  reservation.RedisConfig
+	cfg  Config
 	log  *slog.Logger
 	now  func() time.Time
 	duty lifecycle.Duties

@@ -16,19 +16,19 @@ import (
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
-// Store is the legacy Redis counter: its key layout (RedisConfig) and the
+// Store is the legacy Redis counter: its key layout (Config) and the
 // operations on it, each one atomic script (scripts.go). Safe for
 // concurrent use. Every method's error is a Redis failure (wrapped
 // *StoreError); answers about stock or state come back as values.
 type Store struct {
 	c   *redis.Client
-	cfg reservation.RedisConfig
+	cfg Config
 	now func() time.Time
 }
 
 // NewStore returns a Store for cfg (defaults filled in by the caller, see
-// RedisConfig.WithDefaults). It connects lazily.
-func NewStore(cfg reservation.RedisConfig, now func() time.Time) *Store {
+// Config.WithDefaults). It connects lazily.
+func NewStore(cfg Config, now func() time.Time) *Store {
 	quietOnce.Do(func() { redis.SetLogger(quiet{}) })
 	if now == nil {
 		now = time.Now
@@ -84,7 +84,7 @@ func (s *Store) fail(op string, err error) error {
 }
 
 // poolBusy reports whether err is a command that was never sent because
-// every connection of the pool (RedisConfig.PoolSize) stayed in use for
+// every connection of the pool (Config.PoolSize) stayed in use for
 // the whole timeout.
 func poolBusy(err error) bool { return errors.Is(err, redis.ErrPoolTimeout) }
 

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-db/holdfast/reservation"
 	"github.com/holdfast-db/holdfast/reservation/legacy"
 )
 
@@ -13,7 +12,7 @@ import (
 // made CALLs in shadow mode queue for a connection at 256 clients).
 func TestStorePoolSize(t *testing.T) {
 	for _, tc := range []struct{ set, want int }{{0, 64}, {7, 7}} {
-		st := legacy.NewStore(reservation.RedisConfig{Address: "127.0.0.1:1", PoolSize: tc.set}.WithDefaults(time.Hour), nil)
+		st := legacy.NewStore(legacy.Config{Address: "127.0.0.1:1", PoolSize: tc.set}.WithDefaults(time.Hour), nil)
 		if got := st.Client().Options().PoolSize; got != tc.want {
 			t.Errorf("pool_size %d: the client's PoolSize is %d, want %d", tc.set, got, tc.want)
 		}

@@ -22,7 +22,7 @@ import (
 // Its state lives in the backend database, table holdfast_authority (schema
 // version 4): one row per version, the highest in force. Config only seeds
 // it (version 1, when the table is empty). Every instance reads it at start
-// and then every RedisConfig.SwitchPollInterval, so a change made through
+// and then every Config.SwitchPollInterval, so a change made through
 // any instance (holdfastctl authority, PUT /api/authority) is in force on
 // the whole fleet within one interval, and each instance exports the
 // version it runs (holdfast_authority_switch_version): when every instance

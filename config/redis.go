@@ -1,4 +1,4 @@
-package reservation
+package config
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// RedisConfig (reservation.redis) puts a legacy Redis counter beside the
-// engine, for a migration from it (docs/migration.md). The engine itself
-// ignores it; package reservation/legacy runs it. An empty Address means no
+// Redis (reservation.redis) puts a legacy Redis counter beside the engine,
+// for a migration from it (docs/migration.md). The engine itself ignores
+// it; package reservation/legacy runs it (its Config). An empty Address means no
 // Redis: CALL holdfast.* is answered by the engine alone, as before.
 //
 // The legacy layout is configuration, with the layout a typical DECR-counter
@@ -16,7 +16,7 @@ import (
 // the units available (on_hand less live reservations), and one hash per
 // reservation, indexed by expiry, that a sweeper returns to the counters
 // when it expires.
-type RedisConfig struct {
+type Redis struct {
 	// Address is host:port of the Redis server (one server; Redis Cluster
 	// is not supported: the scripts touch keys of several items at once).
 	Address  string `yaml:"address"`
@@ -86,30 +86,51 @@ type RedisConfig struct {
 }
 
 // Enabled reports whether a Redis is configured.
-func (c RedisConfig) Enabled() bool { return c.Address != "" }
+func (c Redis) Enabled() bool { return c.Address != "" }
 
-// WithDefaults returns c with zero knobs replaced by their defaults;
+// DefaultRedis returns the defaults of reservation.redis, written here
+// once; Address empty (no Redis), and RecordRetention zero, which
+// WithDefaults makes the engine's retention.
+func DefaultRedis() Redis {
+	return Redis{
+		Timeout:            200 * time.Millisecond,
+		PoolSize:           64,
+		Authority:          "redis",
+		SwitchPollInterval: time.Second,
+		CounterKey:         "stock:{shop}:{item}:{location}",
+		ReservationKey:     "reservation:{token}",
+		IdempotencyKey:     "reservation:idem:{shop}:{key}",
+		ExpiryKey:          "reservations:expiring",
+		HeldKey:            "reservations:held:{shop}:{item}:{location}",
+		SweepInterval:      time.Second,
+		DriftInterval:      30 * time.Second,
+		DriftAlertAfter:    3,
+	}
+}
+
+// WithDefaults returns c with zero knobs replaced by DefaultRedis's;
 // retention is the engine's, for RecordRetention.
-func (c RedisConfig) WithDefaults(retention time.Duration) RedisConfig {
-	orDefault(&c.Authority, "redis")
-	orDefault(&c.CounterKey, "stock:{shop}:{item}:{location}")
-	orDefault(&c.ReservationKey, "reservation:{token}")
-	orDefault(&c.IdempotencyKey, "reservation:idem:{shop}:{key}")
-	orDefault(&c.ExpiryKey, "reservations:expiring")
-	orDefault(&c.HeldKey, "reservations:held:{shop}:{item}:{location}")
-	orDefault(&c.Timeout, 200*time.Millisecond)
-	orDefault(&c.PoolSize, 64)
-	orDefault(&c.SwitchPollInterval, time.Second)
+func (c Redis) WithDefaults(retention time.Duration) Redis {
+	d := DefaultRedis()
+	orDefault(&c.Authority, d.Authority)
+	orDefault(&c.CounterKey, d.CounterKey)
+	orDefault(&c.ReservationKey, d.ReservationKey)
+	orDefault(&c.IdempotencyKey, d.IdempotencyKey)
+	orDefault(&c.ExpiryKey, d.ExpiryKey)
+	orDefault(&c.HeldKey, d.HeldKey)
+	orDefault(&c.Timeout, d.Timeout)
+	orDefault(&c.PoolSize, d.PoolSize)
+	orDefault(&c.SwitchPollInterval, d.SwitchPollInterval)
 	orDefault(&c.RecordRetention, retention)
-	orDefault(&c.SweepInterval, time.Second)
-	orDefault(&c.DriftInterval, 30*time.Second)
-	orDefault(&c.DriftAlertAfter, 3)
+	orDefault(&c.SweepInterval, d.SweepInterval)
+	orDefault(&c.DriftInterval, d.DriftInterval)
+	orDefault(&c.DriftAlertAfter, d.DriftAlertAfter)
 	return c
 }
 
 // Validate reports the first bad field, by its YAML name under
 // reservation.redis.
-func (c RedisConfig) Validate() error {
+func (c Redis) Validate() error {
 	if !c.Enabled() {
 		return nil
 	}

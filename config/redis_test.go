@@ -1,12 +1,10 @@
-package reservation_test
+package config
 
 import (
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/holdfast-db/holdfast/reservation"
 )
 
 // TestRedisConfig: reservation.redis from YAML, with each bad field named.
@@ -27,8 +25,8 @@ func TestRedisConfig(t *testing.T) {
 		{"address: r:6379\npool_size: -1", "redis.pool_size"},
 		{"address: r:6379\ndrift_alert_after: -2", "redis.drift_alert_after"},
 	} {
-		c := reservation.DefaultConfig()
-		if err := yaml.Unmarshal([]byte(tc.yaml), &c.Redis); err != nil {
+		var c Redis
+		if err := yaml.Unmarshal([]byte(tc.yaml), &c); err != nil {
 			t.Fatalf("%q: %v", tc.yaml, err)
 		}
 		err := c.Validate()
@@ -39,7 +37,7 @@ func TestRedisConfig(t *testing.T) {
 			t.Errorf("%q: %v, want an error naming %s", tc.yaml, err, tc.bad)
 		}
 	}
-	d := reservation.RedisConfig{Address: "x"}.WithDefaults(0)
+	d := Redis{Address: "x"}.WithDefaults(0)
 	if d.Authority != "redis" || d.CounterKey != "stock:{shop}:{item}:{location}" || d.SwitchPollInterval.Seconds() != 1 || d.PoolSize != 64 {
 		t.Fatalf("defaults: %+v", d)
 	}
