@@ -11,13 +11,20 @@ FUZZTIME  ?= 60s
 run:
 	scripts/run-local.sh
 
-## test: every test, against a private MariaDB with binary logging on that it starts
-## for the run and stops after it (scripts/test-mariadb.sh)
+# The modules of the repository: holdfast's, and the browser tests', kept
+# in a module of their own so that the browser driver stays out of
+# holdfast's module graph.
+MODULES := . internal/browsertest
+
+## test: every test of every module, against a private MariaDB with binary logging on
+## that it starts for the run and stops after it (scripts/test-mariadb.sh)
 test:
 	@scripts/tools-up.sh && addr=$$(scripts/test-mariadb.sh up) && \
 	  trap 'scripts/test-mariadb.sh down' EXIT && \
 	  echo "test: MariaDB (binary logging on) at $$addr" && \
-	  HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test $(TEST_FLAGS) ./...
+	  for m in $(MODULES); do \
+	    (cd $$m && HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test $(TEST_FLAGS) ./...) || exit 1; \
+	  done
 
 ## build: every command into bin/ (holdfast, holdfastctl, the bench drivers)
 build:
@@ -28,7 +35,7 @@ install:
 	$(GO) install ./cmd/holdfast ./cmd/holdfastctl
 
 vet:
-	$(GO) vet ./...
+	for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 fmt:

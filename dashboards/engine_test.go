@@ -19,7 +19,7 @@ import (
 // migrated database.
 func engineHoldfast(t *testing.T, bin, extra string, prep func(*sql.DB)) holdfast {
 	t.Helper()
-	return runHoldfast(t, bin, dbtest.HoldfastYAML{Extra: "log:\n  level: info\n" + extra}, true, prep)
+	return runHoldfast(t, bin, "log:\n  level: info\n"+extra, true, prep)
 }
 
 // redisSet sets key to value on the Redis at addr (one RESP command).

@@ -26,6 +26,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
 // startProcess starts cmd, killed at cleanup; its output is logged if the
@@ -105,35 +106,32 @@ type holdfast struct {
 // slow flow's hold time.
 func startHoldfast(t *testing.T) holdfast {
 	t.Helper()
-	return runHoldfast(t, dbtest.Command(t, "./cmd/holdfast"), dbtest.HoldfastYAML{
-		Pool:  "  min: 0\n  max: 4\n  max_idle: 4\n  acquire_timeout: 300ms\n",
-		Extra: "attribution:\n  slow_transaction: 300ms\nlog:\n  level: warn\n",
-	}, false, nil)
+	return runHoldfast(t, dbtest.Command(t, "./cmd/holdfast"),
+		"pool:\n  min: 0\n  max: 4\n  max_idle: 4\n  acquire_timeout: 300ms\n"+
+			"attribution:\n  slow_transaction: 300ms\nlog:\n  level: warn\n", false, nil)
 }
 
-// runHoldfast runs bin serve on a fresh database with y (its listen,
-// users, database and admin filled in here), after `holdfast migrate`
-// and prep (on the migrated database) when migrate is set, and returns
-// once its /metrics answers.
-func runHoldfast(t *testing.T, bin string, y dbtest.HoldfastYAML, migrate bool, prep func(*sql.DB)) holdfast {
+// appUser is the client account of the tests' holdfast.
+var appUser = []holdfastproc.User{{Name: "app", Password: "app"}}
+
+// runHoldfast runs bin serve on a fresh database with more configuration
+// (YAML over holdfast's defaults and the test's addresses, account and
+// database), after `holdfast migrate` and prep (on the migrated
+// database) when migrate is set, and returns once its /metrics answers.
+func runHoldfast(t *testing.T, bin string, more string, migrate bool, prep func(*sql.DB)) holdfast {
 	t.Helper()
 	h := holdfast{addr: dbtest.FreeAddr(t), admin: dbtest.FreeAddr(t), db: dbtest.NewDatabase(t)}
 	path := filepath.Join(t.TempDir(), "holdfast.yaml")
-	y.Listen, y.Users, y.Database, y.Admin = h.addr, "  - name: app\n    password: app\n", h.db, "  listen: "+h.admin+"\n"
-	dbtest.WriteHoldfastYAML(t, path, y)
+	dbtest.WriteHoldfastConfig(t, path, holdfastproc.Config{Listen: h.addr, Users: appUser, Admin: h.admin,
+		Backend: holdfastproc.Backend{Database: h.db}, YAML: more})
+	p := dbtest.NewHoldfast(t, holdfastproc.Options{Bin: bin, Config: path, Ready: holdfastproc.MetricsReady(h.admin)})
 	if migrate {
-		if out, err := exec.Command(bin, "migrate", "-config", path).CombinedOutput(); err != nil {
-			t.Fatalf("migrate: %v\n%s", err, out)
-		}
+		p.MigrateOrFail(t)
 		if prep != nil {
 			prep(dbtest.Open(t, h.db))
 		}
 	}
-	startProcess(t, "holdfast "+h.db, exec.Command(bin, "serve", "-config", path))
-	waitFor(t, "holdfast admin /metrics", 20*time.Second, func() error {
-		_, err := httpDo("GET", "http://"+h.admin+"/metrics")
-		return err
-	})
+	p.StartOrFail(t)
 	return h
 }
 

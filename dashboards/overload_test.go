@@ -30,11 +30,10 @@ func TestOverloadAlertRules(t *testing.T) {
 	}
 	// Two connections: one background may hold, one for critical work.
 	// No pipelining, so that every statement borrows (and is counted).
-	h := runHoldfast(t, dbtest.Command(t, "./cmd/holdfast"), dbtest.HoldfastYAML{
-		Pool: "  min: 0\n  max: 2\n  max_idle: 2\n  pipeline_depth: 0\n",
-		Extra: "overload:\n  classes: {critical: [\"crit_*\"], background: [\"bg_*\"]}\n" +
-			"  reserve: 1\n  background_wait: 100ms\n  critical_wait: 1ms\nlog:\n  level: warn\n",
-	}, false, nil)
+	h := runHoldfast(t, dbtest.Command(t, "./cmd/holdfast"),
+		"pool:\n  min: 0\n  max: 2\n  max_idle: 2\n  pipeline_depth: 0\n"+
+			"overload:\n  classes: {critical: [\"crit_*\"], background: [\"bg_*\"]}\n"+
+			"  reserve: 1\n  background_wait: 100ms\n  critical_wait: 1ms\nlog:\n  level: warn\n", false, nil)
 	prom := startPrometheusJobs(t, map[string]string{"holdfast": h.admin})
 	// The counters' zero must be scraped before the load, or increase()
 	// sees no change; and no condition is true without it.

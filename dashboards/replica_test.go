@@ -2,12 +2,12 @@ package dashboards
 
 import (
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
 // TestReplicaAlertRules: the replicas' alert against a real Prometheus
@@ -33,11 +33,10 @@ func TestReplicaAlertRules(t *testing.T) {
 	}
 	addr, admin := dbtest.FreeAddr(t), dbtest.FreeAddr(t)
 	path := filepath.Join(t.TempDir(), "holdfast.yaml")
-	dbtest.WriteHoldfastYAML(t, path, dbtest.HoldfastYAML{Listen: addr, Users: "  - name: app\n    password: app\n",
-		Backend: primary.Addr, Database: "ra", Admin: "  listen: " + admin + "\n",
-		BackendMore: "  replicas: [{address: " + replica.Addr + "}]\n",
-		Extra:       "routing:\n  check_interval: 50ms\nlog:\n  level: warn\n"})
-	startProcess(t, "holdfast ra", exec.Command(dbtest.Command(t, "./cmd/holdfast"), "serve", "-config", path))
+	dbtest.WriteHoldfastConfig(t, path, holdfastproc.Config{Listen: addr, Users: appUser, Admin: admin,
+		Backend: holdfastproc.Backend{Address: primary.Addr, Database: "ra", Replicas: []string{replica.Addr}},
+		YAML:    "routing:\n  check_interval: 50ms\nlog:\n  level: warn\n"})
+	dbtest.StartHoldfast(t, holdfastproc.Options{Bin: dbtest.Command(t, "./cmd/holdfast"), Config: path, Listen: addr}, false)
 	prom := startPrometheusJobs(t, map[string]string{"holdfast": admin})
 	waitFor(t, "prometheus scraping the replica in service", 20*time.Second, func() error {
 		s, err := prom.query(`holdfast_replica_in_service == 1`, time.Time{})

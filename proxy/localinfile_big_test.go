@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	gsd "github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
 // rowFile generates a LOAD DATA file of n 100-byte lines ("id,pad\n") as
@@ -83,43 +82,14 @@ func TestLoadDataLocalBig(t *testing.T) {
 	}
 	db := dbtest.NewDatabase(t)
 	user := dbtest.NewUser(t, db)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := dbtest.FreeAddr(t)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "holdfast.yaml")
-	cfg := fmt.Sprintf("listen: %s\nusers:\n  - name: app\n    password: app\nbackend:\n  address: %s\n  user: %s\n  password: %s\n  database: %s\n"+
-		"pool:\n  min: 1\n  max: 2\n  max_idle: 2\nadmin:\n  listen: \"\"\nlog:\n  level: warn\nreservation:\n  enabled: false\n",
-		addr, dbtest.Config(t).Addr, user, user, db)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", "-config", cfgPath)
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "HOLDFAST_") {
-			cmd.Env = append(cmd.Env, e)
-		}
-	}
-	logf, err := os.Create(filepath.Join(dir, "holdfast.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("holdfast's log:\n%s", b)
-		}
-	})
+	dbtest.WriteHoldfastConfig(t, cfgPath, holdfastproc.Config{Listen: addr, Users: []holdfastproc.User{{Name: "app", Password: "app"}},
+		Backend: holdfastproc.Backend{User: user, Password: user, Database: db},
+		YAML:    "pool:\n  min: 1\n  max: 2\n  max_idle: 2\nlog:\n  level: warn\nreservation:\n  enabled: false\n"})
+	h := dbtest.StartHoldfast(t, holdfastproc.Options{Bin: bin, Config: cfgPath, Listen: addr,
+		LogPath: filepath.Join(dir, "holdfast.log")}, false)
 	client, err := sql.Open("mysql", fmt.Sprintf("app:app@tcp(%s)/%s", addr, db))
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +109,7 @@ func TestLoadDataLocalBig(t *testing.T) {
 		if n, _ := res.RowsAffected(); n != int64(lines) {
 			t.Fatalf("loaded %d rows, want %d", n, lines)
 		}
-		return took, peakRSS(t, cmd.Process.Pid)
+		return took, peakRSS(t, h.Pid())
 	}
 	const mib = 1 << 20
 	_, small := load(mib / 100)

@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 	"github.com/holdfast-db/holdfast/internal/netrelay"
 )
 
@@ -21,7 +22,7 @@ import (
 func startWithSchema(t *testing.T) *process {
 	t.Helper()
 	p := start(t, appUser)
-	out, err := guarded(t, p.cmd.Path, "migrate", "-config", p.config).CombinedOutput()
+	out, err := guarded(t, binary(t), "migrate", "-config", p.config).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "applied reservation schema migrations") {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
@@ -323,11 +324,10 @@ func (r *cutRelay) wasCut() bool { return r.cut.Load() }
 func startVia(t *testing.T, backend string, callTimeout time.Duration) *process {
 	t.Helper()
 	p := newProcess(t)
-	dbtest.WriteHoldfastYAML(t, p.config, dbtest.HoldfastYAML{Listen: p.addr, Users: appUser, Backend: backend,
-		Database: p.db, Admin: "  listen: \"\"\n", Extra: fmt.Sprintf("reservation:\n  call_timeout: %s\n", callTimeout)})
-	bin := binary(t)
-	p.migrate(t, bin)
-	return p.serve(t, bin)
+	dbtest.WriteHoldfastConfig(t, p.config, holdfastproc.Config{Listen: p.addr, Users: appUser,
+		Backend: holdfastproc.Backend{Address: backend, Database: p.db}, YAML: fmt.Sprintf("reservation:\n  call_timeout: %s\n", callTimeout)})
+	p.migrate(t)
+	return p.serve(t)
 }
 
 // TestCallOutcomeUnknownThroughProxy: a claim whose backend connection is

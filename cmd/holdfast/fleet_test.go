@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,28 +30,24 @@ func fleetOf(t *testing.T, n int) []*fleetMember {
 // instance's.
 func fleetWith(t *testing.T, n int, extra string) []*fleetMember {
 	t.Helper()
-	bin := binary(t)
 	db := dbtest.NewDatabase(t)
 	var out []*fleetMember
 	for i := 0; i < n; i++ {
-		p := &process{addr: dbtest.FreeAddr(t), db: db, config: filepath.Join(t.TempDir(), "holdfast.yaml"),
-			out: &dbtest.SyncBuffer{}, exited: make(chan error, 1)}
+		p := newProcessOn(t, db)
 		admin := dbtest.FreeAddr(t)
-		dbtest.WriteHoldfastYAML(t, p.config, dbtest.HoldfastYAML{Listen: p.addr, Users: appUser, Database: db,
-			Admin: "  listen: " + admin + "\n", Extra: "shutdown_grace: 20s\nlog:\n  level: debug\n" + extra})
+		writeConfigAdmin(t, p.config, p.addr, db, appUser, admin, extra)
 		if i == 0 {
-			p.migrate(t, bin)
+			p.migrate(t)
 		}
-		p.serve(t, bin)
-		out = append(out, &fleetMember{process: p, admin: "http://" + admin, bin: bin})
+		p.serve(t)
+		out = append(out, &fleetMember{process: p, admin: "http://" + admin})
 	}
 	return out
 }
 
 type fleetMember struct {
 	*process
-	admin string
-	bin   string
+	admin string // the admin listener's URL
 }
 
 // client is a database/sql pool through m.
@@ -127,10 +122,8 @@ func TestFleetControls(t *testing.T) {
 	}
 
 	// A restarted instance comes up with the drain in force.
-	_ = ms[1].cmd.Process.Kill()
-	<-ms[1].exited
-	ms[1].exited = make(chan error, 1)
-	ms[1].serve(t, ms[1].bin)
+	ms[1].Kill()
+	ms[1].serve(t)
 	if !refuses(ms[1].client(t), "checkout") {
 		t.Fatal("the restarted instance serves the drained tag")
 	}
@@ -266,8 +259,7 @@ func TestFleetCap(t *testing.T) {
 		t.Fatalf("with the load on one instance it reached only %d of the cap %d", peak, capN)
 	}
 	// Kill -9 the instance that holds the grant: the others get it back.
-	_ = ms[0].cmd.Process.Kill()
-	<-ms[0].exited
+	ms[0].Kill()
 	peak, done = load(ms[1:2], 6, 10*time.Second)
 	t.Logf("after kill -9 of the loaded instance, load on another: peak %d, %d done", peak, done)
 	if peak > capN || peak < capN-1 {
@@ -365,8 +357,7 @@ func TestFleetDuties(t *testing.T) {
 	// kill -9 the sweeper's holder: its leases lapse after the ttl and
 	// another instance takes each duty it held.
 	dead := first["sweeper"]
-	_ = ms[dead].cmd.Process.Kill()
-	<-ms[dead].exited
+	ms[dead].Kill()
 	killed := time.Now()
 	var live []int
 	for _, i := range all {
@@ -627,7 +618,7 @@ func TestFleetRoutes(t *testing.T) {
 	}
 	var ms []*fleetMember
 	for i := range 2 {
-		ms = append(ms, startOnPair(t, primary.Addr, "rt", "  replicas: [{address: "+replica.Addr+"}]\n", "routing:\n  check_interval: 50ms\n", i == 0))
+		ms = append(ms, startOnPair(t, primary.Addr, "rt", []string{replica.Addr}, "routing:\n  check_interval: 50ms\n", i == 0))
 	}
 	client := ms[1].client(t)
 	onReplica := func() bool {

@@ -16,6 +16,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
 // binary builds holdfast once per test binary run.
@@ -29,77 +30,57 @@ func guarded(t *testing.T, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, name, args...)
 }
 
+// process is a holdfast process of a test: its client address, its
+// database and its configuration file.
 type process struct {
-	cmd    *exec.Cmd
+	*dbtest.Holdfast
 	addr   string
 	db     string
 	config string
-	out    *dbtest.SyncBuffer
-	exited chan error
 }
 
-func writeConfig(t *testing.T, path, addr, db string, users string) {
-	writeConfigAdmin(t, path, addr, db, users, "  listen: \"\"\n")
+// appUser is the client account of most tests.
+var appUser = []holdfastproc.User{{Name: "app", Password: "app"}}
+
+func writeConfig(t *testing.T, path, addr, db string, users []holdfastproc.User) {
+	writeConfigAdmin(t, path, addr, db, users, "", "")
 }
 
-// writeConfigAdmin is writeConfig with admin, the body of the admin
-// section (indented YAML).
-func writeConfigAdmin(t *testing.T, path, addr, db, users, admin string) {
-	dbtest.WriteHoldfastYAML(t, path, dbtest.HoldfastYAML{Listen: addr, Users: users, Database: db, Admin: admin,
-		Extra: "shutdown_grace: 20s\nlog:\n  level: debug\n"})
+// writeConfigAdmin is writeConfig with admin.listen admin and more YAML.
+func writeConfigAdmin(t *testing.T, path, addr, db string, users []holdfastproc.User, admin, more string) {
+	dbtest.WriteHoldfastConfig(t, path, holdfastproc.Config{Listen: addr, Users: users, Admin: admin,
+		Backend: holdfastproc.Backend{Database: db}, YAML: "shutdown_grace: 20s\nlog:\n  level: debug\n" + more})
 }
 
 // newProcess is a holdfast process not started yet: a free address, a
 // fresh database and a place for its configuration.
 func newProcess(t *testing.T) *process {
-	return &process{addr: dbtest.FreeAddr(t), db: dbtest.NewDatabase(t), config: filepath.Join(t.TempDir(), "holdfast.yaml"),
-		out: &dbtest.SyncBuffer{}, exited: make(chan error, 1)}
+	return newProcessOn(t, dbtest.NewDatabase(t))
 }
 
-func start(t *testing.T, users string) *process {
+// newProcessOn is newProcess on the database db.
+func newProcessOn(t *testing.T, db string) *process {
+	p := &process{addr: dbtest.FreeAddr(t), db: db, config: filepath.Join(t.TempDir(), "holdfast.yaml")}
+	p.Holdfast = dbtest.NewHoldfast(t, holdfastproc.Options{Bin: binary(t), Config: p.config, Listen: p.addr})
+	return p
+}
+
+func start(t *testing.T, users []holdfastproc.User) *process {
 	t.Helper()
 	p := newProcess(t)
 	writeConfig(t, p.config, p.addr, p.db, users)
-	return p.serve(t, binary(t))
+	return p.serve(t)
 }
 
-// migrate applies the schema with bin migrate on p's configuration.
-func (p *process) migrate(t *testing.T, bin string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, bin, "migrate", "-config", p.config).CombinedOutput(); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
-	}
-}
+// migrate applies the schema with holdfast migrate on p's configuration.
+func (p *process) migrate(t *testing.T) { t.Helper(); p.MigrateOrFail(t) }
 
-// serve starts bin serve on p's configuration and waits until it listens.
-func (p *process) serve(t *testing.T, bin string) *process {
+// serve starts holdfast serve on p's configuration and waits until it
+// listens.
+func (p *process) serve(t *testing.T) *process {
 	t.Helper()
-	p.cmd = exec.Command(bin, "serve", "-config", p.config)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("holdfast output:\n%s", p.out.String())
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.Dial("tcp", p.addr)
-		if err == nil {
-			c.Close()
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("holdfast did not listen on %s:\n%s", p.addr, p.out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	p.StartOrFail(t)
+	return p
 }
 
 func (p *process) open(t *testing.T, user, pass string) *sql.DB {
@@ -110,8 +91,6 @@ func (p *process) open(t *testing.T, user, pass string) *sql.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
-
-const appUser = "  - name: app\n    password: app\n"
 
 func TestSIGHUPReloadsUsers(t *testing.T) {
 	p := start(t, appUser)
@@ -128,8 +107,8 @@ func TestSIGHUPReloadsUsers(t *testing.T) {
 	if err := late.Ping(); err == nil {
 		t.Fatal("user late logged in before it was configured")
 	}
-	writeConfig(t, p.config, p.addr, p.db, "  - name: late\n    password: late-pw\n")
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	writeConfig(t, p.config, p.addr, p.db, []holdfastproc.User{{Name: "late", Password: "late-pw"}})
+	if err := p.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -176,7 +155,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	if _, err := tx.Exec("INSERT INTO t VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	// New connections are refused once the listener closes.
@@ -203,8 +182,8 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Fatalf("commit during drain: %v", err)
 	}
 	select {
-	case err := <-p.exited:
-		if err != nil {
+	case <-p.Done():
+		if err := p.ExitErr(); err != nil {
 			t.Fatalf("holdfast exited with %v", err)
 		}
 	case <-time.After(15 * time.Second):
@@ -214,8 +193,8 @@ func TestSIGTERMDrains(t *testing.T) {
 	if err := dbtest.Open(t, p.db).QueryRow("SELECT COUNT(*) FROM t").Scan(&n); err != nil || n != 2 {
 		t.Fatalf("%d rows committed (%v), want 2", n, err)
 	}
-	if !strings.Contains(p.out.String(), "shutting down") {
-		t.Fatalf("no shutdown log:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), "shutting down") {
+		t.Fatalf("no shutdown log:\n%s", p.Out.String())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 	"github.com/holdfast-db/holdfast/reservation/legacy/redistest"
 )
 
@@ -40,11 +41,10 @@ reservation:
     sweep_interval: 100ms
     drift_interval: -1s
 `, redisAddr, authority)
-	dbtest.WriteHoldfastYAML(t, p.config, dbtest.HoldfastYAML{Listen: p.addr, Users: appUser, Database: p.db,
-		Pool: "  min: 0\n  max: 24\n  max_idle: 24\n", Admin: "  listen: " + adminAddr + "\n", Extra: extra})
-	bin := binary(t)
-	p.migrate(t, bin)
-	return p.serve(t, bin), adminAddr
+	dbtest.WriteHoldfastConfig(t, p.config, holdfastproc.Config{Listen: p.addr, Users: appUser, Admin: adminAddr,
+		Backend: holdfastproc.Backend{Database: p.db}, YAML: "pool:\n  min: 0\n  max: 24\n  max_idle: 24\n" + extra})
+	p.migrate(t)
+	return p.serve(t), adminAddr
 }
 
 // metricsLines reads /metrics from the admin listener at adminAddr.
@@ -238,11 +238,11 @@ func TestMigrationThroughHoldfast(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the Redis sweeper's interval, twice
 	// Redis decides every shop now: resync-redis refuses to write its
 	// counters without -force; a dry run reads them all.
-	out, err := guarded(t, p.cmd.Path, "resync-redis", "-config", p.config).CombinedOutput()
+	out, err := guarded(t, binary(t), "resync-redis", "-config", p.config).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "lets Redis decide") {
 		t.Fatalf("resync-redis under authority redis: %v\n%s", err, out)
 	}
-	out, err = guarded(t, p.cmd.Path, "resync-redis", "-dry-run", "-config", p.config).CombinedOutput()
+	out, err = guarded(t, binary(t), "resync-redis", "-dry-run", "-config", p.config).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "checked (dry run, nothing written) 8 pools") || !strings.Contains(string(out), ": 0 counters differed") {
 		t.Fatalf("resync-redis -dry-run: %v\n%s", err, out)
 	}
@@ -284,7 +284,7 @@ func TestRedisKilledThroughHoldfast(t *testing.T) {
 	checkouts(t, db, "back", 32, 5, ttl)
 
 	dry := func() string {
-		out, err := guarded(t, p.cmd.Path, "resync-redis", "-dry-run", "-config", p.config).CombinedOutput()
+		out, err := guarded(t, binary(t), "resync-redis", "-dry-run", "-config", p.config).CombinedOutput()
 		if err != nil {
 			t.Fatalf("resync-redis -dry-run: %v\n%s", err, out)
 		}
@@ -299,7 +299,7 @@ func TestRedisKilledThroughHoldfast(t *testing.T) {
 		defer wg.Done()
 		checkouts(t, db, "during", 16, 10, ttl)
 	}()
-	out, err := guarded(t, p.cmd.Path, "resync-redis", "-config", p.config).CombinedOutput()
+	out, err := guarded(t, binary(t), "resync-redis", "-config", p.config).CombinedOutput()
 	wg.Wait()
 	if err != nil || !strings.Contains(string(out), "resynced 8 pools") || !strings.Contains(string(out), "no longer marked stale") {
 		t.Fatalf("resync-redis: %v\n%s", err, out)

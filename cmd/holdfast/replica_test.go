@@ -2,11 +2,11 @@ package main
 
 import (
 	"database/sql"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
 // The reconciler reads a real replica (reservation.replica_dsn): with
@@ -21,7 +21,7 @@ func TestReconcilerReadsReplica(t *testing.T) {
 	if _, err := pdb.Exec("CREATE DATABASE rt"); err != nil {
 		t.Fatal(err)
 	}
-	m := startOnPair(t, primary.Addr, "rt", "", "reservation:\n  replica_dsn: root@tcp("+replica.Addr+")/rt\n  reconcile_interval: 200ms\n", true)
+	m := startOnPair(t, primary.Addr, "rt", nil, "reservation:\n  replica_dsn: root@tcp("+replica.Addr+")/rt\n  reconcile_interval: 200ms\n", true)
 	db := m.client(t)
 	if _, err := db.Exec("CALL holdfast.receive(1, 1001, 1, 50)"); err != nil {
 		t.Fatal(err)
@@ -38,21 +38,19 @@ func TestReconcilerReadsReplica(t *testing.T) {
 }
 
 // startOnPair starts a holdfast process in front of a private primary
-// (database db, backend.more added to backend, extra top-level YAML),
-// after `holdfast migrate` when migrate is set.
-func startOnPair(t *testing.T, primary, db, backendMore, extra string, migrate bool) *fleetMember {
+// (database db, backend.replicas replicas, extra YAML), after `holdfast
+// migrate` when migrate is set.
+func startOnPair(t *testing.T, primary, db string, replicas []string, extra string, migrate bool) *fleetMember {
 	t.Helper()
-	bin := binary(t)
-	p := &process{addr: dbtest.FreeAddr(t), db: db, config: filepath.Join(t.TempDir(), "holdfast.yaml"),
-		out: &dbtest.SyncBuffer{}, exited: make(chan error, 1)}
+	p := newProcessOn(t, db)
 	admin := dbtest.FreeAddr(t)
-	dbtest.WriteHoldfastYAML(t, p.config, dbtest.HoldfastYAML{Listen: p.addr, Users: appUser, Backend: primary, Database: db,
-		BackendMore: backendMore, Admin: "  listen: " + admin + "\n", Extra: extra})
+	dbtest.WriteHoldfastConfig(t, p.config, holdfastproc.Config{Listen: p.addr, Users: appUser, Admin: admin,
+		Backend: holdfastproc.Backend{Address: primary, Database: db, Replicas: replicas}, YAML: extra})
 	if migrate {
-		p.migrate(t, bin)
+		p.migrate(t)
 	}
-	p.serve(t, bin)
-	return &fleetMember{process: p, admin: "http://" + admin, bin: bin}
+	p.serve(t)
+	return &fleetMember{process: p, admin: "http://" + admin}
 }
 
 // comSelect reads a server's Com_select.

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
+
 	"os"
 	"reflect"
 	"slices"
@@ -58,7 +60,7 @@ func TestHoldfastConfigSettings(t *testing.T) {
 		t.Fatalf("Describe() = %q", d)
 	}
 	for _, bad := range []string{"pool.max", "=3", "pool.max=[", ""} {
-		if _, _, err := ParseSetting(bad); err == nil {
+		if _, _, err := holdfastproc.ParseSetting(bad); err == nil {
 			t.Errorf("ParseSetting(%q) accepted", bad)
 		}
 	}

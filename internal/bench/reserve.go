@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -135,7 +137,7 @@ func (o ReserveOptions) validate() error {
 		}
 	}
 	for _, st := range o.Settings {
-		if _, _, err := ParseSetting(st); err != nil {
+		if _, _, err := holdfastproc.ParseSetting(st); err != nil {
 			return err
 		}
 	}
@@ -376,15 +378,13 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	}
 	addr := hc.Listen
 	migrateCfg := filepath.Join(b.dir, "holdfast-migrate.yaml")
-	if err := os.WriteFile(migrateCfg, hc.YAML(), 0o600); err != nil {
+	if err := hc.proc().Write(migrateCfg, yamlHeader); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, b.bin, "migrate", "-config", migrateCfg)
-	cmd.Env = childEnv()
-	out, err := cmd.CombinedOutput()
-	b.printf("migrate: %s: %s\n", strings.Join(cmd.Args, " "), strings.TrimSpace(string(out)))
+	out, err := holdfastproc.New(holdfastproc.Options{Bin: b.bin, Config: migrateCfg, Unset: []string{"GOMAXPROCS"}}).Migrate(ctx)
+	b.printf("migrate: %s migrate -config %s: %s\n", b.bin, migrateCfg, strings.TrimSpace(out))
 	if err != nil {
-		return fmt.Errorf("bench: holdfast migrate: %w", err)
+		return fmt.Errorf("bench: %w", err)
 	}
 	if b.hf, err = b.startTarget(ctx, b.bin, "holdfast-reserve", "holdfast (backend = the relay)", hc); err != nil {
 		return err
@@ -403,7 +403,7 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 		bin := b.bin
 		if o.ERepo != "" {
 			bin = filepath.Join(b.dir, "holdfast-e")
-			line, err := BuildHoldfast(ctx, o.Go, o.ERepo, bin)
+			line, err := holdfastproc.Build{Go: o.Go, Repo: o.ERepo, Out: bin}.Run(ctx)
 			b.printf("build (workload e): %s\n", line)
 			if err != nil {
 				return err

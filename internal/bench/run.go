@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -313,7 +315,7 @@ func (o Options) validate() error {
 		return errors.New("bench: scale-conns, scale-time and scale-interval must be positive")
 	}
 	for _, st := range o.Settings {
-		if _, _, err := ParseSetting(st); err != nil {
+		if _, _, err := holdfastproc.ParseSetting(st); err != nil {
 			return err
 		}
 	}
@@ -483,7 +485,7 @@ func (b *runner) setup(ctx context.Context) error {
 	}
 	if o.BaselineRepo != "" {
 		b.baseBin = filepath.Join(b.dir, "holdfast-base")
-		line, err := BuildHoldfast(ctx, o.Go, o.BaselineRepo, b.baseBin)
+		line, err := holdfastproc.Build{Go: o.Go, Repo: o.BaselineRepo, Out: b.baseBin}.Run(ctx)
 		b.printf("build (%s): %s\n", TargetBaseline, line)
 		if err != nil {
 			return err

@@ -183,7 +183,7 @@ func controlLoop(ctx context.Context, hs []*holdfast, every time.Duration, rng *
 func adminCall(ctx context.Context, hs []*holdfast, rng *rand.Rand, method, path string) bool {
 	var live []*holdfast
 	for _, h := range hs {
-		if h.alive() {
+		if h.Alive() {
 			live = append(live, h)
 		}
 	}

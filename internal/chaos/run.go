@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
 // Run builds holdfast, starts a private MariaDB under the work directory
@@ -45,9 +46,9 @@ func Run(ctx context.Context, o Options) ([]*Result, error) {
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 
 	fmt.Fprintf(o.Out, "chaos: work directory %s, seed %d\n", dir, o.Seed)
-	bin, err := buildHoldfast(ctx, o.Go, o.Repo, dir, o.Race)
-	if err != nil {
-		return nil, err
+	bin := filepath.Join(dir, "holdfast")
+	if _, err := (holdfastproc.Build{Go: o.Go, Repo: o.Repo, Out: bin, Race: o.Race}).Run(ctx); err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	mdir := filepath.Join(dir, "mariadb")
 	if err := os.MkdirAll(mdir, 0o755); err != nil {

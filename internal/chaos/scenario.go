@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
 // scenario is one scenario's run: its own database on the private
@@ -296,16 +297,16 @@ func (s *scenario) check(ctx context.Context) error {
 		res.Violations = append(res.Violations, Violation{checkConserved, "the final check (reserve and release everything) changed on_hand"})
 	}
 	for _, h := range s.hs {
-		if !h.alive() {
+		if !h.Alive() {
 			res.Violations = append(res.Violations, Violation{"holdfast", fmt.Sprintf("holdfast %d is not running at the end (log %s)", h.n, h.log)})
 		}
-		for _, e := range h.unexpectedExits() {
+		for _, e := range h.UnexpectedExits() {
 			res.Violations = append(res.Violations, Violation{"holdfast", e + " (log " + h.log + ")"})
 		}
-		for _, l := range logProblems(h.log) {
+		for _, l := range holdfastproc.LogProblems(h.log) {
 			res.Violations = append(res.Violations, Violation{"holdfast", fmt.Sprintf("holdfast %d log: %s (%s)", h.n, l, h.log)})
 		}
-		res.Starts += h.starts
+		res.Starts += h.Starts()
 	}
 	return nil
 }

@@ -1,48 +1,110 @@
 package dbtest
 
 import (
-	"fmt"
-	"os"
+	"context"
 	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
-// HoldfastYAML is the configuration file a test runs cmd/holdfast with:
-// its backend is the test server (Config) as the test's account.
-type HoldfastYAML struct {
-	Listen   string // listen
-	Users    string // the items of users (YAML list items)
-	Backend  string // backend.address; "" is the test server's
-	Database string // backend.database
-	// BackendMore is more of backend's body (indented YAML), such as
-	// replicas.
-	BackendMore string
-	Pool        string // the body of pool (indented YAML); "" is min 0, max 4, max_idle 4
-	Admin       string // the body of admin (indented YAML)
-	Extra       string // further top-level YAML
+// HoldfastConfig is c as a test runs cmd/holdfast with it: where c leaves
+// them empty, the backend is the test server (Config) and its account the
+// test's, and the pool, when c.YAML has none, is min 0, max 4, max_idle 4.
+func HoldfastConfig(t testing.TB, c holdfastproc.Config) holdfastproc.Config {
+	t.Helper()
+	dsn := Config(t)
+	if c.Backend.Address == "" {
+		c.Backend.Address = dsn.Addr
+	}
+	if c.Backend.User == "" {
+		c.Backend.User, c.Backend.Password = dsn.User, dsn.Passwd
+	}
+	var more map[string]any
+	if err := yaml.Unmarshal([]byte(c.YAML), &more); err != nil {
+		t.Fatalf("dbtest: holdfast configuration: %v\n%s", err, c.YAML)
+	}
+	if _, ok := more["pool"]; !ok {
+		c.Set = append([]string{"pool.min=0", "pool.max=4", "pool.max_idle=4"}, c.Set...)
+	}
+	return c
 }
 
-// WriteHoldfastYAML writes y to path.
-func WriteHoldfastYAML(t testing.TB, path string, y HoldfastYAML) {
+// WriteHoldfastConfig writes HoldfastConfig(t, c) to path.
+func WriteHoldfastConfig(t testing.TB, path string, c holdfastproc.Config) {
 	t.Helper()
-	c := Config(t)
-	if y.Backend == "" {
-		y.Backend = c.Addr
+	if err := HoldfastConfig(t, c).Write(path, ""); err != nil {
+		t.Fatal(err)
 	}
-	if y.Pool == "" {
-		y.Pool = "  min: 0\n  max: 4\n  max_idle: 4\n"
+}
+
+// Holdfast is a holdfast process a test runs (StartHoldfast).
+type Holdfast struct {
+	*holdfastproc.Process
+	Out *SyncBuffer // its output, when Options had no LogPath or Output
+}
+
+// NewHoldfast is a holdfast process for o, not started yet, killed at the
+// test's cleanup; when the test failed, the end of its output is logged.
+// With neither o.LogPath nor o.Output set, its output goes to Out.
+func NewHoldfast(t testing.TB, o holdfastproc.Options) *Holdfast {
+	t.Helper()
+	h := &Holdfast{}
+	if o.LogPath == "" && o.Output == nil {
+		h.Out = &SyncBuffer{}
+		o.Output = h.Out
 	}
-	cfg := fmt.Sprintf(`listen: %s
-users:
-%s
-backend:
-  address: %s
-  user: %s
-  password: %q
-  database: %s
-%spool:
-%sadmin:
-%s%s`, y.Listen, y.Users, y.Backend, c.User, c.Passwd, y.Database, y.BackendMore, y.Pool, y.Admin, y.Extra)
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+	h.Process = holdfastproc.New(o)
+	t.Cleanup(func() {
+		h.Kill()
+		if !t.Failed() {
+			return
+		}
+		out := ""
+		switch {
+		case h.Out != nil:
+			out = h.Out.String()
+			if len(out) > 16<<10 {
+				out = "...\n" + out[len(out)-16<<10:]
+			}
+		case o.LogPath != "":
+			out = holdfastproc.Tail(o.LogPath, 200)
+		}
+		t.Logf("holdfast output:\n%s", out)
+	})
+	return h
+}
+
+// StartHoldfast is NewHoldfast and Start: it returns once the process is
+// ready (Options.Ready), after `holdfast migrate` when migrate is set.
+func StartHoldfast(t testing.TB, o holdfastproc.Options, migrate bool) *Holdfast {
+	t.Helper()
+	h := NewHoldfast(t, o)
+	if migrate {
+		h.MigrateOrFail(t)
+	}
+	h.StartOrFail(t)
+	return h
+}
+
+// MigrateOrFail runs `holdfast migrate` (bounded by a minute, a hang
+// guard), failing t on an error.
+func (h *Holdfast) MigrateOrFail(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := h.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// StartOrFail starts an incarnation, failing t when it does not become
+// ready.
+func (h *Holdfast) StartOrFail(t testing.TB) {
+	t.Helper()
+	if err := h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 	"github.com/holdfast-db/holdfast/reservation/legacy/redistest"
 )
 
@@ -206,42 +206,42 @@ func startHoldfast(t *testing.T, bin string, blocks []*Block) *fixture {
 			fx.env = append(fx.env, kv)
 		}
 	}
-	fx.env = append(fx.env,
-		"PATH="+filepath.Join(fx.dir, "bin")+string(filepath.ListSeparator)+os.Getenv("PATH"),
-		"HOLDFAST_LISTEN="+fx.rw.Listen,
-		"HOLDFAST_ADMIN_LISTEN="+fx.rw.Admin,
-		"HOLDFAST_ADMIN_ADDR="+fx.rw.Admin,
-		"HOLDFAST_BACKEND_ADDRESS="+c.Addr,
-		"HOLDFAST_BACKEND_USER="+c.User,
-		"HOLDFAST_BACKEND_PASSWORD="+c.Passwd,
-		"HOLDFAST_BACKEND_DATABASE="+fx.rw.Database,
-	)
+	more := []string{
+		"PATH=" + filepath.Join(fx.dir, "bin") + string(filepath.ListSeparator) + os.Getenv("PATH"),
+		"HOLDFAST_LISTEN=" + fx.rw.Listen,
+		"HOLDFAST_ADMIN_LISTEN=" + fx.rw.Admin,
+		"HOLDFAST_ADMIN_ADDR=" + fx.rw.Admin,
+		"HOLDFAST_BACKEND_ADDRESS=" + c.Addr,
+		"HOLDFAST_BACKEND_USER=" + c.User,
+		"HOLDFAST_BACKEND_PASSWORD=" + c.Passwd,
+		"HOLDFAST_BACKEND_DATABASE=" + fx.rw.Database,
+	}
+	fx.env = append(fx.env, more...)
+	p := holdfastproc.New(holdfastproc.Options{Bin: "bin/holdfast", Config: "config.yaml", Dir: fx.dir, Env: more,
+		Output: fx.out, Ready: func(ctx context.Context) error {
+			for _, addr := range []string{fx.rw.Listen, fx.rw.Admin} {
+				if err := holdfastproc.DialReady(addr)(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
 	mctx, cancel := context.WithTimeout(context.Background(), commandBound)
 	defer cancel()
-	migrate := exec.CommandContext(mctx, "bin/holdfast", "migrate", "-config", "config.yaml")
-	migrate.Dir, migrate.Env = fx.dir, fx.env
-	if out, err := migrate.CombinedOutput(); err != nil {
-		t.Fatalf("holdfast migrate: %v\n%s", err, out)
-	}
-	serve := exec.Command("bin/holdfast", "serve", "-config", "config.yaml")
-	serve.Dir, serve.Env = fx.dir, fx.env
-	serve.Stdout, serve.Stderr = fx.out, fx.out
-	if err := serve.Start(); err != nil {
+	if _, err := p.Migrate(mctx); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = serve.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		if fx.conn != nil {
 			fx.conn.Close()
 		}
-		dbtest.Terminate(serve.Process, exited, 20*time.Second)
+		_ = p.Stop(20 * time.Second)
 		if t.Failed() {
 			t.Logf("holdfast's output:\n%s", fx.out.String())
 		}
 	})
-	for _, addr := range []string{fx.rw.Listen, fx.rw.Admin} {
-		waitListening(t, addr, exited, fx.out)
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, fx.out.String())
 	}
 	return fx
 }
@@ -412,26 +412,4 @@ func query(ctx context.Context, conn *sql.Conn, q string, k *Tokens) (Table, err
 		}
 	}
 	return first, rows.Err()
-}
-
-// waitListening waits until addr accepts connections, failing if holdfast
-// exits first or does not listen within a hang guard.
-func waitListening(t *testing.T, addr string, exited <-chan struct{}, out *dbtest.SyncBuffer) {
-	t.Helper()
-	deadline := time.Now().Add(commandBound)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-exited:
-			t.Fatalf("holdfast exited before listening on %s:\n%s", addr, out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("holdfast did not listen on %s within %v:\n%s", addr, commandBound, out.String())
-		}
-	}
 }

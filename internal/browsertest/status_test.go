@@ -1,4 +1,4 @@
-package main
+package browsertest
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
 // chromium returns Debian's Chromium, installing it with the project's
@@ -178,13 +179,20 @@ func traffic(t *testing.T, db *sql.DB, stop <-chan struct{}, drained *atomic.Boo
 // refused; and that with a token the page asks for it once per tab.
 func TestStatusPageInBrowser(t *testing.T) {
 	ctx := browser(t, "MAP rebind.test 127.0.0.1")
-	bin := binary(t)
-	p := newProcess(t)
-	admin := dbtest.FreeAddr(t)
-	writeConfigAdmin(t, p.config, p.addr, p.db, appUser, "  listen: "+admin+"\n")
-	p.migrate(t, bin)
-	p.serve(t, bin)
-	db := p.open(t, "app", "app")
+	addr, admin, database := dbtest.FreeAddr(t), dbtest.FreeAddr(t), dbtest.NewDatabase(t)
+	config := filepath.Join(t.TempDir(), "holdfast.yaml")
+	writeConfig := func(more string) {
+		dbtest.WriteHoldfastConfig(t, config, holdfastproc.Config{Listen: addr, Admin: admin,
+			Users:   []holdfastproc.User{{Name: "app", Password: "app"}},
+			Backend: holdfastproc.Backend{Database: database}, YAML: "shutdown_grace: 20s\nlog:\n  level: debug\n" + more})
+	}
+	writeConfig("")
+	p := dbtest.StartHoldfast(t, holdfastproc.Options{Bin: dbtest.Command(t, "./cmd/holdfast"), Config: config, Listen: addr}, true)
+	db, err := sql.Open("mysql", fmt.Sprintf("app:app@tcp(%s)/%s", addr, database))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	db.SetMaxOpenConns(8)
 
 	// Some reservations, so the engine has a hot pool to show.
@@ -339,8 +347,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 	// With a token (set by a reload), the page asks for it once and keeps
 	// it for the tab.
-	writeConfigAdmin(t, p.config, p.addr, p.db, appUser, "  listen: "+admin+"\n  token: t0ken\n")
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	writeConfig("admin:\n  token: t0ken\n")
+	if err := p.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	dbtest.Eventually(t, "the reload applies the token", func() bool {

@@ -1,0 +1,156 @@
+package holdfastproc
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is a holdfast configuration file: the settings every caller
+// gives (addresses, accounts, the backend) as fields, and the rest as
+// YAML and settings applied over them. Whatever it leaves out is
+// holdfast's default (config.yaml as shipped).
+type Config struct {
+	Listen string // listen: host:port for clients
+	Users  []User // users
+	// Admin is admin.listen (HTTP admin API and /metrics); "" disables the
+	// admin listener.
+	Admin   string
+	Backend Backend
+	// YAML is more configuration, merged over the fields above: a mapping
+	// merges key by key into the mapping it meets, anything else replaces
+	// what it meets. "" adds nothing.
+	YAML string
+	// Set are settings applied last, "path=value" as ParseSetting reads
+	// them ("pool.max=8").
+	Set []string
+}
+
+// User is an item of users. A zero AuthPlugin or DefaultTag is left out
+// (holdfast's default).
+type User struct {
+	Name, Password string
+	AuthPlugin     string // auth_plugin
+	DefaultTag     string // default_tag
+}
+
+// Backend is the backend section. A zero Instances or nil Replicas is left
+// out (holdfast's default).
+type Backend struct {
+	Address        string // host:port of MariaDB
+	User, Password string // the account holdfast's pool logs in as
+	Database       string
+	Instances      int      // instances: how many holdfast processes share the backend
+	Replicas       []string // replicas' host:port
+}
+
+// ParseSetting splits "pool.max=8" into its path, dotted as in
+// config.yaml, and its value, read as YAML ("0", "30s", "true",
+// "[{address: h:3306}]").
+func ParseSetting(s string) (path []string, value any, err error) {
+	k, v, ok := strings.Cut(s, "=")
+	k = strings.TrimSpace(k)
+	if !ok || k == "" {
+		return nil, nil, fmt.Errorf("holdfastproc: setting %q: want path=value, e.g. pool.max=8", s)
+	}
+	if err := yaml.Unmarshal([]byte(v), &value); err != nil {
+		return nil, nil, fmt.Errorf("holdfastproc: setting %q: %w", s, err)
+	}
+	return strings.Split(k, "."), value, nil
+}
+
+type mapping = map[string]any
+
+// Render returns c as a configuration file. It fails when YAML is not a
+// YAML mapping or a setting does not parse.
+func (c Config) Render() ([]byte, error) {
+	users := []mapping{}
+	for _, u := range c.Users {
+		e := mapping{"name": u.Name, "password": u.Password}
+		if u.AuthPlugin != "" {
+			e["auth_plugin"] = u.AuthPlugin
+		}
+		if u.DefaultTag != "" {
+			e["default_tag"] = u.DefaultTag
+		}
+		users = append(users, e)
+	}
+	backend := mapping{"address": c.Backend.Address, "user": c.Backend.User, "password": c.Backend.Password,
+		"database": c.Backend.Database}
+	if c.Backend.Instances != 0 {
+		backend["instances"] = c.Backend.Instances
+	}
+	if c.Backend.Replicas != nil {
+		var rs []mapping
+		for _, r := range c.Backend.Replicas {
+			rs = append(rs, mapping{"address": r})
+		}
+		backend["replicas"] = rs
+	}
+	root := mapping{
+		"listen":  c.Listen,
+		"users":   users,
+		"backend": backend,
+		"admin":   mapping{"listen": c.Admin},
+	}
+	if strings.TrimSpace(c.YAML) != "" {
+		var more mapping
+		if err := yaml.Unmarshal([]byte(c.YAML), &more); err != nil {
+			return nil, fmt.Errorf("holdfastproc: YAML: %w", err)
+		}
+		merge(root, more)
+	}
+	for _, s := range c.Set {
+		path, v, err := ParseSetting(s)
+		if err != nil {
+			return nil, err
+		}
+		at := root
+		for _, k := range path[:len(path)-1] {
+			next, ok := at[k].(mapping)
+			if !ok {
+				next = mapping{}
+				at[k] = next
+			}
+			at = next
+		}
+		at[path[len(path)-1]] = v
+	}
+	b, err := yaml.Marshal(root)
+	if err != nil {
+		return nil, fmt.Errorf("holdfastproc: %w", err)
+	}
+	return b, nil
+}
+
+// merge sets what more holds into dst: mappings key by key, anything
+// else replacing what it meets.
+func merge(dst, more mapping) {
+	for k, v := range more {
+		if vm, ok := v.(mapping); ok {
+			if dm, ok := dst[k].(mapping); ok {
+				merge(dm, vm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
+// Write renders c into the file at path (mode 0600: it holds passwords),
+// after a first line of comment, header, when not "".
+func (c Config) Write(path, header string) error {
+	b, err := c.Render()
+	if err != nil {
+		return err
+	}
+	if header != "" {
+		b = append([]byte("# "+header+"\n"), b...)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("holdfastproc: %w", err)
+	}
+	return nil
+}
