@@ -55,7 +55,10 @@ func NewPrivate(dir string, args ...string) (*Private, error) {
 		return nil, fmt.Errorf("dbtest: no mariadbd to start a private server (install mariadb-server): %w", err)
 	}
 	install := exec.Command("mariadb-install-db", "--no-defaults", "--datadir="+filepath.Join(dir, "data"),
-		"--auth-root-authentication-method=normal", "--skip-test-db")
+		"--auth-root-authentication-method=normal", "--skip-test-db",
+		// Temporary tables of its own: bootstraps run at once by parallel
+		// test binaries clashed over names in the shared /tmp.
+		"--tmpdir="+dir)
 	if os.Geteuid() == 0 {
 		install.Args = append(install.Args, "--user=root")
 	}
@@ -96,7 +99,7 @@ func (p *Private) Restart() error {
 		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(p.dir, "mysqld.sock"),
 		"--pid-file=" + filepath.Join(p.dir, "mysqld.pid"), "--log-error=" + filepath.Join(p.dir, "error.log"),
 		"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M", "--max-connections=1000",
-		"--innodb-fast-shutdown=2"}
+		"--innodb-fast-shutdown=2", "--tmpdir=" + p.dir}
 	// Shaped like a production primary: binary logging on, ROW format,
 	// GTIDs (MariaDB reports last_gtid on every commit). --skip-log-bin
 	// among p.args turns it off again.
