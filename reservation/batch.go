@@ -22,13 +22,9 @@ type pending struct {
 	took [][]int64 // unit ids taken per line, inside the transaction
 	now  time.Time // database time of the transaction
 
-	// Combiner bookkeeping, guarded by the combiner's mu.
-	state pendingState
-	wake  chan bool // buffered 1: true = lead the combiner, false = out is ready
 	// callers are the tags its CALL runs for (attribution.Callers of its
 	// context): a batch's statements run for all of its reserves' callers.
 	callers []*attribution.Tag
-	sess    *session // handed over with leadership; nil means none open
 }
 
 // errNoneFit makes the transaction roll back when no reserve in it got all

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/internal/waitq"
 )
 
 // The combiner coalesces concurrent single-line reserves of one pool into
@@ -25,14 +26,73 @@ import (
 // one only when it is worth its fixed cost in the database (overlapLocked):
 // when Config.SecondBatchMin reserves wait, when the pool is quiet, or
 // when the running batch has stalled (stallAfter).
+//
+// The queue is a waitq.Queue, and the races of a reserve that gives up are
+// its protocol: a waiting reserve is handed either leadership (with the
+// session of the leader before it) or its place in a batch, under the
+// combiner's lock; one whose context ends is then either out of the queue
+// before any of that (nothing was reserved), or in a batch that may commit
+// (the outcome is unknown; the idempotency key finds it), or was handed
+// leadership, which the queue gives back to passOn to hand on. A leader's
+// own reserve keeps its place in the queue, so its batches take the
+// reserves queued ahead of it first.
+
+// batchRunner runs a combiner's batches. The engine is one: runBatch runs
+// the SQL, a session keeps one backend connection across batches. Tests of
+// the combiner's races use a fake that needs no database.
+type batchRunner interface {
+	// openSession returns a session to run consecutive batches on, or nil
+	// and no error when none may be opened now.
+	openSession(ctx context.Context) (*session, error)
+	// closeSession releases s; nil, or closed already: nothing.
+	closeSession(s *session)
+	// runBatch sets out of every reserve in batch, on s when s is not nil.
+	// If s breaks, runBatch may close it; s.broken then says so.
+	runBatch(ctx context.Context, batch []*pending, s *session, ps *poolState)
+}
+
+// combiners is an engine's set of combiners: one per pool with
+// single-line reserves queued or in a batch, made by the first reserve,
+// removed when the last leaves (dropIfIdle).
+type combiners struct {
+	run        batchRunner
+	cfg        *Config       // MaxBatch, BatchesPerPool, SecondBatchMin, MaxWaitersPerPool, CallTimeout
+	m          *metrics      // rejected, stallEscapes
+	stallAfter time.Duration // the package's stallAfter; tests change it
+
+	mu     sync.Mutex // guards following
+	byPool map[PoolKey]*combiner
+}
+
+func (cs *combiners) init(run batchRunner, cfg *Config, m *metrics) {
+	cs.run, cs.cfg, cs.m = run, cfg, m
+	cs.stallAfter = stallAfter
+	cs.byPool = map[PoolKey]*combiner{}
+}
 
 type pendingState uint8
 
 const (
-	stQueued pendingState = iota // in queue, nobody has taken it
-	stLead                       // in queue, told to lead
-	stTaken                      // inside a running batch
+	stQueued pendingState = iota // queued, nobody has taken it
+	stLead                       // leads: queued at its place until a batch of its own takes it (or on its way back there)
+	stTaken                      // inside a batch
 )
+
+// request is one reserve in a combiner.
+type request struct {
+	p     *pending
+	w     waitq.Waiter[*request, grant] // its place in combiner.q; Key is the request itself
+	state pendingState                  // guarded by the combiner's mu
+	done  chan struct{}                 // closed once the batch that took it has set p.out
+}
+
+// grant is what a queued reserve is handed: leadership (lead), with the
+// session of the leader before it (sess, nil when none), or else its place
+// in a batch, whose outcome follows on request.done.
+type grant struct {
+	lead bool
+	sess *session
+}
 
 // combiner is the queue of one pool.
 type combiner struct {
@@ -40,10 +100,18 @@ type combiner struct {
 
 	last poolState // what its batches remember between them
 
-	mu      sync.Mutex // guards following
-	queue   []*pending
-	running int  // leaders running or handed leadership
-	dead    bool // removed from Engine.combiners; use a new one
+	// q orders the pool's reserves waiting for a batch, and each leader's
+	// own until a batch takes it. Enqueues and hand-offs happen under mu.
+	q *waitq.Queue[*request, grant]
+
+	mu sync.Mutex // guards following, and request.state
+	// waiting counts the requests in stQueued (one that gives up counts
+	// until it has taken mu), leading those in stLead: together, the
+	// reserves queued.
+	waiting, leading int
+	running          int   // leaders running or handed leadership
+	fronts           int64 // retries queued at the head so far (see enqueue)
+	dead             bool  // removed from combiners.byPool; use a new one
 	// avgBatch is a moving average of the sizes of the pool's batches
 	// (each new batch weighs 1/5): what overlapLocked calls recent.
 	avgBatch float64
@@ -89,12 +157,12 @@ func (cb *combiner) stalledLocked() bool {
 
 // beginBatchLocked marks run's batch started now, and arms its stall
 // timer: one timer per batch, however many reserves wait behind it.
-func (e *Engine) beginBatchLocked(cb *combiner, run *batchRun) {
+func (cs *combiners) beginBatchLocked(cb *combiner, run *batchRun) {
 	run.start, run.stalled = time.Now(), false
 	if run.timer == nil {
-		run.timer = time.AfterFunc(e.stallAfter, func() { e.batchStalled(cb, run) })
+		run.timer = time.AfterFunc(cs.stallAfter, func() { cs.batchStalled(cb, run) })
 	} else {
-		run.timer.Reset(e.stallAfter)
+		run.timer.Reset(cs.stallAfter)
 	}
 }
 
@@ -118,16 +186,16 @@ func (cb *combiner) endRunLocked(run *batchRun) {
 // now on overlapLocked lets batches start beside it, and the oldest
 // reserve already waiting is handed leadership of one at once (reserves
 // that come later lead one themselves, in submit).
-func (e *Engine) batchStalled(cb *combiner, run *batchRun) {
+func (cs *combiners) batchStalled(cb *combiner, run *batchRun) {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
-	if run.start.IsZero() || time.Since(run.start) < e.stallAfter {
+	if run.start.IsZero() || time.Since(run.start) < cs.stallAfter {
 		return // the batch ended, or the timer was re-armed for the next
 	}
 	run.stalled = true
-	if cb.running < e.cfg.BatchesPerPool && cb.wakeLeaderLocked(nil) {
+	if cb.running < cs.cfg.BatchesPerPool && cb.wakeLeaderLocked(nil) {
 		cb.running++
-		e.m.stallEscapes.Add(1)
+		cs.m.stallEscapes.Add(1)
 	}
 }
 
@@ -149,82 +217,112 @@ type poolState struct {
 	short atomic.Bool
 }
 
-// submit queues a single-line reserve on pool and waits for its outcome. A
-// retry (front) goes to the head of the queue, so a reserve that came up
-// short keeps its age instead of queuing behind newcomers.
-func (e *Engine) submit(ctx context.Context, pool PoolKey, req *reserveReq, front bool) outcome {
-	p := &pending{req: req, pools: []PoolKey{pool}, wake: make(chan bool, 1), callers: attribution.Callers(ctx)}
-	cb := e.lockCombiner(pool)
-	if len(cb.queue) >= e.cfg.MaxWaitersPerPool {
-		cb.mu.Unlock()
-		e.m.rejected.Add(1)
-		return outcome{err: newError(CodeBusy, "HY000",
+// submit queues a single-line reserve on pool and waits for its outcome.
+func (cs *combiners) submit(ctx context.Context, pool PoolKey, req *reserveReq, front bool) outcome {
+	cb, r, lead, err := cs.enqueue(ctx, pool, req, front)
+	if err != nil {
+		return outcome{err: err}
+	}
+	return cs.await(ctx, cb, r, lead)
+}
+
+// enqueue queues a single-line reserve on pool, and reports whether it
+// leads (a batch of its own runs at once) or waits. A retry (front) goes to
+// the head of the queue, so a reserve that came up short keeps its age
+// instead of queuing behind newcomers; of two retries, the later goes
+// first.
+func (cs *combiners) enqueue(ctx context.Context, pool PoolKey, req *reserveReq, front bool) (*combiner, *request, bool, error) {
+	r := &request{p: &pending{req: req, pools: []PoolKey{pool}, callers: attribution.Callers(ctx)}, done: make(chan struct{})}
+	r.w.Key = r
+	cb := cs.lock(pool)
+	defer cb.mu.Unlock()
+	if cb.waiting+cb.leading >= cs.cfg.MaxWaitersPerPool {
+		cs.m.rejected.Add(1)
+		return nil, nil, false, newError(CodeBusy, "HY000",
 			"holdfast.reserve: %d reserves already queued on item %d at location %d; nothing was reserved, retry",
-			e.cfg.MaxWaitersPerPool, pool.ItemID, pool.GroupID)}
+			cs.cfg.MaxWaitersPerPool, pool.ItemID, pool.GroupID)
 	}
 	if front {
-		cb.queue = append([]*pending{p}, cb.queue...)
-	} else {
-		cb.queue = append(cb.queue, p)
+		cb.fronts++
+		r.w.Rank = -cb.fronts
 	}
-	lead := cb.running == 0 || cb.running < e.cfg.BatchesPerPool && cb.overlapLocked(len(cb.queue), e.cfg.SecondBatchMin)
+	if err := cb.q.Enqueue(&r.w); err != nil {
+		panic("reservation: combiner queue refused a reserve: " + err.Error()) // it has no cap and is never closed
+	}
+	queued := cb.waiting + cb.leading + 1
+	lead := cb.running == 0 || cb.running < cs.cfg.BatchesPerPool && cb.overlapLocked(queued, cs.cfg.SecondBatchMin)
 	if lead {
 		cb.running++
-		p.state = stLead
+		r.state = stLead
+		cb.leading++
+	} else {
+		r.state = stQueued
+		cb.waiting++
 	}
-	cb.mu.Unlock()
+	return cb, r, lead, nil
+}
 
-	for {
-		if lead {
-			e.lead(ctx, cb, p)
-			return p.out
+// await waits for the outcome of r, queued by enqueue, leading batches
+// when it leads or is handed leadership.
+func (cs *combiners) await(ctx context.Context, cb *combiner, r *request, lead bool) outcome {
+	if lead {
+		cs.lead(ctx, cb, r, nil)
+		return r.p.out
+	}
+	g, err := cb.q.Wait(ctx, &r.w)
+	if err != nil {
+		cb.mu.Lock()
+		st := r.state
+		if st == stQueued {
+			cb.waiting--
 		}
-		select {
-		case l := <-p.wake:
-			if !l {
-				return p.out
-			}
-			lead = true
-		case <-ctx.Done():
-			cb.mu.Lock()
-			switch p.state {
-			case stQueued:
-				cb.removeLocked(p)
-				cb.mu.Unlock()
-				return outcome{err: ctx.Err()}
-			case stLead:
-				// Leadership (and maybe a session) was handed to us: pass
-				// them on.
-				cb.removeLocked(p)
-				s := cb.handOffLocked(p.sess, e.cfg.SecondBatchMin)
-				cb.mu.Unlock()
-				e.closeSession(s)
-				e.dropIfIdle(cb)
-				return outcome{err: ctx.Err()}
-			default:
-				// Our batch is running; it will answer into p.wake,
-				// buffered. It may commit: the outcome is unknown.
-				// Whatever it reserves stays findable by the idempotency
-				// key, so the client's retry gets it.
-				cb.mu.Unlock()
-				return outcome{err: &commitUnknownError{&lostError{ctx.Err()}}}
-			}
+		cb.mu.Unlock()
+		switch st {
+		case stQueued: // left before anyone took it
+			cs.dropIfIdle(cb)
+			return outcome{err: ctx.Err()}
+		case stLead: // handed leadership as it gave up: passOn handed it on
+			return outcome{err: ctx.Err()}
 		}
+		// Taken into a batch as it gave up: the batch may commit, so the
+		// outcome is unknown. Whatever it reserves stays findable by the
+		// idempotency key, so the client's retry gets it.
+		return outcome{err: &commitUnknownError{&lostError{ctx.Err()}}}
+	}
+	if g.lead {
+		// Back to its place in the queue (a re-queue keeps it), for a
+		// batch of its own to take it.
+		cb.mu.Lock()
+		if err := cb.q.Enqueue(&r.w); err != nil {
+			panic("reservation: combiner queue refused a reserve: " + err.Error())
+		}
+		cb.mu.Unlock()
+		cs.lead(ctx, cb, r, g.sess)
+		return r.p.out
+	}
+	select {
+	case <-r.done:
+		return r.p.out
+	case <-ctx.Done():
+		// Its batch is running; it will still close done. It may commit:
+		// the outcome is unknown (see above).
+		return outcome{err: &commitUnknownError{&lostError{ctx.Err()}}}
 	}
 }
 
-// lockCombiner returns pool's live combiner, made if there is none, with
-// its mu held.
-func (e *Engine) lockCombiner(pool PoolKey) *combiner {
+// lock returns pool's live combiner, made if there is none, with its mu
+// held.
+func (cs *combiners) lock(pool PoolKey) *combiner {
 	for {
-		e.combMu.Lock()
-		cb := e.combiners[pool]
+		cs.mu.Lock()
+		cb := cs.byPool[pool]
 		if cb == nil {
 			cb = &combiner{key: pool}
-			e.combiners[pool] = cb
+			cb.q = waitq.New[*request](func(g grant) { cs.passOn(cb, g) })
+			cs.byPool[pool] = cb
 		}
 		cb.mu.Lock()
-		e.combMu.Unlock()
+		cs.mu.Unlock()
 		if !cb.dead {
 			return cb
 		}
@@ -233,38 +331,42 @@ func (e *Engine) lockCombiner(pool PoolKey) *combiner {
 }
 
 // lead runs batches from cb's queue until me has been answered, then hands
-// leadership on. The batches run under a context detached from the leader's
-// own cancellation and deadline (they answer other reservers too), bounded
-// by CallTimeout.
-func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
+// leadership on, with sess (nil when none; the session it was handed). The
+// batches run under a context detached from the leader's own cancellation
+// and deadline (they answer other reservers too), bounded by CallTimeout.
+func (cs *combiners) lead(ctx context.Context, cb *combiner, me *request, sess *session) {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cs.cfg.CallTimeout)
 	defer cancel()
-	sess := me.sess
-	me.sess = nil
 	var run *batchRun // this leader's entry in cb.runs
 	for {
-		// Take up to MaxBatch requests in arrival order, leaving those that
+		// Take up to MaxBatch requests in queue order, leaving those that
 		// were handed leadership: they lead their own batch.
 		cb.mu.Lock()
-		var batch []*pending
-		rest := cb.queue[:0:0]
+		var batch []*request
 		mine := false
 		// A session pays for itself over consecutive batches, but costs a
 		// round trip to put back: a batch with no other batch of its pool
 		// running and nobody queued behind it runs on a connection
 		// borrowed for its transaction alone, in one round trip.
 		busy := cb.running > 1
-		for _, p := range cb.queue {
-			if len(batch) < e.cfg.MaxBatch && (p == me || p.state == stQueued) {
-				p.state = stTaken
-				mine = mine || p == me
-				batch = append(batch, p)
-			} else {
-				rest = append(rest, p)
-				busy = busy || p.state == stQueued
+		cb.q.HandOffEach(func(r *request, _ int) (grant, bool) {
+			if len(batch) == cs.cfg.MaxBatch || r != me && r.state != stQueued {
+				busy = busy || r.state == stQueued
+				return grant{}, false
 			}
+			if r == me {
+				mine = true
+				cb.leading--
+			} else {
+				cb.waiting--
+			}
+			r.state = stTaken
+			batch = append(batch, r)
+			return grant{}, true
+		})
+		if mine {
+			cb.q.Leave(&me.w) // what it was handed: its own place in the batch
 		}
-		cb.queue = rest
 		n := len(batch)
 		if run == nil {
 			run = &batchRun{}
@@ -273,49 +375,68 @@ func (e *Engine) lead(ctx context.Context, cb *combiner, me *pending) {
 		run.endBatchLocked()
 		if n > 0 {
 			cb.avgBatch = 0.8*cb.avgBatch + 0.2*float64(n)
-			e.beginBatchLocked(cb, run)
+			cs.beginBatchLocked(cb, run)
 		}
 		cb.mu.Unlock()
 
 		if n > 0 {
+			ps := make([]*pending, n)
+			for i, r := range batch {
+				ps[i] = r.p
+			}
 			var err error
 			if sess == nil && busy {
-				sess, err = e.openSession(bctx)
+				sess, err = cs.run.openSession(bctx)
 			}
 			if err != nil {
-				for _, p := range batch {
+				for _, p := range ps {
 					p.out = outcome{err: err}
 				}
 			} else {
-				e.runBatch(forCallers(bctx, batch), batch, sess, &cb.last) // sess may be nil: no session free
-				if sess != nil && (sess.broken || noneGotUnits(batch)) {
+				cs.run.runBatch(forCallers(bctx, ps), ps, sess, &cb.last) // sess may be nil: no session free
+				if sess != nil && (sess.broken || noneGotUnits(ps)) {
 					// Do not hold a connection while the reserves back
 					// off or wait for a refill.
-					e.closeSession(sess)
+					cs.run.closeSession(sess)
 					sess = nil
 				}
 			}
 		}
-		for _, p := range batch {
-			if p != me {
-				p.wake <- false
+		for _, r := range batch {
+			if r != me {
+				close(r.done)
 			}
 		}
 		if mine || n == 0 {
 			cb.mu.Lock()
 			cb.endRunLocked(run)
-			sess = cb.handOffLocked(sess, e.cfg.SecondBatchMin)
+			sess = cb.handOffLocked(sess, cs.cfg.SecondBatchMin)
 			cb.mu.Unlock()
 			if sess != nil {
 				// Leadership given up (nobody queued, or the batch
 				// running beside takes them): release the connection,
 				// after the leader's answer rather than before it.
-				go e.closeSession(sess)
+				go cs.run.closeSession(sess)
 			}
-			e.dropIfIdle(cb)
+			cs.dropIfIdle(cb)
 			return
 		}
 	}
+}
+
+// passOn is the give-back of cb's queue: a reserve handed leadership (and
+// maybe a session) as it gave up passes them on. A place in a batch needs
+// nothing: the batch answers done whether anyone reads it or not.
+func (cs *combiners) passOn(cb *combiner, g grant) {
+	if !g.lead {
+		return
+	}
+	cb.mu.Lock()
+	cb.leading--
+	s := cb.handOffLocked(g.sess, cs.cfg.SecondBatchMin)
+	cb.mu.Unlock()
+	cs.run.closeSession(s)
+	cs.dropIfIdle(cb)
 }
 
 // forCallers is ctx carrying the callers of every reserve in batch, whose
@@ -343,17 +464,9 @@ func noneGotUnits(batch []*pending) bool {
 // leader takes them next), it gives leadership up and returns the session
 // for the caller to close (outside the lock: it is I/O).
 func (cb *combiner) handOffLocked(s *session, need int) *session {
-	if cb.running > 1 {
-		queued := 0
-		for _, p := range cb.queue {
-			if p.state == stQueued {
-				queued++
-			}
-		}
-		if !cb.overlapLocked(queued, need) {
-			cb.running--
-			return s
-		}
+	if cb.running > 1 && !cb.overlapLocked(cb.waiting, need) {
+		cb.running--
+		return s
 	}
 	if cb.wakeLeaderLocked(s) {
 		return nil
@@ -365,32 +478,26 @@ func (cb *combiner) handOffLocked(s *session, need int) *session {
 // wakeLeaderLocked hands leadership, and the session s (may be nil), to the
 // oldest queued waiter; false when nobody waits.
 func (cb *combiner) wakeLeaderLocked(s *session) bool {
-	for _, p := range cb.queue {
-		if p.state == stQueued {
-			p.state = stLead
-			p.sess = s
-			p.wake <- true
-			return true
+	return cb.q.HandOffFunc(func(r *request, _ int) (grant, bool) {
+		if r.state != stQueued {
+			return grant{}, false
 		}
-	}
-	return false
+		r.state = stLead
+		cb.waiting--
+		cb.leading++
+		return grant{lead: true, sess: s}, true
+	})
 }
 
-func (cb *combiner) removeLocked(p *pending) {
-	if i := slices.Index(cb.queue, p); i >= 0 {
-		cb.queue = slices.Delete(cb.queue, i, i+1)
-	}
-}
-
-// dropIfIdle removes cb from the engine's map when nobody uses it, so the
-// map holds only pools with reserves in flight.
-func (e *Engine) dropIfIdle(cb *combiner) {
-	e.combMu.Lock()
-	defer e.combMu.Unlock()
+// dropIfIdle removes cb from the map when nobody uses it, so the map holds
+// only pools with reserves in flight.
+func (cs *combiners) dropIfIdle(cb *combiner) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
-	if cb.running == 0 && len(cb.queue) == 0 && !cb.dead {
+	if cb.running == 0 && cb.waiting == 0 && cb.leading == 0 && !cb.dead {
 		cb.dead = true
-		delete(e.combiners, cb.key)
+		delete(cs.byPool, cb.key)
 	}
 }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
@@ -105,10 +103,9 @@ type Engine struct {
 	iso      isoVar        // the isolation variable's name, learned once
 	sessions chan struct{} // one token per session that may be open
 
-	// combiners holds one combiner per pool with single-line reserves
-	// queued; see combiner.go.
-	combMu    sync.Mutex // guards combiners
-	combiners map[PoolKey]*combiner
+	// comb holds one combiner per pool with single-line reserves queued;
+	// see combiner.go.
+	comb combiners
 
 	recon reconcilerState // owned by the reconciler goroutine; published via m
 
@@ -123,9 +120,6 @@ type Engine struct {
 	// hookLocked, when set (tests only), runs inside a reserve transaction
 	// right after the units were locked, on the transaction's connection.
 	hookLocked func(ctx context.Context, c Conn)
-
-	// stallAfter is the package's stallAfter (combiner.go); tests change it.
-	stallAfter time.Duration
 }
 
 // New validates cfg and builds an engine. It starts nothing and does no I/O.
@@ -145,14 +139,12 @@ func New(cfg Config, opts Options) (*Engine, error) {
 	}
 	conns := markConns{opts.Conns} // tells lost connections from the database's answers
 	e := &Engine{
-		cfg:        cfg,
-		conns:      conns,
-		replica:    opts.ReplicaConns,
-		refiller:   opts.Refiller,
-		log:        opts.Logger,
-		duties:     opts.Duties,
-		combiners:  map[PoolKey]*combiner{},
-		stallAfter: stallAfter,
+		cfg:      cfg,
+		conns:    conns,
+		replica:  opts.ReplicaConns,
+		refiller: opts.Refiller,
+		log:      opts.Logger,
+		duties:   opts.Duties,
 	}
 	if e.replica == nil {
 		e.replica = conns
@@ -161,6 +153,7 @@ func New(cfg Config, opts Options) (*Engine, error) {
 		e.log = slog.Default()
 	}
 	e.m.init()
+	e.comb.init(e, &e.cfg, &e.m)
 	e.sessions = make(chan struct{}, cfg.MaxSessions)
 	e.tx = TxRunner{
 		Conns:      conns,

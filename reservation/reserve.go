@@ -189,7 +189,7 @@ func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, er
 		}
 		var out outcome
 		if coalesced {
-			out = e.submit(ctx, pools[0], req, retried)
+			out = e.comb.submit(ctx, pools[0], req, retried)
 		} else {
 			p := &pending{req: req, pools: pools}
 			e.runBatch(ctx, []*pending{p}, nil, nil)

@@ -3,6 +3,7 @@ package waitq
 import (
 	"context"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -208,4 +209,57 @@ func TestStressClose(t *testing.T) {
 			t.Fatal("the token returned after Close is lost")
 		}
 	}
+}
+
+// A batch hand-off races the waiters' timeouts: every value handed to a
+// waiter is either received by it or given back, once; none is lost, none
+// is both.
+func TestStressHandOffEach(t *testing.T) {
+	var back atomic.Int64
+	qu := New[int, int](func(int) { back.Add(1) })
+	const workers, rounds = 16, 300
+	var received atomic.Int64
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			for range rounds {
+				w := &Waiter[int, int]{Key: i}
+				if err := qu.Enqueue(w); err != nil {
+					t.Error(err)
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.N(80))*time.Microsecond)
+				if v, err := qu.Wait(ctx, w); err == nil {
+					if v != i {
+						t.Errorf("waiter %d got %d", i, v)
+					}
+					received.Add(1)
+				}
+				cancel()
+			}
+		})
+	}
+	var handed int64
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		k := rand.N(4) + 1
+		handed += int64(qu.HandOffEach(func(key, _ int) (int, bool) {
+			if k == 0 || rand.N(3) == 0 {
+				return 0, false
+			}
+			k--
+			return key, true
+		}))
+		runtime.Gosched()
+	}
+	if got := received.Load() + back.Load(); got != handed || qu.Len() != 0 {
+		t.Fatalf("handed %d, received %d + given back %d; %d still queued", handed, received.Load(), back.Load(), qu.Len())
+	}
+	t.Logf("handed %d: %d given back after a raced timeout", handed, back.Load())
 }

@@ -1,15 +1,18 @@
 // Package waitq is the FIFO hand-off queue that holdfast's waits share: the
-// backend pool's borrowers, the per-tag connection limits and the
-// statements waiting for a place in a pipeline.
+// backend pool's borrowers, the per-tag connection limits, the statements
+// waiting for a place in a pipeline and the reserves waiting for a batch of
+// their pool (reservation's combiner).
 //
 // It owns one protocol and nothing else: a waiter queues, then waits with a
 // context; whoever frees something hands it to the first waiter that can
-// use it (the oldest, or the first by rank: see Waiter.Rank); a waiter that gives up removes itself, and if a hand-off raced it
-// (the value was already on its way), it gives the value back through the
-// queue's give-back function instead of dropping it; a waiter that leaves
-// after a wake-up it will not use passes that on the same way; Close wakes
-// every waiter. What the handed value means (a connection, a slot, a mere
-// "try again") and how it is given back belong to the owner.
+// use it (the oldest, or the first by rank: see Waiter.Rank), or to each of
+// several at once (HandOffEach); a waiter that gives up removes itself, and
+// if a hand-off raced it (the value was already on its way), it gives the
+// value back through the queue's give-back function instead of dropping it;
+// a waiter that leaves after a wake-up it will not use passes that on the
+// same way; Close wakes every waiter. What the handed value means (a
+// connection, a slot, a mere "try again", leadership of a batch) and how it
+// is given back belong to the owner.
 //
 // The queue knows nothing about the owner's state. An owner that decides
 // "nothing free, so queue" under its own lock must call Enqueue under that
@@ -321,19 +324,47 @@ func (q *Queue[K, V]) HandOffFunc(pick func(key K, skipped int) (V, bool)) bool 
 	return false
 }
 
+// HandOffEach offers a hand-off to every waiter, from the first on, as
+// HandOffFunc does, and hands a value to each one pick accepts, not just
+// the first: a batch taking several waiters at once, which none of them can
+// leave half taken. It returns how many were handed. Each waiter passed over
+// ahead of one that was handed counts one more skip. pick runs under the
+// queue's lock, as HandOffFunc's does; to take at most n, it returns false
+// once it has accepted n.
+func (q *Queue[K, V]) HandOffEach(pick func(key K, skipped int) (V, bool)) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	var lastPassed *Waiter[K, V] // the last passed over ahead of one handed
+	var passed *Waiter[K, V]     // the last passed over so far
+	for w := q.head; w != nil; {
+		next := w.next
+		if v, ok := pick(w.Key, w.skipped); ok {
+			q.deliverLocked(w, v, stateHanded)
+			n++
+			lastPassed = passed
+		} else {
+			passed = w
+		}
+		w = next
+	}
+	if lastPassed != nil {
+		for w := q.head; ; w = w.next {
+			w.skipped++
+			if w == lastPassed {
+				break
+			}
+		}
+	}
+	return n
+}
+
 // HandOffAll hands v to every waiter and returns how many there were.
 func (q *Queue[K, V]) HandOffAll(v V) int {
 	if q.n.Load() == 0 {
 		return 0
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n := 0
-	for w := q.head; w != nil; w = q.head {
-		q.deliverLocked(w, v, stateHanded)
-		n++
-	}
-	return n
+	return q.HandOffEach(func(K, int) (V, bool) { return v, true })
 }
 
 // Close wakes every waiter with ErrClosed and refuses later Enqueues.

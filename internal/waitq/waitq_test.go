@@ -464,3 +464,44 @@ func TestRankOrder(t *testing.T) {
 		t.Fatalf("served %v, want %v", got, want)
 	}
 }
+
+// HandOffEach hands a value to each waiter pick accepts, in queue order,
+// leaves the others queued in their order, and counts a skip for those
+// passed over ahead of one that was handed.
+func TestHandOffEach(t *testing.T) {
+	var qu q
+	ws := newWaiters(t, &qu, "a1", "b", "a2", "c", "a3")
+	var offered []string
+	next := 10
+	n := qu.HandOffEach(func(k string, _ int) (int, bool) {
+		offered = append(offered, k)
+		if k[0] != 'a' || next == 12 { // at most two
+			return 0, false
+		}
+		next++
+		return next - 1, true
+	})
+	if n != 2 {
+		t.Fatalf("HandOffEach = %d, want 2", n)
+	}
+	if !slices.Equal(offered, []string{"a1", "b", "a2", "c", "a3"}) {
+		t.Fatalf("pick offered %v, want every waiter in order", offered)
+	}
+	for i, want := range map[int]int{0: 10, 2: 11} {
+		if v, err := qu.Wait(context.Background(), ws[i]); v != want || err != nil {
+			t.Fatalf("%s got %d, %v; want %d", ws[i].Key, v, err, want)
+		}
+	}
+	if ws[1].skipped != 1 || ws[3].skipped != 0 || ws[4].skipped != 0 {
+		t.Fatalf("skips b %d c %d a3 %d, want 1 0 0 (only those ahead of one handed)", ws[1].skipped, ws[3].skipped, ws[4].skipped)
+	}
+	if qu.Len() != 3 {
+		t.Fatalf("Len %d, want 3", qu.Len())
+	}
+	if got := order(t, &qu, ws); !slices.Equal(got, []string{"b", "c", "a3"}) {
+		t.Fatalf("left queued %v, want b c a3 in their order", got)
+	}
+	if qu.HandOffEach(func(string, int) (int, bool) { return 0, true }) != 0 {
+		t.Fatal("HandOffEach on an empty queue")
+	}
+}
