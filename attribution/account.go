@@ -97,7 +97,7 @@ type Tag struct {
 
 	// Hot counters. statements_total is stmt's count and borrows_total is
 	// wait's, so they cost no counter of their own.
-	hold, wait, stmt     histogram
+	hold, wait, stmt     Histogram
 	exec, idle           sumNs
 	engine               sumNs // backend time the engine spent on the tag's CALLs
 	errors, transactions atomic.Uint64
@@ -123,7 +123,7 @@ func (t *Tag) current() *Tag {
 // activity returns a count that grows with everything recorded on t.
 func (t *Tag) activity() uint64 {
 	n := t.transactions.Load() + t.slowTransactions.Load() // errors move with stmt
-	for _, h := range [...]*histogram{&t.hold, &t.wait, &t.stmt} {
+	for _, h := range [...]*Histogram{&t.hold, &t.wait, &t.stmt} {
 		for i := range h.counts {
 			n += h.counts[i].Load()
 		}

@@ -137,7 +137,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			s *HistogramSnapshot
 		}{{c.hold, &s.Hold}, {c.wait, &s.Wait}, {c.stmt, &s.Stmt}} {
 			if h.s.Count != 0 {
-				ch <- h.s.constHistogram(h.d, s.Tag)
+				ch <- h.s.Metric(h.d, s.Tag)
 			}
 		}
 		counter(c.exec, s.ExecSeconds, s.Tag)

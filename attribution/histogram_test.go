@@ -1,10 +1,14 @@
 package attribution
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // refBucket is the bucket of d by the Prometheus rule, in floats: the first
@@ -26,8 +30,8 @@ func TestBuckets(t *testing.T) {
 		t.Errorf("Buckets not ascending")
 	}
 	for i, b := range Buckets {
-		if time.Duration(boundsNs[i]).Seconds() != b {
-			t.Errorf("bound %d: %v ns is not %v s", i, boundsNs[i], b)
+		if time.Duration(tagBounds.ints[i]).Seconds() != b {
+			t.Errorf("bound %d: %v ns is not %v s", i, tagBounds.ints[i], b)
 		}
 	}
 }
@@ -57,7 +61,7 @@ func TestBucketPlacement(t *testing.T) {
 		}
 	}
 	// Every bound, one below and one above, against the float rule.
-	for i, ns := range boundsNs {
+	for i, ns := range tagBounds.ints {
 		for _, d := range []time.Duration{time.Duration(ns) - 1, time.Duration(ns), time.Duration(ns) + 1} {
 			if got, want := bucketOf(uint64(d)), refBucket(d); got != want {
 				t.Errorf("bound %d: bucketOf(%v) = %d, want %d", i, d, got, want)
@@ -145,5 +149,58 @@ func TestQuantile(t *testing.T) {
 		if got := h.Quantile(tc.q); got != tc.want {
 			t.Errorf("Quantile(%v) = %v, want %v", tc.q, got, tc.want)
 		}
+	}
+}
+
+// TestBoundsOfOtherHistograms checks histograms over bounds of their own:
+// durations exposed in seconds and counts exposed as they are, each value
+// in the bucket the Prometheus rule puts it in, and the exposition built
+// from the snapshot.
+func TestBoundsOfOtherHistograms(t *testing.T) {
+	d := NewHistogram(DurationBounds(.0005, .001, 5))
+	for _, v := range []time.Duration{-1, 500 * time.Microsecond, 500*time.Microsecond + 1, time.Millisecond, 6 * time.Second} {
+		d.Observe(v)
+	}
+	s := d.Snapshot()
+	if want := []uint64{2, 2, 0, 1}; !slices.Equal(s.Counts, want) || s.Count != 5 || !slices.Equal(s.Bounds, []float64{.0005, .001, 5}) {
+		t.Errorf("durations: %+v, want counts %v", s, want)
+	}
+	if want := (6e9 + 500e3 + 500e3 + 1 + 1e6) / 1e9; s.Sum != want {
+		t.Errorf("durations: sum %v, want %v", s.Sum, want)
+	}
+	if q := s.Quantile(0.5); q != .001 {
+		t.Errorf("durations: median %v", q)
+	}
+
+	c := NewHistogram(CountBounds(1, 2, 4))
+	for _, n := range []uint64{1, 2, 3, 4, 5, 300} {
+		c.ObserveCount(n)
+	}
+	s = c.Snapshot()
+	if want := []uint64{1, 1, 2, 2}; !slices.Equal(s.Counts, want) || s.Sum != 315 {
+		t.Errorf("counts: %+v, want counts %v and sum 315", s, want)
+	}
+	var m dto.Metric
+	if err := s.Metric(prometheus.NewDesc("x", "x", nil, nil)).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	h := m.GetHistogram()
+	var got []string
+	for _, b := range h.GetBucket() {
+		got = append(got, fmt.Sprintf("%v:%d", b.GetUpperBound(), b.GetCumulativeCount()))
+	}
+	if want := []string{"1:1", "2:2", "4:4"}; !slices.Equal(got, want) || h.GetSampleCount() != 6 || h.GetSampleSum() != 315 {
+		t.Errorf("exposition: buckets %v count %d sum %v, want %v, 6, 315", got, h.GetSampleCount(), h.GetSampleSum(), want)
+	}
+
+	for _, bad := range [][]float64{nil, {1, 1}, {2, 1}, make([]float64, numBuckets+1)} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("CountBounds(%v) did not panic", bad)
+				}
+			}()
+			CountBounds(bad...)
+		}()
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
@@ -27,10 +28,10 @@ type metrics struct {
 	expired   atomic.Uint64
 	deadlocks atomic.Uint64
 	lockWaits atomic.Uint64
-	dur       *reservation.Histogram
+	dur       *attribution.Histogram
 }
 
-func (m *metrics) init() { m.dur = reservation.NewHistogram(reservation.DurationBuckets) }
+func (m *metrics) init() { m.dur = attribution.NewHistogram(reservation.DurationBuckets) }
 
 func (m *metrics) countRetry(code uint16) {
 	if code == 1213 {
@@ -54,7 +55,7 @@ func (m *metrics) observe(t Trigger, res Result, err error, d time.Duration) {
 	m.added.Add(uint64(res.Added))
 	m.removed.Add(uint64(res.Removed))
 	m.expired.Add(uint64(res.Expired))
-	m.dur.Observe(d.Seconds())
+	m.dur.Observe(d)
 }
 
 // Stats is a snapshot of the refiller's counters.
@@ -69,7 +70,7 @@ type Stats struct {
 	ExpiredDeleted uint64
 	// Deadlocks and LockWaitTimeouts count refill transactions retried.
 	Deadlocks, LockWaitTimeouts uint64
-	Duration                    reservation.HistogramSnapshot
+	Duration                    attribution.HistogramSnapshot
 	// Hottest is the last seen depth of the most reserved-from pools.
 	Hottest []PoolDepth
 }
@@ -148,5 +149,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(p.Depth),
 			strconv.FormatInt(p.Key.ShopID, 10), strconv.FormatInt(p.Key.ItemID, 10), strconv.FormatInt(p.Key.GroupID, 10))
 	}
-	ch <- s.Duration.ConstHistogram(c.dur)
+	ch <- s.Duration.Metric(c.dur)
 }

@@ -77,7 +77,7 @@ func (e *Engine) runBatch(ctx context.Context, batch []*pending, s *session, ps 
 		run = append(run, p)
 	}
 	e.m.batches.Add(1)
-	e.m.batchSize.observeValue(float64(len(run)))
+	e.m.batchSize.ObserveCount(uint64(len(run)))
 	// Reads after a transaction go over the session when there is one: a
 	// leader holding a connection must not borrow a second (a pool
 	// exhausted by such leaders would deadlock). On the session, with

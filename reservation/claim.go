@@ -114,7 +114,7 @@ var errAlreadyClaimed = errors.New("reservation: already claimed")
 
 func (e *Engine) callClaim(ctx context.Context, args []any, o *CallOptions) ([]string, [][]any, error) {
 	start := time.Now()
-	defer func() { e.m.claimDur.observe(time.Since(start)) }()
+	defer func() { e.m.claimDur.Observe(time.Since(start)) }()
 	id, err := tokenArg("claim", args, 0)
 	if err != nil {
 		e.m.claims.inc(claimBadArgument)

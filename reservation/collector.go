@@ -104,7 +104,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.reconViolating, s.ReconcileViolations)
 	gauge(c.reconAlerting, s.ReconcileAlerting)
 	counter(c.reconAlerts, s.ReconcileAlerts)
-	ch <- s.ReserveDuration.ConstHistogram(c.reserveDur)
-	ch <- s.ClaimDuration.ConstHistogram(c.claimDur)
-	ch <- s.BatchSize.ConstHistogram(c.batchSize)
+	ch <- s.ReserveDuration.Metric(c.reserveDur)
+	ch <- s.ClaimDuration.Metric(c.claimDur)
+	ch <- s.BatchSize.Metric(c.batchSize)
 }

@@ -27,14 +27,15 @@
 // Per (shop_id, inventory_item_id, inventory_group_id) — an item at a location,
 // a "pool" — inventory_ledger holds on_hand, reservation_units holds up to
 // Config.PoolCap rows of one reservable unit each, and reserved_quantities holds
-// one row per line of each live reservation. The invariant, checked by the
-// reconciler, is
+// one row per line of each live reservation. The invariant is
 //
 //	rows in pool + held reserved quantity <= on_hand
 //
 // pool_counters keeps, per pool, how many units are issued out of on_hand
 // (pool + reserved + pending reservation_returns), so refills never sum the
-// reservations (counters.go).
+// reservations (counters.go). Both are checked from the tables in one place,
+// CheckStock (check.go): by the reconciler, and by the benchmarks and the
+// chaos harness.
 //
 // Every transaction runs at READ COMMITTED, set per transaction (or, on the
 // connection a reserve combiner keeps across consecutive batches, for that

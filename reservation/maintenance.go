@@ -128,18 +128,14 @@ func (e *Engine) PruneOnce(ctx context.Context) (int, error) {
 }
 
 // Violation is a pool that breaks the invariant pool + reserved <= on_hand,
-// or whose pool_counters row disagrees with the tables (Drift != 0).
+// or whose pool_counters row disagrees with the tables (Drift != 0): see
+// PoolStock.
 type Violation struct {
 	Key      PoolKey
 	OnHand   int64
 	Pooled   int64
 	Reserved int64 // every reserved line present, expired or not
-	// Drift is pool_counters.issued less what it counts (pool rows +
-	// reserved + pending returns); 0 when they agree or there is no
-	// counter row. A positive drift only makes refills cautious; a negative
-	// one lets them over-fill: both come from writes outside holdfast (or a
-	// bug). Deleting the counter row makes the next refill recount it.
-	Drift int64
+	Drift    int64 // PoolStock.Drift
 	// Cycles is how many consecutive cycles the pool has failed.
 	Cycles int
 }
@@ -164,63 +160,31 @@ func (e *Engine) runReconciler(ctx context.Context) {
 	}
 }
 
-// ReconcileOnce checks, for every ledger row, that
+// ReconcileOnce checks the stock invariant of every pool (CheckStock:
 //
 //	rows in reservation_units + quantity in reserved_quantities <= on_hand
 //
-// and that the pool's pool_counters row (if any) counts exactly the pool
-// rows, reserved quantity and pending returns,
-// reading through ReplicaConns (the primary when none is configured), one
-// consistent statement per page of 500 ledger rows. It counts every reserved
-// line present, expired or not, which the engine also keeps within on_hand;
-// only a forced claim, or a write outside holdfast, breaks it. A pool is
-// alerted (error log, metric) when it has failed ReconcileAlertAfter
-// consecutive cycles, which rides out replication lag. It returns this
-// cycle's violations. Not safe to call concurrently with itself or with the
-// loop Start runs.
+// and that the pool's pool_counters row, if any, counts exactly the pool
+// rows, reserved quantity and pending returns), reading through
+// ReplicaConns (the primary when none is configured), one consistent
+// statement per page of ledger rows. It counts every reserved line present,
+// expired or not, which the engine also keeps within on_hand; only a forced
+// claim, or a write outside holdfast, breaks it. A pool is alerted (error
+// log, metric) when it has failed ReconcileAlertAfter consecutive cycles,
+// which rides out replication lag. It returns this cycle's violations. Not
+// safe to call concurrently with itself or with the loop Start runs.
 func (e *Engine) ReconcileOnce(ctx context.Context) ([]Violation, error) {
 	if e.recon.streak == nil {
 		e.recon.streak = map[PoolKey]int{}
 	}
-	var found []Violation
-	var after PoolKey
-	for {
-		rows, err := e.readReplica(ctx, `SELECT l.shop_id, l.inventory_item_id, l.inventory_group_id, l.on_hand,
- (SELECT COUNT(*) FROM reservation_units u
-   WHERE u.shop_id = l.shop_id AND u.inventory_item_id = l.inventory_item_id AND u.inventory_group_id = l.inventory_group_id),
- (SELECT COALESCE(SUM(r.quantity), 0) FROM reserved_quantities r
-   WHERE r.shop_id = l.shop_id AND r.inventory_item_id = l.inventory_item_id AND r.inventory_group_id = l.inventory_group_id),
- (SELECT COALESCE(SUM(x.quantity), 0) FROM reservation_returns x
-   WHERE x.shop_id = l.shop_id AND x.inventory_item_id = l.inventory_item_id AND x.inventory_group_id = l.inventory_group_id),
- (SELECT c.issued FROM pool_counters c
-   WHERE c.shop_id = l.shop_id AND c.inventory_item_id = l.inventory_item_id AND c.inventory_group_id = l.inventory_group_id)
-FROM inventory_ledger l
-WHERE l.shop_id > ? OR (l.shop_id = ? AND (l.inventory_item_id > ? OR (l.inventory_item_id = ? AND l.inventory_group_id > ?)))
-ORDER BY l.shop_id, l.inventory_item_id, l.inventory_group_id LIMIT 500`,
-			after.ShopID, after.ShopID, after.ItemID, after.ItemID, after.GroupID)
-		if err != nil {
-			e.m.reconErrors.Add(1)
-			return nil, err
-		}
-		for _, r := range rows {
-			v, err := rowInts(r)
-			if err != nil {
-				e.m.reconErrors.Add(1)
-				return nil, err
-			}
-			k := PoolKey{v[0], v[1], v[2]}
-			after = k
-			var drift int64
-			if r[7] != nil { // NULL: no counter row yet
-				drift = v[7] - (v[4] + v[5] + v[6])
-			}
-			if v[4]+v[5] > v[3] || drift != 0 {
-				found = append(found, Violation{Key: k, OnHand: v[3], Pooled: v[4], Reserved: v[5], Drift: drift})
-			}
-		}
-		if len(rows) < 500 {
-			break
-		}
+	rep, err := CheckStock(ctx, connsQuerier{e.replica, TagReconcile}, PoolKey{})
+	if err != nil {
+		e.m.reconErrors.Add(1)
+		return nil, err
+	}
+	found := make([]Violation, len(rep.Bad))
+	for i, p := range rep.Bad {
+		found[i] = Violation{Key: p.Key, OnHand: p.OnHand, Pooled: p.Pooled, Reserved: p.Reserved, Drift: p.Drift()}
 	}
 	failing := make(map[PoolKey]bool, len(found))
 	alerting := 0
@@ -255,8 +219,4 @@ ORDER BY l.shop_id, l.inventory_item_id, l.inventory_group_id LIMIT 500`,
 	e.m.reconViolations.Store(int64(len(found)))
 	e.m.reconAlerting.Store(int64(alerting))
 	return found, nil
-}
-
-func (e *Engine) readReplica(ctx context.Context, q string, args ...any) ([][][]byte, error) {
-	return queryOn(ctx, e.replica, TagReconcile, q, args...)
 }

@@ -1,12 +1,9 @@
 package reservation
 
 import (
-	"math"
-	"sort"
 	"sync/atomic"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/holdfast-db/holdfast/attribution"
 )
 
 // Outcome labels. Each list is fixed, so every label set is bounded.
@@ -158,9 +155,9 @@ type metrics struct {
 	swept                 atomic.Uint64
 	sweepCycles           atomic.Uint64
 	pruned                atomic.Uint64
-	reserveDur            *Histogram
-	claimDur              *Histogram
-	batchSize             *Histogram
+	reserveDur            *attribution.Histogram
+	claimDur              *attribution.Histogram
+	batchSize             *attribution.Histogram
 
 	reconCycles     atomic.Uint64
 	reconErrors     atomic.Uint64
@@ -177,9 +174,9 @@ func (m *metrics) init() {
 	for i := range m.ops {
 		m.ops[i] = newCounterVec(len(opOutcomes))
 	}
-	m.reserveDur = NewHistogram(DurationBuckets)
-	m.claimDur = NewHistogram(DurationBuckets)
-	m.batchSize = NewHistogram([]float64{1, 2, 4, 8, 16, 32, 64, 128, 256})
+	m.reserveDur = attribution.NewHistogram(DurationBuckets)
+	m.claimDur = attribution.NewHistogram(DurationBuckets)
+	m.batchSize = attribution.NewHistogram(batchSizeBuckets)
 }
 
 func (m *metrics) countRetry(code uint16) {
@@ -243,9 +240,9 @@ type Stats struct {
 	ReconcileViolations, ReconcileAlerting int64
 	ReconcileAlerts                        uint64
 
-	ReserveDuration, ClaimDuration HistogramSnapshot
+	ReserveDuration, ClaimDuration attribution.HistogramSnapshot
 	// BatchSize is the number of reserves per reserve transaction.
-	BatchSize HistogramSnapshot
+	BatchSize attribution.HistogramSnapshot
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -285,84 +282,9 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// DurationBuckets are the buckets of the engine's _seconds histograms.
-var DurationBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+// DurationBuckets are the buckets of the engine's _seconds histograms (and
+// the refiller's and the legacy counter's).
+var DurationBuckets = attribution.DurationBounds(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5)
 
-// Histogram is a fixed-bucket histogram safe for concurrent use, turned into
-// a Prometheus histogram at scrape time.
-type Histogram struct {
-	bounds []float64
-	counts []atomic.Uint64 // len(bounds)+1, the last is +Inf
-	sum    atomic.Uint64   // float64 bits
-}
-
-// NewHistogram returns a histogram with the given ascending upper bounds.
-func NewHistogram(bounds []float64) *Histogram {
-	return &Histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
-}
-
-func (h *Histogram) observe(d time.Duration) { h.Observe(d.Seconds()) }
-func (h *Histogram) observeValue(v float64)  { h.Observe(v) }
-
-// Observe records one value.
-func (h *Histogram) Observe(v float64) {
-	i := sort.SearchFloat64s(h.bounds, v)
-	h.counts[i].Add(1)
-	for {
-		old := h.sum.Load()
-		if h.sum.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+v)) {
-			return
-		}
-	}
-}
-
-// HistogramSnapshot is a copy of a Histogram: Counts[i] is the number of
-// values <= Bounds[i] and > Bounds[i-1]; the last count is above every bound.
-type HistogramSnapshot struct {
-	Bounds []float64
-	Counts []uint64
-	Count  uint64
-	Sum    float64
-}
-
-// Snapshot copies h.
-func (h *Histogram) Snapshot() HistogramSnapshot {
-	s := HistogramSnapshot{Bounds: h.bounds, Counts: make([]uint64, len(h.counts))}
-	for i := range h.counts {
-		s.Counts[i] = h.counts[i].Load()
-		s.Count += s.Counts[i]
-	}
-	s.Sum = math.Float64frombits(h.sum.Load())
-	return s
-}
-
-// Quantile estimates the q-quantile (0..1) as the upper bound of the bucket
-// it falls in; +Inf when it is above every bound, 0 when empty.
-func (s HistogramSnapshot) Quantile(q float64) float64 {
-	if s.Count == 0 {
-		return 0
-	}
-	rank := uint64(math.Ceil(q * float64(s.Count)))
-	var seen uint64
-	for i, c := range s.Counts {
-		seen += c
-		if seen >= rank {
-			if i < len(s.Bounds) {
-				return s.Bounds[i]
-			}
-			return math.Inf(1)
-		}
-	}
-	return math.Inf(1)
-}
-
-// ConstHistogram turns s into a Prometheus histogram metric.
-func (s HistogramSnapshot) ConstHistogram(desc *prometheus.Desc, labels ...string) prometheus.Metric {
-	buckets := make(map[float64]uint64, len(s.Bounds))
-	var cum uint64
-	for i, b := range s.Bounds {
-		cum += s.Counts[i]
-		buckets[b] = cum
-	}
-	return prometheus.MustNewConstHistogram(desc, s.Count, s.Sum, buckets, labels...)
-}
+// batchSizeBuckets are the buckets of the combiner's batch sizes.
+var batchSizeBuckets = attribution.CountBounds(1, 2, 4, 8, 16, 32, 64, 128, 256)

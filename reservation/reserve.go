@@ -92,7 +92,7 @@ func (e *Engine) callReserve(ctx context.Context, args []any, o *CallOptions) ([
 		return nil, nil, err
 	}
 	res, err := e.reserve(ctx, req)
-	e.m.reserveDur.observe(time.Since(start))
+	e.m.reserveDur.Observe(time.Since(start))
 	if err != nil {
 		e.m.reserves.inc(reserveOutcomeOf(err))
 		return nil, nil, err

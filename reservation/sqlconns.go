@@ -63,6 +63,12 @@ func (s *sqlConn) Query(ctx context.Context, query string, args ...any) ([][][]b
 	if err != nil {
 		return nil, mapDriverError(err)
 	}
+	return scanAll(rows)
+}
+
+// scanAll reads every row of every result set of rows, as Conn.Query
+// returns them, and closes rows.
+func scanAll(rows *sql.Rows) ([][][]byte, error) {
 	defer rows.Close()
 	var out [][][]byte
 	for {

@@ -577,7 +577,7 @@ func (b *reserveRunner) runOne(ctx context.Context, round int, wl string, n int)
 		}
 		s.Problems, s.Checked = c.Problems(o.OnHand, res.Reserved), true
 		s.CheckNote = fmt.Sprintf("%d reserved_quantities rows (quantity %d), %d reservations, %d tokens to clients (%d unmatched); pool %d + reserved %d ≤ on_hand %d",
-			c.ReservedRows, c.ReservedQty, c.Reservations, len(res.IDs), c.Missing+c.Extra, c.Units, c.ReservedQty, c.OnHand)
+			c.Lines, c.Reserved, c.Reservations, len(res.IDs), c.Missing+c.Extra, c.Pooled, c.Reserved, c.OnHand)
 		if len(s.Problems) == 0 {
 			// Keep the tables the same size from run to run.
 			if err := DropShop(cctx, b.db, k); err != nil {

@@ -5,10 +5,17 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+
+	"github.com/holdfast-db/holdfast/reservation"
 )
 
 // PoolKey names one item at one location of one shop: one holdfast pool.
 type PoolKey struct{ Shop, Item, Location int64 }
+
+// key is k as the reservation package names a pool.
+func (k PoolKey) key() reservation.PoolKey {
+	return reservation.PoolKey{ShopID: k.Shop, ItemID: k.Item, GroupID: k.Location}
+}
 
 func (k PoolKey) where() string {
 	return fmt.Sprintf("shop_id = %d AND inventory_item_id = %d AND inventory_group_id = %d", k.Shop, k.Item, k.Location)
@@ -83,36 +90,33 @@ func (c CounterCheck) Problems(start, reserved int64, records bool) []string {
 	return out
 }
 
-// PoolCheck is one holdfast pool's state after a run.
+// PoolCheck is one holdfast pool's state after a run: the stock as
+// reservation.ReadPool reads it, and what the bench compares with its
+// clients' counts.
 type PoolCheck struct {
-	OnHand       int64 // inventory_ledger.on_hand; -1 when the row is missing
-	Units        int64 // rows in reservation_units (the pool)
-	ReservedRows int64 // rows in reserved_quantities for the pool
-	ReservedQty  int64 // their summed quantity
+	reservation.PoolStock
+	Found        bool  // the pool has a ledger row
 	Reservations int64 // rows in reservations for the shop
 	// Missing counts reservation ids the clients were given that have no
 	// reserved_quantities row; Extra counts rows no client was told about.
 	Missing, Extra int
 }
 
-// CheckPool reads pool k's ledger, pool and reserved quantities in one
-// statement (one read view, so a refill committing meanwhile is seen whole
-// or not at all), then compares the reserved lines with ids, the sorted
-// reservation ids the clients were given.
+// CheckPool reads pool k with reservation.ReadPool (one statement, one
+// read view, so a refill committing meanwhile is seen whole or not at
+// all), then counts the shop's reservations and compares the reserved
+// lines with ids, the sorted reservation ids the clients were given.
 func CheckPool(ctx context.Context, db *sql.DB, k PoolKey, ids []uint64) (PoolCheck, error) {
 	var c PoolCheck
-	w := k.where()
-	err := db.QueryRowContext(ctx, `SELECT
- COALESCE((SELECT on_hand FROM inventory_ledger WHERE `+w+`), -1),
- (SELECT COUNT(*) FROM reservation_units WHERE `+w+`),
- (SELECT COUNT(*) FROM reserved_quantities WHERE `+w+`),
- (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities WHERE `+w+`),
- (SELECT COUNT(*) FROM reservations WHERE shop_id = ?)`, k.Shop).
-		Scan(&c.OnHand, &c.Units, &c.ReservedRows, &c.ReservedQty, &c.Reservations)
+	var err error
+	c.PoolStock, c.Found, err = reservation.ReadPool(ctx, reservation.SQLQuerier(db), k.key())
 	if err != nil {
 		return c, fmt.Errorf("bench: check pool: %w", err)
 	}
-	rows, err := db.QueryContext(ctx, "SELECT reservation_id FROM reserved_quantities WHERE "+w)
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM reservations WHERE shop_id = ?", k.Shop).Scan(&c.Reservations); err != nil {
+		return c, fmt.Errorf("bench: check pool: %w", err)
+	}
+	rows, err := db.QueryContext(ctx, "SELECT reservation_id FROM reserved_quantities WHERE "+k.where())
 	if err != nil {
 		return c, fmt.Errorf("bench: check pool: %w", err)
 	}
@@ -155,19 +159,21 @@ func diffSorted(want, got []uint64) (missing, extra int) {
 
 // Problems compares c with a run on a pool that started with onHand units
 // and whose clients counted reserved one-unit reservations. No problems:
-// nothing was oversold (pool + reserved ≤ on_hand) and every success is a
-// reserved line and vice versa.
+// the pool keeps the stock invariant (reservation.PoolStock: nothing
+// oversold, the pool counter exact) and every success is a reserved line
+// and vice versa.
 func (c PoolCheck) Problems(onHand, reserved int64) []string {
 	var out []string
+	if !c.Found {
+		return []string{fmt.Sprintf("pool %v has no inventory_ledger row", c.Key)}
+	}
 	if c.OnHand != onHand {
 		out = append(out, fmt.Sprintf("on_hand is %d, want %d (nothing was claimed)", c.OnHand, onHand))
 	}
-	if c.Units+c.ReservedQty > c.OnHand {
-		out = append(out, fmt.Sprintf("OVERSOLD: pool %d + reserved %d > on_hand %d", c.Units, c.ReservedQty, c.OnHand))
-	}
-	if c.ReservedRows != reserved || c.ReservedQty != reserved {
+	out = append(out, c.PoolStock.Problems()...)
+	if c.Lines != reserved || c.Reserved != reserved {
 		out = append(out, fmt.Sprintf("%d reserved_quantities rows (quantity %d) but clients counted %d reservations",
-			c.ReservedRows, c.ReservedQty, reserved))
+			c.Lines, c.Reserved, reserved))
 	}
 	if c.Reservations != reserved {
 		out = append(out, fmt.Sprintf("%d reservations rows but clients counted %d", c.Reservations, reserved))

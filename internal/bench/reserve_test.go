@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	"github.com/holdfast-db/holdfast/reservation"
 )
 
 func TestReserveOrder(t *testing.T) {
@@ -191,12 +192,12 @@ func TestCheckProblems(t *testing.T) {
 		t.Errorf("(b) keeps no records: %v", p)
 	}
 
-	ok := PoolCheck{OnHand: 1000, Units: 600, ReservedRows: 400, ReservedQty: 400, Reservations: 400}
+	ok := PoolCheck{PoolStock: reservation.PoolStock{OnHand: 1000, Pooled: 600, Lines: 400, Reserved: 400}, Found: true, Reservations: 400}
 	if p := ok.Problems(1000, 400); len(p) != 0 {
 		t.Errorf("consistent pool: %v", p)
 	}
 	over := ok
-	over.Units = 601
+	over.Pooled = 601
 	if p := over.Problems(1000, 400); len(p) != 1 || !strings.HasPrefix(p[0], "OVERSOLD") {
 		t.Errorf("oversold pool: %v", p)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdfast-db/holdfast/reservation"
 )
 
 // Checks made directly on the database, as the report names them.
@@ -20,22 +22,19 @@ const (
 
 // readLedger returns on_hand per pool of the harness's shop.
 func readLedger(ctx context.Context, db *sql.DB) (map[PoolKey]int64, error) {
-	rows, err := db.QueryContext(ctx, "SELECT inventory_item_id, inventory_group_id, on_hand FROM inventory_ledger WHERE shop_id = ?", shopID)
+	out := map[PoolKey]int64{}
+	err := reservation.ReadStock(ctx, reservation.SQLQuerier(db), reservation.PoolKey{ShopID: shopID}, func(p reservation.PoolStock) error {
+		out[keyOf(p.Key)] = p.OnHand
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read ledger: %w", err)
 	}
-	defer rows.Close()
-	out := map[PoolKey]int64{}
-	for rows.Next() {
-		var k PoolKey
-		var n int64
-		if err := rows.Scan(&k.Item, &k.Group, &n); err != nil {
-			return nil, fmt.Errorf("chaos: read ledger: %w", err)
-		}
-		out[k] = n
-	}
-	return out, rows.Err()
+	return out, nil
 }
+
+// keyOf is the harness's name of one of its shop's pools.
+func keyOf(k reservation.PoolKey) PoolKey { return PoolKey{Item: k.ItemID, Group: k.GroupID} }
 
 // readFacts reads every reservation of the shop and the ledger.
 func readFacts(ctx context.Context, db *sql.DB, initial map[PoolKey]int64) (facts, error) {
@@ -86,73 +85,29 @@ func parseLineItems(b []byte) ([]Line, error) {
 	return out, nil
 }
 
-// poolState is one pool in a consistent snapshot.
-type poolState struct {
-	OnHand, Units, Reserved int64
+// breach is one pool that breaks the stock invariant
+// (reservation.CheckStock), as the report words it.
+type breach struct {
+	at       time.Time
+	key      PoolKey
+	oversold bool // pool + reserved > on_hand (a forced claim may cause it)
+	detail   string
 }
 
-// readPools reads, in one consistent snapshot, on_hand, the units in the
-// pool and the reserved quantity (every reserved line still present,
-// expired or not: its units are out of the pool until it is swept).
-func readPools(ctx context.Context, db *sql.DB) (map[PoolKey]poolState, error) {
-	conn, err := db.Conn(ctx)
+// checkStock checks the stock invariant of every pool of the harness's
+// shop.
+func checkStock(ctx context.Context, db *sql.DB) ([]breach, error) {
+	r, err := reservation.CheckStock(ctx, reservation.SQLQuerier(db), reservation.PoolKey{ShopID: shopID})
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		return nil, err
-	}
-	if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
-		return nil, err
-	}
-	defer conn.ExecContext(context.Background(), "ROLLBACK") //nolint:errcheck // read-only
-	out := map[PoolKey]poolState{}
-	for i, q := range []string{
-		"SELECT inventory_item_id, inventory_group_id, on_hand FROM inventory_ledger WHERE shop_id = ?",
-		"SELECT inventory_item_id, inventory_group_id, COUNT(*) FROM reservation_units WHERE shop_id = ? GROUP BY 1, 2",
-		"SELECT inventory_item_id, inventory_group_id, SUM(quantity) FROM reserved_quantities WHERE shop_id = ? GROUP BY 1, 2",
-	} {
-		rows, err := conn.QueryContext(ctx, q, shopID)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var k PoolKey
-			var n int64
-			if err := rows.Scan(&k.Item, &k.Group, &n); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			s := out[k]
-			switch i {
-			case 0:
-				s.OnHand = n
-			case 1:
-				s.Units = n
-			case 2:
-				s.Reserved = n
-			}
-			out[k] = s
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
+	now := time.Now()
+	var out []breach
+	for _, p := range r.Bad {
+		k := keyOf(p.Key)
+		out = append(out, breach{now, k, p.Oversold(), fmt.Sprintf("%s: %s", k, strings.Join(p.Problems(), "; "))})
 	}
 	return out, nil
-}
-
-// breaches lists the pools where pool + reserved > on_hand.
-func breaches(pools map[PoolKey]poolState) []string {
-	var out []string
-	for _, k := range sortedKeys(pools) {
-		s := pools[k]
-		if s.Units+s.Reserved > s.OnHand {
-			out = append(out, fmt.Sprintf("%s: %d in pool + %d reserved > on_hand %d", k, s.Units, s.Reserved, s.OnHand))
-		}
-	}
-	return out
 }
 
 func sortedKeys[V any](m map[PoolKey]V) []PoolKey {
@@ -169,13 +124,6 @@ func sortedKeys[V any](m map[PoolKey]V) []PoolKey {
 	return keys
 }
 
-// breach is one failing sample of the invariant during the traffic.
-type breach struct {
-	at     time.Time
-	key    PoolKey
-	detail string
-}
-
 // monitor samples the invariant once a second until ctx is done; samples
 // the database cannot answer (it may be down) are skipped.
 type monitor struct {
@@ -189,20 +137,14 @@ func (m *monitor) run(ctx context.Context, db *sql.DB) {
 	defer t.Stop()
 	for tickCtx(ctx, t.C) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		pools, err := readPools(sctx, db)
+		bs, err := checkStock(sctx, db)
 		cancel()
 		if err != nil {
 			continue
 		}
-		now := time.Now()
 		m.mu.Lock()
 		m.samples++
-		for _, k := range sortedKeys(pools) {
-			if s := pools[k]; s.Units+s.Reserved > s.OnHand {
-				m.breaches = append(m.breaches, breach{now, k,
-					fmt.Sprintf("%s: %d in pool + %d reserved > on_hand %d", k, s.Units, s.Reserved, s.OnHand)})
-			}
-		}
+		m.breaches = append(m.breaches, bs...)
 		m.mu.Unlock()
 	}
 }
@@ -311,15 +253,14 @@ func (c *client) reserveAll(ctx context.Context, root *sql.DB, scenario string, 
 		tokens = append(tokens, r.Token)
 		left -= q
 	}
-	var units, reserved int64
-	err := root.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM reservation_units WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?),
-  (SELECT COALESCE(SUM(quantity), 0) FROM reserved_quantities WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?)`,
-		shopID, k.Item, k.Group, shopID, k.Item, k.Group).Scan(&units, &reserved)
+	p, ok, err := reservation.ReadPool(ctx, reservation.SQLQuerier(root), reservation.PoolKey{ShopID: shopID, ItemID: k.Item, GroupID: k.Group})
 	switch {
 	case err != nil:
 		return "reading the pool: " + err.Error()
-	case reserved != onHand || units != 0:
-		return fmt.Sprintf("with all %d units reserved, the database has %d reserved and %d left in the pool", onHand, reserved, units)
+	case !ok:
+		return "the pool has no ledger row"
+	case p.Reserved != onHand || p.Pooled != 0:
+		return fmt.Sprintf("with all %d units reserved, the database has %d reserved and %d left in the pool", onHand, p.Reserved, p.Pooled)
 	}
 	return ""
 }

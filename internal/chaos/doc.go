@@ -19,7 +19,8 @@
 // journal against it (judge.go): each success took effect exactly once,
 // each error took none, and the only unknown outcomes are calls whose own
 // client connection died or that were answered 9108, each resolved
-// against the database. Then it checks the invariant, conservation of
+// against the database. Then it checks the stock invariant (sampled during
+// the traffic and at the end, with reservation.CheckStock), conservation of
 // units, that nothing was claimed twice, and that every unit is
 // reservable again once the reservations left behind have expired
 // (check.go). Anything else is a Violation, and Run reports it.

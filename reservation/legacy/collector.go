@@ -68,7 +68,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, p := range procNames {
 		for _, side := range sideNames {
-			ch <- s.Durations[[2]string{p, side}].ConstHistogram(c.durations, p, side)
+			ch <- s.Durations[[2]string{p, side}].Metric(c.durations, p, side)
 		}
 	}
 	for _, a := range []string{"redis", "holdfast"} {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
@@ -42,24 +43,24 @@ var (
 type metrics struct {
 	decided     counters // reserves by the authority that decided them
 	redisErrors counters // failed Redis commands by operation
-	durations   map[[2]string]*reservation.Histogram
+	durations   map[[2]string]*attribution.Histogram
 	swept       atomic.Uint64
 	driftChecks atomic.Uint64
 	driftErrors atomic.Uint64
 }
 
 func (m *metrics) init() {
-	m.durations = map[[2]string]*reservation.Histogram{}
+	m.durations = map[[2]string]*attribution.Histogram{}
 	for _, p := range procNames {
 		for _, s := range sideNames {
-			m.durations[[2]string{p, s}] = reservation.NewHistogram(reservation.DurationBuckets)
+			m.durations[[2]string{p, s}] = attribution.NewHistogram(reservation.DurationBuckets)
 		}
 	}
 }
 
 func (m *metrics) observe(proc, side string, d time.Duration) {
 	if h := m.durations[[2]string{proc, side}]; h != nil {
-		h.Observe(d.Seconds())
+		h.Observe(d)
 	}
 }
 
@@ -72,7 +73,7 @@ type Stats struct {
 	// RedisErrors counts failed Redis commands by operation.
 	RedisErrors map[string]uint64
 	// Durations are each side's answer times, by procedure and side.
-	Durations map[[2]string]reservation.HistogramSnapshot
+	Durations map[[2]string]attribution.HistogramSnapshot
 	// Swept counts reservations the Redis sweeper expired.
 	Swept uint64
 	// Switch is the state in force here; SwitchPolls and SwitchPollErrors
@@ -93,7 +94,7 @@ func (r *Router) Stats() Stats {
 		Comparisons: r.cmp.snapshot(),
 		Decided:     r.m.decided.snapshot(),
 		RedisErrors: r.m.redisErrors.snapshot(),
-		Durations:   map[[2]string]reservation.HistogramSnapshot{},
+		Durations:   map[[2]string]attribution.HistogramSnapshot{},
 		Swept:       r.m.swept.Load(),
 		Switch:      r.sw.Current(),
 		SwitchPolls: r.sw.polls.Load(), SwitchPollErrors: r.sw.pollErrors.Load(),
