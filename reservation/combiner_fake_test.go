@@ -149,7 +149,7 @@ func newFakeCombiners(f *fakeRunner, cfg Config, stall time.Duration) *combiners
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = 10 * time.Second
 	}
-	cfg.fillDefaults()
+	cfg = cfg.WithDefaults()
 	cs := &combiners{}
 	cs.init(f, &cfg, &metrics{})
 	cs.stallAfter = stall
