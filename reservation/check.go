@@ -79,6 +79,9 @@ type PoolStock struct {
 	// the pool has no counter row yet.
 	Issued  int64
 	Counted bool
+	// NoLedger marks units or lines of a pool with no ledger row (found by
+	// CheckStock only): its on_hand is taken as 0, so any unit oversells.
+	NoLedger bool
 }
 
 // Oversold reports whether the pool promises more than the ledger holds:
@@ -103,7 +106,9 @@ func (p PoolStock) OK() bool { return !p.Oversold() && p.Drift() == 0 }
 // Problems says in words how the pool breaks the invariant; none when OK.
 func (p PoolStock) Problems() []string {
 	var out []string
-	if p.Oversold() {
+	if p.NoLedger {
+		out = append(out, fmt.Sprintf("NO LEDGER ROW: pool %d + reserved %d of a pool with no inventory_ledger row (pool %v)", p.Pooled, p.Reserved, p.Key))
+	} else if p.Oversold() {
 		out = append(out, fmt.Sprintf("OVERSOLD: pool %d + reserved %d > on_hand %d (pool %v)", p.Pooled, p.Reserved, p.OnHand, p.Key))
 	}
 	if d := p.Drift(); d != 0 {
@@ -190,7 +195,9 @@ type StockReport struct {
 }
 
 // CheckStock reads every pool within scope (see ReadStock) and reports
-// those that break the invariant.
+// those that break the invariant, then the pools within scope that hold
+// units or lines but have no ledger row (NoLedger), which ReadStock, led
+// by the ledger, cannot see.
 func CheckStock(ctx context.Context, q Querier, scope PoolKey) (StockReport, error) {
 	var r StockReport
 	err := ReadStock(ctx, q, scope, func(p PoolStock) error {
@@ -200,5 +207,55 @@ func CheckStock(ctx context.Context, q Querier, scope PoolKey) (StockReport, err
 		}
 		return nil
 	})
+	if err != nil {
+		return r, err
+	}
+	orphans, err := readNoLedger(ctx, q, scope)
+	r.Bad = append(r.Bad, orphans...)
 	return r, err
+}
+
+// noLedgerLimit bounds the pools readNoLedger reports: a few name the
+// fault as well as all of them.
+const noLedgerLimit = 100
+
+// readNoLedger returns the pools within scope that have rows in
+// reservation_units or reserved_quantities but none in inventory_ledger,
+// in key order, at most noLedgerLimit of them.
+func readNoLedger(ctx context.Context, q Querier, scope PoolKey) ([]PoolStock, error) {
+	where, args := "", []any(nil)
+	for _, f := range []struct {
+		col string
+		v   int64
+	}{{"shop_id", scope.ShopID}, {"inventory_item_id", scope.ItemID}, {"inventory_group_id", scope.GroupID}} {
+		if f.v != 0 {
+			where += " AND t." + f.col + " = ?"
+			args = append(args, f.v)
+		}
+	}
+	const noLedger = ` WHERE NOT EXISTS (SELECT 1 FROM inventory_ledger l
+   WHERE l.shop_id = t.shop_id AND l.inventory_item_id = t.inventory_item_id AND l.inventory_group_id = t.inventory_group_id)`
+	rows, err := q.Query(ctx, `SELECT shop_id, inventory_item_id, inventory_group_id, SUM(pooled), SUM(line_count), SUM(qty) FROM (
+ SELECT t.shop_id, t.inventory_item_id, t.inventory_group_id, COUNT(*) AS pooled, 0 AS line_count, 0 AS qty
+  FROM reservation_units t`+noLedger+where+` GROUP BY t.shop_id, t.inventory_item_id, t.inventory_group_id
+ UNION ALL
+ SELECT t.shop_id, t.inventory_item_id, t.inventory_group_id, 0, COUNT(*), SUM(t.quantity)
+  FROM reserved_quantities t`+noLedger+where+` GROUP BY t.shop_id, t.inventory_item_id, t.inventory_group_id
+) o GROUP BY shop_id, inventory_item_id, inventory_group_id
+ORDER BY shop_id, inventory_item_id, inventory_group_id LIMIT `+fmt.Sprint(noLedgerLimit), append(args, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	var out []PoolStock
+	for _, r := range rows {
+		if len(r) != 6 {
+			return nil, fmt.Errorf("reservation: read pools with no ledger row: %d columns, want 6", len(r))
+		}
+		v, err := rowInts(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, PoolStock{Key: PoolKey{v[0], v[1], v[2]}, Pooled: v[3], Lines: v[4], Reserved: v[5], NoLedger: true})
+	}
+	return out, nil
 }

@@ -188,6 +188,25 @@ func TestReconcilerAlertsAfterNCycles(t *testing.T) {
 	}
 }
 
+// TestReconcilerSeesUnitsWithNoLedger: units of a pool that has no ledger
+// row oversell (on_hand is taken as 0), though the ledger-led read of the
+// pools cannot see them.
+func TestReconcilerSeesUnitsWithNoLedger(t *testing.T) {
+	v := newEnv(t, envOpts{})
+	v.receive(63, 1, 5)
+	if _, err := v.db.Exec("INSERT INTO reservation_units VALUES (1, 64, 1, 1001), (1, 64, 1, 1002)"); err != nil {
+		t.Fatal(err)
+	}
+	viol, err := v.eng.ReconcileOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := reservation.PoolKey{ShopID: 1, ItemID: 64, GroupID: 1}
+	if len(viol) != 1 || viol[0].Key != want || viol[0].Pooled != 2 || viol[0].OnHand != 0 {
+		t.Fatalf("violations %+v, want pool %v with 2 pooled units and no on_hand", viol, want)
+	}
+}
+
 // TestCollectorsLint: the engine's and refiller's metrics pass promlint,
 // register on a private registry, and are named holdfast_reservation_*.
 func TestCollectorsLint(t *testing.T) {
