@@ -360,8 +360,9 @@ const maxSentBeforeRead = 16 << 10
 // sendCommand is writeCommand for a command whose reply the caller reads
 // next on this goroutine: over a TCP socket the command is written by the
 // reply's first read, which then waits without a read of its own (see
-// mysqlwire.SockIO.SendBeforeRead). Anything already buffered to either side, a
-// large command or a socket without a SockIO takes writeCommand's way.
+// mysqlwire.SockIO.SendBeforeRead). Anything already buffered to either
+// side, a large command or a socket without a SockIO takes writeCommand's
+// way.
 func (bc *backendConn) sendCommand(payload []byte) error {
 	sio, ok := bc.sock.(*mysqlwire.SockIO)
 	if !ok || len(payload) > maxSentBeforeRead || bc.r.Buf.Buffered() > 0 || bc.w.Buf != nil && bc.w.Buf.Buffered() > 0 {
@@ -423,7 +424,8 @@ type textResult struct {
 
 // query runs one statement with the text protocol and reads the whole
 // result. Cancelling ctx interrupts the I/O; the connection is then broken.
-// A *mysqlwire.SQLError means the statement failed and the connection is still good.
+// A *mysqlwire.SQLError means the statement failed and the connection is
+// still good.
 func (bc *backendConn) query(ctx context.Context, sql string) (*textResult, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = bc.nc.SetDeadline(dl)
