@@ -76,7 +76,7 @@ func clientVariant(caps, ext uint32) variant {
 	if caps&mysql.CLIENT_FOUND_ROWS != 0 {
 		v |= varFoundRows
 	}
-	if ext&extTypeInfo != 0 {
+	if ext&mysqlwire.ExtTypeInfo != 0 {
 		v |= varTypeInfo
 	}
 	if caps&mysql.CLIENT_LOCAL_FILES == 0 {
@@ -120,15 +120,15 @@ type backendConn struct {
 	threadID uint32
 	version  string
 	nc       net.Conn
-	sock     io.ReadWriter   // nc's bytes (sockIO over a TCP socket)
+	sock     io.ReadWriter   // nc's bytes (mysqlwire.SockIO over a TCP socket)
 	raw      syscall.RawConn // for alive(); nil when nc has none
 	// peek is alive's probe of raw, made once per connection (a closure
 	// made per call would be two allocations per statement), and peekLive
 	// what it found. Only the connection's holder calls alive.
 	peek     func(fd uintptr) bool
 	peekLive bool
-	r        packetReader
-	w        packetWriter
+	r        mysqlwire.Reader
+	w        mysqlwire.Writer
 	variant  variant // capabilities negotiated that clients see (a pool key)
 	info     backendInfo
 
@@ -169,7 +169,7 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 		_ = nc.SetDeadline(dl)
 		sniff = &dialConn{Conn: nc, under: nc, ctx: ctx, tls: s.TLS, hash: s.PasswordHash}
 		if v&varTypeInfo != 0 {
-			sniff.wantExt = extTypeInfo
+			sniff.wantExt = mysqlwire.ExtTypeInfo
 		}
 		return sniff, nil
 	}
@@ -212,20 +212,20 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 		}
 		return nil, err
 	}
-	if v&varTypeInfo != 0 && sniff.gotExt&extTypeInfo == 0 {
+	if v&varTypeInfo != 0 && sniff.gotExt&mysqlwire.ExtTypeInfo == 0 {
 		cc.Close()
 		return nil, fmt.Errorf("proxy: backend %s did not accept MariaDB extended type info", s.Address)
 	}
 	nc := sniff.under // the TLS connection, or the TCP one
 	_ = nc.SetDeadline(time.Time{})
-	sock := newSockIO(nc)
+	sock := mysqlwire.NewSockIO(nc)
 	bc := &backendConn{
 		threadID:   cc.GetConnectionID(),
 		version:    cc.GetServerVersion(),
 		nc:         nc,
 		sock:       sock,
-		r:          packetReader{br: bufio.NewReaderSize(sock, 64<<10)},
-		w:          packetWriter{bw: bufio.NewWriterSize(sock, 64<<10)},
+		r:          mysqlwire.Reader{Buf: bufio.NewReaderSize(sock, 64<<10)},
+		w:          mysqlwire.Writer{Buf: bufio.NewWriterSize(sock, 64<<10)},
 		variant:    v,
 		info:       backendInfo{mariaDB: sniff.srvCaps&mysql.CLIENT_LONG_PASSWORD == 0, extCaps: sniff.srvExt},
 		db:         s.Database,
@@ -247,7 +247,7 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 // refusing the account (its password, the account itself, the database,
 // the authentication method): a dial again soon would be refused again.
 func loginRefused(err error) bool {
-	var e *sqlError
+	var e *mysqlwire.SQLError
 	if !errors.As(err, &e) {
 		return false
 	}
@@ -271,7 +271,7 @@ func loginRefused(err error) bool {
 func unwrapMyError(err error) error {
 	var me *mysql.MyError
 	if errors.As(err, &me) {
-		return &sqlError{Code: me.Code, State: me.State, Msg: me.Message}
+		return &mysqlwire.SQLError{Code: me.Code, State: me.State, Msg: me.Message}
 	}
 	return err
 }
@@ -309,7 +309,7 @@ func (bc *backendConn) Ping(ctx context.Context) error {
 // it is ever idle. A connection idle past pool.ping_after_idle is pinged
 // as well.
 func (bc *backendConn) alive() bool {
-	if bc.r.br.Buffered() > 0 {
+	if bc.r.Buf.Buffered() > 0 {
 		return false
 	}
 	if bc.raw == nil {
@@ -336,7 +336,7 @@ func (bc *backendConn) peekFD(fd uintptr) bool {
 // its next command both use it.
 func peekSocket(fd uintptr) (int, error) {
 	var b [1]byte
-	// A raw system call: it cannot block (see sockIO).
+	// A raw system call: it cannot block (see mysqlwire.SockIO).
 	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 	if e != 0 {
 		return 0, e
@@ -346,11 +346,11 @@ func peekSocket(fd uintptr) (int, error) {
 
 // writeCommand sends one command packet, starting a new exchange.
 func (bc *backendConn) writeCommand(payload []byte) error {
-	bc.w.seq = 0
-	if err := bc.w.writePacket(payload); err != nil {
+	bc.w.Seq = 0
+	if err := bc.w.WritePacket(payload); err != nil {
 		return err
 	}
-	return bc.w.flushTurn(&bc.r)
+	return bc.w.FlushTurn(&bc.r)
 }
 
 // maxSentBeforeRead is the largest command sendCommand leaves for the
@@ -360,17 +360,18 @@ const maxSentBeforeRead = 16 << 10
 // sendCommand is writeCommand for a command whose reply the caller reads
 // next on this goroutine: over a TCP socket the command is written by the
 // reply's first read, which then waits without a read of its own (see
-// sockIO.sendBeforeRead). Anything already buffered to either side, a
-// large command or a socket without sockIO takes writeCommand's way.
+// mysqlwire.SockIO.SendBeforeRead). Anything already buffered to either
+// side, a large command or a socket without a SockIO takes writeCommand's
+// way.
 func (bc *backendConn) sendCommand(payload []byte) error {
-	sio, ok := bc.sock.(*sockIO)
-	if !ok || len(payload) > maxSentBeforeRead || bc.r.br.Buffered() > 0 || bc.w.bw != nil && bc.w.bw.Buffered() > 0 {
+	sio, ok := bc.sock.(*mysqlwire.SockIO)
+	if !ok || len(payload) > maxSentBeforeRead || bc.r.Buf.Buffered() > 0 || bc.w.Buf != nil && bc.w.Buf.Buffered() > 0 {
 		return bc.writeCommand(payload)
 	}
-	bc.cmd = appendCommand(bc.cmd[:0], payload)
-	sio.sendBeforeRead(bc.cmd, nil)
-	bc.w.seq = 1
-	bc.r.seq = 1
+	bc.cmd = mysqlwire.AppendCommand(bc.cmd[:0], payload)
+	sio.SendBeforeRead(bc.cmd, nil)
+	bc.w.Seq = 1
+	bc.r.Seq = 1
 	return nil
 }
 
@@ -384,7 +385,7 @@ func (bc *backendConn) writeCommandString(cmd byte, arg string) error {
 // readPacket reads one whole response packet into the connection's scratch
 // buffer; the result is valid until the next read.
 func (bc *backendConn) readPacket() ([]byte, error) {
-	p, err := bc.r.readPacket(bc.scratch, 0)
+	p, err := bc.r.ReadPacket(bc.scratch, 0)
 	bc.scratch = p[:0]
 	if err == nil && len(p) == 0 {
 		err = fmt.Errorf("%w: empty packet from backend", errMalformed)
@@ -392,23 +393,23 @@ func (bc *backendConn) readPacket() ([]byte, error) {
 	return p, err
 }
 
-// readOK reads an OK or ERR response. An ERR comes back as *sqlError.
-func (bc *backendConn) readOK() (okPacket, error) {
+// readOK reads an OK or ERR response. An ERR comes back as *mysqlwire.SQLError.
+func (bc *backendConn) readOK() (mysqlwire.OK, error) {
 	p, err := bc.readPacket()
 	if err != nil {
-		return okPacket{}, err
+		return mysqlwire.OK{}, err
 	}
 	switch p[0] {
-	case hdrOK:
-		ok, good := parseOK(p, true)
+	case mysqlwire.HeaderOK:
+		ok, good := mysqlwire.ParseOK(p, true)
 		if !good {
 			return ok, fmt.Errorf("%w: bad OK packet", errMalformed)
 		}
 		return ok, nil
-	case hdrErr:
-		return okPacket{}, parseErr(p)
+	case mysqlwire.HeaderErr:
+		return mysqlwire.OK{}, mysqlwire.ParseErr(p)
 	}
-	return okPacket{}, fmt.Errorf("%w: unexpected packet 0x%02x", errMalformed, p[0])
+	return mysqlwire.OK{}, fmt.Errorf("%w: unexpected packet 0x%02x", errMalformed, p[0])
 }
 
 // textResult is a fully read text-protocol result, for holdfast's own
@@ -423,7 +424,8 @@ type textResult struct {
 
 // query runs one statement with the text protocol and reads the whole
 // result. Cancelling ctx interrupts the I/O; the connection is then broken.
-// A *sqlError means the statement failed and the connection is still good.
+// A *mysqlwire.SQLError means the statement failed and the connection is
+// still good.
 func (bc *backendConn) query(ctx context.Context, sql string) (*textResult, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = bc.nc.SetDeadline(dl)
@@ -460,16 +462,16 @@ func (bc *backendConn) readOneResult(res *textResult) (bool, error) {
 		return false, err
 	}
 	switch p[0] {
-	case hdrOK:
-		ok, good := parseOK(p, true)
+	case mysqlwire.HeaderOK:
+		ok, good := mysqlwire.ParseOK(p, true)
 		if !good {
 			return false, fmt.Errorf("%w: bad OK packet", errMalformed)
 		}
-		res.affectedRows, res.insertID, res.status = ok.affectedRows, ok.insertID, ok.status
-		return ok.status&statusMoreResults != 0, nil
-	case hdrErr:
-		return false, parseErr(p)
-	case hdrLocalInf:
+		res.affectedRows, res.insertID, res.status = ok.AffectedRows, ok.InsertID, ok.Status
+		return ok.Status&mysqlwire.StatusMoreResults != 0, nil
+	case mysqlwire.HeaderErr:
+		return false, mysqlwire.ParseErr(p)
+	case mysqlwire.HeaderLocalInfile:
 		return false, fmt.Errorf("%w: unexpected LOCAL INFILE request", errMalformed)
 	}
 	ncols, _, _, ok := mysqlwire.ReadLenEnc(p)
@@ -482,11 +484,11 @@ func (bc *backendConn) readOneResult(res *textResult) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		cols = append(cols, columnName(p))
+		cols = append(cols, string(mysqlwire.ColumnName(p)))
 	}
 	if p, err = bc.readPacket(); err != nil {
 		return false, err
-	} else if !isEOF(p[0], len(p)) {
+	} else if !mysqlwire.IsEOF(p[0], len(p)) {
 		return false, fmt.Errorf("%w: missing EOF after columns", errMalformed)
 	}
 	res.columns = cols
@@ -495,46 +497,24 @@ func (bc *backendConn) readOneResult(res *textResult) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if isEOF(p[0], len(p)) {
-			_, res.status = eofStatus(p)
-			return res.status&statusMoreResults != 0, nil
+		if mysqlwire.IsEOF(p[0], len(p)) {
+			_, res.status = mysqlwire.EOFStatus(p)
+			return res.status&mysqlwire.StatusMoreResults != 0, nil
 		}
-		if p[0] == hdrErr {
-			return false, parseErr(p)
+		if p[0] == mysqlwire.HeaderErr {
+			return false, mysqlwire.ParseErr(p)
 		}
-		row := make([][]byte, 0, ncols)
-		for pos := 0; pos < len(p); {
-			if p[pos] == 0xfb {
-				row = append(row, nil)
-				pos++
-				continue
+		row, ok := mysqlwire.ParseTextRow(make([][]byte, 0, ncols), p)
+		if !ok {
+			return false, fmt.Errorf("%w: bad row", errMalformed)
+		}
+		for i, v := range row {
+			if v != nil {
+				row[i] = append(make([]byte, 0, len(v)), v...) // p is the connection's scratch
 			}
-			v, n, ok := mysqlwire.ReadLenEncString(p[pos:])
-			if !ok {
-				return false, fmt.Errorf("%w: bad row", errMalformed)
-			}
-			row = append(row, append(make([]byte, 0, len(v)), v...))
-			pos += n
 		}
 		res.rows = append(res.rows, row)
 	}
-}
-
-// columnName extracts the name from a column definition packet.
-func columnName(p []byte) string {
-	pos := 0
-	for i := 0; i < 4; i++ { // catalog, schema, table, org_table
-		_, n, ok := mysqlwire.ReadLenEncString(p[pos:])
-		if !ok {
-			return ""
-		}
-		pos += n
-	}
-	name, _, ok := mysqlwire.ReadLenEncString(p[pos:])
-	if !ok {
-		return ""
-	}
-	return string(name)
 }
 
 // pingStatus sends COM_PING and returns the server status flags.
@@ -543,7 +523,7 @@ func (bc *backendConn) pingStatus() (uint16, error) {
 		return 0, err
 	}
 	ok, err := bc.readOK()
-	return ok.status, err
+	return ok.Status, err
 }
 
 // ping sends COM_PING and waits for the OK.
@@ -603,9 +583,9 @@ func (bc *backendConn) setMultiStatements(on bool) error {
 		return err
 	}
 	switch {
-	case p[0] == hdrErr:
-		return parseErr(p)
-	case isEOF(p[0], len(p)) || p[0] == hdrOK:
+	case p[0] == mysqlwire.HeaderErr:
+		return mysqlwire.ParseErr(p)
+	case mysqlwire.IsEOF(p[0], len(p)) || p[0] == mysqlwire.HeaderOK:
 		bc.multiStmts = on
 		return nil
 	}
@@ -624,6 +604,6 @@ func (bc *backendConn) bound(d time.Duration) func() {
 // isIOError reports whether err broke the connection (as opposed to a MySQL
 // error reply, after which the connection is still usable).
 func isIOError(err error) bool {
-	var se *sqlError
+	var se *mysqlwire.SQLError
 	return err != nil && !errors.As(err, &se)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // A backend connection's connection phase is go-mysql's client handshake
@@ -201,14 +202,14 @@ func (c *dialConn) readServerPacket() error {
 	switch {
 	case !c.greeted:
 		c.greeted = true
-		c.srvCaps, c.srvExt, c.salt = parseGreeting(payload)
+		g, _ := mysqlwire.ParseGreeting(payload) // zero when it is none
+		c.srvCaps, c.srvExt, c.salt = g.Caps, g.ExtCaps, g.Salt
 	case n == 0:
-	case payload[0] == hdrOK || payload[0] == hdrErr:
+	case payload[0] == mysqlwire.HeaderOK || payload[0] == mysqlwire.HeaderErr:
 		c.done = true
-	case payload[0] == hdrEOF: // an authentication switch: plugin name, scramble
-		if i := bytes.IndexByte(payload[1:], 0); i >= 0 {
-			c.switched = string(payload[1 : 1+i])
-			c.salt = bytes.TrimSuffix(bytes.Clone(payload[2+i:]), []byte{0})
+	case payload[0] == mysqlwire.HeaderEOF: // an authentication switch: plugin name, scramble
+		if plugin, data, ok := mysqlwire.ParseAuthSwitch(payload); ok {
+			c.switched, c.salt = plugin, bytes.Clone(data)
 		}
 	}
 	return nil
@@ -318,33 +319,6 @@ func (c *dialConn) startTLS(pkt []byte) error {
 }
 
 func (c *dialConn) Close() error { return c.under.Close() }
-
-// parseGreeting reads the capabilities, MariaDB extended capabilities and
-// scramble of a protocol-10 greeting payload (zero when it is none).
-func parseGreeting(g []byte) (caps, ext uint32, salt []byte) {
-	if len(g) < 1 || g[0] != 10 {
-		return 0, 0, nil
-	}
-	nul := bytes.IndexByte(g[1:], 0)
-	if nul < 0 {
-		return 0, 0, nil
-	}
-	pos := 1 + nul + 1 + 4 // version, connection id
-	if len(g) < pos+8+1+18 {
-		return 0, 0, nil
-	}
-	salt = bytes.Clone(g[pos : pos+8])
-	pos += 8 + 1 // salt part 1, filler
-	caps = uint32(binary.LittleEndian.Uint16(g[pos:])) | uint32(binary.LittleEndian.Uint16(g[pos+5:]))<<16
-	if caps&mysql.CLIENT_LONG_PASSWORD == 0 {
-		ext = binary.LittleEndian.Uint32(g[pos+14:])
-	}
-	pos += 18 // capabilities, collation, status, capabilities, scramble length, reserved
-	if rest := g[pos:]; caps&mysql.CLIENT_SECURE_CONNECTION != 0 && len(rest) >= 12 {
-		salt = append(salt, rest[:12]...)
-	}
-	return caps, ext, salt
-}
 
 // nativeScrambleHash is mysql_native_password's response from
 // SHA1(password): SHA1(password) XOR SHA1(salt + SHA1(SHA1(password))).

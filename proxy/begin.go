@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -24,12 +25,12 @@ func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribut
 		return false
 	}
 	switch {
-	case info.Kind == sqlscan.KindBegin && s.state.status&statusInTrans == 0:
+	case info.Kind == sqlscan.KindBegin && s.state.status&mysqlwire.StatusInTrans == 0:
 		if !info.Plain {
 			return false
 		}
 		s.tx.pendingBegin = append(append(s.tx.pendingBegin[:0], comQuery), sql...)
-		s.state.status |= statusInTrans
+		s.state.status |= mysqlwire.StatusInTrans
 		if tagged {
 			s.setTxnTag(tag)
 		}
@@ -40,7 +41,7 @@ func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribut
 			return false
 		}
 		s.tx.pendingBegin = nil
-		s.state.status &^= statusInTrans
+		s.state.status &^= mysqlwire.StatusInTrans
 		s.setTxnTag(nil)
 		s.writeOK(0, 0)
 		return true
@@ -60,8 +61,8 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	begin := s.tx.pendingBegin
 	s.tx.pendingBegin = nil
 	if ahead {
-		bc.w.seq = 0
-		if err := bc.w.writePacket(begin); err != nil {
+		bc.w.Seq = 0
+		if err := bc.w.WritePacket(begin); err != nil {
 			return err
 		}
 		s.tx.beginInFlight = true
@@ -75,7 +76,7 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	if err != nil {
 		return err
 	}
-	s.state.status = ok.status & sessionStatus
+	s.state.status = ok.Status & sessionStatus
 	return nil
 }
 
@@ -84,11 +85,11 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 // each commit on their own, outside the transaction it believes it has: it
 // gets an error instead and the connection closes after it, as when a
 // backend connection is lost inside a transaction.
-func (s *session) beginLost(err error) *sqlError {
-	s.state.status &^= statusInTrans
+func (s *session) beginLost(err error) *mysqlwire.SQLError {
+	s.state.status &^= mysqlwire.StatusInTrans
 	s.tx.pendingBegin, s.closeAfter = nil, true
 	s.setTxnTag(nil)
-	var se *sqlError
+	var se *mysqlwire.SQLError
 	if errors.As(err, &se) {
 		return newErr(se.Code, se.State, "holdfast: the transaction could not start on the backend (BEGIN failed: %s); nothing in it took effect. The connection is closed; reconnect and retry.", se.Msg)
 	}
@@ -110,18 +111,18 @@ func (s *session) readBeginAhead(bc *backendConn) error {
 	// BEGIN's OK is packet 1 of its exchange; the statement's response
 	// numbers on from the statement's last packet (more than one when it
 	// is 16 MiB or longer).
-	seq := bc.r.seq
-	bc.r.seq = 1
+	seq := bc.r.Seq
+	bc.r.Seq = 1
 	ok, err := bc.readOK()
 	if err != nil {
-		var se *sqlError
+		var se *mysqlwire.SQLError
 		if errors.As(err, &se) {
 			return &beginError{se}
 		}
 		return err
 	}
-	bc.r.seq = seq
-	s.state.status = ok.status & sessionStatus
+	bc.r.Seq = seq
+	s.state.status = ok.Status & sessionStatus
 	return nil
 }
 
@@ -131,16 +132,16 @@ func (s *session) settleBegin(bc *backendConn) error {
 	if !s.tx.beginInFlight {
 		return nil
 	}
-	if err := bc.w.flush(); err != nil {
+	if err := bc.w.Flush(); err != nil {
 		return err
 	}
 	return s.readBeginAhead(bc)
 }
 
 // beginError is a deferred BEGIN that the backend refused.
-type beginError struct{ *sqlError }
+type beginError struct{ *mysqlwire.SQLError }
 
-func (e *beginError) Unwrap() error { return e.sqlError }
+func (e *beginError) Unwrap() error { return e.SQLError }
 
 // beginFailed handles err when it is a refused BEGIN sent ahead of a
 // statement: the statement's response is still unread, so the backend
@@ -152,6 +153,6 @@ func (s *session) beginFailed(err error) bool {
 		return false
 	}
 	s.release(false)
-	s.writeErr(s.beginLost(be.sqlError))
+	s.writeErr(s.beginLost(be.SQLError))
 	return true
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
@@ -37,7 +38,7 @@ func (s *session) defaultTag() *attribution.Tag {
 // noteTag records an explicit tag as the transaction's when it is the first
 // inside one.
 func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
-	if tagged && s.tx.tag == nil && (s.state.status&statusInTrans != 0 || s.tx.pendingBegin != nil) {
+	if tagged && s.tx.tag == nil && (s.state.status&mysqlwire.StatusInTrans != 0 || s.tx.pendingBegin != nil) {
 		s.setTxnTag(tag)
 	}
 }
@@ -46,7 +47,7 @@ func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
 // through the tag's on-call controls, acquired, brought to the session's
 // state) and starts a deferred BEGIN on it (with ahead, in the same write
 // as the statement the caller sends next, see startDeferredBegin).
-func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlError) {
+func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *mysqlwire.SQLError) {
 	if s.lease.bc != nil {
 		s.waitKills()
 		return s.lease.bc, nil
@@ -80,7 +81,7 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 				// Shedding answers "transaction rolled back" (40001): the
 				// deferred BEGIN never reached the backend, so it ends here.
 				s.tx.pendingBegin = nil
-				s.state.status &^= statusInTrans
+				s.state.status &^= mysqlwire.StatusInTrans
 				s.setTxnTag(nil)
 			}
 			return nil, leaseErr(err)
@@ -113,7 +114,7 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 		if began {
 			return nil, s.beginLost(err)
 		}
-		var se *sqlError
+		var se *mysqlwire.SQLError
 		if errors.As(err, &se) {
 			return nil, se
 		}
@@ -126,7 +127,7 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *sqlEr
 // between statements: inside a transaction, pinned by session state, or
 // through the next statement after SET TRANSACTION.
 func (s *session) keepsBackend() bool {
-	return s.state.status&statusInTrans != 0 || s.state.pinReason != "" || s.tx.holdNext
+	return s.state.status&mysqlwire.StatusInTrans != 0 || s.state.pinReason != "" || s.tx.holdNext
 }
 
 // release gives the held backend connection back to the pool and records
@@ -214,9 +215,9 @@ func (s *session) stmtEnd(tag *attribution.Tag, start time.Time, failed bool) {
 // afterTxnState updates transaction accounting once a statement's final
 // status is known; it returns the connection unless the session keeps it.
 func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
-	inTxn := s.state.status&statusInTrans != 0
+	inTxn := s.state.status&mysqlwire.StatusInTrans != 0
 	s.lease.txnState(inTxn)
-	if prev&statusInTrans != 0 && !inTxn && s.srv.attr {
+	if prev&mysqlwire.StatusInTrans != 0 && !inTxn && s.srv.attr {
 		s.defaultTagFor(tag).Transaction()
 	}
 	s.mu.Lock()

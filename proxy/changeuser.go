@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // comChangeUser implements COM_CHANGE_USER: re-authenticate as another
@@ -59,21 +61,21 @@ func (s *session) comChangeUser(p []byte) bool {
 		return false
 	}
 	salt := newSalt()
-	sw := append(s.out[:0], hdrEOF)
+	sw := append(s.out[:0], mysqlwire.HeaderEOF)
 	sw = append(sw, u.AuthPlugin...)
 	sw = append(sw, 0)
 	sw = append(sw, salt...)
 	sw = append(sw, 0)
 	s.out = sw
 	s.writePacket(sw)
-	if err := s.w.flushTurn(&s.r); err != nil {
+	if err := s.w.FlushTurn(&s.r); err != nil {
 		return false
 	}
-	reply, err := s.r.readPacket(nil, 4096)
+	reply, err := s.r.ReadPacket(nil, 4096)
 	if err != nil {
 		return false
 	}
-	s.w.seq = s.r.seq
+	s.w.Seq = s.r.Seq
 	hash1, ok := u.verify(salt, reply)
 	u, se = s.srv.loginDone(u, why, hash1, ok, remote, len(reply) > 0)
 	if se != nil {

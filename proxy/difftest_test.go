@@ -363,13 +363,13 @@ func (r *diffRun) compare(client, label string, resp [2][][]byte) {
 // to the next: the order carries no meaning, and the test must not depend
 // on it.
 func sortStateVars(p []byte) []byte {
-	ok, good := parseOK(p, true)
-	if !good || len(p) == 0 || p[0] != hdrOK || len(ok.stateInfo) == 0 {
+	ok, good := mysqlwire.ParseOK(p, true)
+	if !good || len(p) == 0 || p[0] != mysqlwire.HeaderOK || len(ok.StateInfo) == 0 {
 		return p
 	}
 	var entries, vars [][]byte
 	var slots []int
-	for info := ok.stateInfo; len(info) > 0; {
+	for info := ok.StateInfo; len(info) > 0; {
 		_, n, good := mysqlwire.ReadLenEncString(info[1:])
 		if !good {
 			return p
@@ -385,8 +385,8 @@ func sortStateVars(p []byte) []byte {
 	for i, slot := range slots {
 		entries[slot] = vars[i]
 	}
-	ok.stateInfo = bytes.Join(entries, nil)
-	return appendOK(nil, ok, true)
+	ok.StateInfo = bytes.Join(entries, nil)
+	return mysqlwire.AppendOK(nil, ok, true)
 }
 
 // readResponse reads a whole response of the given kind, packet by packet.

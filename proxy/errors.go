@@ -1,6 +1,15 @@
 package proxy
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+)
+
+// errMalformed is a backend reply that breaks the protocol; the backend
+// connection is then unusable.
+var errMalformed = errors.New("proxy: malformed packet")
 
 // Error codes holdfast itself sends. Backend errors are relayed byte-exact
 // and never pass through here. README.md lists these for users.
@@ -30,18 +39,18 @@ const (
 	codeShapeLimit       = 9008 // no slot under the shape's cap in time
 )
 
-func newErr(code uint16, state, format string, a ...any) *sqlError {
-	return &sqlError{Code: code, State: state, Msg: fmt.Sprintf(format, a...)}
+func newErr(code uint16, state, format string, a ...any) *mysqlwire.SQLError {
+	return &mysqlwire.SQLError{Code: code, State: state, Msg: fmt.Sprintf(format, a...)}
 }
 
-func errUnknownCommand(cmd byte) *sqlError {
+func errUnknownCommand(cmd byte) *mysqlwire.SQLError {
 	return newErr(codeUnknownCommand, "08S01", "Unknown command 0x%02x: holdfast does not support this protocol command", cmd)
 }
 
-func errTooLarge(limit int) *sqlError {
+func errTooLarge(limit int) *mysqlwire.SQLError {
 	return newErr(codePacketTooLarge, "08S01", "Got a packet bigger than 'max_allowed_packet' bytes (%d); holdfast closes the connection", limit)
 }
 
-func errMalformedPacket(what string) *sqlError {
+func errMalformedPacket(what string) *mysqlwire.SQLError {
 	return newErr(codeMalformed, "HY000", "Malformed communication packet: %s", what)
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // Users from the backend (auth.from_backend). A client user that
@@ -193,7 +195,7 @@ func (b *backendUsers) read(ctx context.Context, s *Server, name string) ([]stor
 			res, err = b.bc.query(ctx, fmt.Sprintf(accountsQueryMariaDB, name))
 		}
 		// MySQL, or a MariaDB before 10.4 (no mysql.global_priv).
-		if se := (*sqlError)(nil); !b.bc.info.mariaDB || errors.As(err, &se) && se.Code == 1146 {
+		if se := (*mysqlwire.SQLError)(nil); !b.bc.info.mariaDB || errors.As(err, &se) && se.Code == 1146 {
 			res, err = b.bc.query(ctx, fmt.Sprintf(accountsQueryMySQL, name))
 		}
 		if !isIOError(err) {

@@ -1,9 +1,9 @@
 package proxy
 
-// Fuzz targets for every parser of bytes that come from outside: backend OK
-// packets and their session state, the greeting holdfast patches, the
-// handshake reader, and whole client commands against a running proxy.
-// Seed corpora are in testdata/fuzz/<Name>/.
+// Fuzz targets for every parser of bytes that come from outside: session
+// state information, the connection phase, and whole client commands
+// against a running proxy. The packet codecs' own targets are in
+// mysqlwire. Seed corpora are in testdata/fuzz/<Name>/.
 
 import (
 	"bytes"
@@ -19,59 +19,6 @@ import (
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
-
-// FuzzParseOK: parseOK never panics, and a packet it accepts survives
-// appendOK (as holdfast writes OKs to session-tracking clients): the
-// re-encoded packet parses to the same fields, and an independent decoder
-// (rawclient_test.go) accepts it. appendOK drops SESSION_STATE_CHANGED
-// when there is no state information to send; that is the one field
-// allowed to change.
-func FuzzParseOK(f *testing.F) {
-	f.Fuzz(func(t *testing.T, p []byte, track bool) {
-		in := append([]byte(nil), p...)
-		ok, good := parseOK(p, track)
-		if !bytes.Equal(in, p) {
-			t.Fatal("parseOK modified its input")
-		}
-		for _, st := range []bool{false, true} {
-			_ = appendOK(nil, ok, st)
-		}
-		if !good {
-			return
-		}
-		want := ok
-		if len(want.stateInfo) == 0 {
-			want.status &^= statusSessionChanged
-		}
-		enc := appendOK(nil, ok, true)
-		got, good := parseOK(enc, true)
-		if !good {
-			t.Fatalf("appendOK(%+v) = % x, which parseOK rejects", ok, enc)
-		}
-		if !sameOK(got, want) {
-			t.Fatalf("round trip of % x (track %v):\nparsed   %+v\nencoded  % x\nreparsed %+v", p, track, ok, enc, got)
-		}
-		raw, err := decodeOK(enc, true)
-		if err != nil {
-			t.Fatalf("appendOK(%+v) = % x: %v", ok, enc, err)
-		}
-		if raw.affected != ok.affectedRows || raw.insertID != ok.insertID || raw.status != want.status ||
-			raw.warnings != ok.warnings || raw.info != string(ok.info) || !bytes.Equal(raw.state, ok.stateInfo) {
-			t.Fatalf("appendOK(%+v) = % x decodes independently as %+v", ok, enc, raw)
-		}
-		// Without session tracking: no state, no flag, info to the end.
-		enc = appendOK(nil, ok, false)
-		raw, err = decodeOK(enc, false)
-		if err != nil || raw.status&stStateChanged != 0 || raw.status != ok.status&^statusSessionChanged || raw.info != string(ok.info) {
-			t.Fatalf("appendOK(%+v, false) = % x decodes as %+v, %v", ok, enc, raw, err)
-		}
-	})
-}
-
-func sameOK(a, b okPacket) bool {
-	return a.affectedRows == b.affectedRows && a.insertID == b.insertID && a.status == b.status &&
-		a.warnings == b.warnings && bytes.Equal(a.info, b.info) && bytes.Equal(a.stateInfo, b.stateInfo)
-}
 
 // FuzzParseStateInfo: AddStateInfo never panics; what it accepts, encoded
 // again by an independent encoder, parses to the same report; and whatever
@@ -227,12 +174,12 @@ func FuzzHandshake(f *testing.F) {
 		hang.Stop()
 		server.Close()
 		if err == nil {
-			u, ok := srv.users.get(h.user)
+			u, ok := srv.users.get(h.User)
 			if !ok {
-				t.Fatalf("unknown user %q logged in", h.user)
+				t.Fatalf("unknown user %q logged in", h.User)
 			}
-			if u.Password != "" && len(h.authResp) == 0 {
-				t.Fatalf("user %q logged in without a password", h.user)
+			if u.Password != "" && len(h.AuthResp) == 0 {
+				t.Fatalf("user %q logged in without a password", h.User)
 			}
 		}
 	})

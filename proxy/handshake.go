@@ -1,13 +1,11 @@
 package proxy
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -54,20 +52,13 @@ const offeredCaps = mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LONG_FLAG | mysql.CLI
 	mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA | mysql.CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS |
 	mysql.CLIENT_SESSION_TRACK
 
-// MariaDB's extended capabilities, carried in the greeting's and the
-// handshake response's reserved bytes when the server does not set
-// CLIENT_LONG_PASSWORD (which MariaDB names CLIENT_MYSQL).
-const (
-	extProgress      uint32 = 1 << 0 // progress reports: not offered
-	extBulk          uint32 = 1 << 2 // COM_STMT_BULK_EXECUTE: not handled, not offered
-	extTypeInfo      uint32 = 1 << 3 // extended type info in column definitions (JSON, UUID, ...)
-	extCacheMetadata uint32 = 1 << 4 // result metadata skipped on execute: breaks lazy prepares, not offered
-)
-
-// relayableExt are the extended capabilities holdfast honours when the
-// backend offers them: each is negotiated on backend connections as a pool
-// variant, so a client gets exactly the metadata format it asked for.
-const relayableExt = extTypeInfo
+// relayableExt are the MariaDB extended capabilities holdfast honours
+// when the backend offers them: each is negotiated on backend connections
+// as a pool variant, so a client gets exactly the metadata format it asked
+// for. Not offered: progress reports, COM_STMT_BULK_EXECUTE (not handled)
+// and metadata caching (result metadata skipped on execute breaks lazy
+// prepares).
+const relayableExt = mysqlwire.ExtTypeInfo
 
 // User is an account clients may log in as.
 type User struct {
@@ -107,29 +98,6 @@ func (u *users) get(name string) (User, bool) {
 // password and names are not revealed.
 var unknownUserPassword = string(newSalt())
 
-// clientHello is what the client's handshake response says.
-type clientHello struct {
-	caps     uint32
-	extCaps  uint32 // MariaDB extended capabilities, masked by what was offered
-	coll     uint8
-	user     string
-	authResp []byte
-	db       string
-	plugin   string
-	attrs    map[string]string
-}
-
-// greeting is one connection's protocol-10 greeting.
-type greeting struct {
-	id      uint32
-	salt    []byte // 20 bytes
-	caps    uint32
-	extCaps uint32
-}
-
-// errHandshake is a client whose handshake packets make no sense.
-var errHandshake = errors.New("proxy: bad handshake")
-
 // newSalt returns 20 random printable bytes (never NUL, which ends the
 // scramble in the greeting).
 func newSalt() []byte {
@@ -157,27 +125,6 @@ func (s *Server) greetingCaps() (caps, ext uint32) {
 	return caps, ext
 }
 
-// appendGreeting builds the greeting payload.
-func (s *Server) appendGreeting(b []byte, g *greeting) []byte {
-	b = append(b, 10)
-	b = append(b, *s.version.Load()...)
-	b = append(b, 0)
-	b = binary.LittleEndian.AppendUint32(b, g.id)
-	b = append(b, g.salt[:8]...)
-	b = append(b, 0)
-	b = binary.LittleEndian.AppendUint16(b, uint16(g.caps))
-	b = append(b, s.greetingCollation())
-	b = binary.LittleEndian.AppendUint16(b, statusAutocommit)
-	b = binary.LittleEndian.AppendUint16(b, uint16(g.caps>>16))
-	b = append(b, byte(len(g.salt)+1))
-	b = append(b, 0, 0, 0, 0, 0, 0)
-	b = binary.LittleEndian.AppendUint32(b, g.extCaps)
-	b = append(b, g.salt[8:]...)
-	b = append(b, 0)
-	b = append(b, pluginNative...)
-	return append(b, 0)
-}
-
 // greetingCollation is the collation id announced in the greeting: the
 // backend connections' own.
 func (s *Server) greetingCollation() uint8 {
@@ -190,27 +137,27 @@ func (s *Server) greetingCollation() uint8 {
 // handshakeIO is the connection phase's framing over one client connection.
 type handshakeIO struct {
 	nc net.Conn
-	r  packetReader
-	w  packetWriter
+	r  mysqlwire.Reader
+	w  mysqlwire.Writer
 }
 
 func (h *handshakeIO) write(p []byte) error {
-	if err := h.w.writePacket(p); err != nil {
+	if err := h.w.WritePacket(p); err != nil {
 		return err
 	}
-	return h.w.flushTurn(&h.r)
+	return h.w.FlushTurn(&h.r)
 }
 
 // read reads the client's next packet of at most limit bytes.
 func (h *handshakeIO) read(limit int) ([]byte, error) {
-	p, err := h.r.readPacket(nil, limit)
-	h.w.seq = h.r.seq
+	p, err := h.r.ReadPacket(nil, limit)
+	h.w.Seq = h.r.Seq
 	return p, err
 }
 
 // fail sends an ERR packet; the caller closes the connection.
-func (h *handshakeIO) fail(e *sqlError) error {
-	_ = h.write(appendErr(nil, e))
+func (h *handshakeIO) fail(e *mysqlwire.SQLError) error {
+	_ = h.write(mysqlwire.AppendErr(nil, e))
 	return e
 }
 
@@ -221,56 +168,63 @@ const maxHello = 64 << 10
 // hello and user and the connection to use from now on (TLS when the
 // client asked for it), or an error after telling the client (when it can
 // be told). release gives up the caller's handshake slot (see loginWait).
-func (s *Server) connect(nc net.Conn, id uint32, release func()) (*clientHello, User, net.Conn, error) {
+func (s *Server) connect(nc net.Conn, id uint32, release func()) (*mysqlwire.HandshakeResponse, User, net.Conn, error) {
 	salt := newSalt
 	if s.salt != nil {
 		salt = s.salt
 	}
-	g := &greeting{id: id, salt: salt()}
-	g.caps, g.extCaps = s.greetingCaps()
-	h := &handshakeIO{nc: nc, r: packetReader{br: newSmallReader(nc)}, w: packetWriter{bw: newSmallWriter(nc)}}
-	if err := h.write(s.appendGreeting(nil, g)); err != nil {
+	g := &mysqlwire.Greeting{
+		Version:   *s.version.Load(),
+		ConnID:    id,
+		Salt:      salt(),
+		Collation: s.greetingCollation(),
+		Status:    mysqlwire.StatusAutocommit,
+		Plugin:    pluginNative,
+	}
+	g.Caps, g.ExtCaps = s.greetingCaps()
+	h := &handshakeIO{nc: nc, r: mysqlwire.Reader{Buf: mysqlwire.NewSmallReader(nc)}, w: mysqlwire.Writer{Buf: mysqlwire.NewSmallWriter(nc)}}
+	if err := h.write(mysqlwire.AppendGreeting(nil, g)); err != nil {
 		return nil, User{}, nil, err
 	}
 	p, err := h.read(maxHello)
 	if err != nil {
 		return nil, User{}, nil, err
 	}
-	if isSSLRequest(p) {
+	if mysqlwire.IsSSLRequest(p) {
 		tc := s.tlsConf.Load()
-		if tc == nil || g.caps&mysql.CLIENT_SSL == 0 {
+		if tc == nil || g.Caps&mysql.CLIENT_SSL == 0 {
 			return nil, User{}, nil, h.fail(newErr(codeHandshake, "08S01", "Bad handshake: TLS was requested but holdfast offers none (tls.cert_file is not set)"))
 		}
 		// The client's TLS hello may already sit in the reader's buffer.
-		tconn := tls.Server(&prefixConn{Conn: nc, r: h.r.br}, tc)
+		tconn := tls.Server(&prefixConn{Conn: nc, r: h.r.Buf}, tc)
 		if err := tconn.Handshake(); err != nil {
 			return nil, User{}, nil, fmt.Errorf("proxy: TLS handshake: %w", err)
 		}
 		nc = tconn
-		seq := h.r.seq
-		h = &handshakeIO{nc: nc, r: packetReader{br: newSmallReader(nc), seq: seq}, w: packetWriter{bw: newSmallWriter(nc), seq: seq}}
+		seq := h.r.Seq
+		h = &handshakeIO{nc: nc, r: mysqlwire.Reader{Buf: mysqlwire.NewSmallReader(nc), Seq: seq}, w: mysqlwire.Writer{Buf: mysqlwire.NewSmallWriter(nc), Seq: seq}}
 		if p, err = h.read(maxHello); err != nil {
 			return nil, User{}, nil, err
 		}
 	}
 	hello, err := parseHello(p, g)
 	if err != nil {
-		var se *sqlError
+		var se *mysqlwire.SQLError
 		if errors.As(err, &se) {
 			return nil, User{}, nil, h.fail(se)
 		}
 		return nil, User{}, nil, h.fail(newErr(codeHandshake, "08S01", "Bad handshake"))
 	}
-	remote, withPassword := nc.RemoteAddr(), len(hello.authResp) > 0
-	if err := s.loginWait(loginKey(hello.user, remote), release); err != nil {
-		return nil, User{}, nil, h.fail(s.loginRefused(hello.user, remote, withPassword))
+	remote, withPassword := nc.RemoteAddr(), len(hello.AuthResp) > 0
+	if err := s.loginWait(loginKey(hello.User, remote), release); err != nil {
+		return nil, User{}, nil, h.fail(s.loginRefused(hello.User, remote, withPassword))
 	}
 	_ = nc.SetDeadline(handshakeDeadline()) // the wait is not the client's
-	u, why, se := s.resolveUser(hello.user, remote)
+	u, why, se := s.resolveUser(hello.User, remote)
 	if se != nil {
 		return nil, User{}, nil, h.fail(se)
 	}
-	hash1, ok, err := authenticate(h, u, hello.plugin, hello.authResp, g.salt)
+	hash1, ok, err := authenticate(h, u, hello.Plugin, hello.AuthResp, g.Salt)
 	if err != nil {
 		return nil, User{}, nil, err
 	}
@@ -278,115 +232,38 @@ func (s *Server) connect(nc net.Conn, id uint32, release func()) (*clientHello, 
 	if se != nil {
 		return nil, User{}, nil, h.fail(se)
 	}
-	welcome := okPacket{status: statusAutocommit}
-	track := hello.caps&mysql.CLIENT_SESSION_TRACK != 0
-	if kb := s.keptBase(); track && hello.db != "" && kb != nil && kb.Track.Schema {
+	welcome := mysqlwire.OK{Status: mysqlwire.StatusAutocommit}
+	track := hello.Caps&mysql.CLIENT_SESSION_TRACK != 0
+	if kb := s.keptBase(); track && hello.DB != "" && kb != nil && kb.Track.Schema {
 		// As MariaDB: the schema the client named, tracked from the start.
-		welcome.status |= statusSessionChanged
-		welcome.stateInfo = varstate.AppendStateEntry(nil, varstate.TrackSchema, mysqlwire.AppendLenEncString(nil, []byte(hello.db)))
+		welcome.Status |= mysqlwire.StatusSessionChanged
+		welcome.StateInfo = varstate.AppendStateEntry(nil, varstate.TrackSchema, mysqlwire.AppendLenEncString(nil, []byte(hello.DB)))
 	}
-	okp := appendOK(nil, welcome, track)
+	okp := mysqlwire.AppendOK(nil, welcome, track)
 	if err := h.write(okp); err != nil {
 		return nil, User{}, nil, err
 	}
-	if h.r.br.Buffered() > 0 {
+	if h.r.Buf.Buffered() > 0 {
 		// A client that pipelined its first command behind the handshake:
 		// keep the buffered bytes for the session's reader.
-		nc = &prefixConn{Conn: nc, r: h.r.br}
+		nc = &prefixConn{Conn: nc, r: h.r.Buf}
 	}
 	return hello, u, nc, nil
 }
 
-// isSSLRequest reports whether p is an SSLRequest: the first 32 bytes of a
-// handshake response, with CLIENT_SSL, and nothing after them.
-func isSSLRequest(p []byte) bool {
-	return len(p) == 32 && binary.LittleEndian.Uint32(p)&mysql.CLIENT_SSL != 0
-}
-
-// parseHello decodes a protocol-4.1 handshake response.
-func parseHello(p []byte, g *greeting) (*clientHello, error) {
-	if len(p) < 32 {
-		return nil, errHandshake
-	}
-	h := &clientHello{caps: binary.LittleEndian.Uint32(p)}
-	if h.caps&mysql.CLIENT_PROTOCOL_41 == 0 {
+// parseHello decodes the client's handshake response to greeting g: its
+// MariaDB extended capabilities are kept only as far as g offered them.
+// A client too old for protocol 4.1 gets MySQL's error for it.
+func parseHello(p []byte, g *mysqlwire.Greeting) (*mysqlwire.HandshakeResponse, error) {
+	h, err := mysqlwire.ParseHandshakeResponse(p)
+	if errors.Is(err, mysqlwire.ErrNoProtocol41) {
 		return nil, newErr(codeAuthMode, "08004", "Client does not support authentication protocol requested by server; consider upgrading MySQL client")
 	}
-	h.coll = p[8]
-	if g.extCaps != 0 && h.caps&mysql.CLIENT_LONG_PASSWORD == 0 {
-		h.extCaps = binary.LittleEndian.Uint32(p[28:]) & g.extCaps
+	if err != nil {
+		return nil, err
 	}
-	rest := p[32:]
-	i := bytes.IndexByte(rest, 0)
-	if i < 0 {
-		return nil, errHandshake
-	}
-	h.user, rest = string(rest[:i]), rest[i+1:]
-	switch {
-	case h.caps&mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0:
-		a, n, ok := mysqlwire.ReadLenEncString(rest)
-		if !ok {
-			return nil, errHandshake
-		}
-		h.authResp, rest = a, rest[n:]
-	case h.caps&mysql.CLIENT_SECURE_CONNECTION != 0:
-		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
-			return nil, errHandshake
-		}
-		h.authResp, rest = rest[1:1+int(rest[0])], rest[1+int(rest[0]):]
-	default:
-		j := bytes.IndexByte(rest, 0)
-		if j < 0 {
-			return nil, errHandshake
-		}
-		h.authResp, rest = rest[:j], rest[j+1:]
-	}
-	h.authResp = bytes.Clone(h.authResp)
-	if h.caps&mysql.CLIENT_CONNECT_WITH_DB != 0 && len(rest) > 0 {
-		j := bytes.IndexByte(rest, 0)
-		if j < 0 {
-			return nil, errHandshake
-		}
-		h.db, rest = string(rest[:j]), rest[j+1:]
-	}
-	h.plugin = pluginNative
-	if h.caps&mysql.CLIENT_PLUGIN_AUTH != 0 && len(rest) > 0 {
-		j := bytes.IndexByte(rest, 0)
-		if j < 0 {
-			// Some clients end the packet with the name, unterminated.
-			j = len(rest)
-		}
-		h.plugin = string(rest[:j])
-		rest = rest[min(j+1, len(rest)):]
-	}
-	if h.caps&mysql.CLIENT_CONNECT_ATTRS != 0 && len(rest) > 0 {
-		h.attrs = parseAttrs(rest)
-	}
+	h.ExtCaps &= g.ExtCaps
 	return h, nil
-}
-
-// parseAttrs decodes connection attributes; a malformed block yields the
-// pairs read before the fault (attributes are advisory).
-func parseAttrs(b []byte) map[string]string {
-	total, n, null, ok := mysqlwire.ReadLenEnc(b)
-	if !ok || null || uint64(len(b)-n) < total {
-		return nil
-	}
-	b = b[n : n+int(total)]
-	m := map[string]string{}
-	for len(b) > 0 && len(m) < 256 {
-		k, n, ok := mysqlwire.ReadLenEncString(b)
-		if !ok {
-			break
-		}
-		v, n2, ok := mysqlwire.ReadLenEncString(b[n:])
-		if !ok {
-			break
-		}
-		m[string(k)] = string(v)
-		b = b[n+n2:]
-	}
-	return m
 }
 
 // authenticate checks the client's scramble for u, switching the client
@@ -396,11 +273,7 @@ func parseAttrs(b []byte) map[string]string {
 // returns SHA1(password) too (see User.verify).
 func authenticate(h *handshakeIO, u User, plugin string, resp, salt []byte) (hash1 []byte, ok bool, err error) {
 	if plugin != u.AuthPlugin {
-		sw := append([]byte{hdrEOF}, u.AuthPlugin...)
-		sw = append(sw, 0)
-		sw = append(sw, salt...)
-		sw = append(sw, 0)
-		if err := h.write(sw); err != nil {
+		if err := h.write(mysqlwire.AppendAuthSwitch(nil, u.AuthPlugin, salt)); err != nil {
 			return nil, false, err
 		}
 		if resp, err = h.read(4096); err != nil {
@@ -464,7 +337,7 @@ func sha2Scramble(salt, password []byte) []byte {
 }
 
 // accessDenied is MySQL's 1045, naming the client's host without its port.
-func accessDenied(user string, remote net.Addr, withPassword bool) *sqlError {
+func accessDenied(user string, remote net.Addr, withPassword bool) *mysqlwire.SQLError {
 	using := "NO"
 	if withPassword {
 		using = "YES"

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -34,7 +35,7 @@ func (s *session) killText(p []byte, info *sqlscan.Info, tag *attribution.Tag) b
 }
 
 // errKillForm is the answer to a KILL holdfast cannot translate.
-func errKillForm() *sqlError {
+func errKillForm() *mysqlwire.SQLError {
 	return newErr(codeNotSupported, "42000", "holdfast: KILL must be KILL [CONNECTION|QUERY] <connection id> or KILL [CONNECTION|QUERY] USER <name>, with a literal id, as a statement of its own or among plain statements (holdfast translates its connection ids; with an expression, or inside a compound statement, the database would read them as its own)")
 }
 
@@ -267,7 +268,7 @@ type killer struct {
 	bc *backendConn
 }
 
-// killQuery sends KILL QUERY tid. A *sqlError means the server answered
+// killQuery sends KILL QUERY tid. A *mysqlwire.SQLError means the server answered
 // (an unknown thread, say); any other error that the kill's fate is
 // unknown.
 func (k *killer) killQuery(srv *Server, be *backend, tid uint32) error {
@@ -286,7 +287,7 @@ func (k *killer) killQuery(srv *Server, be *backend, tid uint32) error {
 				k.bc = nil
 				// Not sent: nothing can land. A dial failure is no I/O
 				// error on the target's connection.
-				return &sqlError{Code: codeConnectFailed, State: "HY000", Msg: err.Error()}
+				return &mysqlwire.SQLError{Code: codeConnectFailed, State: "HY000", Msg: err.Error()}
 			}
 		}
 		_, err = k.bc.query(ctx, "KILL QUERY "+strconv.FormatUint(uint64(tid), 10))
@@ -343,7 +344,7 @@ func (w *clientWatch) start() {
 		defer close(done)
 		// The session goroutine does not read while a statement runs, so
 		// the reader is ours until disarm. Anything read stays buffered.
-		_, err := w.s.r.br.Peek(1)
+		_, err := w.s.r.Buf.Peek(1)
 		if err == nil {
 			return
 		}

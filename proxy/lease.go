@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
@@ -181,7 +182,7 @@ func (s *Server) shedOr(ctx context.Context, tag *attribution.Tag, cl class, err
 }
 
 // syncFailed is take's error when the connection it acquired could not be
-// brought to the state asked for (the server's *sqlError, or an I/O error).
+// brought to the state asked for (the server's *mysqlwire.SQLError, or an I/O error).
 type syncFailed struct{ err error }
 
 func (e syncFailed) Error() string { return e.err.Error() }
@@ -191,7 +192,7 @@ func (e syncFailed) Unwrap() error { return e.err }
 // the pool refused: 9001 (drained), 9002 (no slot under a limit), 9006
 // (shed under overload), 1040
 // (pool exhausted), 2003 (backend down), 1053 (shutting down).
-func leaseErr(err error) *sqlError {
+func leaseErr(err error) *mysqlwire.SQLError {
 	switch {
 	case errors.Is(err, errTagDrained):
 		return newErr(codeTagDrained, "HY000", "holdfast: %v", err)

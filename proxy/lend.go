@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // EngineConn is a backend connection lent to holdfast's own work (the
@@ -100,7 +101,7 @@ func (c *EngineConn) run(ctx context.Context, sql string) (*textResult, error) {
 	}
 	c.lease.stmtEnd(end, end.Sub(now))
 	if err == nil {
-		inTxn := res.status&statusInTrans != 0
+		inTxn := res.status&mysqlwire.StatusInTrans != 0
 		c.lease.txnState(inTxn)
 		c.mu.Lock()
 		c.inTxn = inTxn

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // LOAD DATA LOCAL INFILE. The backend answers such a statement with a file
@@ -62,25 +64,25 @@ func (s *session) uploadStopped() error {
 func (s *session) relayLocalInfile(bc *backendConn, n int, rr *relayResult) error {
 	if s.caps&mysql.CLIENT_LOCAL_FILES == 0 || s.gone {
 		// Not negotiated (so not expected), or nobody to ask: an empty file.
-		if err := bc.r.discard(n); err != nil {
+		if err := bc.r.Discard(n); err != nil {
 			return err
 		}
-		bc.w.seq = bc.r.seq
+		bc.w.Seq = bc.r.Seq
 		return bc.endLocalFile()
 	}
 	rr.started = true
 	if err := s.stream(bc, n); err != nil {
 		return err
 	}
-	s.clientWrote(s.w.flush())
-	bc.w.seq = bc.r.seq
+	s.clientWrote(s.w.Flush())
+	bc.w.Seq = bc.r.Seq
 	if s.gone {
 		return bc.endLocalFile()
 	}
 	// The session reads the client itself now, not the client watch.
 	s.watch.disarm()
 	defer s.watch.arm()
-	s.r.seq = s.w.seq
+	s.r.Seq = s.w.Seq
 	bound := s.clientWriteTimeout()
 	s.uploading.Store(true)
 	defer func() {
@@ -105,7 +107,7 @@ func (s *session) relayLocalInfile(bc *backendConn, n int, rr *relayResult) erro
 		if err := s.uploadStopped(); err != nil {
 			return s.localInfileFailed(err)
 		}
-		m, err := s.r.header()
+		m, err := s.r.Header()
 		if err != nil {
 			return s.localInfileFailed(err)
 		}
@@ -113,9 +115,9 @@ func (s *session) relayLocalInfile(bc *backendConn, n int, rr *relayResult) erro
 			break // the end of the file
 		}
 		if logical += m; logical > limit {
-			return s.localInfileFailed(errPacketTooLarge)
+			return s.localInfileFailed(mysqlwire.ErrPacketTooLarge)
 		}
-		if err := bc.w.writeHeader(m); err != nil {
+		if err := bc.w.WriteHeader(m); err != nil {
 			return err
 		}
 		if cerr, berr := s.copyToBackend(bc, m); berr != nil {
@@ -123,21 +125,21 @@ func (s *session) relayLocalInfile(bc *backendConn, n int, rr *relayResult) erro
 		} else if cerr != nil {
 			return s.localInfileFailed(cerr)
 		}
-		if m < maxPayload {
+		if m < mysqlwire.MaxPayload {
 			logical = 0
 		}
 	}
-	s.w.seq = s.r.seq // the answer follows the client's last packet
+	s.w.Seq = s.r.Seq // the answer follows the client's last packet
 	return bc.endLocalFile()
 }
 
 // endLocalFile sends the empty packet that ends a file, and expects the
 // backend's answer next.
 func (bc *backendConn) endLocalFile() error {
-	if err := bc.w.writeHeader(0); err != nil {
+	if err := bc.w.WriteHeader(0); err != nil {
 		return err
 	}
-	return bc.w.flushTurn(&bc.r)
+	return bc.w.FlushTurn(&bc.r)
 }
 
 // copyToBackend copies m payload bytes of the client's current packet to
@@ -145,7 +147,7 @@ func (bc *backendConn) endLocalFile() error {
 // clientErr is a failed read from the client, backendErr a failed write to
 // the backend.
 func (s *session) copyToBackend(bc *backendConn, m int) (clientErr, backendErr error) {
-	bw := bc.w.bw
+	bw := bc.w.Buf
 	for m > 0 {
 		if bw.Available() == 0 {
 			if err := bw.Flush(); err != nil {
@@ -153,7 +155,7 @@ func (s *session) copyToBackend(bc *backendConn, m int) (clientErr, backendErr e
 			}
 		}
 		buf := bw.AvailableBuffer()[:min(m, bw.Available())]
-		k, err := s.r.br.Read(buf)
+		k, err := s.r.Buf.Read(buf)
 		if k > 0 {
 			_, _ = bw.Write(buf[:k]) // fits: no flush, no error
 			m -= k
@@ -175,13 +177,13 @@ func (s *session) localInfileFailed(err error) error {
 	}
 	switch {
 	case errors.Is(err, errUploadKilled):
-		s.w.seq = s.r.seq
+		s.w.Seq = s.r.Seq
 		s.writeErr(newErr(codeQueryInterrupted, "70100", "Query execution was interrupted; holdfast closed the connection, as the client was still sending its LOAD DATA LOCAL file (a transactional table such as InnoDB keeps none of it; a MyISAM table keeps the rows read before the end)"))
-	case errors.Is(err, errPacketTooLarge):
-		s.w.seq = s.r.seq
+	case errors.Is(err, mysqlwire.ErrPacketTooLarge):
+		s.w.Seq = s.r.Seq
 		s.writeErr(errTooLarge(s.srv.maxPacket()))
-	case errors.Is(err, errOutOfOrder):
-		s.w.seq = s.r.seq
+	case errors.Is(err, mysqlwire.ErrOutOfOrder):
+		s.w.Seq = s.r.Seq
 		s.writeErr(newErr(codeOutOfOrder, "08S01", "Got packets out of order"))
 	}
 	return fmt.Errorf("%w: %w", errLocalInfileAborted, err)

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // Logins: who a client logging in (or sending COM_CHANGE_USER) is, and
@@ -76,7 +78,7 @@ func (s *Server) loginWait(key string, release func()) error {
 // log only); u then checks against a random password, so that the answer
 // is the same as for a wrong one. se is the error to send when the
 // backend could not be asked.
-func (s *Server) resolveUser(name string, remote net.Addr) (u User, why string, se *sqlError) {
+func (s *Server) resolveUser(name string, remote net.Addr) (u User, why string, se *mysqlwire.SQLError) {
 	if u, ok := s.users.get(name); ok {
 		return u, "", nil
 	}
@@ -131,7 +133,7 @@ func (u User) verify(salt, resp []byte) (hash1 []byte, ok bool) {
 // failure is counted, delays the next attempt and is logged, without any
 // secret, at most once per power of two of consecutive failures. It returns
 // the user as the session has it, or the error to send.
-func (s *Server) loginDone(u User, why string, hash1 []byte, ok bool, remote net.Addr, withPassword bool) (User, *sqlError) {
+func (s *Server) loginDone(u User, why string, hash1 []byte, ok bool, remote net.Addr, withPassword bool) (User, *mysqlwire.SQLError) {
 	key := loginKey(u.Name, remote)
 	if ok && why == "" {
 		s.logins.succeeded(key)
@@ -157,7 +159,7 @@ func (s *Server) loginDone(u User, why string, hash1 []byte, ok bool, remote net
 }
 
 // loginRefused answers an attempt refused unchecked (errLoginRefused).
-func (s *Server) loginRefused(name string, remote net.Addr, withPassword bool) *sqlError {
+func (s *Server) loginRefused(name string, remote net.Addr, withPassword bool) *mysqlwire.SQLError {
 	s.logins.failures.Add(1)
 	return accessDenied(name, remote, withPassword)
 }

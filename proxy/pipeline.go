@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/internal/waitq"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
@@ -85,7 +86,7 @@ func (s *session) pipelinable(info *sqlscan.Info, size int, tag *attribution.Tag
 		s.state.vars = s.initialVars()
 	}
 	if !(s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil && s.state.pinReason == "" && !s.tx.holdNext &&
-		s.state.status&statusInTrans == 0 && s.state.status&statusAutocommit != 0 &&
+		s.state.status&mysqlwire.StatusInTrans == 0 && s.state.status&mysqlwire.StatusAutocommit != 0 &&
 		plainSelect(info) && size < 1<<16 && s.srv.pipelineDepth() > 0) {
 		return 0, false
 	}
@@ -169,12 +170,12 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	err := p.err
 	p.mu.Unlock()
 	var rr relayResult
-	sent, seq := s.cw.n, s.w.seq
+	sent, seq := s.cw.n, s.w.Seq
 	if err == nil {
 		// KILL QUERY may target the backend thread now.
 		s.setExec(p.bc, p)
 		s.watch.arm()
-		p.bc.r.seq = 1
+		p.bc.r.Seq = 1
 		rr, err = s.relay(p.bc, cmd[0])
 		s.setExec(nil, nil)
 		s.watch.disarm()
@@ -208,8 +209,8 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		// Interrupted by a kill meant for the statement queued before ours
 		// on the pipe, and nothing of the answer has left yet: drop it and
 		// run the statement again on a connection of its own.
-		s.w.drop()
-		s.w.seq = seq
+		s.w.Drop()
+		s.w.Seq = seq
 		s.srv.pipeReruns.Add(1)
 		return false, true
 	}
@@ -335,19 +336,19 @@ func (p *pipe) enqueueLocked(turn chan struct{}, cmd []byte) {
 	if len(p.queue) == 1 {
 		turn <- struct{}{}
 	}
-	p.pending = appendCommand(p.pending, cmd)
+	p.pending = mysqlwire.AppendCommand(p.pending, cmd)
 	if p.flushing || p.err != nil {
 		p.mu.Unlock()
 		return
 	}
 	p.flushing = true
-	if sio, ok := p.bc.sock.(*sockIO); ok && len(p.queue) == 1 && p.bc.r.br.Buffered() == 0 {
+	if sio, ok := p.bc.sock.(*mysqlwire.SockIO); ok && len(p.queue) == 1 && p.bc.r.Buf.Buffered() == 0 {
 		// The sender is the head, which reads the response next: its
-		// read writes the commands before it waits (sockIO.sendBeforeRead),
+		// read writes the commands before it waits (mysqlwire.SockIO.SendBeforeRead),
 		// and those queued meanwhile after them (nextWrite).
 		p.writing = p.pending
 		p.pending = p.spare[:0]
-		sio.sendBeforeRead(p.writing, p.next)
+		sio.SendBeforeRead(p.writing, p.next)
 		p.mu.Unlock()
 		return
 	}
@@ -367,7 +368,7 @@ func (p *pipe) enqueueLocked(turn chan struct{}, cmd []byte) {
 	p.mu.Unlock()
 }
 
-// nextWrite is the head's read's sendBeforeRead more: the written buffer
+// nextWrite is the head's read's SendBeforeRead more: the written buffer
 // becomes the spare, and commands queued meanwhile are written next;
 // none left ends the flush.
 func (p *pipe) nextWrite() []byte {

@@ -122,9 +122,9 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool, tag *at
 		return
 	}
 	if len(cols) > 0 {
-		rs := resultSet{cols: make([]column, len(cols)), rows: rows, more: true}
+		rs := resultSet{cols: make([]mysqlwire.Column, len(cols)), rows: rows, more: true}
 		for i, c := range cols {
-			rs.cols[i] = column{name: c, typ: columnType(rows, i)}
+			rs.cols[i] = mysqlwire.Column{Name: c, Type: columnType(rows, i)}
 		}
 		s.writeResultSet(&rs, binaryRows)
 	}
@@ -173,10 +173,10 @@ func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) (
 // make now, or nil: inside a transaction (9003), or while the session keeps
 // a backend connection for itself, which the call would hold on to while
 // the engine borrows another one (9004).
-func (s *session) procRefused(name string) *sqlError {
+func (s *session) procRefused(name string) *mysqlwire.SQLError {
 	const keeps = "holdfast: CALL holdfast.%s borrows a backend connection of its own, and this session keeps one "
 	switch {
-	case s.state.status&statusInTrans != 0:
+	case s.state.status&mysqlwire.StatusInTrans != 0:
 		return newErr(codeProcInTxn, "HY000", "holdfast: CALL holdfast.%s runs in its own transaction and cannot join yours; call it outside BEGIN ... COMMIT", name)
 	case s.state.pinReason != "":
 		return newErr(codeProcHeld, "HY000", keeps+"for its session state (pinned by %s); call it from a connection without such state (user variables, temporary tables, GET_LOCK, ...)",
@@ -207,8 +207,8 @@ type borrowFailure interface{ BorrowErr() error }
 // else is a bug or a statement of the engine that the database refused:
 // 1105 with the engine's text, which names the procedure. The engine never
 // returns a lost backend connection as such (see reservation.Engine.Call).
-func procErr(name string, err error) *sqlError {
-	var se *sqlError
+func procErr(name string, err error) *mysqlwire.SQLError {
+	var se *mysqlwire.SQLError
 	if errors.As(err, &se) {
 		return se
 	}
@@ -273,7 +273,7 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 	}
 	s.ps.stmts[cs.id] = cs
 	s.ps.lastStmt = cs.id
-	out := append(s.out[:0], hdrOK)
+	out := append(s.out[:0], mysqlwire.HeaderOK)
 	out = binary.LittleEndian.AppendUint32(out, cs.id)
 	out = binary.LittleEndian.AppendUint16(out, 0) // columns: known only when it runs
 	out = binary.LittleEndian.AppendUint16(out, uint16(params))
@@ -282,10 +282,10 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 	s.writePacket(out)
 	if params > 0 {
 		for i := 0; i < params; i++ {
-			s.out = appendColumnDef(s.out[:0], column{name: "?", typ: mysql.MYSQL_TYPE_VAR_STRING}, s.state.variant&varTypeInfo != 0)
+			s.out = mysqlwire.AppendColumnDef(s.out[:0], mysqlwire.Column{Name: "?", Type: mysql.MYSQL_TYPE_VAR_STRING}, s.state.variant&varTypeInfo != 0)
 			s.writePacket(s.out)
 		}
-		s.out = appendEOF(s.out[:0], 0, s.state.status&^statusSessionChanged)
+		s.out = mysqlwire.AppendEOF(s.out[:0], 0, s.state.status&^mysqlwire.StatusSessionChanged)
 		s.writePacket(s.out)
 	}
 	return true

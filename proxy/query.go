@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
@@ -81,7 +82,7 @@ func (s *session) comQuery(p []byte) bool {
 // the status flags).
 func (s *session) scanMode() sqlscan.Mode {
 	var m sqlscan.Mode
-	if s.state.status&statusNoBackslash != 0 {
+	if s.state.status&mysqlwire.StatusNoBackslash != 0 {
 		m |= sqlscan.NoBackslashEscapes
 	}
 	if s.state.vars != nil {
@@ -115,7 +116,7 @@ func (s *session) run(p []byte, cmd byte, info *sqlscan.Info, tag *attribution.T
 	s.watch.arm()
 	var rr relayResult
 	s.reply.hideChange = cmd == comQuery && s.hidesStatementChange(info, p[1:])
-	sent, seq := s.cw.n, s.w.seq
+	sent, seq := s.cw.n, s.w.Seq
 	err := bc.sendCommand(p)
 	if err == nil {
 		rr, err = s.relay(bc, cmd)
@@ -162,8 +163,8 @@ func (s *session) rerunOnPrimary(err error, sent int64, seq uint8) bool {
 	if r == nil || !isIOError(err) || errors.Is(err, errClientGone) || s.cw.n != sent || s.interrupted.Load() {
 		return false
 	}
-	s.w.drop()
-	s.w.seq = seq
+	s.w.Drop()
+	s.w.Seq = seq
 	s.srv.log.Warn("replica connection failed during a read; running it on the primary", "client", s.id, "replica", r.be.addr, "err", err)
 	s.srv.replicaDown(r, err)
 	r.fellBack.Add(1)
@@ -172,7 +173,7 @@ func (s *session) rerunOnPrimary(err error, sent int64, seq uint8) bool {
 	return true
 }
 
-func poolErr(err error) *sqlError {
+func poolErr(err error) *mysqlwire.SQLError {
 	switch {
 	case errors.Is(err, pool.ErrBackendDown):
 		return newErr(codeConnectFailed, "HY000", "holdfast: %v", err)
@@ -264,7 +265,7 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 		}
 	}
 	s.tx.holdNext = info != nil && info.Kind == sqlscan.KindSetTransaction && !rr.failed
-	if rr.failed && s.state.status&(statusInTrans|statusAutocommit) == 0 && s.state.pinReason == "" && !s.tx.holdNext {
+	if rr.failed && s.state.status&(mysqlwire.StatusInTrans|mysqlwire.StatusAutocommit) == 0 && s.state.pinReason == "" && !s.tx.holdNext {
 		// With autocommit off, a failed statement may still have opened a
 		// transaction, and its ERR packet does not say. Ask.
 		unbound := bc.bound(s.srv.exchangeTimeout())
@@ -422,7 +423,7 @@ func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
 		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; %s. Reconnect and retry.", what))
 		return false
 	}
-	s.state.status &^= statusInTrans
+	s.state.status &^= mysqlwire.StatusInTrans
 	s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; it may or may not have taken effect (holdfast never retries a statement)"))
 	return true
 }

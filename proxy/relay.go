@@ -5,11 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"math"
-	"strconv"
-	"time"
-
-	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
@@ -54,14 +49,14 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 		}
 	}()
 	for {
-		n, err := bc.r.header()
+		n, err := bc.r.Header()
 		if err != nil {
 			return rr, err
 		}
 		if n == 0 {
 			return rr, fmt.Errorf("%w: empty packet from backend", errMalformed)
 		}
-		first, err := bc.r.br.Peek(1)
+		first, err := bc.r.Buf.Peek(1)
 		if err != nil {
 			return rr, err
 		}
@@ -69,16 +64,16 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 		case cmd == comStatistics:
 			// A single string packet.
 			return rr, s.stream(bc, n)
-		case first[0] == hdrErr:
+		case first[0] == mysqlwire.HeaderErr:
 			rr.sawErr(bc)
 			s.reply.err = true
 			return rr, s.stream(bc, n)
-		case first[0] == hdrOK && cmd != comFieldList:
+		case first[0] == mysqlwire.HeaderOK && cmd != comFieldList:
 			more, err := s.relayOK(bc, n, &rr)
 			if err != nil || !more {
 				return rr, err
 			}
-		case first[0] == hdrLocalInf && cmd == comQuery:
+		case first[0] == mysqlwire.HeaderLocalInfile && cmd == comQuery:
 			// LOAD DATA LOCAL: the backend asks for the client's file.
 			if err := s.relayLocalInfile(bc, n, &rr); err != nil {
 				return rr, err
@@ -104,7 +99,7 @@ func (rr *relayResult) sawErr(bc *backendConn) {
 	if rr.errCode != 0 {
 		return
 	}
-	if b, err := bc.r.br.Peek(3); err == nil {
+	if b, err := bc.r.Buf.Peek(3); err == nil {
 		rr.errCode = binary.LittleEndian.Uint16(b[1:])
 	}
 }
@@ -116,18 +111,18 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 	if err != nil {
 		return false, err
 	}
-	ok, good := parseOK(p, true)
+	ok, good := mysqlwire.ParseOK(p, true)
 	if !good {
 		return false, fmt.Errorf("%w: bad OK packet", errMalformed)
 	}
-	rr.status = ok.status
-	rr.affected = ok.affectedRows
-	if ok.insertID != 0 {
-		rr.insertID = ok.insertID
+	rr.status = ok.Status
+	rr.affected = ok.AffectedRows
+	if ok.InsertID != 0 {
+		rr.insertID = ok.InsertID
 	}
-	if ok.status&statusSessionChanged != 0 && len(ok.stateInfo) > 0 {
+	if ok.Status&mysqlwire.StatusSessionChanged != 0 && len(ok.StateInfo) > 0 {
 		n := len(rr.sc.Vars)
-		if !rr.sc.AddStateInfo(ok.stateInfo) {
+		if !rr.sc.AddStateInfo(ok.StateInfo) {
 			return false, fmt.Errorf("%w: bad session state information", errMalformed)
 		}
 		if s.sessionTrack() && s.state.kept != nil {
@@ -136,10 +131,10 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 			if kept := varstate.KeptOnly(rr.sc.Vars[n:]); len(kept) > 0 {
 				s.setKept(s.state.kept.With(kept))
 			}
-			s.stateBuf = s.state.kept.Track.Apply(s.stateBuf[:0], ok.stateInfo)
-			if !bytes.Equal(s.stateBuf, ok.stateInfo) {
-				ok.stateInfo = s.stateBuf
-				s.out = appendOK(s.out[:0], ok, true)
+			s.stateBuf = s.state.kept.Track.Apply(s.stateBuf[:0], ok.StateInfo)
+			if !bytes.Equal(s.stateBuf, ok.StateInfo) {
+				ok.StateInfo = s.stateBuf
+				s.out = mysqlwire.AppendOK(s.out[:0], ok, true)
 				p = s.out
 			}
 		}
@@ -151,16 +146,16 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 		if bi := s.srv.primary.info.Load(); bi != nil && bi.mariaDB {
 			lenencInfo = true
 		}
-		ok.stateInfo = nil
-		s.out = appendOK(s.out[:0], ok, lenencInfo)
+		ok.StateInfo = nil
+		s.out = mysqlwire.AppendOK(s.out[:0], ok, lenencInfo)
 		p = s.out
 	}
-	more := ok.status&statusMoreResults != 0
+	more := ok.Status&mysqlwire.StatusMoreResults != 0
 	if !more && s.reply.moreAfter {
-		setOKStatus(p, ok.status|statusMoreResults)
+		mysqlwire.SetOKStatus(p, ok.Status|mysqlwire.StatusMoreResults)
 	}
 	rr.started = true
-	s.clientWrote(s.w.writePacket(p))
+	s.clientWrote(s.w.WritePacket(p))
 	return more, nil
 }
 
@@ -176,9 +171,9 @@ func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResu
 		return false, fmt.Errorf("%w: bad column count", errMalformed)
 	}
 	rr.started = true
-	s.clientWrote(s.w.writePacket(p))
+	s.clientWrote(s.w.WritePacket(p))
 	for i := uint64(0); i < ncols; i++ {
-		n, err := bc.r.header()
+		n, err := bc.r.Header()
 		if err != nil {
 			return false, err
 		}
@@ -186,7 +181,7 @@ func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResu
 			return false, err
 		}
 	}
-	n, err = bc.r.header()
+	n, err = bc.r.Header()
 	if err != nil {
 		return false, err
 	}
@@ -194,20 +189,20 @@ func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResu
 	if err != nil {
 		return false, err
 	}
-	if !isEOF(p[0], len(p)) {
+	if !mysqlwire.IsEOF(p[0], len(p)) {
 		return false, fmt.Errorf("%w: no EOF after column definitions", errMalformed)
 	}
-	_, st := eofStatus(p)
+	_, st := mysqlwire.EOFStatus(p)
 	s.clientEOF(p, st)
-	s.clientWrote(s.w.writePacket(p))
-	if st&statusSessionChanged != 0 {
+	s.clientWrote(s.w.WritePacket(p))
+	if st&mysqlwire.StatusSessionChanged != 0 {
 		rr.sc.NoteEOFChange()
 	}
-	if cmd == comStmtExecute && st&statusCursorExists != 0 {
+	if cmd == comStmtExecute && st&mysqlwire.StatusCursorExists != 0 {
 		rr.status, rr.cursor = st, true
 		return false, nil
 	}
-	n, err = bc.r.header()
+	n, err = bc.r.Header()
 	if err != nil {
 		return false, err
 	}
@@ -219,24 +214,24 @@ func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResu
 // read.
 func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, error) {
 	for {
-		first, err := bc.r.br.Peek(1)
+		first, err := bc.r.Buf.Peek(1)
 		if err != nil {
 			return false, err
 		}
 		switch {
-		case isEOF(first[0], n):
+		case mysqlwire.IsEOF(first[0], n):
 			p, err := bc.readRest(n)
 			if err != nil {
 				return false, err
 			}
-			_, rr.status = eofStatus(p)
-			if rr.status&statusSessionChanged != 0 {
+			_, rr.status = mysqlwire.EOFStatus(p)
+			if rr.status&mysqlwire.StatusSessionChanged != 0 {
 				rr.sc.NoteEOFChange()
 			}
 			s.clientEOF(p, rr.status)
-			s.clientWrote(s.w.writePacket(p))
-			return rr.status&statusMoreResults != 0, nil
-		case first[0] == hdrErr:
+			s.clientWrote(s.w.WritePacket(p))
+			return rr.status&mysqlwire.StatusMoreResults != 0, nil
+		case first[0] == mysqlwire.HeaderErr:
 			// After the columns, or after some rows: a statement killed
 			// or failing while it runs.
 			rr.sawErr(bc)
@@ -246,7 +241,7 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 		if err := s.stream(bc, n); err != nil {
 			return false, err
 		}
-		if n, err = bc.r.header(); err != nil {
+		if n, err = bc.r.Header(); err != nil {
 			return false, err
 		}
 	}
@@ -259,10 +254,10 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 func (s *session) clientEOF(p []byte, st uint16) {
 	out := st
 	if s.reply.moreAfter {
-		out |= statusMoreResults
+		out |= mysqlwire.StatusMoreResults
 	}
 	if s.reply.hideChange {
-		out &^= statusSessionChanged
+		out &^= mysqlwire.StatusSessionChanged
 	}
 	if out != st && len(p) >= 5 {
 		binary.LittleEndian.PutUint16(p[3:], out)
@@ -273,28 +268,28 @@ func (s *session) clientEOF(p []byte, st uint16) {
 // continuations) from the backend to the client without buffering it whole.
 func (s *session) stream(bc *backendConn, n int) error {
 	for {
-		s.clientWrote(s.w.writeHeader(n))
+		s.clientWrote(s.w.WriteHeader(n))
 		if err := copyN(s, bc, n); err != nil {
 			return err
 		}
-		if n < maxPayload {
+		if n < mysqlwire.MaxPayload {
 			return nil
 		}
 		var err error
-		if n, err = bc.r.header(); err != nil {
+		if n, err = bc.r.Header(); err != nil {
 			return err
 		}
 	}
 }
 
 func copyN(s *session, bc *backendConn, n int) error {
-	br := bc.r.br
+	br := bc.r.Buf
 	for n > 0 {
 		b, err := br.Peek(min(n, br.Size()))
 		if err != nil {
 			return err
 		}
-		_, err = s.w.out().Write(b)
+		_, err = s.w.Out().Write(b)
 		s.clientWrote(err)
 		_, _ = br.Discard(len(b))
 		n -= len(b)
@@ -307,180 +302,51 @@ func copyN(s *session, bc *backendConn, n int) error {
 func (s *session) clientWrote(err error) {
 	if err != nil && !s.gone {
 		s.gone = true
-		s.w.out().Reset(io.Discard) // the pooled writer, now dropping what it is given
+		s.w.Out().Reset(io.Discard) // the pooled writer, now dropping what it is given
 	}
 }
 
 // readRest reads the payload of a small packet whose header was read.
 func (bc *backendConn) readRest(n int) ([]byte, error) {
-	if n >= maxPayload {
+	if n >= mysqlwire.MaxPayload {
 		return nil, fmt.Errorf("%w: oversized control packet", errMalformed)
 	}
-	p := grow(bc.scratch[:0], n)
+	p, err := bc.r.ReadPayload(bc.scratch, n)
 	bc.scratch = p[:0]
-	_, err := readFull(bc, p)
 	return p, err
-}
-
-func readFull(bc *backendConn, p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		m, err := bc.r.br.Read(p[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-// column describes one column of a result set holdfast builds itself.
-type column struct {
-	name   string
-	typ    byte
-	flags  uint16
-	length uint32 // display width; 0: the type's default
 }
 
 // resultSet is a small result holdfast answers without a backend
 // (LAST_INSERT_ID(), CALL holdfast.*).
 type resultSet struct {
-	cols []column
+	cols []mysqlwire.Column
 	rows [][]any // nil, int64, uint64, float64, string, []byte, time.Time
 	more bool    // another result follows (a CALL's closing OK)
-}
-
-// appendColumnDef encodes a column definition; typeInfo adds MariaDB's
-// (empty) extended type info, for clients that negotiated it.
-func appendColumnDef(b []byte, c column, typeInfo bool) []byte {
-	b = mysqlwire.AppendLenEncString(b, []byte("def"))
-	b = mysqlwire.AppendLenEncString(b, nil) // schema
-	b = mysqlwire.AppendLenEncString(b, nil) // table
-	b = mysqlwire.AppendLenEncString(b, nil) // org_table
-	b = mysqlwire.AppendLenEncString(b, []byte(c.name))
-	b = mysqlwire.AppendLenEncString(b, nil) // org_name
-	if typeInfo {
-		b = append(b, 0) // no extended type info
-	}
-	b = append(b, 0x0c)
-	cs, length := uint16(63), uint32(21) // binary, numeric width
-	if c.typ == mysql.MYSQL_TYPE_VAR_STRING {
-		cs, length = 45, 1<<24-1 // utf8mb4_general_ci
-	} else if c.typ == mysql.MYSQL_TYPE_DATETIME {
-		length = 26
-	}
-	if c.length != 0 {
-		length = c.length
-	}
-	b = binary.LittleEndian.AppendUint16(b, cs)
-	b = binary.LittleEndian.AppendUint32(b, length)
-	b = append(b, c.typ)
-	b = binary.LittleEndian.AppendUint16(b, c.flags)
-	dec := byte(0)
-	if c.typ == mysql.MYSQL_TYPE_DOUBLE {
-		dec = 31
-	} else if c.typ == mysql.MYSQL_TYPE_DATETIME {
-		dec = 6
-	}
-	b = append(b, dec, 0, 0)
-	return b
 }
 
 // writeResultSet sends rs in the text protocol, or the binary one (for
 // COM_STMT_EXECUTE) when binary is set.
 func (s *session) writeResultSet(rs *resultSet, binaryRows bool) {
-	st := s.state.status &^ (statusMoreResults | statusSessionChanged)
+	st := s.state.status &^ (mysqlwire.StatusMoreResults | mysqlwire.StatusSessionChanged)
 	s.out = mysqlwire.AppendLenEnc(s.out[:0], uint64(len(rs.cols)))
 	s.writePacket(s.out)
 	for _, c := range rs.cols {
-		s.out = appendColumnDef(s.out[:0], c, s.state.variant&varTypeInfo != 0)
+		s.out = mysqlwire.AppendColumnDef(s.out[:0], c, s.state.variant&varTypeInfo != 0)
 		s.writePacket(s.out)
 	}
-	s.out = appendEOF(s.out[:0], 0, st)
+	s.out = mysqlwire.AppendEOF(s.out[:0], 0, st)
 	s.writePacket(s.out)
 	if rs.more {
-		st |= statusMoreResults
+		st |= mysqlwire.StatusMoreResults
 	}
 	for _, row := range rs.rows {
 		if binaryRows {
-			s.out = appendBinaryRow(s.out[:0], rs.cols, row)
+			s.out = mysqlwire.AppendBinaryRow(s.out[:0], rs.cols, row)
 		} else {
-			s.out = appendTextRow(s.out[:0], row)
+			s.out = mysqlwire.AppendTextRow(s.out[:0], row)
 		}
 		s.writePacket(s.out)
 	}
-	s.out = appendEOF(s.out[:0], 0, st)
+	s.out = mysqlwire.AppendEOF(s.out[:0], 0, st)
 	s.writePacket(s.out)
-}
-
-func appendTextRow(b []byte, row []any) []byte {
-	for _, v := range row {
-		switch x := v.(type) {
-		case nil:
-			b = append(b, 0xfb)
-		case int64:
-			b = mysqlwire.AppendLenEncString(b, strconv.AppendInt(nil, x, 10))
-		case uint64:
-			b = mysqlwire.AppendLenEncString(b, strconv.AppendUint(nil, x, 10))
-		case float64:
-			b = mysqlwire.AppendLenEncString(b, strconv.AppendFloat(nil, x, 'g', -1, 64))
-		case string:
-			b = mysqlwire.AppendLenEncString(b, []byte(x))
-		case []byte:
-			b = mysqlwire.AppendLenEncString(b, x)
-		case time.Time:
-			b = mysqlwire.AppendLenEncString(b, []byte(x.UTC().Format("2006-01-02 15:04:05.000000")))
-		default:
-			b = mysqlwire.AppendLenEncString(b, fmt.Appendf(nil, "%v", x))
-		}
-	}
-	return b
-}
-
-// intBits is the two's-complement bits of an int64 or uint64 value (0 for
-// any other type), as a binary-protocol integer carries them.
-func intBits(v any) uint64 {
-	switch x := v.(type) {
-	case int64:
-		return uint64(x)
-	case uint64:
-		return x
-	}
-	return 0
-}
-
-func appendBinaryRow(b []byte, cols []column, row []any) []byte {
-	b = append(b, 0)
-	nb := (len(cols) + 7 + 2) / 8
-	start := len(b)
-	b = append(b, make([]byte, nb)...)
-	for i, v := range row {
-		if v == nil {
-			b[start+(i+2)/8] |= 1 << ((i + 2) % 8)
-		}
-	}
-	for i, v := range row {
-		if v == nil {
-			continue
-		}
-		switch cols[i].typ {
-		case mysql.MYSQL_TYPE_LONGLONG:
-			b = binary.LittleEndian.AppendUint64(b, intBits(v))
-		case mysql.MYSQL_TYPE_LONG:
-			b = binary.LittleEndian.AppendUint32(b, uint32(intBits(v)))
-		case mysql.MYSQL_TYPE_DOUBLE:
-			f, _ := v.(float64)
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
-		case mysql.MYSQL_TYPE_DATETIME:
-			t, _ := v.(time.Time)
-			t = t.UTC()
-			b = append(b, 11)
-			b = binary.LittleEndian.AppendUint16(b, uint16(t.Year()))
-			b = append(b, byte(t.Month()), byte(t.Day()), byte(t.Hour()), byte(t.Minute()), byte(t.Second()))
-			b = binary.LittleEndian.AppendUint32(b, uint32(t.Nanosecond()/1000))
-		default:
-			b = appendTextRow(b, []any{v})
-		}
-	}
-	return b
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
@@ -396,8 +397,8 @@ func (s *session) noteWrite(gtid string) {
 // /* holdfast:primary */ hint.
 func (s *session) replicaRead(info *sqlscan.Info) bool {
 	return s.srv.routing != nil && s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil &&
-		s.state.pinReason == "" && !s.tx.holdNext && s.state.status&statusInTrans == 0 &&
-		s.state.status&statusAutocommit != 0 && plainSelect(info) && info.Vars == 0 && !info.PrimaryHint
+		s.state.pinReason == "" && !s.tx.holdNext && s.state.status&mysqlwire.StatusInTrans == 0 &&
+		s.state.status&mysqlwire.StatusAutocommit != 0 && plainSelect(info) && info.Vars == 0 && !info.PrimaryHint
 }
 
 // sampleAfter returns the first sample of the primary's position taken at

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
@@ -35,7 +36,7 @@ func syncConn(bc *backendConn, db string, vars *varstate.State, multiStmts bool)
 	if !vars.Equal(bc.vars) {
 		if sql := varstate.RestoreSQL(vars, bc.vars); sql != "" {
 			if _, err := bc.queryLocked(sql); err != nil {
-				var se *sqlError
+				var se *mysqlwire.SQLError
 				if errors.As(err, &se) {
 					return newErr(se.Code, se.State, "holdfast could not restore session variables on a pooled connection (%s): %s", sql, se.Msg)
 				}

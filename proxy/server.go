@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
@@ -496,9 +497,9 @@ func (s *Server) handle(nc net.Conn) {
 		s.mu.Lock()
 		s.st.Rejected++
 		s.mu.Unlock()
-		w := packetWriter{bw: newSmallWriter(nc)}
-		_ = w.writePacket(appendErr(nil, newErr(codeConCount, "08004", "Too many connections (holdfast sessions.max_clients = %d)", max)))
-		_ = w.flush()
+		w := mysqlwire.Writer{Buf: mysqlwire.NewSmallWriter(nc)}
+		_ = w.WritePacket(mysqlwire.AppendErr(nil, newErr(codeConCount, "08004", "Too many connections (holdfast sessions.max_clients = %d)", max)))
+		_ = w.Flush()
 		return
 	}
 	sess := s.handshake(nc)

@@ -15,6 +15,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
@@ -39,8 +40,8 @@ type session struct {
 	raw     syscall.RawConn       // nc's socket when it has one: see readCommand
 	ready   func(fd uintptr) bool // s.socketReady, for raw.Read
 	waited  bool                  // socketReady found nothing and Read waited
-	r       packetReader          // r.br is nil between commands when raw is set
-	w       packetWriter
+	r       mysqlwire.Reader      // r.br is nil between commands when raw is set
+	w       mysqlwire.Writer
 	remote  string
 	user    User
 	caps    uint32 // client capabilities (as sent)
@@ -86,7 +87,7 @@ type session struct {
 	rewrite []byte // a statement with CONNECTION_ID() replaced
 
 	cw      writeClock    // the client socket under w (see timeouts.go)
-	sock    io.ReadWriter // the client's bytes (sockIO over a TCP socket)
+	sock    io.ReadWriter // the client's bytes (mysqlwire.SockIO over a TCP socket)
 	buf     []byte        // command buffer
 	out     []byte        // scratch for packets holdfast builds
 	watch   clientWatch
@@ -201,16 +202,21 @@ type replyShape struct {
 // connection without a socket of its own (TLS) holds it for its life.
 const clientReadBuffer = 1 << 10
 
+// sessionStatus are the status flags that describe the session rather than
+// one statement's response (index use, cursors, rows sent, state changes):
+// what holdfast keeps between statements and puts in OKs it makes itself.
+const sessionStatus = mysqlwire.StatusInTrans | mysqlwire.StatusAutocommit | mysqlwire.StatusNoBackslash | mysqlwire.StatusInTransRO
+
 // A session takes its write buffer from writerPool when a reply starts
-// (packetWriter.dst), so a session queued for a connection holds none, and
+// (mysqlwire.Writer.dst), so a session queued for a connection holds none, and
 // gives it back once the reply is out.
 var (
 	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
 	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, clientReadBuffer) }}
 )
 
-func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *session {
-	caps, db := h.caps, h.db
+func newSession(srv *Server, id uint32, nc net.Conn, u User, h *mysqlwire.HandshakeResponse) *session {
+	caps, db := h.Caps, h.DB
 	if db == "" {
 		// A client that names no database starts in the backend's default
 		// one (a pooled connection cannot leave its database).
@@ -223,14 +229,14 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 		remote:  nc.RemoteAddr().String(),
 		user:    u,
 		caps:    caps,
-		extCaps: h.extCaps,
-		coll:    h.coll,
-		attrs:   h.attrs,
+		extCaps: h.ExtCaps,
+		coll:    h.Collation,
+		attrs:   h.Attrs,
 		state: sessionState{
 			db:         db,
 			multiStmts: caps&mysql.CLIENT_MULTI_STATEMENTS != 0,
-			variant:    clientVariant(caps, h.extCaps),
-			status:     statusAutocommit,
+			variant:    clientVariant(caps, h.ExtCaps),
+			status:     mysqlwire.StatusAutocommit,
 		},
 		ps: preparedStmts{stmts: map[uint32]*clientStmt{}},
 	}
@@ -238,15 +244,15 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *clientHello) *se
 		s.raw, _ = sc.SyscallConn()
 	}
 	if s.raw == nil {
-		s.r.br = bufio.NewReaderSize(nc, clientReadBuffer)
+		s.r.Buf = bufio.NewReaderSize(nc, clientReadBuffer)
 	} else {
 		s.ready = s.socketReady
 	}
 	s.watch.s = s
-	s.sock = newSockIO(nc)
+	s.sock = mysqlwire.NewSockIO(nc)
 	s.cw.conn, s.cw.srv = s.sock, srv
-	s.w.dst = &s.cw
-	s.connTag = srv.connTag(u, h.attrs)
+	s.w.Dst, s.w.Pool = &s.cw, &writerPool
+	s.connTag = srv.connTag(u, h.Attrs)
 	s.state.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
 	s.setKept(srv.keptBase())
 	return s
@@ -266,7 +272,7 @@ func (s *session) serve() {
 			s.expired()
 			return
 		}
-		s.r.seq = 0
+		s.r.Seq = 0
 		s.writeLimit.Store(int64(s.clientWriteTimeout()))
 		s.idleSince.Store(s.srv.now())
 		p, err := s.readCommand()
@@ -288,13 +294,13 @@ func (s *session) serve() {
 			s.writeNow(errMalformedPacket("empty command packet"))
 			return
 		}
-		s.w.seq = s.r.seq
+		s.w.Seq = s.r.Seq
 		keep := s.dispatch(p)
-		ferr := s.w.release()
-		if s.raw != nil && s.r.br.Buffered() == 0 {
-			s.r.br.Reset(nil)
-			readerPool.Put(s.r.br)
-			s.r.br = nil
+		ferr := s.w.Release()
+		if s.raw != nil && s.r.Buf.Buffered() == 0 {
+			s.r.Buf.Reset(nil)
+			readerPool.Put(s.r.Buf)
+			s.r.Buf = nil
 		}
 		if !keep || ferr != nil || s.gone || s.closeAfter {
 			return
@@ -308,15 +314,15 @@ func (s *session) serve() {
 // back after the answer. A read deadline (a drain, a kill, a timeout) ends
 // the wait as it ends a read.
 func (s *session) readCommand() ([]byte, error) {
-	if s.r.br == nil {
+	if s.r.Buf == nil {
 		s.waited = false
 		if err := s.raw.Read(s.ready); err != nil {
 			return nil, err
 		}
-		s.r.br = readerPool.Get().(*bufio.Reader)
-		s.r.br.Reset(s.sock)
+		s.r.Buf = readerPool.Get().(*bufio.Reader)
+		s.r.Buf.Reset(s.sock)
 	}
-	return s.r.readPacket(s.buf, s.srv.maxPacket())
+	return s.r.ReadPacket(s.buf, s.srv.maxPacket())
 }
 
 // socketReady is readCommand's probe of the client socket, called by
@@ -340,9 +346,9 @@ func (s *session) socketReady(fd uintptr) bool {
 
 func (s *session) readFailed(err error) {
 	switch {
-	case errors.Is(err, errPacketTooLarge):
+	case errors.Is(err, mysqlwire.ErrPacketTooLarge):
 		s.writeNow(errTooLarge(s.srv.maxPacket()))
-	case errors.Is(err, errOutOfOrder):
+	case errors.Is(err, mysqlwire.ErrOutOfOrder):
 		s.writeNow(newErr(codeOutOfOrder, "08S01", "Got packets out of order"))
 	case s.srv.draining.Load() && s.lease.bc == nil:
 		// Woken by the drainer; just close.
@@ -358,10 +364,10 @@ func (s *session) userName() string {
 }
 
 // writeNow writes one error packet outside the command loop's buffering.
-func (s *session) writeNow(e *sqlError) {
+func (s *session) writeNow(e *mysqlwire.SQLError) {
 	bw := bufio.NewWriterSize(s.nc, 256)
-	w := packetWriter{bw: bw, seq: s.r.seq}
-	_ = w.writePacket(appendErr(nil, e))
+	w := mysqlwire.Writer{Buf: bw, Seq: s.r.Seq}
+	_ = w.WritePacket(mysqlwire.AppendErr(nil, e))
 	_ = bw.Flush()
 }
 
@@ -444,7 +450,7 @@ func (s *session) resetSession() {
 	s.state.vars = nil
 	s.setKept(s.srv.keptBase())
 	s.state.multiStmts = s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
-	s.state.status = statusAutocommit
+	s.state.status = mysqlwire.StatusAutocommit
 }
 
 func (s *session) comSetOption(p []byte) bool {
@@ -462,7 +468,7 @@ func (s *session) comSetOption(p []byte) bool {
 			return s.relayFailed(err, &relayResult{}, true)
 		}
 	}
-	s.out = appendEOF(s.out[:0], 0, s.state.status&^statusSessionChanged)
+	s.out = mysqlwire.AppendEOF(s.out[:0], 0, s.state.status&^mysqlwire.StatusSessionChanged)
 	s.writePacket(s.out)
 	return true
 }
@@ -507,12 +513,12 @@ func (s *session) returnBackend() {
 // Local replies.
 
 func (s *session) writePacket(p []byte) {
-	_ = s.w.writePacket(p)
+	_ = s.w.WritePacket(p)
 }
 
-func (s *session) writeErr(e *sqlError) {
+func (s *session) writeErr(e *mysqlwire.SQLError) {
 	s.reply.err = true
-	s.out = appendErr(s.out[:0], e)
+	s.out = mysqlwire.AppendErr(s.out[:0], e)
 	s.writePacket(s.out)
 }
 
@@ -521,31 +527,31 @@ func (s *session) writeOK(affected, insertID uint64) { s.writeOKMore(affected, i
 // writeOKMore is writeOK for a result that more results of the same
 // statement text follow when more is set.
 func (s *session) writeOKMore(affected, insertID uint64, more bool) {
-	st := s.state.status &^ statusMoreResults
+	st := s.state.status &^ mysqlwire.StatusMoreResults
 	if more {
-		st |= statusMoreResults
+		st |= mysqlwire.StatusMoreResults
 	}
-	s.out = appendOK(s.out[:0], okPacket{affectedRows: affected, insertID: insertID, status: st}, s.sessionTrack())
+	s.out = mysqlwire.AppendOK(s.out[:0], mysqlwire.OK{AffectedRows: affected, InsertID: insertID, Status: st}, s.sessionTrack())
 	s.writePacket(s.out)
 }
 
 // writeSingleValue answers a one-row, one-column result, in the binary
 // protocol for a prepared statement.
-func (s *session) writeSingleValue(col column, v uint64, binary bool) {
-	rs := resultSet{cols: []column{col}, rows: [][]any{{v}}}
+func (s *session) writeSingleValue(col mysqlwire.Column, v uint64, binary bool) {
+	rs := resultSet{cols: []mysqlwire.Column{col}, rows: [][]any{{v}}}
 	s.writeResultSet(&rs, binary)
 }
 
 // The columns of LAST_INSERT_ID() and CONNECTION_ID() as MariaDB and MySQL
 // describe them.
-func lastInsertIDCol(name string) column {
-	return column{name: name, typ: mysql.MYSQL_TYPE_LONGLONG, length: 21,
-		flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG | mysql.BINARY_FLAG}
+func lastInsertIDCol(name string) mysqlwire.Column {
+	return mysqlwire.Column{Name: name, Type: mysql.MYSQL_TYPE_LONGLONG, Length: 21,
+		Flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG | mysql.BINARY_FLAG}
 }
 
-func connectionIDCol(name string) column {
-	return column{name: name, typ: mysql.MYSQL_TYPE_LONG, length: 10,
-		flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG | mysql.BINARY_FLAG}
+func connectionIDCol(name string) mysqlwire.Column {
+	return mysqlwire.Column{Name: name, Type: mysql.MYSQL_TYPE_LONG, Length: 10,
+		Flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG | mysql.BINARY_FLAG}
 }
 
 var errClientGone = errors.New("proxy: client connection gone")

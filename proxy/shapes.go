@@ -8,6 +8,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/fleet"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -84,7 +85,7 @@ func shapeExempt(info *sqlscan.Info) bool {
 // under ("" if none), which the caller must exit once the statement's
 // answer is relayed; a refusal is 9007 (blocked) or 9008 (no slot in
 // time), counted under tag.
-func (s *session) admitShape(info *sqlscan.Info, tag *attribution.Tag) (string, *sqlError) {
+func (s *session) admitShape(info *sqlscan.Info, tag *attribution.Tag) (string, *mysqlwire.SQLError) {
 	g := &s.srv.shapeGates
 	if shapeExempt(info) {
 		return "", nil

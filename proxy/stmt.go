@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
@@ -95,9 +96,9 @@ func (bc *backendConn) prepareOn(db string, parse []varstate.Change, query, key 
 	if have := bc.vars; have != nil && !varstate.SameParseState(have, parse) {
 		there := have.With(parse)
 		if _, err := bc.queryLocked(varstate.RestoreSQL(there, have)); err != nil {
-			var se *sqlError
+			var se *mysqlwire.SQLError
 			if errors.As(err, &se) {
-				return nil, appendErr(nil, se), nil
+				return nil, mysqlwire.AppendErr(nil, se), nil
 			}
 			return nil, nil, err
 		}
@@ -118,7 +119,7 @@ func (bc *backendConn) prepareOn(db string, parse []varstate.Change, query, key 
 			if err == nil {
 				var ep []byte
 				if ep, err = bc.initDB(back); ep != nil {
-					err = parseErr(ep)
+					err = mysqlwire.ParseErr(ep)
 				}
 			}
 		}()
@@ -129,7 +130,7 @@ func (bc *backendConn) prepareOn(db string, parse []varstate.Change, query, key 
 			return nil, nil, err
 		}
 		bs, errPkt, err = bc.prepare(query)
-		if err != nil || errPkt == nil || try > 0 || parseErr(errPkt).Code != codeTooManyStmts {
+		if err != nil || errPkt == nil || try > 0 || mysqlwire.ParseErr(errPkt).Code != codeTooManyStmts {
 			break
 		}
 		if bc.stmts.evictUnheld(sc.held) == 0 && bc.stmts.makeRoom(bc.stmts.lru.Len()/2, nil) == 0 {
@@ -153,10 +154,10 @@ func (bc *backendConn) prepare(query string) (*backendStmt, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if p[0] == hdrErr {
+	if p[0] == mysqlwire.HeaderErr {
 		return nil, append([]byte(nil), p...), nil
 	}
-	if p[0] != hdrOK || len(p) < 12 {
+	if p[0] != mysqlwire.HeaderOK || len(p) < 12 {
 		return nil, nil, fmt.Errorf("%w: bad prepare reply", errMalformed)
 	}
 	bs := &backendStmt{
@@ -191,8 +192,8 @@ func (bc *backendConn) closeEvicted() error {
 		var b [5]byte
 		b[0] = comStmtClose
 		binary.LittleEndian.PutUint32(b[1:], id)
-		bc.w.seq = 0
-		if err := bc.w.writePacket(b[:]); err != nil {
+		bc.w.Seq = 0
+		if err := bc.w.WritePacket(b[:]); err != nil {
 			return err
 		}
 	}
@@ -210,7 +211,7 @@ func (bc *backendConn) initDB(db string) (errPkt []byte, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if p[0] == hdrErr {
+	if p[0] == mysqlwire.HeaderErr {
 		return append([]byte(nil), p...), nil
 	}
 	bc.db, bc.dbKnown = db, true
@@ -267,7 +268,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 	}
 	s.ps.stmts[cs.id] = cs
 	s.ps.lastStmt = cs.id
-	out := append(s.out[:0], hdrOK)
+	out := append(s.out[:0], mysqlwire.HeaderOK)
 	out = binary.LittleEndian.AppendUint32(out, cs.id)
 	out = binary.LittleEndian.AppendUint16(out, uint16(bs.columns))
 	out = binary.LittleEndian.AppendUint16(out, uint16(bs.params))
@@ -416,7 +417,7 @@ func (s *session) stmtExecute(p []byte) bool {
 	// any byte of its answer reached the client (rerunOnPrimary, as run
 	// does for a typed read).
 	for {
-		var serr *sqlError
+		var serr *mysqlwire.SQLError
 		if bc, serr = s.borrow(tag, plainSelect(&cs.info)); serr != nil {
 			s.writeErr(serr)
 			return true
@@ -426,7 +427,7 @@ func (s *session) stmtExecute(p []byte) bool {
 		s.setExec(bc, nil)
 		s.watch.arm()
 		s.reply.hideChange = statementScoped(&cs.info) && s.hidesStatementChange(&cs.info, []byte(cs.query))
-		sent, seq := s.cw.n, s.w.seq
+		sent, seq := s.cw.n, s.w.Seq
 		rr, errPkt, err = s.executeOn(bc, cs, flags, iter, nullMap, values)
 		s.reply.hideChange = false
 		s.watch.disarm()
@@ -485,7 +486,7 @@ func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, n
 		return relayResult{}, errPkt, err
 	}
 	if bs.params != cs.params {
-		return relayResult{}, appendErr(nil, newErr(1615, "HY000", "Prepared statement needs to be re-prepared")), nil
+		return relayResult{}, mysqlwire.AppendErr(nil, newErr(1615, "HY000", "Prepared statement needs to be re-prepared")), nil
 	}
 	for param, data := range cs.longData {
 		b := make([]byte, 0, 7+len(data))
@@ -630,7 +631,7 @@ func (s *session) stmtFetch(p []byte) bool {
 		return s.relayFailed(err, &relayResult{}, true)
 	}
 	rr := relayResult{}
-	n, err := s.lease.bc.r.header()
+	n, err := s.lease.bc.r.Header()
 	if err == nil {
 		_, err = s.relayRows(s.lease.bc, n, &rr)
 	}

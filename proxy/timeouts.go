@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // Every hold and wait has a bound. Waits are bounded where they wait (the
@@ -162,7 +163,7 @@ func (s *session) expired() {
 		s.defaultTagFor(tag).TimedOut(r.tagReason())
 	}
 	cfg := s.srv.config().Sessions
-	var e *sqlError
+	var e *mysqlwire.SQLError
 	switch r {
 	case expireIdleInTxn:
 		e = newErr(codeClientTimeout, "HY000", "holdfast: the client was disconnected for staying idle inside a transaction longer than sessions.idle_in_transaction_timeout (%v); the transaction was rolled back", cfg.IdleInTransactionTimeout)
@@ -176,7 +177,7 @@ func (s *session) expired() {
 	s.srv.log.Warn("client session ended by a bound", "client", s.id, "user", s.user.Name, "tag", s.defaultTagFor(tag).Name(), "reason", r.tagReason())
 	if e != nil {
 		_ = s.nc.SetWriteDeadline(time.Now().Add(time.Second))
-		s.r.seq = 0
+		s.r.Seq = 0
 		s.writeNow(e)
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package mysqlwire
 
 import (
 	"bytes"
@@ -44,8 +44,8 @@ func tcpPair(t *testing.T) (a, b *net.TCPConn) {
 // reported as an error.
 func TestSockIO(t *testing.T) {
 	a, b := tcpPair(t)
-	sa, sb := newSockIO(a), newSockIO(b)
-	if _, ok := sa.(*sockIO); !ok {
+	sa, sb := NewSockIO(a), NewSockIO(b)
+	if _, ok := sa.(*SockIO); !ok {
 		t.Fatalf("a TCP connection got %T, not the raw socket I/O", sa)
 	}
 
@@ -99,7 +99,7 @@ func TestSockIO(t *testing.T) {
 
 	// The peer's close is io.EOF.
 	c, d := tcpPair(t)
-	sd := newSockIO(d)
+	sd := NewSockIO(d)
 	c.Close()
 	if n, err := sd.Read(buf); n != 0 || err != io.EOF {
 		t.Fatalf("read after the peer closed: %d, %v", n, err)
@@ -108,7 +108,7 @@ func TestSockIO(t *testing.T) {
 	// A peer that resets the connection: the write or a later read fails
 	// with the socket's error, not silently.
 	e, f := tcpPair(t)
-	se := newSockIO(e)
+	se := NewSockIO(e)
 	_ = f.SetLinger(0)
 	f.Close() // on loopback the reset has arrived when Close returns
 	var werr error
@@ -131,7 +131,7 @@ func TestSockIO(t *testing.T) {
 // gone before the command is an error, not a hang.
 func TestSockIOSendBeforeRead(t *testing.T) {
 	a, b := tcpPair(t)
-	sa := newSockIO(a).(*sockIO)
+	sa := NewSockIO(a).(*SockIO)
 	buf := make([]byte, 16)
 
 	// The peer answers each command it reads; the Read that sent the
@@ -149,7 +149,7 @@ func TestSockIOSendBeforeRead(t *testing.T) {
 		}
 	}()
 	for _, cmd := range []string{"one", "two", "three"} {
-		sa.sendBeforeRead([]byte(cmd), nil)
+		sa.SendBeforeRead([]byte(cmd), nil)
 		n, err := sa.Read(buf)
 		if err != nil || string(buf[:n]) != strings.ToUpper(cmd) {
 			t.Fatalf("reply to %q: %q, %v", cmd, buf[:n], err)
@@ -159,7 +159,7 @@ func TestSockIOSendBeforeRead(t *testing.T) {
 	// What more gives goes out after the command, in order, before the
 	// wait.
 	chunks := []string{"b", "c"}
-	sa.sendBeforeRead([]byte("a"), func() []byte {
+	sa.SendBeforeRead([]byte("a"), func() []byte {
 		if len(chunks) == 0 {
 			return nil
 		}
@@ -182,7 +182,7 @@ func TestSockIOSendBeforeRead(t *testing.T) {
 	// 8 MiB does not fit the socket buffers: sent in part by the Read,
 	// the rest as a Write does, then the reply is read.
 	c, d := tcpPair(t)
-	sc := newSockIO(c).(*sockIO)
+	sc := NewSockIO(c).(*SockIO)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 8<<20/16)
 	go func() {
 		if got, err := io.ReadAll(io.LimitReader(d, int64(len(big)))); err == nil && bytes.Equal(got, big) {
@@ -191,18 +191,18 @@ func TestSockIOSendBeforeRead(t *testing.T) {
 			_, _ = d.Write([]byte("bad"))
 		}
 	}()
-	sc.sendBeforeRead(big, nil)
+	sc.SendBeforeRead(big, nil)
 	if n, err := sc.Read(buf); err != nil || string(buf[:n]) != "ok" {
 		t.Fatalf("reply to a large command: %q, %v", buf[:n], err)
 	}
 
 	// A peer that reset the connection before the command.
 	e, f := tcpPair(t)
-	se := newSockIO(e).(*sockIO)
+	se := NewSockIO(e).(*SockIO)
 	_ = f.SetLinger(0)
 	f.Close()
 	time.Sleep(10 * time.Millisecond)
-	se.sendBeforeRead([]byte("x"), nil)
+	se.SendBeforeRead([]byte("x"), nil)
 	if _, err := se.Read(buf); !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) && err != io.EOF {
 		t.Fatalf("command to a reset connection: %v", err)
 	}

@@ -1,4 +1,4 @@
-package proxy
+package mysqlwire
 
 import (
 	"io"
@@ -9,7 +9,7 @@ import (
 	"unsafe"
 )
 
-// sockIO reads and writes a non-blocking TCP socket with raw system calls,
+// SockIO reads and writes a non-blocking TCP socket with raw system calls,
 // waiting for readiness through the connection's own poller (so deadlines
 // and Close wake it as they wake a net.Conn's Read and Write).
 //
@@ -22,7 +22,7 @@ import (
 // system call per statement and a third of holdfast's CPU at one client.
 // A read or write on a non-blocking socket never blocks, so it may skip the
 // wrapper (the rule for syscall.RawSyscall).
-type sockIO struct {
+type SockIO struct {
 	nc net.Conn
 	rc syscall.RawConn
 	r  sockOp // Read's
@@ -38,7 +38,7 @@ type sockOp struct {
 	errno syscall.Errno
 	f     func(fd uintptr) bool
 	// pre (Read's only) is a command to write before the read, and more
-	// what gives the bytes to write after it (see sendBeforeRead); after
+	// what gives the bytes to write after it (see SendBeforeRead); after
 	// the Read, pre is what is left when the socket had no room, preErr
 	// what a write failed with.
 	pre    []byte
@@ -46,9 +46,9 @@ type sockOp struct {
 	preErr syscall.Errno
 }
 
-// newSockIO returns the socket I/O for nc: a sockIO for a TCP connection,
+// NewSockIO returns the socket I/O for nc: a SockIO for a TCP connection,
 // else nc itself (TLS, a pipe in tests).
-func newSockIO(nc net.Conn) io.ReadWriter {
+func NewSockIO(nc net.Conn) io.ReadWriter {
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
 		return nc
@@ -57,14 +57,14 @@ func newSockIO(nc net.Conn) io.ReadWriter {
 	if err != nil {
 		return nc
 	}
-	s := &sockIO{nc: nc, rc: rc}
+	s := &SockIO{nc: nc, rc: rc}
 	s.r.f, s.w.f = s.r.readFD, s.w.writeFD
 	return s
 }
 
 // run gives p to o's system calls through the RawConn's Read (or Write)
 // and reports what they did.
-func (s *sockIO) run(o *sockOp, p []byte, write bool) (int, syscall.Errno, error) {
+func (s *SockIO) run(o *sockOp, p []byte, write bool) (int, syscall.Errno, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.buf, o.n, o.errno = p, 0, 0
@@ -78,7 +78,7 @@ func (s *sockIO) run(o *sockOp, p []byte, write bool) (int, syscall.Errno, error
 	return o.n, o.errno, err
 }
 
-// sendBeforeRead makes the next Read write p first, in the same wait for
+// SendBeforeRead makes the next Read write p first, in the same wait for
 // readiness as the reply: for a command whose reply is read next, this
 // saves the read that would find nothing between them. RawConn.Read
 // resets the socket's readiness before its callback runs, so a read
@@ -90,10 +90,12 @@ func (s *sockIO) run(o *sockOp, p []byte, write bool) (int, syscall.Errno, error
 // more, when not nil, is called after each buffer is written, before the
 // wait, and returns the next one to write (nil: done): a pipe's senders
 // add to the command while it is being written. Only the goroutine that
-// Reads next may call sendBeforeRead, and no Write may come between.
-func (s *sockIO) sendBeforeRead(p []byte, more func() []byte) { s.r.pre, s.r.more = p, more }
+// Reads next may call SendBeforeRead, and no Write may come between.
+func (s *SockIO) SendBeforeRead(p []byte, more func() []byte) { s.r.pre, s.r.more = p, more }
 
-func (s *sockIO) Read(p []byte) (int, error) {
+// Read reads as net.Conn's Read does, after writing what SendBeforeRead
+// left for it.
+func (s *SockIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -124,7 +126,8 @@ func (s *sockIO) Read(p []byte) (int, error) {
 	}
 }
 
-func (s *sockIO) Write(p []byte) (int, error) {
+// Write writes all of p, as net.Conn's Write does.
+func (s *SockIO) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -134,7 +137,7 @@ func (s *sockIO) Write(p []byte) (int, error) {
 
 // fail is the error of a Read or Write: the RawConn's (a deadline, the
 // connection closed), else the system call's, as net reports it.
-func (s *sockIO) fail(op string, errno syscall.Errno, err error) error {
+func (s *SockIO) fail(op string, errno syscall.Errno, err error) error {
 	if err != nil || errno == 0 {
 		return err
 	}
