@@ -136,6 +136,9 @@ type Violation struct {
 	Pooled   int64
 	Reserved int64 // every reserved line present, expired or not
 	Drift    int64 // PoolStock.Drift
+	// NoLedger: the pool holds units or lines but has no inventory_ledger
+	// row (OnHand is then 0).
+	NoLedger bool
 	// Cycles is how many consecutive cycles the pool has failed.
 	Cycles int
 }
@@ -184,7 +187,7 @@ func (e *Engine) ReconcileOnce(ctx context.Context) ([]Violation, error) {
 	}
 	found := make([]Violation, len(rep.Bad))
 	for i, p := range rep.Bad {
-		found[i] = Violation{Key: p.Key, OnHand: p.OnHand, Pooled: p.Pooled, Reserved: p.Reserved, Drift: p.Drift()}
+		found[i] = Violation{Key: p.Key, OnHand: p.OnHand, Pooled: p.Pooled, Reserved: p.Reserved, Drift: p.Drift(), NoLedger: p.NoLedger}
 	}
 	failing := make(map[PoolKey]bool, len(found))
 	alerting := 0
@@ -199,7 +202,10 @@ func (e *Engine) ReconcileOnce(ctx context.Context) ([]Violation, error) {
 			if n == e.cfg.ReconcileAlertAfter {
 				e.m.reconAlerts.Add(1)
 				v := found[i]
-				if v.Pooled+v.Reserved > v.OnHand {
+				if v.NoLedger {
+					e.log.Error("reservation: invariant broken: units or reserved lines of a pool with no inventory_ledger row",
+						"pool", k.String(), "pooled", v.Pooled, "reserved", v.Reserved, "cycles", n)
+				} else if v.Pooled+v.Reserved > v.OnHand {
 					e.log.Error("reservation: invariant broken: pool rows + reserved > on_hand",
 						"pool", k.String(), "on_hand", v.OnHand, "pooled", v.Pooled,
 						"reserved", v.Reserved, "drift", v.Drift, "cycles", n)

@@ -192,7 +192,7 @@ func TestReconcilerAlertsAfterNCycles(t *testing.T) {
 // row oversell (on_hand is taken as 0), though the ledger-led read of the
 // pools cannot see them.
 func TestReconcilerSeesUnitsWithNoLedger(t *testing.T) {
-	v := newEnv(t, envOpts{})
+	v := newEnv(t, envOpts{cfg: func(c *reservation.Config) { c.ReconcileAlertAfter = 1 }})
 	v.receive(63, 1, 5)
 	if _, err := v.db.Exec("INSERT INTO reservation_units VALUES (1, 64, 1, 1001), (1, 64, 1, 1002)"); err != nil {
 		t.Fatal(err)
@@ -202,8 +202,11 @@ func TestReconcilerSeesUnitsWithNoLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := reservation.PoolKey{ShopID: 1, ItemID: 64, GroupID: 1}
-	if len(viol) != 1 || viol[0].Key != want || viol[0].Pooled != 2 || viol[0].OnHand != 0 {
-		t.Fatalf("violations %+v, want pool %v with 2 pooled units and no on_hand", viol, want)
+	if len(viol) != 1 || viol[0].Key != want || viol[0].Pooled != 2 || viol[0].OnHand != 0 || !viol[0].NoLedger {
+		t.Fatalf("violations %+v, want pool %v with 2 pooled units and no ledger row", viol, want)
+	}
+	if !strings.Contains(v.logs.String(), "no inventory_ledger row") {
+		t.Errorf("the alert does not say the ledger row is missing: %s", v.logs.String())
 	}
 }
 
