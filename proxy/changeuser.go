@@ -61,13 +61,8 @@ func (s *session) comChangeUser(p []byte) bool {
 		return false
 	}
 	salt := newSalt()
-	sw := append(s.out[:0], mysqlwire.HeaderEOF)
-	sw = append(sw, u.AuthPlugin...)
-	sw = append(sw, 0)
-	sw = append(sw, salt...)
-	sw = append(sw, 0)
-	s.out = sw
-	s.writePacket(sw)
+	s.out = mysqlwire.AppendAuthSwitch(s.out[:0], u.AuthPlugin, salt)
+	s.writePacket(s.out)
 	if err := s.w.FlushTurn(&s.r); err != nil {
 		return false
 	}

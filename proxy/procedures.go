@@ -3,10 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
-	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -273,13 +270,9 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 	}
 	s.ps.stmts[cs.id] = cs
 	s.ps.lastStmt = cs.id
-	out := append(s.out[:0], mysqlwire.HeaderOK)
-	out = binary.LittleEndian.AppendUint32(out, cs.id)
-	out = binary.LittleEndian.AppendUint16(out, 0) // columns: known only when it runs
-	out = binary.LittleEndian.AppendUint16(out, uint16(params))
-	out = append(out, 0, 0, 0)
-	s.out = out
-	s.writePacket(out)
+	// Columns: known only when it runs.
+	s.out = mysqlwire.AppendPrepareOK(s.out[:0], mysqlwire.PrepareOK{ID: cs.id, Params: uint16(params)})
+	s.writePacket(s.out)
 	if params > 0 {
 		for i := 0; i < params; i++ {
 			s.out = mysqlwire.AppendColumnDef(s.out[:0], mysqlwire.Column{Name: "?", Type: mysql.MYSQL_TYPE_VAR_STRING}, s.state.variant&varTypeInfo != 0)
@@ -294,7 +287,7 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 // executeProcedure runs a prepared CALL holdfast.* with its bound
 // parameters.
 func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte) {
-	params, err := decodeParams(cs, nullMap, values)
+	params, err := mysqlwire.DecodeParams(cs.params, nullMap, cs.types, values, cs.longData)
 	if err != nil {
 		s.writeErr(errMalformedPacket(err.Error()))
 		return
@@ -318,116 +311,6 @@ func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte) {
 		s.noteTag(tag, true)
 	}
 	s.runProcedure(cs.call.Name, args, true, tag)
-}
-
-// decodeParams decodes the binary-protocol parameters of an execute using
-// the types the client sent (now or on an earlier execute).
-func decodeParams(cs *clientStmt, nullMap, values []byte) ([]any, error) {
-	out := make([]any, cs.params)
-	for i := 0; i < cs.params; i++ {
-		if nullMap[i/8]&(1<<(i%8)) != 0 {
-			continue
-		}
-		if d, ok := cs.longData[uint16(i)]; ok {
-			out[i] = string(d)
-			continue
-		}
-		typ, unsigned := cs.types[2*i], cs.types[2*i+1]&0x80 != 0
-		var n int
-		switch typ {
-		case mysql.MYSQL_TYPE_NULL:
-			continue
-		case mysql.MYSQL_TYPE_TINY:
-			n = 1
-		case mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR:
-			n = 2
-		case mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_FLOAT:
-			n = 4
-		case mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_DOUBLE:
-			n = 8
-		case mysql.MYSQL_TYPE_DATE, mysql.MYSQL_TYPE_DATETIME, mysql.MYSQL_TYPE_TIMESTAMP, mysql.MYSQL_TYPE_TIME:
-			if len(values) < 1 {
-				return nil, fmt.Errorf("parameter %d truncated", i+1)
-			}
-			n = 1 + int(values[0])
-		default: // strings, decimals, blobs, JSON: length-encoded
-			v, k, ok := mysqlwire.ReadLenEncString(values)
-			if !ok {
-				return nil, fmt.Errorf("parameter %d truncated", i+1)
-			}
-			out[i] = string(v)
-			values = values[k:]
-			continue
-		}
-		if len(values) < n {
-			return nil, fmt.Errorf("parameter %d truncated", i+1)
-		}
-		b := values[:n]
-		values = values[n:]
-		switch typ {
-		case mysql.MYSQL_TYPE_TINY:
-			out[i] = intParam(uint64(b[0]), int64(int8(b[0])), unsigned)
-		case mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR:
-			u := binary.LittleEndian.Uint16(b)
-			out[i] = intParam(uint64(u), int64(int16(u)), unsigned)
-		case mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24:
-			u := binary.LittleEndian.Uint32(b)
-			out[i] = intParam(uint64(u), int64(int32(u)), unsigned)
-		case mysql.MYSQL_TYPE_LONGLONG:
-			u := binary.LittleEndian.Uint64(b)
-			out[i] = intParam(u, int64(u), unsigned)
-		case mysql.MYSQL_TYPE_FLOAT:
-			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
-		case mysql.MYSQL_TYPE_DOUBLE:
-			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b))
-		default:
-			out[i] = formatBinaryTime(typ, b[1:])
-		}
-	}
-	return out, nil
-}
-
-func intParam(u uint64, i int64, unsigned bool) any {
-	if unsigned {
-		if u > math.MaxInt64 {
-			return u
-		}
-		return int64(u)
-	}
-	return i
-}
-
-// formatBinaryTime renders a binary DATE/DATETIME/TIME value as text.
-func formatBinaryTime(typ byte, b []byte) string {
-	if typ == mysql.MYSQL_TYPE_TIME {
-		if len(b) < 8 {
-			return "00:00:00"
-		}
-		sign := ""
-		if b[0] == 1 {
-			sign = "-"
-		}
-		days := binary.LittleEndian.Uint32(b[1:])
-		return fmt.Sprintf("%s%02d:%02d:%02d", sign, uint32(b[5])+24*days, b[6], b[7])
-	}
-	var y, mo, d, h, mi, sec int
-	var us uint32
-	if len(b) >= 4 {
-		y, mo, d = int(binary.LittleEndian.Uint16(b)), int(b[2]), int(b[3])
-	}
-	if len(b) >= 7 {
-		h, mi, sec = int(b[4]), int(b[5]), int(b[6])
-	}
-	if len(b) >= 11 {
-		us = binary.LittleEndian.Uint32(b[7:])
-	}
-	if typ == mysql.MYSQL_TYPE_DATE {
-		return fmt.Sprintf("%04d-%02d-%02d", y, mo, d)
-	}
-	if us != 0 {
-		return fmt.Sprintf("%04d-%02d-%02d %02d:%02d:%02d.%06d", y, mo, d, h, mi, sec, us)
-	}
-	return fmt.Sprintf("%04d-%02d-%02d %02d:%02d:%02d", y, mo, d, h, mi, sec)
 }
 
 // SetProcedures installs what answers CALL holdfast.* (call before Serve).

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"io"
 
@@ -100,7 +99,7 @@ func (rr *relayResult) sawErr(bc *backendConn) {
 		return
 	}
 	if b, err := bc.r.Buf.Peek(3); err == nil {
-		rr.errCode = binary.LittleEndian.Uint16(b[1:])
+		rr.errCode, _ = mysqlwire.ErrCode(b)
 	}
 }
 
@@ -259,8 +258,8 @@ func (s *session) clientEOF(p []byte, st uint16) {
 	if s.reply.hideChange {
 		out &^= mysqlwire.StatusSessionChanged
 	}
-	if out != st && len(p) >= 5 {
-		binary.LittleEndian.PutUint16(p[3:], out)
+	if out != st {
+		mysqlwire.SetEOFStatus(p, out)
 	}
 }
 

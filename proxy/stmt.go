@@ -157,15 +157,11 @@ func (bc *backendConn) prepare(query string) (*backendStmt, []byte, error) {
 	if p[0] == mysqlwire.HeaderErr {
 		return nil, append([]byte(nil), p...), nil
 	}
-	if p[0] != mysqlwire.HeaderOK || len(p) < 12 {
+	po, valid := mysqlwire.ParsePrepareOK(p)
+	if !valid {
 		return nil, nil, fmt.Errorf("%w: bad prepare reply", errMalformed)
 	}
-	bs := &backendStmt{
-		id:       binary.LittleEndian.Uint32(p[1:]),
-		columns:  int(binary.LittleEndian.Uint16(p[5:])),
-		params:   int(binary.LittleEndian.Uint16(p[7:])),
-		warnings: binary.LittleEndian.Uint16(p[10:]),
-	}
+	bs := &backendStmt{id: po.ID, columns: int(po.Columns), params: int(po.Params), warnings: po.Warnings}
 	for _, n := range []int{bs.params, bs.columns} {
 		if n == 0 {
 			continue
@@ -268,14 +264,8 @@ func (s *session) stmtPrepare(p []byte) bool {
 	}
 	s.ps.stmts[cs.id] = cs
 	s.ps.lastStmt = cs.id
-	out := append(s.out[:0], mysqlwire.HeaderOK)
-	out = binary.LittleEndian.AppendUint32(out, cs.id)
-	out = binary.LittleEndian.AppendUint16(out, uint16(bs.columns))
-	out = binary.LittleEndian.AppendUint16(out, uint16(bs.params))
-	out = append(out, 0)
-	out = binary.LittleEndian.AppendUint16(out, bs.warnings)
-	s.out = out
-	s.writePacket(out)
+	s.out = mysqlwire.AppendPrepareOK(s.out[:0], mysqlwire.PrepareOK{ID: cs.id, Columns: uint16(bs.columns), Params: uint16(bs.params), Warnings: bs.warnings})
+	s.writePacket(s.out)
 	for _, pkt := range bs.resp {
 		s.writePacket(pkt)
 	}

@@ -138,6 +138,55 @@ func AppendEOF(b []byte, warnings, status uint16) []byte {
 	return binary.LittleEndian.AppendUint16(b, status)
 }
 
+// SetEOFStatus overwrites the status flags of EOF packet payload p in
+// place; it does nothing to a packet too short to hold them.
+func SetEOFStatus(p []byte, st uint16) {
+	if len(p) >= 5 {
+		binary.LittleEndian.PutUint16(p[3:], st)
+	}
+}
+
+// ErrCode returns the error code of ERR packet payload p (only its first
+// three bytes are read); ok is false when p is no ERR packet.
+func ErrCode(p []byte) (code uint16, ok bool) {
+	if len(p) < 3 || p[0] != HeaderErr {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint16(p[1:]), true
+}
+
+// PrepareOK is the first packet of the answer to a COM_STMT_PREPARE that
+// succeeded; Columns column and Params parameter definitions follow it,
+// each list ended by an EOF unless the client has CLIENT_DEPRECATE_EOF.
+type PrepareOK struct {
+	ID                        uint32
+	Columns, Params, Warnings uint16
+}
+
+// AppendPrepareOK appends a COM_STMT_PREPARE OK packet payload.
+func AppendPrepareOK(b []byte, p PrepareOK) []byte {
+	b = append(b, HeaderOK)
+	b = binary.LittleEndian.AppendUint32(b, p.ID)
+	b = binary.LittleEndian.AppendUint16(b, p.Columns)
+	b = binary.LittleEndian.AppendUint16(b, p.Params)
+	b = append(b, 0) // filler
+	return binary.LittleEndian.AppendUint16(b, p.Warnings)
+}
+
+// ParsePrepareOK decodes a COM_STMT_PREPARE OK packet payload; ok is false
+// when p is not one (an ERR, or shorter than 12 bytes).
+func ParsePrepareOK(p []byte) (_ PrepareOK, ok bool) {
+	if len(p) < 12 || p[0] != HeaderOK {
+		return PrepareOK{}, false
+	}
+	return PrepareOK{
+		ID:       binary.LittleEndian.Uint32(p[1:]),
+		Columns:  binary.LittleEndian.Uint16(p[5:]),
+		Params:   binary.LittleEndian.Uint16(p[7:]),
+		Warnings: binary.LittleEndian.Uint16(p[10:]),
+	}, true
+}
+
 // SQLError is a MySQL error as it travels in an ERR packet.
 type SQLError struct {
 	Code  uint16
