@@ -183,7 +183,8 @@ func (h *Histogram) snapshotLocked() HistogramSnapshot {
 // HistogramSnapshot is a copy of one Histogram.
 type HistogramSnapshot struct {
 	// Bounds are the histogram's upper bounds, in its unit (seconds for
-	// durations); nil, in a zero HistogramSnapshot, means Buckets.
+	// durations); nil, in a zero HistogramSnapshot, means Buckets. The
+	// slice is the histogram's own, shared by every snapshot: read only.
 	Bounds []float64
 	// Counts is not cumulative: for i < len(Bounds), Counts[i] is the
 	// number of observations in (Bounds[i-1], Bounds[i]] (from 0 for

@@ -40,7 +40,7 @@ type session struct {
 	raw     syscall.RawConn       // nc's socket when it has one: see readCommand
 	ready   func(fd uintptr) bool // s.socketReady, for raw.Read
 	waited  bool                  // socketReady found nothing and Read waited
-	r       mysqlwire.Reader      // r.br is nil between commands when raw is set
+	r       mysqlwire.Reader      // r.Buf is nil between commands when raw is set
 	w       mysqlwire.Writer
 	remote  string
 	user    User
@@ -208,7 +208,7 @@ const clientReadBuffer = 1 << 10
 const sessionStatus = mysqlwire.StatusInTrans | mysqlwire.StatusAutocommit | mysqlwire.StatusNoBackslash | mysqlwire.StatusInTransRO
 
 // A session takes its write buffer from writerPool when a reply starts
-// (mysqlwire.Writer.dst), so a session queued for a connection holds none, and
+// (mysqlwire.Writer.Pool), so a session queued for a connection holds none, and
 // gives it back once the reply is out.
 var (
 	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}

@@ -479,3 +479,41 @@ func TestCombinerStress(t *testing.T) {
 	t.Logf("%d batches; reserved %d, unknown %d, busy %d, cancelled %d, failed %d, short %d; %d stall escapes; %d sessions",
 		len(f.batches), kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5], cs.m.stallEscapes.Load(), f.opened)
 }
+
+// TestCombinerTakenThenCancelled: a reserve that gives up after a batch
+// took it does not know whether that batch committed its units, and says
+// so (commit unknown), never "cancelled"; one that gives up while still
+// queued is plainly cancelled.
+func TestCombinerTakenThenCancelled(t *testing.T) {
+	f := newFakeRunner(t)
+	g := newGate()
+	f.batch = g.batch
+	cs := newFakeCombiners(f, Config{BatchesPerPool: 1}, 0)
+
+	a := startCall(cs, fakePool, "a", false)
+	g.waitStarted(t)
+	b := startCall(cs, fakePool, "b", false)
+	eventually(t, "b to queue", func() bool { return cs.queued(fakePool) == 1 })
+	c := startCall(cs, fakePool, "c", false)
+	eventually(t, "c to queue", func() bool { return cs.queued(fakePool) == 2 })
+	g.release <- struct{}{} // a's batch ends; b leads the next, with c in it
+	a.answer(t)
+	if keys := g.waitStarted(t); !slices.Equal(keys, []string{"b", "c"}) {
+		t.Fatalf("second batch %v, want [b c]", keys)
+	}
+	d := startCall(cs, fakePool, "d", false)
+	eventually(t, "d to queue", func() bool { return cs.queued(fakePool) == 1 })
+	c.cancel() // taken: its batch is running
+	d.cancel() // still queued
+	if out := c.answer(t); !isUnknown(out) {
+		t.Errorf("c gave up inside a running batch: %+v, want commit unknown", out)
+	}
+	if out := d.answer(t); !isCancelled(out) {
+		t.Errorf("d gave up while queued: %+v, want cancelled", out)
+	}
+	g.release <- struct{}{}
+	if out := b.answer(t); out.res == nil {
+		t.Errorf("b: %+v", out)
+	}
+	eventually(t, "the combiner to go", func() bool { return idle(cs) })
+}

@@ -213,9 +213,20 @@ func TestStressClose(t *testing.T) {
 
 // A batch hand-off races the waiters' timeouts: every value handed to a
 // waiter is either received by it or given back, once; none is lost, none
-// is both.
+// is both. It runs again until at least one hand-off did race a timeout,
+// so the give-back path is exercised, not merely allowed.
 func TestStressHandOffEach(t *testing.T) {
 	var back atomic.Int64
+	for run := 1; back.Load() == 0; run++ {
+		if run > 20 {
+			t.Fatal("no hand-off raced a timeout in 20 runs: the give-back path went untested")
+		}
+		stressHandOffEach(t, &back)
+	}
+}
+
+func stressHandOffEach(t *testing.T, back *atomic.Int64) {
+	back.Store(0)
 	qu := New[int, int](func(int) { back.Add(1) })
 	const workers, rounds = 16, 300
 	var received atomic.Int64
