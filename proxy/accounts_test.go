@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // newBackendUser creates a backend account with password pass and the
@@ -159,17 +160,17 @@ func TestBackendAccounts(t *testing.T) {
 	}
 
 	// COM_CHANGE_USER: the account follows the user.
-	c := p.raw(t, rawOpts{})
-	if _, _, err := c.changeUser("rep", "rep", p.db); err != nil {
+	c := p.raw(t, rawmysql.Options{})
+	if _, _, err := c.ChangeUser("rep", "rep", p.db); err != nil {
 		t.Fatal(err)
 	}
 	if u := c.value("SELECT CURRENT_USER()"); u != reader+"@%" {
 		t.Fatalf("after COM_CHANGE_USER to rep: %s", u)
 	}
-	if _, err := c.query("INSERT INTO pub VALUES (3)"); errCode(err) != 1142 {
+	if _, err := c.Results("INSERT INTO pub VALUES (3)"); errCode(err) != 1142 {
 		t.Fatalf("rep after COM_CHANGE_USER: %v, want 1142", err)
 	}
-	if _, _, err := c.changeUser("app", "app", p.db); err != nil {
+	if _, _, err := c.ChangeUser("app", "app", p.db); err != nil {
 		t.Fatal(err)
 	}
 	if u := c.value("SELECT CURRENT_USER()"); u != p.user+"@%" {
@@ -219,8 +220,8 @@ func TestBackendAccountRefused(t *testing.T) {
 	})
 	before := p.srv.Stats().Pool.DialErrors
 	for i := range 5 {
-		c := p.raw(t, rawOpts{user: "bad", pass: "bad", db: p.db})
-		if _, err := c.query("SELECT 1"); errCode(err) != 2003 || !strings.Contains(err.Error(), "Access denied") {
+		c := p.raw(t, rawmysql.Options{User: "bad", Password: "bad", DB: p.db})
+		if _, err := c.Results("SELECT 1"); errCode(err) != 2003 || !strings.Contains(err.Error(), "Access denied") {
 			t.Fatalf("client %d: %v, want 2003 with the server's refusal", i, err)
 		}
 	}
@@ -228,7 +229,7 @@ func TestBackendAccountRefused(t *testing.T) {
 		t.Fatalf("%d dials refused for 5 clients, want 1", n)
 	}
 	// The others' accounts are not refused.
-	if v := p.raw(t, rawOpts{}).value("SELECT 1"); v != "1" {
+	if v := p.raw(t, rawmysql.Options{}).value("SELECT 1"); v != "1" {
 		t.Fatalf("the default account: %q", v)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // AdminHandlerForTest is the admin package's handler (API and /metrics)
@@ -424,26 +425,26 @@ func TestTagCardinality(t *testing.T) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			c, err := rawDial(p.addr, rawOpts{user: "app", pass: "app", db: p.db})
+			c, err := rawDial(p.addr, rawmysql.Options{User: "app", Password: "app", DB: p.db})
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			defer c.nc.Close()
-			c.lenientSeq = true
+			defer c.NC.Close()
+			c.LenientSeq = true
 			var buf []byte
 			for i := 0; i < per; i += batch {
 				buf = buf[:0]
 				for j := i; j < min(i+batch, per); j++ {
-					buf = append(buf, frame(0, fmt.Appendf([]byte{0x03}, "/* conn_tag:t%d_%d */ SELECT LAST_INSERT_ID()", w, j))...)
+					buf = append(buf, rawmysql.Frame(0, fmt.Appendf([]byte{0x03}, "/* conn_tag:t%d_%d */ SELECT LAST_INSERT_ID()", w, j))...)
 				}
-				_ = c.nc.SetWriteDeadline(time.Now().Add(c.guard))
-				if _, err := c.nc.Write(buf); err != nil {
+				_ = c.NC.SetWriteDeadline(time.Now().Add(c.Guard))
+				if _, err := c.NC.Write(buf); err != nil {
 					t.Error(err)
 					return
 				}
 				for j := i; j < min(i+batch, per); j++ {
-					if _, err := c.readResults(false, false); err != nil {
+					if _, err := c.ReadResults(false, false); err != nil {
 						t.Error(err)
 						return
 					}

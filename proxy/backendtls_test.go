@@ -25,6 +25,8 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // testPKI is a CA, a server certificate it signed (for 127.0.0.1 and
@@ -291,11 +293,11 @@ func TestBackendTLS(t *testing.T) {
 	t.Run("extended_type_info", func(t *testing.T) {
 		p := m.proxy(t, config.BackendTLS{Mode: config.TLSRequired})
 		mustExec(t, p.open(t), "CREATE TABLE IF NOT EXISTS js (j JSON)")
-		c := p.raw(t, rawOpts{ext: rawExtTypeInfo})
-		if c.ext != rawExtTypeInfo {
-			t.Fatalf("extended type info not negotiated through holdfast: %#x", c.ext)
+		c := p.raw(t, rawmysql.Options{Ext: mysqlwire.ExtTypeInfo})
+		if c.Ext != mysqlwire.ExtTypeInfo {
+			t.Fatalf("extended type info not negotiated through holdfast: %#x", c.Ext)
 		}
-		if err := c.command(append([]byte{rcQuery}, "SELECT j FROM js"...)); err != nil {
+		if err := c.Command(append([]byte{rawmysql.ComQuery}, "SELECT j FROM js"...)); err != nil {
 			t.Fatal(err)
 		}
 		ps, err := readResponse(c, respResults)

@@ -22,6 +22,8 @@ import (
 	gsd "github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // logWatch scans the server's log for server.handle's recovered-panic line.
@@ -152,27 +154,27 @@ func (b *bystander) served(t *testing.T, p *testProxy) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	c := p.raw(t, rawOpts{})
+	c := p.raw(t, rawmysql.Options{})
 	if v := c.value("SELECT 'fresh client'"); v != "fresh client" {
 		t.Fatal(v)
 	}
-	c.nc.Close()
+	c.NC.Close()
 }
 
 // expectErrThenClose reads what the server sends until it closes: exactly
 // one well-formed ERR packet with code and state.
-func expectErrThenClose(t *testing.T, c *rawConn, code uint16, state string) *rawErr {
+func expectErrThenClose(t *testing.T, c *rawConn, code uint16, state string) *mysqlwire.SQLError {
 	t.Helper()
-	c.lenientSeq = true
-	p, err := c.readPacket()
+	c.LenientSeq = true
+	p, err := c.ReadPacket()
 	if err != nil {
 		t.Fatalf("want ERR %d, got %v", code, err)
 	}
-	e, err := decodeErr(p)
+	e, err := rawmysql.DecodeErr(p)
 	if err != nil || e.Code != code || e.State != state || e.Msg == "" {
 		t.Fatalf("got % x (%v), want ERR %d (%s) with a message", trunc(p), err, code, state)
 	}
-	if rest, err := c.waitClosed(); err != nil || len(rest) != 0 {
+	if rest, err := c.WaitClosed(); err != nil || len(rest) != 0 {
 		t.Fatalf("after ERR %d: % x, %v; want the connection closed", code, trunc(rest), err)
 	}
 	return e
@@ -183,31 +185,31 @@ func TestBadTruncatedPacket(t *testing.T) {
 	by := startBystander(t, p)
 
 	// A header claiming 100 bytes, 10 bytes, then the client goes away.
-	c := p.raw(t, rawOpts{})
-	if err := c.writeFrame(100, 0, []byte("\x03SELECT 1 ")); err != nil {
+	c := p.raw(t, rawmysql.Options{})
+	if err := c.WriteFrame(100, 0, []byte("\x03SELECT 1 ")); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.nc.(*net.TCPConn).CloseWrite()
-	if rest, err := c.waitClosed(); err != nil || len(rest) != 0 {
+	_ = c.NC.(*net.TCPConn).CloseWrite()
+	if rest, err := c.WaitClosed(); err != nil || len(rest) != 0 {
 		t.Fatalf("truncated packet, then EOF: server sent % x, %v", trunc(rest), err)
 	}
 	by.served(t, p)
 
 	// The same, but the client stays: the server waits for the rest
 	// without holding up anyone else, then answers.
-	c = p.raw(t, rawOpts{})
+	c = p.raw(t, rawmysql.Options{})
 	q := "\x03SELECT 'whole' /*"
 	q += strings.Repeat("-", 100-len(q)-2) + "*/"
-	if err := c.writeFrame(100, 0, []byte(q[:10])); err != nil {
+	if err := c.WriteFrame(100, 0, []byte(q[:10])); err != nil {
 		t.Fatal(err)
 	}
 	by.served(t, p)
-	if _, err := c.nc.Write([]byte(q[10:])); err != nil {
+	if _, err := c.NC.Write([]byte(q[10:])); err != nil {
 		t.Fatal(err)
 	}
-	c.seq = 1
-	rs, err := c.readResults(false, false)
-	if err != nil || len(rs) != 1 || rs[0].cell(0, 0) != "whole" {
+	c.SetSeq(1)
+	rs, err := c.ReadResults(false, false)
+	if err != nil || len(rs) != 1 || rs[0].Cell(0, 0) != "whole" {
 		t.Fatalf("after the rest of the packet arrived: %+v, %v", rs, err)
 	}
 	by.served(t, p)
@@ -217,9 +219,9 @@ func TestBadOversizedPacket(t *testing.T) {
 	const limit = 1 << 20
 	p := startWatchedProxy(t, func(c *config.Config) { c.MaxAllowedPacket = limit })
 	by := startBystander(t, p)
-	c := p.raw(t, rawOpts{})
+	c := p.raw(t, rawmysql.Options{})
 	// Only the header: the server must refuse on the length alone.
-	if err := c.writeFrame(limit+1, 0, nil); err != nil {
+	if err := c.WriteFrame(limit+1, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	e := expectErrThenClose(t, c, 1153, "08S01")
@@ -227,11 +229,11 @@ func TestBadOversizedPacket(t *testing.T) {
 		t.Fatalf("error text %q does not name max_allowed_packet", e.Msg)
 	}
 	// A command of exactly max_allowed_packet bytes is allowed.
-	c = p.raw(t, rawOpts{})
+	c = p.raw(t, rawmysql.Options{})
 	q := "\x03SELECT LENGTH('"
 	q += strings.Repeat("x", limit-len(q)-2) + "')"
-	rs, err := c.query(q[1:])
-	if err != nil || rs[0].cell(0, 0) != fmt.Sprint(limit-len("\x03SELECT LENGTH('')")) {
+	rs, err := c.Results(q[1:])
+	if err != nil || rs[0].Cell(0, 0) != fmt.Sprint(limit-len("\x03SELECT LENGTH('')")) {
 		t.Fatalf("a command of exactly max_allowed_packet bytes: %+v, %v", rs, err)
 	}
 	by.served(t, p)
@@ -259,8 +261,8 @@ func TestBadLogin(t *testing.T) {
 				t.Fatalf("go-sql-driver login as %s: %v, want ERR 1045 (28000) Access denied ... (using password: %s)", tc.user, err, tc.using)
 			}
 			// The raw client sees the connection closed after the error.
-			_, err = rawDial(p.addr, rawOpts{user: tc.user, pass: tc.pass})
-			var re *rawErr
+			_, err = rawDial(p.addr, rawmysql.Options{User: tc.user, Password: tc.pass})
+			var re *mysqlwire.SQLError
 			if !errors.As(err, &re) || re.Code != 1045 {
 				t.Fatalf("raw login as %s: %v, want ERR 1045", tc.user, err)
 			}
@@ -272,7 +274,7 @@ func TestBadLogin(t *testing.T) {
 func TestBadUnknownCommand(t *testing.T) {
 	p := startWatchedProxy(t)
 	by := startBystander(t, p)
-	c := p.raw(t, rawOpts{})
+	c := p.raw(t, rawmysql.Options{})
 	// Unknown bytes, and real commands holdfast must not pass to the
 	// backend (create/drop database, shutdown, debug, replication, MariaDB
 	// bulk execute).
@@ -291,8 +293,8 @@ func TestBadUnknownCommand(t *testing.T) {
 func TestBadOutOfOrderSequence(t *testing.T) {
 	p := startWatchedProxy(t)
 	by := startBystander(t, p)
-	c := p.raw(t, rawOpts{})
-	if err := c.writeFrame(9, 5, []byte("\x03SELECT 1")); err != nil {
+	c := p.raw(t, rawmysql.Options{})
+	if err := c.WriteFrame(9, 5, []byte("\x03SELECT 1")); err != nil {
 		t.Fatal(err)
 	}
 	expectErrThenClose(t, c, 1156, "08S01")
@@ -302,24 +304,24 @@ func TestBadOutOfOrderSequence(t *testing.T) {
 func TestBadEmptyPacket(t *testing.T) {
 	p := startWatchedProxy(t)
 	by := startBystander(t, p)
-	c := p.raw(t, rawOpts{})
-	if err := c.writeFrame(0, 0, nil); err != nil {
+	c := p.raw(t, rawmysql.Options{})
+	if err := c.WriteFrame(0, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	c.seq = 1
-	pk, err := c.readPacket()
+	c.SetSeq(1)
+	pk, err := c.ReadPacket()
 	if err != nil {
 		t.Fatalf("empty command packet: %v, want an ERR", err)
 	}
-	if e, err := decodeErr(pk); err != nil || e.Msg == "" {
+	if e, err := rawmysql.DecodeErr(pk); err != nil || e.Msg == "" {
 		t.Fatalf("empty command packet: % x (%v), want an ERR with a message", pk, err)
 	}
 	// Closed, or still usable: both are fine, a hang is not.
-	if err := c.command([]byte{rcPing}); err == nil {
-		if pk, err := c.readPacket(); err != nil && !isClosed(err) {
+	if err := c.Command([]byte{rawmysql.ComPing}); err == nil {
+		if pk, err := c.ReadPacket(); err != nil && !rawmysql.IsClosed(err) {
 			t.Fatalf("after the empty packet: %v", err)
 		} else if err == nil {
-			if _, err := decodeOK(pk, false); err != nil {
+			if _, err := rawmysql.DecodeOK(pk, false); err != nil {
 				t.Fatalf("COM_PING after the empty packet: % x", pk)
 			}
 		}
@@ -330,63 +332,63 @@ func TestBadEmptyPacket(t *testing.T) {
 func TestBadStatementCommands(t *testing.T) {
 	p := startWatchedProxy(t)
 	by := startBystander(t, p)
-	c := p.raw(t, rawOpts{})
+	c := p.raw(t, rawmysql.Options{})
 	// Unknown statement ids, including MariaDB's "last statement" with
 	// none prepared.
-	for _, id := range []uint32{7, rawLastStmt} {
-		c.mustErr(executePacket(id, 0, nil, true), 1243, "HY000")
-		c.mustErr(append(stmtCmd(rcStmtFetch, id), 1, 0, 0, 0), 1243, "HY000")
-		c.mustErr(stmtCmd(rcStmtReset, id), 1243, "HY000")
+	for _, id := range []uint32{7, rawmysql.LastStmt} {
+		c.mustErr(rawmysql.ExecutePacket(id, 0, nil, true), 1243, "HY000")
+		c.mustErr(append(rawmysql.StmtCmd(rawmysql.ComStmtFetch, id), 1, 0, 0, 0), 1243, "HY000")
+		c.mustErr(rawmysql.StmtCmd(rawmysql.ComStmtReset, id), 1243, "HY000")
 		// No reply is defined for these two.
-		if err := c.sendLongData(id, 0, []byte("x")); err != nil {
+		if err := c.SendLongData(id, 0, []byte("x")); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.stmtClose(id); err != nil {
+		if err := c.StmtClose(id); err != nil {
 			t.Fatal(err)
 		}
-		if st := c.ping(); st&stFlagsCompared != stAutocommit {
+		if st := c.ping(); st&stFlagsCompared != mysqlwire.StatusAutocommit {
 			t.Fatalf("status %#x", st)
 		}
 	}
 	st := c.mustPrepare("SELECT ? + 1, CONCAT(?, '')")
-	id := binaryID(st.id)
-	head := append(append([]byte{rcStmtExecute}, id...), 0, 1, 0, 0, 0)
+	id := binaryID(st.ID)
+	head := append(append([]byte{rawmysql.ComStmtExecute}, id...), 0, 1, 0, 0, 0)
 	for _, tc := range []struct {
 		name    string
 		payload []byte
 		code    uint16
 	}{
-		{"no statement id", []byte{rcStmtExecute, 1, 0}, 1835},
-		{"no flags", append([]byte{rcStmtExecute}, id...), 1835},
-		{"no iteration count", append(append([]byte{rcStmtExecute}, id...), 0, 1), 1835},
+		{"no statement id", []byte{rawmysql.ComStmtExecute, 1, 0}, 1835},
+		{"no flags", append([]byte{rawmysql.ComStmtExecute}, id...), 1835},
+		{"no iteration count", append(append([]byte{rawmysql.ComStmtExecute}, id...), 0, 1), 1835},
 		{"no null bitmap", head, 1835},
 		{"no new-params-bound flag", append(head[:len(head):len(head)], 0), 1835},
-		{"types truncated", append(head[:len(head):len(head)], 0, 1, tyLongLong, 0, tyVarString), 1835},
+		{"types truncated", append(head[:len(head):len(head)], 0, 1, rawmysql.TypeLongLong, 0, rawmysql.TypeVarString), 1835},
 		{"types never sent", append(head[:len(head):len(head)], 0, 0), 1210},
-		{"fetch without row count", append([]byte{rcStmtFetch}, id...), 0},
-		{"reset without id", []byte{rcStmtReset, 1}, 1835},
+		{"fetch without row count", append([]byte{rawmysql.ComStmtFetch}, id...), 0},
+		{"reset without id", []byte{rawmysql.ComStmtReset, 1}, 1835},
 	} {
-		pk, err := c.roundTrip(tc.payload)
+		pk, err := c.RoundTrip(tc.payload)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		e, err := decodeErr(pk)
+		e, err := rawmysql.DecodeErr(pk)
 		if err != nil || e.Msg == "" || (tc.code != 0 && e.Code != tc.code) {
 			t.Fatalf("%s: % x (%v), want ERR %d", tc.name, trunc(pk), err, tc.code)
 		}
 	}
 	// Values shorter than the types say: whatever the backend answers, an
 	// ERR, and the connection still works.
-	short := append(head[:len(head):len(head)], 0, 1, tyLongLong, 0, tyVarString, 0, 1, 2, 3)
-	if err := c.command(short); err != nil {
+	short := append(head[:len(head):len(head)], 0, 1, rawmysql.TypeLongLong, 0, rawmysql.TypeVarString, 0, 1, 2, 3)
+	if err := c.Command(short); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.readResults(true, false); err != nil && errCode(err) <= 0 {
+	if _, err := c.ReadResults(true, false); err != nil && errCode(err) <= 0 {
 		t.Fatalf("short values: %v", err)
 	}
-	r := c.mustExecute(st, []rawParam{pInt(1), pStr("ok")}, true)
-	if r.cell(0, 0) != "2" || r.cell(0, 1) != "ok" {
-		t.Fatalf("statement after bad executes: %v", r.rows)
+	r := c.mustExecute(st, []rawmysql.Param{rawmysql.IntParam(1), rawmysql.StrParam("ok")}, true)
+	if r.Cell(0, 0) != "2" || r.Cell(0, 1) != "ok" {
+		t.Fatalf("statement after bad executes: %v", r.Rows)
 	}
 	by.served(t, p)
 }
@@ -398,11 +400,11 @@ func binaryID(id uint32) []byte {
 func TestBadProcessKill(t *testing.T) {
 	p := startWatchedProxy(t)
 	by := startBystander(t, p)
-	c := p.raw(t, rawOpts{})
-	for _, payload := range [][]byte{{rcProcessKill}, {rcProcessKill, 1, 2}, {rcProcessKill, 1, 2, 3}} {
+	c := p.raw(t, rawmysql.Options{})
+	for _, payload := range [][]byte{{rawmysql.ComProcessKill}, {rawmysql.ComProcessKill, 1, 2}, {rawmysql.ComProcessKill, 1, 2, 3}} {
 		c.mustErr(payload, 1835, "HY000")
 	}
-	c.mustErr([]byte{rcProcessKill, 0xff, 0xff, 0xff, 0x7f}, 1094, "HY000")
+	c.mustErr([]byte{rawmysql.ComProcessKill, 0xff, 0xff, 0xff, 0x7f}, 1094, "HY000")
 	if v := c.value("SELECT 'usable'"); v != "usable" {
 		t.Fatal(v)
 	}
@@ -417,8 +419,8 @@ func greeted(t *testing.T, addr string) *rawConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	c := &rawConn{t: t, nc: nc, br: bufioReader(nc), guard: 15 * time.Second}
-	if err := c.readGreeting(); err != nil {
+	c := newRawConn(t, nc)
+	if err := c.ReadGreeting(); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -428,7 +430,7 @@ func greeted(t *testing.T, addr string) *rawConn {
 // well-formed ERR packet and then a close, or just a close.
 func expectErrOrClose(t *testing.T, c *rawConn, what string) {
 	t.Helper()
-	rest, err := c.waitClosed()
+	rest, err := c.WaitClosed()
 	if err != nil {
 		t.Fatalf("%s: the server neither answered nor closed: %v", what, err)
 	}
@@ -439,7 +441,7 @@ func expectErrOrClose(t *testing.T, c *rawConn, what string) {
 		t.Fatalf("%s: server sent % x, want one ERR packet", what, trunc(rest))
 	}
 	e := rest[4:]
-	if _, err := decodeErr(e); err != nil {
+	if _, err := rawmysql.DecodeErr(e); err != nil {
 		// A client that did not claim CLIENT_PROTOCOL_41 gets the old
 		// format, without SQLSTATE.
 		if len(e) < 4 || e[0] != 0xff || e[3] == '#' {
@@ -460,26 +462,26 @@ func TestBadHandshake(t *testing.T) {
 		}
 		if i%2 == 0 {
 			// A well-framed packet of garbage.
-			if err := c.writeFrame(len(junk), 1, junk); err != nil {
+			if err := c.WriteFrame(len(junk), 1, junk); err != nil {
 				t.Fatal(err)
 			}
 		} else {
 			// Garbage framing too; then the client stops sending.
-			if _, err := c.nc.Write(junk); err != nil {
+			if _, err := c.NC.Write(junk); err != nil {
 				t.Fatal(err)
 			}
-			_ = c.nc.(*net.TCPConn).CloseWrite()
+			_ = c.NC.(*net.TCPConn).CloseWrite()
 		}
 		expectErrOrClose(t, c, fmt.Sprintf("garbage %d (% x)", i, trunc(junk)))
 	}
 	// An SSLRequest although the greeting did not offer TLS.
 	c := greeted(t, p.addr)
-	if c.srvCaps&capSSL != 0 {
+	if c.ServerCaps&rawmysql.CapSSL != 0 {
 		t.Fatal("setup: TLS offered")
 	}
-	ssl := append(binaryID(rawDefaultCaps|capSSL), 0, 0, 0, 1, rawDefaultCollation)
+	ssl := append(binaryID(rawmysql.DefaultCaps|rawmysql.CapSSL), 0, 0, 0, 1, rawmysql.DefaultCollation)
 	ssl = append(ssl, make([]byte, 23)...)
-	if err := c.writeFrame(len(ssl), 1, ssl); err != nil {
+	if err := c.WriteFrame(len(ssl), 1, ssl); err != nil {
 		t.Fatal(err)
 	}
 	expectErrOrClose(t, c, "SSLRequest without TLS")
@@ -500,9 +502,9 @@ func TestBadSilentHandshake(t *testing.T) {
 	}
 	login := make(chan error, 1)
 	go func() {
-		c, err := rawDial(p.addr, rawOpts{user: "app", pass: "app"})
+		c, err := rawDial(p.addr, rawmysql.Options{User: "app", Password: "app"})
 		if err == nil {
-			c.nc.Close()
+			c.NC.Close()
 		}
 		login <- err
 	}()
@@ -516,8 +518,8 @@ func TestBadSilentHandshake(t *testing.T) {
 	}
 	open := 0
 	for _, c := range silent {
-		_ = c.nc.SetReadDeadline(time.Now().Add(time.Millisecond))
-		if _, err := c.br.ReadByte(); isTimeout(err) {
+		_ = c.NC.SetReadDeadline(time.Now().Add(time.Millisecond))
+		if _, err := c.Buffered().ReadByte(); rawmysql.IsTimeout(err) {
 			open++
 		}
 	}
@@ -525,8 +527,8 @@ func TestBadSilentHandshake(t *testing.T) {
 		t.Errorf("a new client could log in only after the server dropped %d of %d silent clients", len(silent)-open, len(silent))
 	}
 	for i, c := range silent {
-		c.guard = 60 * time.Second // hang guard; the server's timeout is shorter
-		if rest, err := c.waitClosed(); err != nil {
+		c.Guard = 60 * time.Second // hang guard; the server's timeout is shorter
+		if rest, err := c.WaitClosed(); err != nil {
 			t.Fatalf("silent client %d never dropped: % x, %v", i, trunc(rest), err)
 		}
 	}
@@ -541,24 +543,24 @@ func TestBadLoadDataLocal(t *testing.T) {
 	p := startWatchedProxy(t)
 	by := startBystander(t, p)
 	mustExec(t, p.direct(t), "CREATE TABLE ld (a TEXT)")
-	c := p.raw(t, rawOpts{caps: capMultiStatements, drop: capLocalFiles})
-	allows := p.raw(t, rawOpts{caps: capMultiStatements})
+	c := p.raw(t, rawmysql.Options{Caps: rawmysql.CapMultiStatements, Drop: rawmysql.CapLocalFiles})
+	allows := p.raw(t, rawmysql.Options{Caps: rawmysql.CapMultiStatements})
 	for _, q := range []string{
 		"LOAD DATA LOCAL INFILE '/etc/passwd' INTO TABLE ld",
 		"load data low_priority local infile '/etc/hosts' into table ld",
 		"/* tag */ LOAD XML LOCAL INFILE '/etc/hosts' INTO TABLE ld",
 		"DO 1; LOAD DATA LOCAL INFILE '/etc/passwd' INTO TABLE ld",
 	} {
-		_, err := c.query(q)
-		var e *rawErr
+		_, err := c.Results(q)
+		var e *mysqlwire.SQLError
 		if !errors.As(err, &e) || e.Code != 4166 || e.Msg == "" {
 			t.Errorf("%s: %v, want the backend's ERR 4166", q, err)
 		}
-		if err := allows.command(append([]byte{rcQuery}, q...)); err != nil {
+		if err := allows.Command(append([]byte{rawmysql.ComQuery}, q...)); err != nil {
 			t.Fatal(err)
 		}
 		for {
-			p, err := allows.readPacket()
+			p, err := allows.ReadPacket()
 			if err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}
@@ -566,10 +568,10 @@ func TestBadLoadDataLocal(t *testing.T) {
 				break
 			}
 		}
-		if err := allows.writePacket(nil); err != nil { // no file
+		if err := allows.WritePacket(nil); err != nil { // no file
 			t.Fatal(err)
 		}
-		if _, err := allows.readResults(false, false); err != nil {
+		if _, err := allows.ReadResults(false, false); err != nil {
 			t.Fatalf("%s with no file sent: %v", q, err)
 		}
 		if v := c.value("SELECT COUNT(*) FROM ld"); v != "0" {

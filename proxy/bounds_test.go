@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
@@ -16,17 +17,17 @@ import (
 // is sent (sequence 0, whatever the client expects) and then the close.
 func expectTimeoutErr(t *testing.T, c *rawConn, code uint16, mention string) {
 	t.Helper()
-	c.lenientSeq = true
-	c.guard = 15 * time.Second // hang guard
-	p, err := c.readPacket()
+	c.LenientSeq = true
+	c.Guard = 15 * time.Second // hang guard
+	p, err := c.ReadPacket()
 	if err != nil {
 		t.Fatalf("no error packet before the close: %v", err)
 	}
-	e, err := decodeErr(p)
+	e, err := rawmysql.DecodeErr(p)
 	if err != nil || e.Code != code || !strings.Contains(e.Msg, mention) {
 		t.Fatalf("got %v (%v), want ERR %d mentioning %q", e, err, code, mention)
 	}
-	if rest, err := c.waitClosed(); err != nil || len(rest) != 0 {
+	if rest, err := c.WaitClosed(); err != nil || len(rest) != 0 {
 		t.Fatalf("after the error: % x, %v; want the connection closed", rest, err)
 	}
 }
@@ -40,14 +41,14 @@ func TestIdleInTransactionTimeout(t *testing.T) {
 		c.Sessions.IdleInTransactionTimeout = 300 * time.Millisecond
 	})
 	mustExec(t, p.direct(t), "CREATE TABLE it (a INT)")
-	c := p.raw(t, rawOpts{})
+	c := p.raw(t, rawmysql.Options{})
 	c.mustQuery("BEGIN")
 	c.mustQuery("/* conn_tag:idler */ INSERT INTO it VALUES (1)")
 	// Waiting for the one backend connection the idle client holds.
-	other := p.raw(t, rawOpts{})
+	other := p.raw(t, rawmysql.Options{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := other.query("SELECT COUNT(*) FROM it")
+		_, err := other.Results("SELECT COUNT(*) FROM it")
 		done <- err
 	}()
 	expectTimeoutErr(t, c, 4031, "sessions.idle_in_transaction_timeout")
@@ -63,7 +64,7 @@ func TestIdleInTransactionTimeout(t *testing.T) {
 		t.Fatalf("%s rows: the idle transaction was committed, not rolled back", n)
 	}
 	// A client that is merely idle (no transaction) stays.
-	idle := p.raw(t, rawOpts{})
+	idle := p.raw(t, rawmysql.Options{})
 	idle.mustQuery("SELECT 1")
 	time.Sleep(600 * time.Millisecond)
 	if v := idle.value("SELECT 'still here'"); v != "still here" {
@@ -91,13 +92,13 @@ func TestMaxTransactionTimeAlwaysApplies(t *testing.T) {
 				c.Sessions.MaxTransactionTime = 300 * time.Millisecond
 				c.Attribution.Disabled = tc.noAttr
 			})
-			c := p.raw(t, rawOpts{})
+			c := p.raw(t, rawmysql.Options{})
 			c.mustQuery("BEGIN")
 			if tc.statement {
 				c.mustQuery("SELECT 1")
 			}
-			rs, err := c.query("SELECT SLEEP(20)")
-			if err != nil && errCode(err) != 1317 || err == nil && rs[0].cell(0, 0) != "1" {
+			rs, err := c.Results("SELECT SLEEP(20)")
+			if err != nil && errCode(err) != 1317 || err == nil && rs[0].Cell(0, 0) != "1" {
 				t.Fatalf("the long statement: %v %v, want it interrupted", rs, err)
 			}
 			expectTimeoutErr(t, c, 9005, "max_transaction_time")
@@ -112,13 +113,13 @@ func TestMaxTransactionTimeAlwaysApplies(t *testing.T) {
 func TestMaxTransactionTime(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Sessions.MaxTransactionTime = 500 * time.Millisecond })
 	mustExec(t, p.direct(t), "CREATE TABLE mt (a INT)")
-	c := p.raw(t, rawOpts{})
+	c := p.raw(t, rawmysql.Options{})
 	c.mustQuery("BEGIN")
 	c.mustQuery("INSERT INTO mt VALUES (1)")
 	start := time.Now()
-	rs, err := c.query("SELECT SLEEP(20)")
+	rs, err := c.Results("SELECT SLEEP(20)")
 	// Interrupted: MariaDB's SLEEP answers 1 when killed (or 1317).
-	if err != nil && errCode(err) != 1317 || err == nil && rs[0].cell(0, 0) != "1" {
+	if err != nil && errCode(err) != 1317 || err == nil && rs[0].Cell(0, 0) != "1" {
 		t.Fatalf("the long statement: %v %v, want it interrupted", rs, err)
 	}
 	if time.Since(start) > 15*time.Second { // hang guard
@@ -135,7 +136,7 @@ func TestMaxTransactionTime(t *testing.T) {
 	if gs := q.srv.Gates(); len(gs) != 1 || gs[0].MaxTransactionTime != 300*time.Millisecond {
 		t.Fatalf("gates %+v", gs)
 	}
-	ck, other := q.raw(t, rawOpts{}), q.raw(t, rawOpts{})
+	ck, other := q.raw(t, rawmysql.Options{}), q.raw(t, rawmysql.Options{})
 	ck.mustQuery("/* conn_tag:checkout */ BEGIN")
 	ck.mustQuery("/* conn_tag:checkout */ SELECT 1")
 	other.mustQuery("/* conn_tag:search */ BEGIN")
@@ -153,7 +154,7 @@ func TestMaxTransactionTime(t *testing.T) {
 	r := startProxy(t, func(c *config.Config) {
 		c.Tags.MaxTransactionTime = map[string]time.Duration{"batch": 300 * time.Millisecond}
 	})
-	b, o := r.raw(t, rawOpts{}), r.raw(t, rawOpts{})
+	b, o := r.raw(t, rawmysql.Options{}), r.raw(t, rawmysql.Options{})
 	b.mustQuery("/* conn_tag:batch */ BEGIN")
 	b.mustQuery("/* conn_tag:batch */ SELECT 1")
 	o.mustQuery("/* conn_tag:search */ BEGIN")
@@ -173,9 +174,9 @@ func TestClientWriteTimeout(t *testing.T) {
 		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
 		c.Sessions.ClientWriteTimeout = 500 * time.Millisecond
 	})
-	stuck := p.raw(t, rawOpts{})
+	stuck := p.raw(t, rawmysql.Options{})
 	// About 200 MB: far more than the sockets' buffers hold.
-	if err := stuck.command(append([]byte{rcQuery}, "SELECT REPEAT('x', 10000) FROM seq_1_to_20000"...)); err != nil {
+	if err := stuck.Command(append([]byte{rawmysql.ComQuery}, "SELECT REPEAT('x', 10000) FROM seq_1_to_20000"...)); err != nil {
 		t.Fatal(err)
 	}
 	// It never reads. Behind it:
@@ -183,11 +184,11 @@ func TestClientWriteTimeout(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	for _, q := range []string{"SELECT 'pipelined'", "BEGIN; SELECT 'in a transaction'; COMMIT"} {
-		c := p.raw(t, rawOpts{caps: capMultiStatements})
+		c := p.raw(t, rawmysql.Options{Caps: rawmysql.CapMultiStatements})
 		wg.Add(1)
 		go func(q string) {
 			defer wg.Done()
-			_, err := c.query(q)
+			_, err := c.Results(q)
 			errs <- err
 		}(q)
 	}
@@ -200,8 +201,8 @@ func TestClientWriteTimeout(t *testing.T) {
 	}
 	// The stuck client was disconnected: once its buffers are read, the
 	// connection ends before the 200 MB would have.
-	stuck.guard = 30 * time.Second
-	got, err := stuck.waitClosed()
+	stuck.Guard = 30 * time.Second
+	got, err := stuck.WaitClosed()
 	if err != nil {
 		t.Fatalf("the client that stopped reading was never disconnected: %v", err)
 	}
@@ -226,12 +227,12 @@ func TestExchangeTimeout(t *testing.T) {
 		c.Backend.ExchangeTimeout = 300 * time.Millisecond
 		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1
 	})
-	a, b := p.raw(t, rawOpts{}), p.raw(t, rawOpts{})
+	a, b := p.raw(t, rawmysql.Options{}), p.raw(t, rawmysql.Options{})
 	a.mustQuery("SET time_zone = '+01:00'")
 	relay.Stall() // the backend seems to hang: nothing forwarded, nothing closed
 	defer relay.Resume()
 	// b's first statement needs time_zone restored on the one connection.
-	_, err := b.query("SELECT @@time_zone")
+	_, err := b.Results("SELECT @@time_zone")
 	if errCode(err) != 2013 {
 		t.Fatalf("statement whose restore the backend never answers: %v, want 2013", err)
 	}
@@ -241,7 +242,7 @@ func TestExchangeTimeout(t *testing.T) {
 // that dials - dial errors - closes = connections open.
 func TestPoolClosesAllCounted(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 2, 2 })
-	a, b := p.raw(t, rawOpts{}), p.raw(t, rawOpts{})
+	a, b := p.raw(t, rawmysql.Options{}), p.raw(t, rawmysql.Options{})
 	for _, c := range []*rawConn{a, b} {
 		c.mustQuery("BEGIN")
 		c.mustQuery("SELECT 1")
@@ -255,12 +256,12 @@ func TestPoolClosesAllCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Only a connection of the other variant is idle: swap.
-	p.raw(t, rawOpts{caps: capFoundRows}).mustQuery("SELECT 1")
+	p.raw(t, rawmysql.Options{Caps: rawmysql.CapFoundRows}).mustQuery("SELECT 1")
 	// A backend connection killed under a pinned client: broken.
-	pinned := p.raw(t, rawOpts{})
+	pinned := p.raw(t, rawmysql.Options{})
 	pinned.mustQuery("SET @pin = 1")
 	killBackend(t, rawThread(pinned))
-	_, _ = pinned.query("SELECT 1")
+	_, _ = pinned.Results("SELECT 1")
 	st := p.srv.Stats().Pool
 	t.Logf("pool: %+v", st)
 	for _, r := range []pool.CloseReason{pool.CloseShrink, pool.CloseSwap, pool.CloseBroken} {
@@ -278,12 +279,12 @@ func TestPoolClosesAllCounted(t *testing.T) {
 // say) while idle counts its last idle stretch as idle in transaction.
 func TestIdleCountedWhenHoldEndsInTransaction(t *testing.T) {
 	p := startProxy(t)
-	c := p.raw(t, rawOpts{})
+	c := p.raw(t, rawmysql.Options{})
 	c.mustQuery("/* conn_tag:lingerer */ BEGIN")
 	c.mustQuery("/* conn_tag:lingerer */ SELECT 1")
 	time.Sleep(300 * time.Millisecond)
 	p.srv.DrainTag("lingerer", "test", 50*time.Millisecond)
-	if _, err := c.waitClosed(); err != nil {
+	if _, err := c.WaitClosed(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

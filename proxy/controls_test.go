@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // A control applies to the tag a statement carries, also once accounting
@@ -34,7 +35,7 @@ func TestControlsKeyedByRealTag(t *testing.T) {
 	// The folded tag's own max_transaction_time ends its transaction
 	// (sessions.max_transaction_time is off: only the tag's can).
 	p.srv.SetMaxTransactionTime("checkout", 200*time.Millisecond)
-	c := p.raw(t, rawOpts{})
+	c := p.raw(t, rawmysql.Options{})
 	c.mustQuery("BEGIN")
 	c.mustQuery("/* conn_tag:checkout */ SELECT 1")
 	expectTimeoutErr(t, c, codeTxnTooLong, "max_transaction_time (200ms")

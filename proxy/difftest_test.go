@@ -28,20 +28,9 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
-)
-
-// More capability flags (see rawclient_test.go for the rest).
-const (
-	capODBC             uint32 = 0x00000040
-	capLocalFiles       uint32 = 0x00000080
-	capIgnoreSpace      uint32 = 0x00000100
-	capInteractive      uint32 = 0x00000400
-	capIgnoreSigpipe    uint32 = 0x00001000
-	capReserved         uint32 = 0x00004000
-	capPluginAuthLenenc uint32 = 0x00200000
-	capDeprecateEOF     uint32 = 0x01000000
 )
 
 // diffDriver is the handshake a driver makes: the capabilities it asks for
@@ -54,26 +43,26 @@ type diffDriver struct {
 }
 
 var diffDrivers = []diffDriver{
-	{"go-sql-driver", capLongPassword | capLongFlag | capProtocol41 | capSecureConnection | capTransactions |
-		capPluginAuthLenenc | capLocalFiles | capPluginAuth | capMultiResults | capConnectAttrs |
-		capDeprecateEOF | capConnectWithDB, rawExtCacheMeta, 45},
-	{"go-sql-driver multiStatements clientFoundRows", capLongPassword | capLongFlag | capProtocol41 |
-		capSecureConnection | capTransactions | capPluginAuthLenenc | capLocalFiles | capPluginAuth |
-		capMultiResults | capConnectAttrs | capDeprecateEOF | capConnectWithDB | capMultiStatements | capFoundRows,
-		rawExtCacheMeta, 45},
-	{"libmariadb (mariadb CLI)", capLongFlag | capTransactions | capSecureConnection | capMultiResults |
-		capPSMultiResults | capProtocol41 | capPluginAuth | capPluginAuthLenenc | capSessionTrack |
-		capConnectAttrs | capMultiStatements | capLocalFiles | capInteractive | capConnectWithDB,
-		rawExtProgress | rawExtBulk | rawExtTypeInfo | rawExtCacheMeta, 45},
-	{"PyMySQL", capLongPassword | capLongFlag | capProtocol41 | capTransactions | capSecureConnection |
-		capMultiResults | capPluginAuth | capPluginAuthLenenc | capConnectAttrs | capConnectWithDB, 0, 45},
-	{"node mysql2 multipleStatements", capLongPassword | capFoundRows | capLongFlag | capConnectWithDB | capODBC |
-		capLocalFiles | capIgnoreSpace | capProtocol41 | capIgnoreSigpipe | capTransactions | capReserved |
-		capSecureConnection | capMultiResults | capSessionTrack | capPluginAuth | capPluginAuthLenenc |
-		capConnectAttrs | capMultiStatements, 0, 224},
-	{"Connector/J", capLongPassword | capFoundRows | capLongFlag | capProtocol41 | capTransactions |
-		capSecureConnection | capMultiResults | capPSMultiResults | capPluginAuth | capConnectAttrs |
-		capPluginAuthLenenc | capDeprecateEOF | capSessionTrack | capConnectWithDB, 0, 224},
+	{"go-sql-driver", rawmysql.CapLongPassword | rawmysql.CapLongFlag | rawmysql.CapProtocol41 | rawmysql.CapSecureConnection | rawmysql.CapTransactions |
+		rawmysql.CapPluginAuthLenenc | rawmysql.CapLocalFiles | rawmysql.CapPluginAuth | rawmysql.CapMultiResults | rawmysql.CapConnectAttrs |
+		rawmysql.CapDeprecateEOF | rawmysql.CapConnectWithDB, mysqlwire.ExtCacheMetadata, 45},
+	{"go-sql-driver multiStatements clientFoundRows", rawmysql.CapLongPassword | rawmysql.CapLongFlag | rawmysql.CapProtocol41 |
+		rawmysql.CapSecureConnection | rawmysql.CapTransactions | rawmysql.CapPluginAuthLenenc | rawmysql.CapLocalFiles | rawmysql.CapPluginAuth |
+		rawmysql.CapMultiResults | rawmysql.CapConnectAttrs | rawmysql.CapDeprecateEOF | rawmysql.CapConnectWithDB | rawmysql.CapMultiStatements | rawmysql.CapFoundRows,
+		mysqlwire.ExtCacheMetadata, 45},
+	{"libmariadb (mariadb CLI)", rawmysql.CapLongFlag | rawmysql.CapTransactions | rawmysql.CapSecureConnection | rawmysql.CapMultiResults |
+		rawmysql.CapPSMultiResults | rawmysql.CapProtocol41 | rawmysql.CapPluginAuth | rawmysql.CapPluginAuthLenenc | rawmysql.CapSessionTrack |
+		rawmysql.CapConnectAttrs | rawmysql.CapMultiStatements | rawmysql.CapLocalFiles | rawmysql.CapInteractive | rawmysql.CapConnectWithDB,
+		mysqlwire.ExtProgress | mysqlwire.ExtBulk | mysqlwire.ExtTypeInfo | mysqlwire.ExtCacheMetadata, 45},
+	{"PyMySQL", rawmysql.CapLongPassword | rawmysql.CapLongFlag | rawmysql.CapProtocol41 | rawmysql.CapTransactions | rawmysql.CapSecureConnection |
+		rawmysql.CapMultiResults | rawmysql.CapPluginAuth | rawmysql.CapPluginAuthLenenc | rawmysql.CapConnectAttrs | rawmysql.CapConnectWithDB, 0, 45},
+	{"node mysql2 multipleStatements", rawmysql.CapLongPassword | rawmysql.CapFoundRows | rawmysql.CapLongFlag | rawmysql.CapConnectWithDB | rawmysql.CapODBC |
+		rawmysql.CapLocalFiles | rawmysql.CapIgnoreSpace | rawmysql.CapProtocol41 | rawmysql.CapIgnoreSigpipe | rawmysql.CapTransactions | rawmysql.CapReserved |
+		rawmysql.CapSecureConnection | rawmysql.CapMultiResults | rawmysql.CapSessionTrack | rawmysql.CapPluginAuth | rawmysql.CapPluginAuthLenenc |
+		rawmysql.CapConnectAttrs | rawmysql.CapMultiStatements, 0, 224},
+	{"Connector/J", rawmysql.CapLongPassword | rawmysql.CapFoundRows | rawmysql.CapLongFlag | rawmysql.CapProtocol41 | rawmysql.CapTransactions |
+		rawmysql.CapSecureConnection | rawmysql.CapMultiResults | rawmysql.CapPSMultiResults | rawmysql.CapPluginAuth | rawmysql.CapConnectAttrs |
+		rawmysql.CapPluginAuthLenenc | rawmysql.CapDeprecateEOF | rawmysql.CapSessionTrack | rawmysql.CapConnectWithDB, 0, 224},
 }
 
 // diffAllowed are the differences multiplexing makes unavoidable: step
@@ -158,15 +147,15 @@ func newDiffRun(t *testing.T, d diffDriver) *diffRun {
 		}
 	}
 	hf, md := greeted(t, p.addr), greeted(t, p.cfg.Backend.Address)
-	r.caps = d.caps & hf.srvCaps & md.srvCaps
-	r.ext = d.ext & hf.srvExt & md.srvExt
+	r.caps = d.caps & hf.ServerCaps & md.ServerCaps
+	r.ext = d.ext & hf.ServerExt & md.ServerExt
 	if lost := d.caps &^ r.caps; lost != 0 {
-		t.Logf("%s asks for %#x; not offered by holdfast: %#x, by MariaDB: %#x", d.name, d.caps, d.caps&^hf.srvCaps, d.caps&^md.srvCaps)
+		t.Logf("%s asks for %#x; not offered by holdfast: %#x, by MariaDB: %#x", d.name, d.caps, d.caps&^hf.ServerCaps, d.caps&^md.ServerCaps)
 	}
 	if lost := d.ext &^ r.ext; lost != 0 {
-		t.Logf("%s asks for extended %#x; not offered by holdfast: %#x, by MariaDB: %#x", d.name, d.ext, d.ext&^hf.srvExt, d.ext&^md.srvExt)
+		t.Logf("%s asks for extended %#x; not offered by holdfast: %#x, by MariaDB: %#x", d.name, d.ext, d.ext&^hf.ServerExt, d.ext&^md.ServerExt)
 	}
-	r.track = r.caps&capSessionTrack != 0
+	r.track = r.caps&rawmysql.CapSessionTrack != 0
 	return r
 }
 
@@ -176,19 +165,19 @@ func (r *diffRun) login(name string) *diffClient {
 	r.t.Helper()
 	dc := &diffClient{name: name, stmts: map[string][2]uint32{}}
 	for side := range 2 {
-		o := rawOpts{caps: r.caps, drop: ^r.caps, ext: r.ext, coll: r.d.coll, db: r.db[side]}
+		o := rawmysql.Options{Caps: r.caps, Drop: ^r.caps, Ext: r.ext, Collation: r.d.coll, DB: r.db[side]}
 		addr := r.p.addr
-		o.user, o.pass = "app", "app"
+		o.User, o.Password = "app", "app"
 		if side == sideDirect {
-			addr, o.user, o.pass = r.p.cfg.Backend.Address, r.p.user, r.p.user
+			addr, o.User, o.Password = r.p.cfg.Backend.Address, r.p.user, r.p.user
 		}
 		c := rawLogin(r.t, addr, o)
-		if c.caps != r.caps || c.ext != r.ext {
-			r.t.Fatalf("%s: %s negotiated caps %#x ext %#x, want %#x ext %#x", name, sideNames[side], c.caps, c.ext, r.caps, r.ext)
+		if c.Caps != r.caps || c.Ext != r.ext {
+			r.t.Fatalf("%s: %s negotiated caps %#x ext %#x, want %#x ext %#x", name, sideNames[side], c.Caps, c.Ext, r.caps, r.ext)
 		}
 		dc.c[side] = c
 	}
-	r.compare(name, "login", [2][][]byte{{dc.c[0].authOK}, {dc.c[1].authOK}})
+	r.compare(name, "login", [2][][]byte{{dc.c[0].AuthOK}, {dc.c[1].AuthOK}})
 	r.clients[name] = dc
 	return dc
 }
@@ -197,13 +186,13 @@ func (r *diffRun) login(name string) *diffClient {
 func (r *diffRun) quit(dc *diffClient) {
 	r.t.Helper()
 	for _, c := range dc.c {
-		if err := c.command([]byte{rcQuit}); err != nil {
+		if err := c.Command([]byte{rawmysql.ComQuit}); err != nil {
 			r.t.Fatal(err)
 		}
-		if _, err := c.waitClosed(); err != nil {
+		if _, err := c.WaitClosed(); err != nil {
 			r.t.Fatalf("%s: COM_QUIT: %v", dc.name, err)
 		}
-		c.nc.Close()
+		c.NC.Close()
 	}
 	delete(r.clients, dc.name)
 }
@@ -225,19 +214,19 @@ func (r *diffRun) ql(dc *diffClient, label, sql string) {
 	if strings.Contains(sql, "{id}") {
 		// Each side names the client by its own connection id; errors
 		// that quote the statement quote it.
-		r.idSwap = [2]string{fmt.Sprint(dc.c[sideDirect].connID), fmt.Sprint(dc.c[sideHoldfast].connID)}
+		r.idSwap = [2]string{fmt.Sprint(dc.c[sideDirect].ConnID), fmt.Sprint(dc.c[sideHoldfast].ConnID)}
 		defer func() { r.idSwap = [2]string{} }()
 	}
 	r.exchange(dc, label, respResults, func(side int) []byte {
-		q := strings.ReplaceAll(r.expand(side, sql), "{id}", fmt.Sprint(dc.c[side].connID))
-		return append([]byte{rcQuery}, q...)
+		q := strings.ReplaceAll(r.expand(side, sql), "{id}", fmt.Sprint(dc.c[side].ConnID))
+		return append([]byte{rawmysql.ComQuery}, q...)
 	})
 }
 
 // initDB sends COM_INIT_DB on both sides.
 func (r *diffRun) initDB(dc *diffClient, db string) {
 	r.t.Helper()
-	r.exchange(dc, "COM_INIT_DB "+db, respOne, func(side int) []byte { return append([]byte{rcInitDB}, r.expand(side, db)...) })
+	r.exchange(dc, "COM_INIT_DB "+db, respOne, func(side int) []byte { return append([]byte{rawmysql.ComInitDB}, r.expand(side, db)...) })
 }
 
 // cmd runs any command on both sides.
@@ -250,7 +239,7 @@ func (r *diffRun) cmd(dc *diffClient, label string, kind respKind, payload []byt
 func (r *diffRun) prepare(dc *diffClient, label, sql string) {
 	r.t.Helper()
 	resp := r.exchange(dc, "prepare "+label, respPrepare, func(side int) []byte {
-		return append([]byte{rcStmtPrepare}, r.expand(side, sql)...)
+		return append([]byte{rawmysql.ComStmtPrepare}, r.expand(side, sql)...)
 	})
 	var ids [2]uint32
 	for side, ps := range resp {
@@ -274,13 +263,13 @@ func (r *diffRun) stmt(dc *diffClient, what, label string, kind respKind, build 
 	r.stmtIDs = [2]uint32{}
 }
 
-func (r *diffRun) execute(dc *diffClient, label string, flags byte, params []rawParam, bind bool) {
+func (r *diffRun) execute(dc *diffClient, label string, flags byte, params []rawmysql.Param, bind bool) {
 	r.t.Helper()
 	kind := respResults
 	if flags&0x01 != 0 {
 		kind = respCursor
 	}
-	r.stmt(dc, "execute", label, kind, func(id uint32) []byte { return executePacket(id, flags, params, bind) })
+	r.stmt(dc, "execute", label, kind, func(id uint32) []byte { return rawmysql.ExecutePacket(id, flags, params, bind) })
 }
 
 // exchange sends a command to both sides, reads both responses whole, and
@@ -289,7 +278,7 @@ func (r *diffRun) exchange(dc *diffClient, label string, kind respKind, build fu
 	r.t.Helper()
 	var resp [2][][]byte
 	for side, c := range dc.c {
-		if err := c.command(build(side)); err != nil {
+		if err := c.Command(build(side)); err != nil {
 			r.t.Fatalf("%s: %s: send to %s: %v", dc.name, label, sideNames[side], err)
 		}
 	}
@@ -393,13 +382,13 @@ func sortStateVars(p []byte) []byte {
 func readResponse(c *rawConn, kind respKind) ([][]byte, error) {
 	var out [][]byte
 	read := func() ([]byte, error) {
-		p, err := c.readPacket()
+		p, err := c.ReadPacket()
 		if err == nil {
 			out = append(out, p)
 		}
 		return p, err
 	}
-	track := c.caps&capSessionTrack != 0
+	track := c.Caps&rawmysql.CapSessionTrack != 0
 	switch kind {
 	case respNone:
 		return nil, nil
@@ -428,7 +417,7 @@ func readResponse(c *rawConn, kind respKind) ([][]byte, error) {
 	case respFieldList, respRows:
 		for {
 			p, err := read()
-			if err != nil || p[0] == 0xff || isEOFPacket(p) {
+			if err != nil || p[0] == 0xff || mysqlwire.IsEOF(p[0], len(p)) {
 				return out, err
 			}
 		}
@@ -442,17 +431,17 @@ func readResponse(c *rawConn, kind respKind) ([][]byte, error) {
 		case 0xff:
 			return out, nil
 		case 0x00:
-			ok, err := decodeOK(p, track)
-			if err != nil || ok.status&stMoreResults == 0 {
+			ok, err := rawmysql.DecodeOK(p, track)
+			if err != nil || ok.Status&mysqlwire.StatusMoreResults == 0 {
 				return out, err
 			}
 			continue
 		case 0xfb:
 			return out, fmt.Errorf("LOCAL INFILE request")
 		}
-		ncols, _, err := lenEnc(p)
-		if err != nil {
-			return out, err
+		ncols, _, null, ok := mysqlwire.ReadLenEnc(p)
+		if !ok || null {
+			return out, fmt.Errorf("column count % x", p)
 		}
 		for i := uint64(0); i < ncols; i++ {
 			if _, err := read(); err != nil {
@@ -463,11 +452,11 @@ func readResponse(c *rawConn, kind respKind) ([][]byte, error) {
 		if err != nil {
 			return out, err
 		}
-		_, st, err := decodeEOF(p)
+		_, st, err := rawmysql.DecodeEOF(p)
 		if err != nil {
 			return out, err
 		}
-		if kind == respCursor && st&stCursorExists != 0 {
+		if kind == respCursor && st&mysqlwire.StatusCursorExists != 0 {
 			return out, nil
 		}
 		for {
@@ -478,11 +467,11 @@ func readResponse(c *rawConn, kind respKind) ([][]byte, error) {
 			if p[0] == 0xff {
 				return out, nil
 			}
-			if isEOFPacket(p) {
+			if mysqlwire.IsEOF(p[0], len(p)) {
 				break
 			}
 		}
-		if _, st, err = decodeEOF(p); err != nil || st&stMoreResults == 0 {
+		if _, st, err = rawmysql.DecodeEOF(p); err != nil || st&mysqlwire.StatusMoreResults == 0 {
 			return out, err
 		}
 	}
@@ -494,16 +483,16 @@ func describePacket(p []byte, track bool) string {
 	case p == nil:
 		return "(none)"
 	case p[0] == 0xff:
-		if e, err := decodeErr(p); err == nil {
+		if e, err := rawmysql.DecodeErr(p); err == nil {
 			return e.Error()
 		}
 	case p[0] == 0x00 && len(p) >= 7:
-		if ok, err := decodeOK(p, track); err == nil {
-			st, _ := decodeState(ok.state)
+		if ok, err := rawmysql.DecodeOK(p, track); err == nil {
+			st, _ := rawmysql.DecodeState(ok.StateInfo)
 			return fmt.Sprintf("OK %+v state %+v  [% x]", ok, st, p)
 		}
-	case isEOFPacket(p):
-		w, st, _ := decodeEOF(p)
+	case mysqlwire.IsEOF(p[0], len(p)):
+		w, st, _ := rawmysql.DecodeEOF(p)
 		return fmt.Sprintf("EOF warnings %d status %#x", w, st)
 	}
 	if len(p) > 96 {
@@ -520,7 +509,7 @@ func hexPackets(ps [][]byte) string {
 	return b.String()
 }
 
-func pLongLong(v int64) rawParam { return pInt(v) }
+func pLongLong(v int64) rawmysql.Param { return rawmysql.IntParam(v) }
 
 // diffCorpus is the sequence both sides run.
 func diffCorpus(r *diffRun) {
@@ -685,15 +674,15 @@ func diffCorpus(r *diffRun) {
 
 	// Binary protocol.
 	r.prepare(a, "by id", "SELECT * FROM types WHERE id = ?")
-	r.execute(a, "by id", 0, []rawParam{pLongLong(1)}, true)
-	r.execute(a, "by id", 0, []rawParam{pLongLong(2)}, false)
+	r.execute(a, "by id", 0, []rawmysql.Param{pLongLong(1)}, true)
+	r.execute(a, "by id", 0, []rawmysql.Param{pLongLong(2)}, false)
 	r.prepare(a, "params", "SELECT ?, ?, ?, ? + 1")
-	r.execute(a, "params", 0, []rawParam{pStr("s"), pNull(), pInt(7), pInt(-3)}, true)
+	r.execute(a, "params", 0, []rawmysql.Param{rawmysql.StrParam("s"), rawmysql.NullParam(), rawmysql.IntParam(7), rawmysql.IntParam(-3)}, true)
 	r.prepare(a, "insert", "INSERT INTO types (id, vc, bl) VALUES (?, ?, ?)")
 	r.stmt(a, "long data", "insert", respNone, func(id uint32) []byte {
-		return append(binary.LittleEndian.AppendUint16(binary.LittleEndian.AppendUint32([]byte{rcStmtSendLong}, id), 2), bytes.Repeat([]byte{7}, 5000)...)
+		return append(binary.LittleEndian.AppendUint16(binary.LittleEndian.AppendUint32([]byte{rawmysql.ComStmtSendLongData}, id), 2), bytes.Repeat([]byte{7}, 5000)...)
 	})
-	r.execute(a, "insert", 0, []rawParam{pInt(50), pStr("long"), pLong()}, true)
+	r.execute(a, "insert", 0, []rawmysql.Param{rawmysql.IntParam(50), rawmysql.StrParam("long"), rawmysql.LongParam()}, true)
 	r.q(a, "SELECT id, vc, LENGTH(bl) FROM types WHERE id = 50")
 	r.prepare(a, "bad", "SELECT nope FROM types")
 	r.prepare(a, "call", "CALL sp_two()")
@@ -701,27 +690,27 @@ func diffCorpus(r *diffRun) {
 	r.prepare(a, "cursor", "SELECT id, ch FROM types ORDER BY id")
 	r.execute(a, "cursor", 0x01, nil, false)
 	r.stmt(a, "fetch", "cursor", respRows, func(id uint32) []byte {
-		return binary.LittleEndian.AppendUint32(stmtCmd(rcStmtFetch, id), 1)
+		return binary.LittleEndian.AppendUint32(rawmysql.StmtCmd(rawmysql.ComStmtFetch, id), 1)
 	})
 	r.stmt(a, "fetch rest", "cursor", respRows, func(id uint32) []byte {
-		return binary.LittleEndian.AppendUint32(stmtCmd(rcStmtFetch, id), 100)
+		return binary.LittleEndian.AppendUint32(rawmysql.StmtCmd(rawmysql.ComStmtFetch, id), 100)
 	})
-	r.stmt(a, "reset", "cursor", respOne, func(id uint32) []byte { return stmtCmd(rcStmtReset, id) })
-	r.stmt(a, "close", "params", respNone, func(id uint32) []byte { return stmtCmd(rcStmtClose, id) })
-	r.stmt(a, "execute closed", "params", respResults, func(id uint32) []byte { return executePacket(id, 0, nil, false) })
+	r.stmt(a, "reset", "cursor", respOne, func(id uint32) []byte { return rawmysql.StmtCmd(rawmysql.ComStmtReset, id) })
+	r.stmt(a, "close", "params", respNone, func(id uint32) []byte { return rawmysql.StmtCmd(rawmysql.ComStmtClose, id) })
+	r.stmt(a, "execute closed", "params", respResults, func(id uint32) []byte { return rawmysql.ExecutePacket(id, 0, nil, false) })
 	r.prepare(a, "last id", "SELECT LAST_INSERT_ID()")
 	r.execute(a, "last id", 0, nil, false)
 
 	// Other commands.
-	r.cmd(a, "COM_PING", respOne, []byte{rcPing})
-	r.cmd(a, "COM_FIELD_LIST", respFieldList, append(append([]byte{rcFieldList}, "types"...), 0))
-	r.cmd(a, "COM_SET_OPTION off", respOne, []byte{rcSetOption, 1, 0})
+	r.cmd(a, "COM_PING", respOne, []byte{rawmysql.ComPing})
+	r.cmd(a, "COM_FIELD_LIST", respFieldList, append(append([]byte{rawmysql.ComFieldList}, "types"...), 0))
+	r.cmd(a, "COM_SET_OPTION off", respOne, []byte{rawmysql.ComSetOption, 1, 0})
 	r.q(a, "SELECT 1; SELECT 2")
-	r.cmd(a, "COM_SET_OPTION on", respOne, []byte{rcSetOption, 0, 0})
+	r.cmd(a, "COM_SET_OPTION on", respOne, []byte{rawmysql.ComSetOption, 0, 0})
 	r.q(a, "SELECT 1; SELECT 2")
 	diffLocalInfile(r, a)
 	r.q(a, "SET @v = 1")
-	r.cmd(a, "COM_RESET_CONNECTION", respOne, []byte{rcResetConn})
+	r.cmd(a, "COM_RESET_CONNECTION", respOne, []byte{rawmysql.ComResetConnection})
 	r.q(a, "SELECT @v, DATABASE()")
 	r.quit(a)
 
@@ -761,7 +750,7 @@ func diffCorpus(r *diffRun) {
 	}
 	// Options and statements left behind at the protocol level.
 	first := r.login("first options")
-	r.cmd(first, "COM_SET_OPTION off", respOne, []byte{rcSetOption, 1, 0})
+	r.cmd(first, "COM_SET_OPTION off", respOne, []byte{rawmysql.ComSetOption, 1, 0})
 	r.q(first, "SET @pin = 1")
 	r.prepare(first, "left open", "SELECT 1")
 	r.quit(first)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
@@ -15,12 +16,12 @@ import (
 // holdfast id would be read as a backend thread id.
 func TestKillFormsNeverPassThrough(t *testing.T) {
 	p := startProxy(t)
-	victim := p.raw(t, rawOpts{user: "other", pass: "other"})
+	victim := p.raw(t, rawmysql.Options{User: "other", Password: "other"})
 	vid := victim.value("SELECT CONNECTION_ID()")
 	victim.mustQuery("BEGIN")
 	victim.mustQuery("SELECT 1") // holds a backend connection, in a transaction
 	tid := rawThread(victim)
-	c := p.raw(t, rawOpts{user: "admin", pass: "admin", caps: capMultiStatements})
+	c := p.raw(t, rawmysql.Options{User: "admin", Password: "admin", Caps: rawmysql.CapMultiStatements})
 	for _, q := range []string{
 		"SELECT 1; KILL (" + tid + "); SELECT 2",
 		"BEGIN NOT ATOMIC KILL " + vid + "; END",
@@ -28,10 +29,10 @@ func TestKillFormsNeverPassThrough(t *testing.T) {
 		"KILL (" + tid + ")",
 		"KILL " + tid + " + 0",
 	} {
-		c.mustErr(append([]byte{rcQuery}, q...), 1235, "42000")
+		c.mustErr(append([]byte{rawmysql.ComQuery}, q...), 1235, "42000")
 	}
-	c.mustErr(append([]byte{rcStmtPrepare}, "KILL ?"...), 1295, "HY000")
-	c.mustErr(append([]byte{rcStmtPrepare}, ("KILL "+vid)...), 1295, "HY000")
+	c.mustErr(append([]byte{rawmysql.ComStmtPrepare}, "KILL ?"...), 1295, "HY000")
+	c.mustErr(append([]byte{rawmysql.ComStmtPrepare}, ("KILL "+vid)...), 1295, "HY000")
 	if v := victim.value("SELECT @@in_transaction"); v != "1" {
 		t.Fatalf("the victim's transaction ended (in_transaction %s)", v)
 	}
@@ -45,26 +46,26 @@ func TestKillFormsNeverPassThrough(t *testing.T) {
 // MariaDB's own KILL USER would kill everyone's backend connections).
 func TestKillUser(t *testing.T) {
 	p := startProxy(t)
-	victims := []*rawConn{p.raw(t, rawOpts{user: "other", pass: "other"}), p.raw(t, rawOpts{user: "other", pass: "other"})}
+	victims := []*rawConn{p.raw(t, rawmysql.Options{User: "other", Password: "other"}), p.raw(t, rawmysql.Options{User: "other", Password: "other"})}
 	for _, v := range victims {
 		v.mustQuery("BEGIN")
 		v.mustQuery("SELECT 1")
 	}
-	bystander := p.raw(t, rawOpts{})
+	bystander := p.raw(t, rawmysql.Options{})
 	bystander.mustQuery("BEGIN")
 	bystander.mustQuery("SELECT 1")
 	btid := rawThread(bystander)
 
 	// Only an admin (or the user itself) may.
-	p.raw(t, rawOpts{}).mustErr(append([]byte{rcQuery}, "KILL USER other"...), 1095, "HY000")
-	admin := p.raw(t, rawOpts{user: "admin", pass: "admin"})
-	ok := admin.mustOK(append([]byte{rcQuery}, "KILL USER 'other'@'%'"...))
-	if ok.affected != 2 {
-		t.Errorf("KILL USER: %d affected, want the 2 connections killed", ok.affected)
+	p.raw(t, rawmysql.Options{}).mustErr(append([]byte{rawmysql.ComQuery}, "KILL USER other"...), 1095, "HY000")
+	admin := p.raw(t, rawmysql.Options{User: "admin", Password: "admin"})
+	ok := admin.mustOK(append([]byte{rawmysql.ComQuery}, "KILL USER 'other'@'%'"...))
+	if ok.AffectedRows != 2 {
+		t.Errorf("KILL USER: %d affected, want the 2 connections killed", ok.AffectedRows)
 	}
 	for i, v := range victims {
-		v.guard = 10 * time.Second
-		if _, err := v.waitClosed(); err != nil {
+		v.Guard = 10 * time.Second
+		if _, err := v.WaitClosed(); err != nil {
 			t.Fatalf("victim %d not closed: %v", i, err)
 		}
 	}
@@ -75,16 +76,16 @@ func TestKillUser(t *testing.T) {
 		t.Fatal("the bystander's transaction ended")
 	}
 	// KILL QUERY USER leaves the connections open.
-	other := p.raw(t, rawOpts{user: "other", pass: "other"})
-	admin.mustOK(append([]byte{rcQuery}, "KILL QUERY USER other"...))
+	other := p.raw(t, rawmysql.Options{User: "other", Password: "other"})
+	admin.mustOK(append([]byte{rawmysql.ComQuery}, "KILL QUERY USER other"...))
 	if v := other.value("SELECT 'still here'"); v != "still here" {
 		t.Fatal(v)
 	}
 	// A user may kill its own user's connections, its own included.
-	self := p.raw(t, rawOpts{user: "other", pass: "other"})
-	self.mustOK(append([]byte{rcQuery}, "KILL USER other"...))
+	self := p.raw(t, rawmysql.Options{User: "other", Password: "other"})
+	self.mustOK(append([]byte{rawmysql.ComQuery}, "KILL USER other"...))
 	for _, c := range []*rawConn{other, self} {
-		if _, err := c.waitClosed(); err != nil {
+		if _, err := c.WaitClosed(); err != nil {
 			t.Fatalf("not closed after KILL USER by its own user: %v", err)
 		}
 	}
@@ -95,7 +96,7 @@ func TestKillUser(t *testing.T) {
 // runs the statement.
 func TestConnectionIDEveryForm(t *testing.T) {
 	p := startProxy(t)
-	c := p.raw(t, rawOpts{})
+	c := p.raw(t, rawmysql.Options{})
 	id := c.value("SELECT CONNECTION_ID()")
 	if n, err := strconv.Atoi(id); err != nil || n < firstConnID {
 		t.Fatalf("CONNECTION_ID() = %s, want a holdfast connection id", id)
@@ -112,24 +113,24 @@ func TestConnectionIDEveryForm(t *testing.T) {
 		}
 	}
 	rs := c.mustQuery("SELECT CONNECTION_ID() + 1")
-	if name := rs[0].cols[0].name; name != "CONNECTION_ID() + 1" {
+	if name := rs[0].Cols[0].Name; name != "CONNECTION_ID() + 1" {
 		t.Errorf("column named %q, want the expression as written", name)
 	}
 	for _, q := range []string{"SELECT CONNECTION_ID()", "SELECT CONNECTION_ID() + ?", "SELECT ?, CONNECTION_ID()"} {
 		st := c.mustPrepare(q)
-		params := make([]rawParam, st.params)
+		params := make([]rawmysql.Param, st.Params)
 		for i := range params {
-			params[i] = pInt(0)
+			params[i] = rawmysql.IntParam(0)
 		}
 		r := c.mustExecute(st, params, true)
-		if got := r.cell(0, len(r.cols)-1); got != id {
+		if got := r.Cell(0, len(r.Cols)-1); got != id {
 			t.Errorf("prepared %s = %s, want %s", q, got, id)
 		}
 	}
 	// And KILL takes it.
-	killer := p.raw(t, rawOpts{})
-	killer.mustOK(append([]byte{rcQuery}, ("KILL " + c.value("SELECT CONNECTION_ID() + 0"))...))
-	if _, err := c.waitClosed(); err != nil {
+	killer := p.raw(t, rawmysql.Options{})
+	killer.mustOK(append([]byte{rawmysql.ComQuery}, ("KILL " + c.value("SELECT CONNECTION_ID() + 0"))...))
+	if _, err := c.WaitClosed(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -140,7 +141,7 @@ func TestConnectionIDEveryForm(t *testing.T) {
 // to the pool.
 func TestWaitTimeoutIsTheClients(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1 })
-	c := p.raw(t, rawOpts{})
+	c := p.raw(t, rawmysql.Options{})
 	tid := rawThread(c)
 	c.mustQuery("SET wait_timeout = 1")
 	if v := c.value("SELECT @@wait_timeout"); v != "1" {
@@ -149,13 +150,13 @@ func TestWaitTimeoutIsTheClients(t *testing.T) {
 	if v := c.value("SELECT @@session.wait_timeout, 'x'"); v != "1" {
 		t.Fatalf("@@session.wait_timeout = %s", v)
 	}
-	other := p.raw(t, rawOpts{})
+	other := p.raw(t, rawmysql.Options{})
 	if v := other.value("SELECT @@wait_timeout"); v == "1" {
 		t.Fatal("another client sees the first client's wait_timeout")
 	}
 	// Idle past its wait_timeout, the client is closed without a word.
-	c.guard = 10 * time.Second
-	rest, err := c.waitClosed()
+	c.Guard = 10 * time.Second
+	rest, err := c.WaitClosed()
 	if err != nil || len(rest) != 0 {
 		t.Fatalf("idle client with wait_timeout 1: % x, %v; want closed without a packet", rest, err)
 	}
@@ -168,13 +169,13 @@ func TestWaitTimeoutIsTheClients(t *testing.T) {
 	}
 
 	// interactive_timeout applies to clients that say they are interactive.
-	ic := p.raw(t, rawOpts{caps: capInteractive})
+	ic := p.raw(t, rawmysql.Options{Caps: rawmysql.CapInteractive})
 	ic.mustQuery("SET interactive_timeout = 1")
-	ic.guard = 10 * time.Second
-	if rest, err := ic.waitClosed(); err != nil || len(rest) != 0 {
+	ic.Guard = 10 * time.Second
+	if rest, err := ic.WaitClosed(); err != nil || len(rest) != 0 {
 		t.Fatalf("interactive client: % x, %v", rest, err)
 	}
-	nc := p.raw(t, rawOpts{})
+	nc := p.raw(t, rawmysql.Options{})
 	nc.mustQuery("SET interactive_timeout = 1")
 	time.Sleep(1500 * time.Millisecond)
 	if v := nc.value("SELECT 'alive'"); v != "alive" {
@@ -188,11 +189,11 @@ func TestWaitTimeoutIsTheClients(t *testing.T) {
 // settings.
 func TestSessionTrackingIsTheClients(t *testing.T) {
 	p := startProxy(t)
-	c, d := p.raw(t, rawOpts{caps: capSessionTrack}), p.rawDirect(t, rawOpts{caps: capSessionTrack})
+	c, d := p.raw(t, rawmysql.Options{Caps: rawmysql.CapSessionTrack}), p.rawDirect(t, rawmysql.Options{Caps: rawmysql.CapSessionTrack})
 	for _, q := range []string{"SET sql_mode = ''", "SET @v = 1", "SET time_zone = '+02:00'", "SET autocommit = 1"} {
-		okp, okd := c.mustOK(append([]byte{rcQuery}, q...)), d.mustOK(append([]byte{rcQuery}, q...))
-		if okp.status != okd.status || string(okp.state) != string(okd.state) {
-			t.Errorf("%s: holdfast status %#x state % x, MariaDB status %#x state % x", q, okp.status, okp.state, okd.status, okd.state)
+		okp, okd := c.mustOK(append([]byte{rawmysql.ComQuery}, q...)), d.mustOK(append([]byte{rawmysql.ComQuery}, q...))
+		if okp.Status != okd.Status || string(okp.StateInfo) != string(okd.StateInfo) {
+			t.Errorf("%s: holdfast status %#x state % x, MariaDB status %#x state % x", q, okp.Status, okp.StateInfo, okd.Status, okd.StateInfo)
 		}
 	}
 	for _, v := range []string{"@@session_track_system_variables", "@@session_track_state_change", "@@session_track_schema"} {
@@ -201,10 +202,10 @@ func TestSessionTrackingIsTheClients(t *testing.T) {
 		}
 	}
 	rs := c.mustQuery("SHOW VARIABLES LIKE 'session_track_system_variables'")
-	if got, want := rs[0].cell(0, 1), d.value("SELECT @@session_track_system_variables"); got != want {
+	if got, want := rs[0].Cell(0, 1), d.value("SELECT @@session_track_system_variables"); got != want {
 		t.Errorf("SHOW VARIABLES: %q, want %q", got, want)
 	}
-	if strings.Contains(rs[0].cell(0, 1), "*") {
+	if strings.Contains(rs[0].Cell(0, 1), "*") {
 		t.Error("holdfast's own tracking setting leaked")
 	}
 }

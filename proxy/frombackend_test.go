@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // fromBackend starts holdfast with auth.from_backend on, its lookup
@@ -74,15 +75,15 @@ func TestFromBackend(t *testing.T) {
 		t.Fatalf("the old password after the change: %v, want 1045", err)
 	}
 
-	c := p.raw(t, rawOpts{})
-	if _, _, err := c.changeUser(u, "pw-two", p.db); err != nil {
+	c := p.raw(t, rawmysql.Options{})
+	if _, _, err := c.ChangeUser(u, "pw-two", p.db); err != nil {
 		t.Fatalf("COM_CHANGE_USER to a backend user: %v", err)
 	}
 	if cu := c.value("SELECT CURRENT_USER()"); cu != u+"@%" {
 		t.Fatalf("after COM_CHANGE_USER: %s", cu)
 	}
-	c = p.raw(t, rawOpts{})
-	if _, _, err := c.changeUser(u, "pw-one", p.db); errCode(err) != 1045 {
+	c = p.raw(t, rawmysql.Options{})
+	if _, _, err := c.ChangeUser(u, "pw-one", p.db); errCode(err) != 1045 {
 		t.Fatalf("COM_CHANGE_USER with the old password: %v, want 1045", err)
 	}
 	// Not a way in as holdfast's own accounts.
@@ -144,8 +145,8 @@ func TestFromBackendRefusals(t *testing.T) {
 		if err := loginErr(p, a.user, a.pass); mysqlErrNo(err) != 1045 {
 			t.Errorf("%s: login %v, want 1045", what, err)
 		}
-		c := p.raw(t, rawOpts{})
-		if _, _, err := c.changeUser(a.user, a.pass, ""); errCode(err) != 1045 {
+		c := p.raw(t, rawmysql.Options{})
+		if _, _, err := c.ChangeUser(a.user, a.pass, ""); errCode(err) != 1045 {
 			t.Errorf("%s: COM_CHANGE_USER %v, want 1045", what, err)
 		}
 	}
@@ -204,9 +205,9 @@ func TestFailedLoginsSlowed(t *testing.T) {
 	other := newBackendUser(t, "%", "other-pw", "SELECT ON `"+p.db+"`.*")
 
 	guess := func(pass string) error {
-		c, err := rawDial(p.addr, rawOpts{user: victim, pass: pass})
+		c, err := rawDial(p.addr, rawmysql.Options{User: victim, Password: pass})
 		if err == nil {
-			c.nc.Close()
+			c.NC.Close()
 			return errors.New("a wrong password logged in")
 		}
 		return err

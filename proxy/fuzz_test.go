@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
@@ -28,20 +30,20 @@ func FuzzParseStateInfo(f *testing.F) {
 	f.Fuzz(func(t *testing.T, info []byte) {
 		var sc varstate.Report
 		good := sc.AddStateInfo(info)
-		if es, err := decodeState(info); err == nil {
+		if es, err := rawmysql.DecodeState(info); err == nil {
 			if !good {
 				t.Fatalf("AddStateInfo rejects well-formed state % x (%+v)", info, es)
 			}
 			var schema string
 			var schemaSet bool
 			for _, e := range es {
-				switch e.typ {
+				switch e.Type {
 				case 0:
-					if !hasVar(sc, e.name, e.value) {
-						t.Fatalf("state % x: variable %s=%q missing from %+v", info, e.name, e.value, sc)
+					if !hasVar(sc, e.Name, e.Value) {
+						t.Fatalf("state % x: variable %s=%q missing from %+v", info, e.Name, e.Value, sc)
 					}
 				case 1:
-					schema, schemaSet = e.value, true
+					schema, schemaSet = e.Value, true
 				}
 			}
 			if sc.Schema != schema || sc.SchemaSet != schemaSet {
@@ -82,24 +84,33 @@ func hasVar(sc varstate.Report, name, value string) bool {
 
 func lower(s string) string { return string(bytes.ToLower([]byte(s))) }
 
+// lenEncStrings encodes each of ss as a length-encoded string.
+func lenEncStrings(ss ...string) []byte {
+	var b []byte
+	for _, s := range ss {
+		b = mysqlwire.AppendLenEncString(b, []byte(s))
+	}
+	return b
+}
+
 // encodeState writes session state information in the wire format.
 func encodeState(sc varstate.Report) []byte {
 	var b []byte
 	entry := func(typ byte, data []byte) {
 		b = append(b, typ)
-		b = putLenEncStr(b, string(data))
+		b = mysqlwire.AppendLenEncString(b, data)
 	}
 	for _, v := range sc.Vars {
-		entry(0, putLenEncStr(putLenEncStr(nil, v.Name), v.Value))
+		entry(0, lenEncStrings(v.Name, v.Value))
 	}
 	if sc.LastGTID != "" {
-		entry(0, putLenEncStr(putLenEncStr(nil, "last_gtid"), sc.LastGTID))
+		entry(0, lenEncStrings("last_gtid", sc.LastGTID))
 	}
 	if sc.PinVar != "" {
-		entry(0, putLenEncStr(putLenEncStr(nil, sc.PinVar), "OFF"))
+		entry(0, lenEncStrings(sc.PinVar, "OFF"))
 	}
 	if sc.SchemaSet {
-		entry(1, putLenEncStr(nil, sc.Schema))
+		entry(1, lenEncStrings(sc.Schema))
 	}
 	if sc.Changed {
 		entry(2, []byte("1"))
@@ -142,19 +153,19 @@ func FuzzHandshake(f *testing.F) {
 	pkts := func(ps ...[]byte) []byte {
 		var out []byte
 		for i, p := range ps {
-			out = append(out, frame(uint8(i+1), p)...)
+			out = append(out, rawmysql.Frame(uint8(i+1), p)...)
 		}
 		return out
 	}
-	caps := rawDefaultCaps | capConnectWithDB
-	f.Add(pkts(hello(rawDefaultCaps, "app", scrambleNative(salt, []byte("app")), "mysql_native_password")))
-	f.Add(pkts(hello(rawDefaultCaps, "empty", []byte("not-empty"), "mysql_native_password")))
-	f.Add(pkts(hello(rawDefaultCaps, "empty", nil, "mysql_native_password")))
-	f.Add(pkts(hello(rawDefaultCaps, "sha", scrambleNative(salt, []byte("x")), "mysql_native_password"), scrambleSHA2(salt, []byte("sha-secret"))))
-	f.Add(pkts(hello(rawDefaultCaps, "sha", scrambleSHA2(salt, []byte("sha-secret")), "caching_sha2_password")))
-	f.Add(pkts(hello(caps|capConnectAttrs, "app", scrambleNative(salt, []byte("app")), "mysql_native_password", 5, 1, 'k', 2, 'v', 'v')))
-	f.Add(pkts(append(binaryID(rawDefaultCaps|capSSL), make([]byte, 28)...)))
-	f.Add(pkts(hello(rawDefaultCaps&^capProtocol41, "app", nil, "")))
+	caps := rawmysql.DefaultCaps | rawmysql.CapConnectWithDB
+	f.Add(pkts(hello(rawmysql.DefaultCaps, "app", rawmysql.ScrambleNative(salt, []byte("app")), "mysql_native_password")))
+	f.Add(pkts(hello(rawmysql.DefaultCaps, "empty", []byte("not-empty"), "mysql_native_password")))
+	f.Add(pkts(hello(rawmysql.DefaultCaps, "empty", nil, "mysql_native_password")))
+	f.Add(pkts(hello(rawmysql.DefaultCaps, "sha", rawmysql.ScrambleNative(salt, []byte("x")), "mysql_native_password"), rawmysql.ScrambleSHA2(salt, []byte("sha-secret"))))
+	f.Add(pkts(hello(rawmysql.DefaultCaps, "sha", rawmysql.ScrambleSHA2(salt, []byte("sha-secret")), "caching_sha2_password")))
+	f.Add(pkts(hello(caps|rawmysql.CapConnectAttrs, "app", rawmysql.ScrambleNative(salt, []byte("app")), "mysql_native_password", 5, 1, 'k', 2, 'v', 'v')))
+	f.Add(pkts(append(binaryID(rawmysql.DefaultCaps|rawmysql.CapSSL), make([]byte, 28)...)))
+	f.Add(pkts(hello(rawmysql.DefaultCaps&^rawmysql.CapProtocol41, "app", nil, "")))
 	f.Add(pkts([]byte{1, 2, 3}))
 	f.Add([]byte{0xff, 0xff, 0xff, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -215,13 +226,13 @@ func FuzzClientCommand(f *testing.F) {
 		if err := fp.exchange(cmd); err != nil {
 			t.Fatalf("command % x: %v", trunc(cmd), err)
 		}
-		c, err := rawDial(fp.p.addr, rawOpts{user: "app", pass: "app", db: fp.p.db})
+		c, err := rawDial(fp.p.addr, rawmysql.Options{User: "app", Password: "app", DB: fp.p.db})
 		if err != nil {
 			t.Fatalf("after command % x: the next client cannot log in: %v", trunc(cmd), err)
 		}
-		defer c.nc.Close()
-		rs, err := c.query("SELECT 'next'")
-		if err != nil || len(rs) != 1 || rs[0].cell(0, 0) != "next" {
+		defer c.NC.Close()
+		rs, err := c.Results("SELECT 'next'")
+		if err != nil || len(rs) != 1 || rs[0].Cell(0, 0) != "next" {
 			t.Fatalf("after command % x: the next client's query: %+v, %v", trunc(cmd), rs, err)
 		}
 		fp.watch.mu.Lock()
@@ -236,21 +247,21 @@ func FuzzClientCommand(f *testing.F) {
 // exchange runs one command and judges the answer. Inputs of odd length
 // run on a connection with multi-statements and session tracking.
 func (fp *fuzzProxy) exchange(cmd []byte) error {
-	o := rawOpts{user: "app", pass: "app", db: fp.p.db}
+	o := rawmysql.Options{User: "app", Password: "app", DB: fp.p.db}
 	if len(cmd)%2 == 1 {
-		o.caps = capMultiStatements | capSessionTrack
+		o.Caps = rawmysql.CapMultiStatements | rawmysql.CapSessionTrack
 	}
 	c, err := rawDial(fp.p.addr, o)
 	if err != nil {
 		return fmt.Errorf("login: %w", err)
 	}
-	defer c.nc.Close()
-	c.guard = 20 * time.Second // hang guard
-	if err := c.command(cmd); err != nil {
+	defer c.NC.Close()
+	c.Guard = 20 * time.Second // hang guard
+	if err := c.Command(cmd); err != nil {
 		return err
 	}
 	closed := func(err error) error {
-		if isClosed(err) {
+		if rawmysql.IsClosed(err) {
 			return nil
 		}
 		return err
@@ -261,42 +272,42 @@ func (fp *fuzzProxy) exchange(cmd []byte) error {
 	}
 	switch {
 	case len(cmd) == 0:
-		if _, err := c.readAnyResponse(0); err != nil {
+		if _, err := c.ReadAnyResponse(0); err != nil {
 			return closed(err)
 		}
-	case first == rcQuit:
-		rest, err := c.waitClosed()
+	case first == rawmysql.ComQuit:
+		rest, err := c.WaitClosed()
 		if err != nil || len(rest) != 0 {
 			return fmt.Errorf("COM_QUIT answered % x, %v", trunc(rest), err)
 		}
 		return nil
-	case first == rcStmtSendLong || first == rcStmtClose:
+	case first == rawmysql.ComStmtSendLongData || first == rawmysql.ComStmtClose:
 		// No reply; the ping below must be the first answer.
 	default:
-		sw, err := c.readAnyResponse(first)
+		sw, err := c.ReadAnyResponse(first)
 		if err != nil {
 			return closed(err)
 		}
 		if sw {
 			// Authentication switch: answer wrongly; expect ERR 1045.
-			if err := c.writePacket(make([]byte, 20)); err != nil {
+			if err := c.WritePacket(make([]byte, 20)); err != nil {
 				return closed(err)
 			}
-			p, err := c.readPacket()
+			p, err := c.ReadPacket()
 			if err != nil {
 				return closed(err)
 			}
-			if e, err := decodeErr(p); err != nil || e.Code != 1045 {
+			if e, err := rawmysql.DecodeErr(p); err != nil || e.Code != 1045 {
 				return fmt.Errorf("after a wrong auth switch response: % x", trunc(p))
 			}
 			return closed(expectNothing(c))
 		}
 	}
-	p, err := c.roundTrip([]byte{rcPing})
+	p, err := c.RoundTrip([]byte{rawmysql.ComPing})
 	if err != nil {
 		return closed(err)
 	}
-	if _, err := decodeOK(p, c.caps&capSessionTrack != 0); err != nil {
+	if _, err := rawmysql.DecodeOK(p, c.Caps&rawmysql.CapSessionTrack != 0); err != nil {
 		return fmt.Errorf("COM_PING after the command: %w", err)
 	}
 	return nil
@@ -304,7 +315,7 @@ func (fp *fuzzProxy) exchange(cmd []byte) error {
 
 // expectNothing checks that the server closes without sending more.
 func expectNothing(c *rawConn) error {
-	rest, err := c.waitClosed()
+	rest, err := c.WaitClosed()
 	if err == nil && len(rest) != 0 {
 		return fmt.Errorf("unexpected bytes % x", trunc(rest))
 	}

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // One session's state must never reach another's. These sequences run a
@@ -18,24 +20,24 @@ import (
 func TestIsolationMultiStatementsAfterReset(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1 })
 	for i := 0; i < 100; i++ {
-		a := p.raw(t, rawOpts{})
-		if a.caps&capMultiStatements != 0 {
+		a := p.raw(t, rawmysql.Options{})
+		if a.Caps&rawmysql.CapMultiStatements != 0 {
 			t.Fatal("setup: the first client negotiated multi-statements")
 		}
 		a.mustQuery("SET @q = 1")
-		if err := a.command([]byte{rcQuit}); err != nil {
+		if err := a.Command([]byte{rawmysql.ComQuit}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.waitClosed(); err != nil {
+		if _, err := a.WaitClosed(); err != nil {
 			t.Fatal(err)
 		}
-		a.nc.Close()
-		b := p.raw(t, rawOpts{caps: capMultiStatements})
-		rs, err := b.query("select 1; select 2")
-		if err != nil || len(rs) != 2 || rs[1].cell(0, 0) != "2" {
+		a.NC.Close()
+		b := p.raw(t, rawmysql.Options{Caps: rawmysql.CapMultiStatements})
+		rs, err := b.Results("select 1; select 2")
+		if err != nil || len(rs) != 2 || rs[1].Cell(0, 0) != "2" {
 			t.Fatalf("round %d: multi-statement after a reset connection: %+v, %v", i, rs, err)
 		}
-		b.nc.Close()
+		b.NC.Close()
 	}
 }
 
@@ -45,29 +47,29 @@ func TestIsolationMultiStatementsAfterReset(t *testing.T) {
 // on one backend connection shared in turn.
 func TestTypeInfoRelayed(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1 })
-	d := p.rawDirect(t, rawOpts{ext: rawExtTypeInfo})
-	if d.ext&rawExtTypeInfo == 0 {
-		t.Fatalf("setup: MariaDB offers extended capabilities %#x", d.srvExt)
+	d := p.rawDirect(t, rawmysql.Options{Ext: mysqlwire.ExtTypeInfo})
+	if d.Ext&mysqlwire.ExtTypeInfo == 0 {
+		t.Fatalf("setup: MariaDB offers extended capabilities %#x", d.ServerExt)
 	}
 	d.mustQuery("CREATE TABLE tj (id INT PRIMARY KEY, j JSON, u UUID)")
 	d.mustQuery(`INSERT INTO tj VALUES (1, '{"a": 1}', 'cd6d1f5e-5b55-11ee-9b7a-000000000001')`)
 	const q = "SELECT id, j, u FROM tj"
 	want := d.mustQuery(q)
-	if len(want) != 1 || len(want[0].cols) != 3 || len(want[0].cols[1].typeInfo) == 0 {
+	if len(want) != 1 || len(want[0].Cols) != 3 || len(want[0].Cols[1].TypeInfo) == 0 {
 		t.Fatalf("setup: MariaDB sent no extended type info for a JSON column: %+v", want)
 	}
 	for i := 0; i < 3; i++ {
-		c := p.raw(t, rawOpts{ext: rawExtTypeInfo})
-		if c.ext&rawExtTypeInfo == 0 {
-			t.Fatalf("holdfast offers extended capabilities %#x, want type info", c.srvExt)
+		c := p.raw(t, rawmysql.Options{Ext: mysqlwire.ExtTypeInfo})
+		if c.Ext&mysqlwire.ExtTypeInfo == 0 {
+			t.Fatalf("holdfast offers extended capabilities %#x, want type info", c.ServerExt)
 		}
-		if c.srvExt&(rawExtCacheMeta|rawExtBulk|rawExtProgress) != 0 {
-			t.Fatalf("holdfast offers extended capabilities %#x it cannot honour", c.srvExt)
+		if c.ServerExt&(mysqlwire.ExtCacheMetadata|mysqlwire.ExtBulk|mysqlwire.ExtProgress) != 0 {
+			t.Fatalf("holdfast offers extended capabilities %#x it cannot honour", c.ServerExt)
 		}
 		got := c.mustQuery(q)
-		for j := range want[0].cols {
-			if g, w := got[0].cols[j], want[0].cols[j]; string(g.typeInfo) != string(w.typeInfo) || g.typ != w.typ || g.charset != w.charset {
-				t.Errorf("column %s: holdfast %+v, MariaDB %+v", w.name, g, w)
+		for j := range want[0].Cols {
+			if g, w := got[0].Cols[j], want[0].Cols[j]; string(g.TypeInfo) != string(w.TypeInfo) || g.Type != w.Type || g.Charset != w.Charset {
+				t.Errorf("column %s: holdfast %+v, MariaDB %+v", w.Name, g, w)
 			}
 		}
 		// holdfast's own result sets carry (empty) type info too.
@@ -76,14 +78,14 @@ func TestTypeInfoRelayed(t *testing.T) {
 		}
 		// A client that did not ask gets plain column definitions (the
 		// strict decoder fails on anything else), on the same connection.
-		plain := p.raw(t, rawOpts{})
-		if plain.ext != 0 {
+		plain := p.raw(t, rawmysql.Options{})
+		if plain.Ext != 0 {
 			t.Fatal("setup: extended capabilities negotiated")
 		}
-		if rs := plain.mustQuery(q); len(rs[0].cols) != 3 {
+		if rs := plain.mustQuery(q); len(rs[0].Cols) != 3 {
 			t.Fatalf("%+v", rs)
 		}
-		c.nc.Close()
-		plain.nc.Close()
+		c.NC.Close()
+		plain.NC.Close()
 	}
 }

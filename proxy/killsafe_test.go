@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // A KILL QUERY stops only the statement of the session it targets, never
@@ -19,10 +20,10 @@ import (
 func TestKillReachesOnlyItsTarget(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1 })
 	p.srv.killDelay = 3 * time.Millisecond
-	target := p.raw(t, rawOpts{})
+	target := p.raw(t, rawmysql.Options{})
 	tid := target.value("SELECT CONNECTION_ID()")
-	killer := p.raw(t, rawOpts{})
-	bystanders := []*rawConn{p.raw(t, rawOpts{}), p.raw(t, rawOpts{}), p.raw(t, rawOpts{})}
+	killer := p.raw(t, rawmysql.Options{})
+	bystanders := []*rawConn{p.raw(t, rawmysql.Options{}), p.raw(t, rawmysql.Options{}), p.raw(t, rawmysql.Options{})}
 	statements := []string{"SELECT SLEEP(0.001)", "DO SLEEP(0.001)", "SELECT 1 FROM DUAL WHERE SLEEP(0.001) = 0"}
 
 	var stop atomic.Bool
@@ -51,7 +52,7 @@ func TestKillReachesOnlyItsTarget(t *testing.T) {
 		if n%4 == 0 {
 			q = "SELECT SLEEP(0.03)"
 		}
-		_, err := target.query(q)
+		_, err := target.Results(q)
 		if errCode(err) == 1317 {
 			targetHit.Add(1)
 			return nil
@@ -60,13 +61,13 @@ func TestKillReachesOnlyItsTarget(t *testing.T) {
 	})
 	loop(func() error {
 		kills.Add(1)
-		_, err := killer.query("KILL QUERY " + tid)
+		_, err := killer.Results("KILL QUERY " + tid)
 		return err
 	})
 	for i, b := range bystanders {
 		b, q := b, statements[i]
 		loop(func() error {
-			_, err := b.query(q)
+			_, err := b.Results(q)
 			bystanderRuns.Add(1)
 			if errCode(err) == 1317 {
 				bystanderHit.Add(1)

@@ -17,6 +17,7 @@ import (
 	gsd "github.com/go-sql-driver/mysql"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 func countRows(t *testing.T, p *testProxy, table string) int {
@@ -150,10 +151,10 @@ func TestLoadDataLocalCLI(t *testing.T) {
 // reads the file request.
 func loadStart(t *testing.T, c *rawConn, sql string) {
 	t.Helper()
-	if err := c.command(append([]byte{rcQuery}, sql...)); err != nil {
+	if err := c.Command(append([]byte{rawmysql.ComQuery}, sql...)); err != nil {
 		t.Fatal(err)
 	}
-	p, err := c.readPacket()
+	p, err := c.ReadPacket()
 	if err != nil || p[0] != 0xfb {
 		t.Fatalf("%s: % x, %v, want a file request", sql, trunc(p), err)
 	}
@@ -168,28 +169,28 @@ func TestLoadDataLocalRaw(t *testing.T) {
 	p := startWatchedProxy(t, func(c *config.Config) { c.MaxAllowedPacket = 64 << 10 })
 	by := startBystander(t, p)
 	mustExec(t, p.direct(t), "CREATE TABLE ld (id INT PRIMARY KEY)")
-	opts := rawOpts{caps: capMultiStatements}
+	opts := rawmysql.Options{Caps: rawmysql.CapMultiStatements}
 
 	c := p.raw(t, opts)
-	if err := c.command(append([]byte{rcQuery}, "DO 1; LOAD DATA LOCAL INFILE 'f' INTO TABLE ld; SELECT COUNT(*) FROM ld"...)); err != nil {
+	if err := c.Command(append([]byte{rawmysql.ComQuery}, "DO 1; LOAD DATA LOCAL INFILE 'f' INTO TABLE ld; SELECT COUNT(*) FROM ld"...)); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := c.readPacket(); err != nil || p[0] != 0x00 {
+	if p, err := c.ReadPacket(); err != nil || p[0] != 0x00 {
 		t.Fatalf("DO 1: % x, %v", p, err)
 	}
-	if p, err := c.readPacket(); err != nil || p[0] != 0xfb || string(p[1:]) != "f" {
+	if p, err := c.ReadPacket(); err != nil || p[0] != 0xfb || string(p[1:]) != "f" {
 		t.Fatalf("file request: % x, %v", p, err)
 	}
 	for _, chunk := range []string{"1\n2", "\n3\n"} { // a row across two packets
-		if err := c.writePacket([]byte(chunk)); err != nil {
+		if err := c.WritePacket([]byte(chunk)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.writePacket(nil); err != nil {
+	if err := c.WritePacket(nil); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.readResults(false, false)
-	if err != nil || len(res) != 2 || res[0].ok == nil || res[0].ok.affected != 3 || res[1].cell(0, 0) != "3" {
+	res, err := c.ReadResults(false, false)
+	if err != nil || len(res) != 2 || res[0].OK == nil || res[0].OK.AffectedRows != 3 || res[1].Cell(0, 0) != "3" {
 		t.Fatalf("the rest of the multi-statement: %+v, %v", res, err)
 	}
 
@@ -201,23 +202,23 @@ func TestLoadDataLocalRaw(t *testing.T) {
 	for i := 100; file.Len() < 80<<10; i++ {
 		fmt.Fprintf(&file, "%d\n", i)
 	}
-	if err := c.writePacket([]byte("10\n11\n")); err != nil {
+	if err := c.WritePacket([]byte("10\n11\n")); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.writePacket(file.Bytes())
-	if p, err := c.readPacket(); err != nil || p[0] != 0xff || errCode(errPacket(p)) != 1153 {
+	_ = c.WritePacket(file.Bytes())
+	if p, err := c.ReadPacket(); err != nil || p[0] != 0xff || errCode(rawmysql.ErrPacket(p)) != 1153 {
 		t.Fatalf("an oversized file packet: % x, %v, want ERR 1153", trunc(p), err)
 	}
-	if rest, err := c.waitClosed(); err != nil {
+	if rest, err := c.WaitClosed(); err != nil {
 		t.Fatalf("not closed after 1153: % x, %v", trunc(rest), err)
 	}
 	// A client gone after part of its file.
 	c = p.raw(t, opts)
 	loadStart(t, c, "LOAD DATA LOCAL INFILE 'f' INTO TABLE ld")
-	if err := c.writePacket([]byte("20\n21\n22\n")); err != nil {
+	if err := c.WritePacket([]byte("20\n21\n22\n")); err != nil {
 		t.Fatal(err)
 	}
-	c.nc.Close()
+	c.NC.Close()
 	waitFor(t, "both backend connections closed", func() bool {
 		return p.srv.Stats().Pool.Closed[0]-closedBefore[0] == 2 // broken
 	})
@@ -231,13 +232,13 @@ func TestLoadDataLocalRaw(t *testing.T) {
 func TestLoadDataLocalNotNegotiated(t *testing.T) {
 	p := startProxy(t)
 	mustExec(t, p.direct(t), "CREATE TABLE ld (id INT)")
-	q := append([]byte{rcQuery}, "LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE ld"...)
-	direct := rawLogin(t, p.cfg.Backend.Address, rawOpts{user: p.user, pass: p.user, db: p.db, drop: capLocalFiles})
-	want, err := direct.roundTrip(q)
+	q := append([]byte{rawmysql.ComQuery}, "LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE ld"...)
+	direct := rawLogin(t, p.cfg.Backend.Address, rawmysql.Options{User: p.user, Password: p.user, DB: p.db, Drop: rawmysql.CapLocalFiles})
+	want, err := direct.RoundTrip(q)
 	if err != nil || want[0] != 0xff {
 		t.Fatalf("MariaDB directly: % x, %v", want, err)
 	}
-	got, err := p.raw(t, rawOpts{drop: capLocalFiles}).roundTrip(q)
+	got, err := p.raw(t, rawmysql.Options{Drop: rawmysql.CapLocalFiles}).RoundTrip(q)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("through holdfast: % x, %v\nMariaDB directly: % x", got, err, want)
 	}
@@ -265,10 +266,10 @@ func (r *diffRun) loadLocal(dc *diffClient, sql, file string) {
 	r.t.Helper()
 	var resp [2][][]byte
 	for side, c := range dc.c {
-		if err := c.command(append([]byte{rcQuery}, sql...)); err != nil {
+		if err := c.Command(append([]byte{rawmysql.ComQuery}, sql...)); err != nil {
 			r.t.Fatal(err)
 		}
-		p, err := c.readPacket()
+		p, err := c.ReadPacket()
 		if err != nil {
 			r.t.Fatalf("%s: %s: %v", sideNames[side], sql, err)
 		}
@@ -281,14 +282,14 @@ func (r *diffRun) loadLocal(dc *diffClient, sql, file string) {
 			if chunk == "" {
 				continue
 			}
-			if err := c.writePacket([]byte(chunk)); err != nil {
+			if err := c.WritePacket([]byte(chunk)); err != nil {
 				r.t.Fatal(err)
 			}
 		}
-		if err := c.writePacket(nil); err != nil {
+		if err := c.WritePacket(nil); err != nil {
 			r.t.Fatal(err)
 		}
-		if p, err = c.readPacket(); err != nil {
+		if p, err = c.ReadPacket(); err != nil {
 			r.t.Fatalf("%s: %s: %v", sideNames[side], sql, err)
 		}
 		resp[side] = append(resp[side], p)
@@ -327,9 +328,9 @@ func TestLoadDataLocalEndedMidFile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			closedBefore := p.srv.Stats().Pool.Closed[0]
-			c := p.raw(t, rawOpts{})
+			c := p.raw(t, rawmysql.Options{})
 			if tc.begin {
-				if _, err := c.query("BEGIN"); err != nil {
+				if _, err := c.Results("BEGIN"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -337,26 +338,26 @@ func TestLoadDataLocalEndedMidFile(t *testing.T) {
 			ended := false
 			for i := 0; i < 500 && !ended; i++ { // 5 s of file at the most
 				if i == 10 && tc.kill {
-					mustExec(t, killer, fmt.Sprintf("KILL QUERY %d", c.connID))
+					mustExec(t, killer, fmt.Sprintf("KILL QUERY %d", c.ConnID))
 				}
-				ended = c.writePacket(fmt.Appendf(nil, "%d\n", i)) != nil
+				ended = c.WritePacket(fmt.Appendf(nil, "%d\n", i)) != nil
 				time.Sleep(10 * time.Millisecond)
 			}
 			if !ended {
-				ended = c.writePacket(nil) != nil
+				ended = c.WritePacket(nil) != nil
 			}
-			c.lenientSeq = true // a bound's error is unsolicited: sequence 0
-			pk, err := c.readPacket()
+			c.LenientSeq = true // a bound's error is unsolicited: sequence 0
+			pk, err := c.ReadPacket()
 			switch {
 			case err != nil:
 				t.Fatalf("no answer (%v), want ERR %d", err, tc.code)
 			case pk[0] == 0x00:
 				t.Fatalf("the whole file was taken: % x", trunc(pk))
-			case pk[0] != 0xff || errCode(errPacket(pk)) != int(tc.code):
+			case pk[0] != 0xff || errCode(rawmysql.ErrPacket(pk)) != int(tc.code):
 				t.Fatalf("ended with % x, want ERR %d", trunc(pk), tc.code)
 			}
 			t.Logf("writes failed: %v; answer: % x (%v)", ended, trunc(pk), err)
-			if rest, err := c.waitClosed(); err != nil {
+			if rest, err := c.WaitClosed(); err != nil {
 				t.Fatalf("not closed: % x, %v", trunc(rest), err)
 			}
 			waitFor(t, "the backend connection with part of the file closed", func() bool {

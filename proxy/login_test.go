@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // A password sent for a user configured with none is a wrong password:
@@ -26,21 +28,21 @@ func TestLoginEmptyPasswordUser(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) {
 		c.Users = append(c.Users, config.User{Name: "nopass"})
 	})
-	_, err := rawDial(p.addr, rawOpts{user: "nopass", pass: "guess"})
-	var e *rawErr
+	_, err := rawDial(p.addr, rawmysql.Options{User: "nopass", Password: "guess"})
+	var e *mysqlwire.SQLError
 	if !errors.As(err, &e) || e.Code != 1045 || e.State != "28000" || !strings.Contains(e.Msg, "'nopass'@'127.0.0.1' (using password: YES)") {
 		t.Fatalf("non-empty password for a user without one: %v, want ERR 1045 (28000) Access denied ... (using password: YES)", err)
 	}
-	c, err := rawDial(p.addr, rawOpts{user: "nopass"})
+	c, err := rawDial(p.addr, rawmysql.Options{User: "nopass"})
 	if err != nil {
 		t.Fatalf("empty password for a user without one: %v", err)
 	}
-	defer c.nc.Close()
+	defer c.NC.Close()
 	c.t = t
 	if v := c.value("SELECT 'in'"); v != "in" {
 		t.Fatal(v)
 	}
-	_, err = rawDial(p.addr, rawOpts{user: "app"})
+	_, err = rawDial(p.addr, rawmysql.Options{User: "app"})
 	if !errors.As(err, &e) || e.Code != 1045 || !strings.Contains(e.Msg, "(using password: NO)") {
 		t.Fatalf("no password for a user with one: %v, want 1045 (using password: NO)", err)
 	}
@@ -88,8 +90,8 @@ func writeTestCert(t *testing.T, dir string) (certFile, keyFile string) {
 func TestClientTLS(t *testing.T) {
 	cert, key := writeTestCert(t, t.TempDir())
 	p := startProxy(t, func(c *config.Config) { c.TLS.CertFile, c.TLS.KeyFile = cert, key })
-	if c := greeted(t, p.addr); c.srvCaps&capSSL == 0 {
-		t.Fatalf("greeting capabilities %#x lack CLIENT_SSL with tls.cert_file set", c.srvCaps)
+	if c := greeted(t, p.addr); c.ServerCaps&rawmysql.CapSSL == 0 {
+		t.Fatalf("greeting capabilities %#x lack CLIENT_SSL with tls.cert_file set", c.ServerCaps)
 	}
 	for _, tc := range []struct{ user, pass, params string }{
 		{"app", "app", "tls=skip-verify"},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // TestPipelinedSelects: many clients' autocommit SELECTs share two backend
@@ -78,15 +79,15 @@ func TestPipelineClientGone(t *testing.T) {
 	p.srv.slowHead.Store(int64(time.Hour))
 	before := p.srv.Stats().Pipelined
 
-	quitter, err := rawDial(p.addr, rawOpts{user: "app", pass: "app", db: p.db})
+	quitter, err := rawDial(p.addr, rawmysql.Options{User: "app", Password: "app", DB: p.db})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A result of about 64 MiB, so it is still streaming when we leave.
-	if err := quitter.command(append([]byte{0x03}, "SELECT REPEAT('x', 65536) FROM seq_1_to_1000"...)); err != nil {
+	if err := quitter.Command(append([]byte{0x03}, "SELECT REPEAT('x', 65536) FROM seq_1_to_1000"...)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := quitter.readPacket(); err != nil { // the column count: it runs
+	if _, err := quitter.ReadPacket(); err != nil { // the column count: it runs
 		t.Fatal(err)
 	}
 	// Queue others behind it on the same connection, then leave.
@@ -96,22 +97,22 @@ func TestPipelineClientGone(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			c, err := rawDial(p.addr, rawOpts{user: "app", pass: "app", db: p.db})
+			c, err := rawDial(p.addr, rawmysql.Options{User: "app", Password: "app", DB: p.db})
 			if err != nil {
 				results <- err.Error()
 				return
 			}
-			defer c.nc.Close()
-			rs, err := c.query(fmt.Sprintf("SELECT %d + 1000", i))
+			defer c.NC.Close()
+			rs, err := c.Results(fmt.Sprintf("SELECT %d + 1000", i))
 			if err != nil {
 				results <- err.Error()
 				return
 			}
-			results <- rs[0].cell(0, 0)
+			results <- rs[0].Cell(0, 0)
 		}(i)
 	}
 	time.Sleep(100 * time.Millisecond)
-	quitter.nc.Close()
+	quitter.NC.Close()
 	wg.Wait()
 	close(results)
 	got := map[string]bool{}
@@ -394,32 +395,32 @@ func TestPipeRerunsStatementAKillHit(t *testing.T) {
 	})
 	p.srv.slowHead.Store(int64(time.Hour))
 	p.srv.killDelay = 500 * time.Millisecond
-	target := p.raw(t, rawOpts{})
+	target := p.raw(t, rawmysql.Options{})
 	tid := target.value("SELECT CONNECTION_ID()")
-	bystander := p.raw(t, rawOpts{})
-	killer := p.raw(t, rawOpts{})
+	bystander := p.raw(t, rawmysql.Options{})
+	killer := p.raw(t, rawmysql.Options{})
 	// The backend connection's first statement takes the borrowing path
 	// (holdfast learns the connection's state); later SELECTs pipeline.
 	target.value("SELECT 'warm-up'")
 
 	type answer struct {
-		res []rawResult
+		res []rawmysql.Result
 		err error
 	}
 	targetDone, bystanderDone := make(chan answer, 1), make(chan answer, 1)
 	go func() {
-		res, err := target.query("SELECT SLEEP(0.2), 'target'")
+		res, err := target.Results("SELECT SLEEP(0.2), 'target'")
 		targetDone <- answer{res, err}
 	}()
 	waitFor(t, "the target's statement on a pipe", func() bool { return pipeOpen(p) })
 	go func() {
 		// About a second of work, queued behind the target's statement;
 		// the kill lands while it runs.
-		res, err := bystander.query("SELECT SUM(seq), 'bystander' FROM seq_1_to_30000000")
+		res, err := bystander.Results("SELECT SUM(seq), 'bystander' FROM seq_1_to_30000000")
 		bystanderDone <- answer{res, err}
 	}()
 	waitFor(t, "the bystander's statement queued on the pipe", func() bool { return pipeQueued(p) == 2 })
-	if _, err := killer.query("KILL QUERY " + tid); err != nil {
+	if _, err := killer.Results("KILL QUERY " + tid); err != nil {
 		t.Fatalf("KILL QUERY: %v", err)
 	}
 	ta := <-targetDone
@@ -430,7 +431,7 @@ func TestPipeRerunsStatementAKillHit(t *testing.T) {
 	if ba.err != nil {
 		t.Fatalf("the statement behind the target got %v (code %d): a kill meant for another client reached it", ba.err, errCode(ba.err))
 	}
-	if len(ba.res) != 1 || len(ba.res[0].rows) != 1 || ba.res[0].rows[0][1].String != "bystander" {
+	if len(ba.res) != 1 || len(ba.res[0].Rows) != 1 || ba.res[0].Rows[0][1].String != "bystander" {
 		t.Fatalf("the statement behind the target answered %+v", ba.res)
 	}
 	if n := p.srv.Stats().PipelineReruns; n != 1 {

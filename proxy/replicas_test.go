@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // pairProxy is holdfast in front of a private primary and replica.
@@ -263,12 +264,12 @@ func TestReplicaAnswersLikePrimary(t *testing.T) {
 		"SELECT no_such_column FROM types",
 	}
 	for _, d := range diffDrivers {
-		c := rawLogin(t, p.addr, rawOpts{user: "app", pass: "app", db: "rt", caps: d.caps, drop: ^d.caps, ext: d.ext, coll: d.coll})
+		c := rawLogin(t, p.addr, rawmysql.Options{User: "app", Password: "app", DB: "rt", Caps: d.caps, Drop: ^d.caps, Ext: d.ext, Collation: d.coll})
 		for _, q := range queries {
 			var resp [2][][]byte
 			for i, text := range []string{"/* conn_tag:report */ /* holdfast:primary */ " + q, "/* conn_tag:report */ " + q} {
 				pr, rr := p.counted(t, func() {
-					if err := c.command(append([]byte{rcQuery}, text...)); err != nil {
+					if err := c.Command(append([]byte{rawmysql.ComQuery}, text...)); err != nil {
 						t.Fatal(err)
 					}
 					ps, err := readResponse(c, respResults)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // On a server with binary logging on, every commit's OK reports last_gtid,
@@ -40,12 +41,12 @@ func TestBinlogWritesKeepThePool(t *testing.T) {
 	const clients, steps = 6, 10
 	var failures sync.Map
 	concurrently(t, clients, func(i int) error {
-		c, err := rawDial(p.addr, rawOpts{user: "app", pass: "app", db: "hf", caps: capSessionTrack})
+		c, err := rawDial(p.addr, rawmysql.Options{User: "app", Password: "app", DB: "hf", Caps: rawmysql.CapSessionTrack})
 		if err != nil {
 			return err
 		}
-		defer c.nc.Close()
-		ins, err := c.prepare("INSERT INTO t (v) VALUES (?)")
+		defer c.NC.Close()
+		ins, err := c.Prepare("INSERT INTO t (v) VALUES (?)")
 		if err != nil {
 			return err
 		}
@@ -57,11 +58,11 @@ func TestBinlogWritesKeepThePool(t *testing.T) {
 				"BEGIN", fmt.Sprintf("UPDATE t SET v = v + 1 WHERE v = %d", i*100+j), "COMMIT",
 				"SELECT @@time_zone",
 			} {
-				if _, err := c.query(q); err != nil {
+				if _, err := c.Results(q); err != nil {
 					failures.Store(fmt.Sprintf("client %d: %s", i, q), err.Error())
 				}
 			}
-			if _, err := c.execute(ins.id, 0, []rawParam{pInt(int64(j))}, true); err != nil {
+			if _, err := c.Execute(ins.ID, 0, []rawmysql.Param{rawmysql.IntParam(int64(j))}, true); err != nil {
 				failures.Store(fmt.Sprintf("client %d: execute INSERT", i), err.Error())
 			}
 		}
@@ -84,15 +85,15 @@ func TestBinlogWritesKeepThePool(t *testing.T) {
 	// A client that tracks last_gtid is told its commit's GTID, as
 	// MariaDB tells it. (It is not restored on another connection: it is
 	// read-only; see README, "Not restored".)
-	c := p.raw(t, rawOpts{db: "hf", caps: capSessionTrack})
+	c := p.raw(t, rawmysql.Options{DB: "hf", Caps: rawmysql.CapSessionTrack})
 	c.mustQuery("SET SESSION session_track_system_variables = 'last_gtid'")
 	rs := c.mustQuery("INSERT INTO t (v) VALUES (-1)")
-	st, err := decodeState(rs[0].ok.state)
-	if err != nil || len(st) != 1 || st[0].name != "last_gtid" || !strings.HasPrefix(st[0].value, "0-1-") {
+	st, err := rawmysql.DecodeState(rs[0].OK.StateInfo)
+	if err != nil || len(st) != 1 || st[0].Name != "last_gtid" || !strings.HasPrefix(st[0].Value, "0-1-") {
 		t.Fatalf("INSERT's session state %+v (%v), want last_gtid 0-1-<n>", st, err)
 	}
-	if want := queryString(t, root, "SELECT @@gtid_binlog_pos"); st[0].value != want {
-		t.Fatalf("last_gtid %s, server's binlog position %s", st[0].value, want)
+	if want := queryString(t, root, "SELECT @@gtid_binlog_pos"); st[0].Value != want {
+		t.Fatalf("last_gtid %s, server's binlog position %s", st[0].Value, want)
 	}
 }
 
@@ -110,28 +111,28 @@ func TestCharsetResultsAloneMoves(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				p := twoBackends(t)
 				read := func(c *rawConn) (string, uint16) {
-					var r rawResult
+					var r rawmysql.Result
 					if binary {
 						st := c.mustPrepare("SELECT ? AS n, @@character_set_client AS c")
-						r = c.mustExecute(st, []rawParam{pStr("привет")}, true)
+						r = c.mustExecute(st, []rawmysql.Param{rawmysql.StrParam("привет")}, true)
 					} else {
 						r = c.mustQuery("SELECT 'привет' AS n, @@character_set_client AS c")[0]
 					}
-					return r.cell(0, 0) + " / " + r.cell(0, 1), r.cols[0].charset
+					return r.Cell(0, 0) + " / " + r.Cell(0, 1), r.Cols[0].Charset
 				}
 				set := func(c *rawConn) {
 					if binary {
 						st := c.mustPrepare("SET character_set_results = ?")
-						c.mustExecute(st, []rawParam{pStr(cs)}, true)
+						c.mustExecute(st, []rawmysql.Param{rawmysql.StrParam(cs)}, true)
 					} else {
 						c.mustQuery("SET character_set_results = '" + cs + "'")
 					}
 				}
-				d := p.rawDirect(t, rawOpts{})
+				d := p.rawDirect(t, rawmysql.Options{})
 				set(d)
 				want, wantCS := read(d)
 
-				c := p.raw(t, rawOpts{})
+				c := p.raw(t, rawmysql.Options{})
 				tid := rawThread(c)
 				set(c)
 				done := stepTo(t, p, tid) // c's next statement runs on the other connection
@@ -182,40 +183,40 @@ func TestSessionVariablesStress(t *testing.T) {
 		r := rand.New(rand.NewPCG(uint64(i), 7))
 		var sides [2]*rawConn
 		for side, addr := range []string{p.cfg.Backend.Address, p.addr} {
-			o := rawOpts{user: "app", pass: "app", db: p.db}
+			o := rawmysql.Options{User: "app", Password: "app", DB: p.db}
 			if side == 0 {
-				o.user, o.pass = p.user, p.user
+				o.User, o.Password = p.user, p.user
 			}
 			c, err := rawDial(addr, o)
 			if err != nil {
 				return err
 			}
-			defer c.nc.Close()
+			defer c.NC.Close()
 			sides[side] = c
 		}
 		var stmts [2]map[string]uint32
 		for side := range stmts {
 			stmts[side] = map[string]uint32{}
 		}
-		run := func(side int, q string, param *rawParam, binary bool) ([]rawResult, error) {
+		run := func(side int, q string, param *rawmysql.Param, binary bool) ([]rawmysql.Result, error) {
 			c := sides[side]
 			if !binary {
-				return c.query(q)
+				return c.Results(q)
 			}
 			id, ok := stmts[side][q]
 			if !ok {
-				st, err := c.prepare(q)
+				st, err := c.Prepare(q)
 				if err != nil {
 					return nil, err
 				}
-				id = st.id
+				id = st.ID
 				stmts[side][q] = id
 			}
-			var params []rawParam
+			var params []rawmysql.Param
 			if param != nil {
-				params = []rawParam{*param}
+				params = []rawmysql.Param{*param}
 			}
-			return c.execute(id, 0, params, true)
+			return c.Execute(id, 0, params, true)
 		}
 		for round := 0; round < rounds; round++ {
 			for k := 1 + r.IntN(2); k > 0; k-- {
@@ -223,16 +224,16 @@ func TestSessionVariablesStress(t *testing.T) {
 				val := v.values[r.IntN(len(v.values))]
 				binary := r.IntN(2) == 0
 				q := "SET " + v.name + " = "
-				var param *rawParam
+				var param *rawmysql.Param
 				n, numErr := strconv.ParseInt(val, 10, 64)
 				switch {
 				case val == "NULL":
 					q, binary = q+"NULL", false
 				case binary && numErr == nil:
-					pr := pInt(n)
+					pr := rawmysql.IntParam(n)
 					q, param = q+"?", &pr
 				case binary:
-					pr := pStr(val)
+					pr := rawmysql.StrParam(val)
 					q, param = q+"?", &pr
 				case numErr == nil:
 					q += val
@@ -253,8 +254,8 @@ func TestSessionVariablesStress(t *testing.T) {
 					return fmt.Errorf("client %d side %d: read back: %v", i, side, err)
 				}
 				var cells []string
-				for j := range rs[0].cols {
-					cells = append(cells, rs[0].cell(0, j))
+				for j := range rs[0].Cols {
+					cells = append(cells, rs[0].Cell(0, j))
 				}
 				got[side] = strings.Join(cells, "|")
 			}
@@ -291,11 +292,11 @@ func TestStoredFunctionChangesStateInSelect(t *testing.T) {
 	t.Run("borrowed", func(t *testing.T) {
 		p := twoBackends(t)
 		setup(t, p)
-		d := p.rawDirect(t, rawOpts{})
+		d := p.rawDirect(t, rawmysql.Options{})
 		d.mustQuery("SELECT set_tz()")
 		want := d.value("SELECT @@time_zone")
 
-		c := p.raw(t, rawOpts{})
+		c := p.raw(t, rawmysql.Options{})
 		c.mustQuery("SELECT set_tz()")
 		// The pool lends the connection returned last first: had the
 		// caller given its connection back, b would get it.
@@ -321,9 +322,9 @@ func TestStoredFunctionChangesStateInSelect(t *testing.T) {
 		head := p.conn(t)
 		others := make([]*rawConn, 4)
 		for i := range others {
-			others[i] = p.raw(t, rawOpts{})
+			others[i] = p.raw(t, rawmysql.Options{})
 		}
-		caller := p.raw(t, rawOpts{})
+		caller := p.raw(t, rawmysql.Options{})
 		ctx := context.Background()
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -334,7 +335,7 @@ func TestStoredFunctionChangesStateInSelect(t *testing.T) {
 		waitFor(t, "the head to run on a pipe", func() bool { return pipeQueued(p) >= 1 })
 		callerDone := make(chan error, 1)
 		go func() {
-			_, err := caller.query("SELECT set_tz()")
+			_, err := caller.Results("SELECT set_tz()")
 			callerDone <- err
 		}()
 		waitFor(t, "the caller to queue behind the head", func() bool { return pipeQueued(p) >= 2 || p.srv.Waiting().Total() >= 1 })
@@ -344,9 +345,9 @@ func TestStoredFunctionChangesStateInSelect(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rs, err := o.query("SELECT @@time_zone")
+				rs, err := o.Results("SELECT @@time_zone")
 				if err == nil {
-					got[i] = rs[0].cell(0, 0)
+					got[i] = rs[0].Cell(0, 0)
 				}
 				errs[i] = err
 			}()
@@ -357,7 +358,7 @@ func TestStoredFunctionChangesStateInSelect(t *testing.T) {
 		if tz := caller.value("SELECT @@time_zone"); tz != "+05:00" {
 			t.Errorf("the caller has time_zone %s, want +05:00", tz)
 		}
-		caller.nc.Close() // it keeps (pins) the one connection while connected
+		caller.NC.Close() // it keeps (pins) the one connection while connected
 		wg.Wait()
 		for i := range others {
 			if errs[i] != nil || got[i] != "SYSTEM" {
@@ -369,20 +370,20 @@ func TestStoredFunctionChangesStateInSelect(t *testing.T) {
 		// SET STATEMENT's variables are back when its SELECT ends: no pin,
 		// and no report of them reaches the next client's OK.
 		p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 1, 1 })
-		c := p.raw(t, rawOpts{})
+		c := p.raw(t, rawmysql.Options{})
 		c.mustQuery("SET STATEMENT sort_buffer_size = 100000 FOR SELECT 1")
 		if pins := p.srv.Stats().Pins; len(pins) != 0 {
 			t.Fatalf("SET STATEMENT ... FOR SELECT pinned: %v", pins)
 		}
-		o := p.raw(t, rawOpts{caps: capSessionTrack})
+		o := p.raw(t, rawmysql.Options{Caps: rawmysql.CapSessionTrack})
 		o.mustQuery("SET SESSION session_track_system_variables = '*'")
 		rs := o.mustQuery("SET time_zone = '+01:00'")
-		st, err := decodeState(rs[0].ok.state)
-		if err != nil || !slices.ContainsFunc(st, func(e stateEntry) bool { return e.name == "time_zone" }) {
+		st, err := rawmysql.DecodeState(rs[0].OK.StateInfo)
+		if err != nil || !slices.ContainsFunc(st, func(e rawmysql.StateEntry) bool { return e.Name == "time_zone" }) {
 			t.Fatalf("the OK of SET time_zone tracked %+v (%v), want time_zone among it", st, err)
 		}
 		for _, e := range st {
-			if e.name == "sort_buffer_size" {
+			if e.Name == "sort_buffer_size" {
 				t.Fatalf("another client was told of SET STATEMENT's variable: %+v", st)
 			}
 		}
@@ -395,21 +396,21 @@ func TestStoredFunctionChangesStateInSelect(t *testing.T) {
 // connection answers 1317 and ends it.
 func TestKillInMultiStatement(t *testing.T) {
 	p := startProxy(t)
-	opts := rawOpts{caps: capMultiStatements}
+	opts := rawmysql.Options{Caps: rawmysql.CapMultiStatements}
 	type outcome struct {
 		statuses []uint16
 		err      string
 	}
 	run := func(c *rawConn, q string) outcome {
-		rs, err := c.query(q)
-		o := outcome{statuses: statuses(rs)}
+		rs, err := c.Results(q)
+		o := outcome{statuses: rawmysql.Statuses(rs)}
 		if err != nil {
 			o.err = err.Error()
 		}
 		return o
 	}
 	d, c := p.rawDirect(t, opts), p.raw(t, opts)
-	dv, cv := p.rawDirect(t, rawOpts{}), p.raw(t, rawOpts{user: "app", pass: "app"})
+	dv, cv := p.rawDirect(t, rawmysql.Options{}), p.raw(t, rawmysql.Options{User: "app", Password: "app"})
 	ids := [2]string{d.value("SELECT CONNECTION_ID()"), c.value("SELECT CONNECTION_ID()")}
 	victims := [2]string{dv.value("SELECT CONNECTION_ID()"), cv.value("SELECT CONNECTION_ID()")}
 	for _, q := range []string{
@@ -430,7 +431,7 @@ func TestKillInMultiStatement(t *testing.T) {
 	}
 	// The victim of KILL [CONNECTION] is gone on both sides.
 	for side, v := range []*rawConn{dv, cv} {
-		if _, err := v.query("SELECT 1"); err == nil {
+		if _, err := v.Results("SELECT 1"); err == nil {
 			t.Errorf("%s: the killed connection still answers", sideNames[side])
 		}
 	}
@@ -447,7 +448,7 @@ func TestKillInMultiStatement(t *testing.T) {
 // holdfast's read-back: it does not pin the session.
 func TestKeptVariablesDoNotPin(t *testing.T) {
 	p := twoBackends(t)
-	c := p.raw(t, rawOpts{caps: capSessionTrack})
+	c := p.raw(t, rawmysql.Options{Caps: rawmysql.CapSessionTrack})
 	for _, q := range []string{"SET wait_timeout = 100", "SET interactive_timeout = 50",
 		"SET session_track_system_variables = 'time_zone'", "SET session_track_state_change = ON"} {
 		c.mustQuery(q)
@@ -490,9 +491,9 @@ func TestPreparedStatementKeepsItsParse(t *testing.T) {
 		for side := range got {
 			var c *rawConn
 			if side == sideDirect {
-				c = p.rawDirect(t, rawOpts{})
+				c = p.rawDirect(t, rawmysql.Options{})
 			} else {
-				c = p.raw(t, rawOpts{})
+				c = p.raw(t, rawmysql.Options{})
 			}
 			c.mustQuery(st.before)
 			s := c.mustPrepare(text)
@@ -504,11 +505,11 @@ func TestPreparedStatementKeepsItsParse(t *testing.T) {
 				done = stepTo(t, p, rawThread(c))
 			}
 			r := c.mustExecute(s, nil, true)
-			got[side] = r.cell(0, 0) + " " + fmt.Sprintf("%x", r.cell(0, 1))
+			got[side] = r.Cell(0, 0) + " " + fmt.Sprintf("%x", r.Cell(0, 1))
 			if done != nil {
 				done()
 			}
-			c.nc.Close()
+			c.NC.Close()
 		}
 		if got[0] != got[1] {
 			t.Errorf("%+v: holdfast %q, MariaDB %q", st, got[1], got[0])
@@ -527,7 +528,7 @@ func TestTagUnderSessionSQLMode(t *testing.T) {
 		{"NO_BACKSLASH_ESCAPES", `SELECT 'x\', '/* conn_tag:evil1 */' FROM dual /* conn_tag:real1 */`},
 		{"NO_BACKSLASH_ESCAPES,ANSI_QUOTES", `SELECT "x\", "/* conn_tag:evil2 */" FROM ansi /* conn_tag:real2 */`},
 	} {
-		c := p.raw(t, rawOpts{})
+		c := p.raw(t, rawmysql.Options{})
 		c.mustQuery("SET sql_mode = '" + tc.mode + "'")
 		c.mustQuery(tc.sql)
 		// A prepared statement too.

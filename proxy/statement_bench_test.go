@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // BenchmarkStatement is the statement path as a client sees it: a command
@@ -24,17 +25,17 @@ func BenchmarkStatement(b *testing.B) {
 	for i := range 100 {
 		mustExec(b, d, "INSERT INTO bench_t VALUES (?, REPEAT('x', 120))", i+1)
 	}
-	c := rawLogin(b, p.addr, rawOpts{user: "app", pass: "app", db: p.db})
+	c := rawLogin(b, p.addr, rawmysql.Options{User: "app", Password: "app", DB: p.db})
 	r := benchReader{c: c}
 
 	b.Run("text point select", func(b *testing.B) {
 		frames := make([][]byte, 100)
 		for i := range frames {
-			frames[i] = frame(0, fmt.Appendf([]byte{comQuery}, "SELECT c FROM bench_t WHERE id = %d", i+1))
+			frames[i] = rawmysql.Frame(0, fmt.Appendf([]byte{comQuery}, "SELECT c FROM bench_t WHERE id = %d", i+1))
 		}
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			if _, err := c.nc.Write(frames[i%len(frames)]); err != nil {
+			if _, err := c.NC.Write(frames[i%len(frames)]); err != nil {
 				b.Fatal(err)
 			}
 			r.resultSet(b)
@@ -42,7 +43,7 @@ func BenchmarkStatement(b *testing.B) {
 	})
 
 	b.Run("prepared point select", func(b *testing.B) {
-		if _, err := c.nc.Write(frame(0, append([]byte{comStmtPrepare}, "SELECT c FROM bench_t WHERE id = ?"...))); err != nil {
+		if _, err := c.NC.Write(rawmysql.Frame(0, append([]byte{comStmtPrepare}, "SELECT c FROM bench_t WHERE id = ?"...))); err != nil {
 			b.Fatal(err)
 		}
 		ok := r.packet(b)
@@ -61,11 +62,11 @@ func BenchmarkStatement(b *testing.B) {
 		r.eof(b)
 		exec := []byte{comStmtExecute, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 		binary.LittleEndian.PutUint32(exec[1:], id)
-		f := frame(0, exec)
+		f := rawmysql.Frame(0, exec)
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
 			binary.LittleEndian.PutUint64(f[4+14:], uint64(i%100+1))
-			if _, err := c.nc.Write(f); err != nil {
+			if _, err := c.NC.Write(f); err != nil {
 				b.Fatal(err)
 			}
 			r.resultSet(b)
@@ -87,11 +88,11 @@ const maxStatementAllocs = 1
 // allocates nothing per statement).
 func TestStatementAllocs(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max = 1, 1 })
-	c := rawLogin(t, p.addr, rawOpts{user: "app", pass: "app", db: p.db})
+	c := rawLogin(t, p.addr, rawmysql.Options{User: "app", Password: "app", DB: p.db})
 	r := benchReader{c: c}
-	f := frame(0, append([]byte{comQuery}, "SELECT 1, 'abc'"...))
+	f := rawmysql.Frame(0, append([]byte{comQuery}, "SELECT 1, 'abc'"...))
 	run := func() {
-		if _, err := c.nc.Write(f); err != nil {
+		if _, err := c.NC.Write(f); err != nil {
 			t.Fatal(err)
 		}
 		r.resultSet(t)
@@ -116,10 +117,10 @@ type benchReader struct {
 
 func (r *benchReader) packet(b testing.TB) []byte {
 	if r.reads%4096 == 0 {
-		_ = r.c.nc.SetDeadline(time.Now().Add(r.c.guard))
+		_ = r.c.NC.SetDeadline(time.Now().Add(r.c.Guard))
 	}
 	r.reads++
-	if _, err := io.ReadFull(r.c.br, r.hdr[:]); err != nil {
+	if _, err := io.ReadFull(r.c.Buffered(), r.hdr[:]); err != nil {
 		b.Fatal(err)
 	}
 	n := int(r.hdr[0]) | int(r.hdr[1])<<8 | int(r.hdr[2])<<16
@@ -127,7 +128,7 @@ func (r *benchReader) packet(b testing.TB) []byte {
 		r.buf = make([]byte, n)
 	}
 	r.buf = r.buf[:n]
-	if _, err := io.ReadFull(r.c.br, r.buf); err != nil {
+	if _, err := io.ReadFull(r.c.Buffered(), r.buf); err != nil {
 		b.Fatal(err)
 	}
 	if n > 0 && r.buf[0] == 0xff {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // With the server's max_prepared_stmt_count lowered to 300, 10,000
@@ -106,10 +107,10 @@ func TestPreparedStatementRetryAfter1461(t *testing.T) {
 		c.Backend.Address, c.Backend.User, c.Backend.Password, c.Backend.Database = srv.Addr, "root", "", "hf"
 		c.Pool.Max, c.Pool.MaxIdle = 1, 1
 	})
-	c := p.raw(t, rawOpts{db: "hf"})
+	c := p.raw(t, rawmysql.Options{DB: "hf"})
 	for i := 0; i < 50; i++ { // fewer than the cache may keep: no room to make
 		st := c.mustPrepare(fmt.Sprintf("SELECT %d", i))
-		if err := c.stmtClose(st.id); err != nil {
+		if err := c.StmtClose(st.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,11 +134,11 @@ func TestPreparedStatementRetryAfter1461(t *testing.T) {
 		}
 		taken++
 	}
-	st, err := c.prepare("SELECT 'after the server ran out'")
+	st, err := c.Prepare("SELECT 'after the server ran out'")
 	if err != nil {
 		t.Fatalf("prepare with the server out of statements (%d taken by another client, %d cached by holdfast): %v", taken, cached, err)
 	}
-	if v := c.mustExecute(st, nil, false).cell(0, 0); v != "after the server ran out" {
+	if v := c.mustExecute(st, nil, false).Cell(0, 0); v != "after the server ran out" {
 		t.Fatal(v)
 	}
 	if n := p.srv.Stats().StatementRetries; n != 1 {

@@ -16,12 +16,12 @@
 //   - building and running a holdfast binary as a child process with a
 //     generated configuration, and reading its memory and CPU from /proc;
 //   - driving sysbench and parsing its report;
-//   - Client, a minimal MySQL text-protocol client cheap enough to hold
-//     thousands of connections from one process;
 //   - the orchestration (Run) and the printed report, both modes.
 //
-// The TCP relay, plain (the floor of any proxy hop) or delaying each
-// direction (a userspace stand-in for netem, which these machines lack), is
+// Its MySQL connections are internal/rawmysql's (cheap enough to hold
+// thousands from one process, and allocating nothing per statement). The
+// TCP relay, plain (the floor of any proxy hop) or delaying each direction
+// (a userspace stand-in for netem, which these machines lack), is
 // internal/netrelay's. The harness must not touch holdfast's own packages:
 // holdfast is measured as a user runs it, from a freshly built binary and
 // a configuration file. Everything the harness starts it stops; the

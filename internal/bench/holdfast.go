@@ -149,7 +149,7 @@ func StartHoldfast(ctx context.Context, bin, dir, name string, cfg HoldfastConfi
 	h.Process = holdfastproc.New(holdfastproc.Options{Bin: bin, Config: h.Config, Args: extraArgs,
 		Unset: []string{"GOMAXPROCS"}, LogPath: h.LogPath,
 		Ready: func(ctx context.Context) error {
-			c, err := Dial(ctx, h.Addr, user, user, cfg.Database)
+			c, err := dial(ctx, h.Addr, user, user, cfg.Database)
 			if err != nil {
 				return err
 			}

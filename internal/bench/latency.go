@@ -7,6 +7,8 @@ import (
 	"slices"
 	"text/tabwriter"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // LatencyOptions configures the one-client latency comparison: one
@@ -42,7 +44,7 @@ func RunLatency(ctx context.Context, o LatencyOptions) (*LatencyReport, error) {
 	if n < 2 || o.Rounds < 1 || o.PerRound < 1 || o.Query == nil {
 		return nil, fmt.Errorf("bench: latency run needs two endpoints, rounds, statements per round and a query")
 	}
-	clients := make([]*Client, n)
+	clients := make([]*rawmysql.Conn, n)
 	defer func() {
 		for _, c := range clients {
 			if c != nil {

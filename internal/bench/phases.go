@@ -28,7 +28,7 @@ func (b *runner) scalePhase(ctx context.Context) (*ScaleReport, error) {
 		b.printf("holdfast open-files limit: %s\n", lim)
 	}
 	query := PointSelect(o.TableSize)
-	b.printf("load generator: %d raw MySQL-protocol connections (bench.Client, in this process) as %s to %s, database %s,\n"+
+	b.printf("load generator: %d raw MySQL-protocol connections (rawmysql.Conn, in this process) as %s to %s, database %s,\n"+
 		"  each sending e.g. %q once per %v, slots spread evenly over the interval\n",
 		o.ScaleConns, b.viaHF.User, b.viaHF.Addr, o.Database, query(0, 0), o.ScaleInterval)
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"github.com/holdfast-db/holdfast/internal/holdfastproc"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 
 	"context"
 	"database/sql"
@@ -415,7 +416,7 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	}
 
 	k := PoolKey{Shop: 1, Item: o.Item, Location: o.Location}
-	b.printf("load generator: bench.Client connections (raw text protocol, in this process) as %s to holdfast %s, database %s;\n"+
+	b.printf("load generator: rawmysql.Conn connections (raw text protocol, in this process) as %s to holdfast %s, database %s;\n"+
 		"  each client sends one operation after another for %v; a run's rate is reservations / (start → last answer)\n",
 		reserveUser, addr, o.Database, o.Time)
 	b.printf("workloads (one hot row / pool; %d units at the start of every run):\n", o.OnHand)
@@ -442,9 +443,9 @@ func (b *reserveRunner) calibrate(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var rtts [2][]time.Duration
-	var cs [2]*Client
+	var cs [2]*rawmysql.Conn
 	for i, addr := range []string{b.o.MariaDB, b.relay.Addr().String()} {
-		c, err := Dial(cctx, addr, b.o.PoolUser, b.o.PoolUser, b.o.Database)
+		c, err := dial(cctx, addr, b.o.PoolUser, b.o.PoolUser, b.o.Database)
 		if err != nil {
 			return fmt.Errorf("bench: relay calibration: %w", err)
 		}

@@ -3,82 +3,38 @@ package bench
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
-func dialTest(t *testing.T, addr, user, db string) *Client {
+// testServer returns the test MariaDB's address and a fresh database with
+// an account (password = name) that may use it.
+func testServer(t *testing.T) (addr, db, user string) {
+	t.Helper()
+	db = dbtest.NewDatabase(t)
+	user = dbtest.NewUser(t, db)
+	return dbtest.Config(t).Addr, db, user
+}
+
+func dialTest(t *testing.T, addr, user, db string) *rawmysql.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, addr, user, user, db)
+	c, err := dial(ctx, addr, user, user, db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = c.SetDeadline(time.Now().Add(time.Minute))
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-func TestClientExec(t *testing.T) {
-	addr, db, user := testServer(t)
-	c := dialTest(t, addr, user, db)
-	for _, q := range []string{
-		"CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
-		"INSERT INTO t VALUES (1, 'a'), (2, NULL), (3, 'c')",
-		// A procedure answers with a result set, then the OK that ends
-		// the CALL: it needs CLIENT_MULTI_RESULTS, as CALL holdfast.* does.
-		"CREATE PROCEDURE two() BEGIN SELECT id, v FROM t ORDER BY id; END",
-	} {
-		if _, err := c.Exec(q, nil); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	r, err := c.Exec("UPDATE t SET v = 'z' WHERE id >= 2", nil)
-	if err != nil || r.Affected != 2 || r.Rows != 0 {
-		t.Fatalf("UPDATE: %+v, %v", r, err)
-	}
-	if r, err := c.Exec("UPDATE t SET v = 'z' WHERE id = 99", nil); err != nil || r.Affected != 0 {
-		t.Fatalf("UPDATE of nothing: %+v, %v", r, err)
-	}
-	if _, err := c.Exec("UPDATE t SET v = NULL WHERE id = 2", nil); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	r, err = c.Exec("CALL two()", func(cols [][]byte) error {
-		if cols[1] == nil {
-			got = append(got, string(cols[0])+"=NULL")
-		} else {
-			got = append(got, string(cols[0])+"="+string(cols[1]))
-		}
-		return nil
-	})
-	if err != nil || r.Rows != 3 || !slices.Equal(got, []string{"1=a", "2=NULL", "3=z"}) {
-		t.Fatalf("CALL: %+v, %v, rows %v", r, err, got)
-	}
-	// A row callback's error comes back once the reply is read: the
-	// connection stays usable.
-	stop := errors.New("stop")
-	calls := 0
-	if _, err := c.Exec("SELECT seq FROM seq_1_to_100", func([][]byte) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
-		t.Fatalf("callback error: %v after %d calls", err, calls)
-	}
-	var se *ServerError
-	if _, err := c.Exec("SELECT * FROM nope", nil); !errors.As(err, &se) || se.Code != 1146 {
-		t.Fatalf("missing table: %v", err)
-	}
-	if r, err := c.Exec("SELECT 1", nil); err != nil || r.Rows != 1 {
-		t.Fatalf("after errors: %+v, %v", r, err)
-	}
 }
 
 // createReservationSchema creates holdfast's reservation tables from its

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // The workloads of ModeReserve (`make bench-reserve`): three ways for a
@@ -87,7 +90,7 @@ const (
 // worker is one client connection's state during a run. Op implementations
 // may use every field; each worker belongs to one goroutine.
 type worker struct {
-	c     *Client
+	c     *rawmysql.Conn
 	id    int // client number, 0-based
 	seq   int // operations started on this connection
 	ids   []uint64
@@ -259,7 +262,7 @@ func RunLoad(ctx context.Context, s LoadSpec) (LoadResult, error) {
 // out, 9107 busy, anything else failed, noted on w); anything else breaks
 // the connection and is returned.
 func outcomeOf(w *worker, err error) (opOutcome, error) {
-	var se *ServerError
+	var se *mysqlwire.SQLError
 	if !errors.As(err, &se) {
 		return opFailed, err
 	}
@@ -294,7 +297,7 @@ func TxnOp(run string, item int64, ttl int) Op {
 		}
 		rollback := func(o opOutcome, err error) (opOutcome, error) {
 			if _, rerr := w.c.Exec("ROLLBACK", nil); rerr != nil {
-				var se *ServerError
+				var se *mysqlwire.SQLError
 				if !errors.As(rerr, &se) {
 					return opFailed, rerr
 				}
@@ -355,7 +358,7 @@ func CallOp(run string, k PoolKey, ttl int) Op {
 			err = fmt.Errorf("%w: %d rows, want 1", errBadAnswer, r.Rows)
 		}
 		if err != nil {
-			var se *ServerError
+			var se *mysqlwire.SQLError
 			if errors.As(err, &se) || !errors.Is(err, errBadAnswer) {
 				return outcomeOf(w, err)
 			}

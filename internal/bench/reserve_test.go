@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/reservation"
 )
 
@@ -54,45 +53,6 @@ func TestParseReserveRow(t *testing.T) {
 		if _, err := parseReserveRow(row, k); !errors.Is(err, errBadAnswer) {
 			t.Errorf("%s: %v, want errBadAnswer", name, err)
 		}
-	}
-}
-
-func TestParseTextRow(t *testing.T) {
-	long := strings.Repeat("x", 300) // a 3-byte length prefix
-	p := append([]byte{1, 'a', 0xfb, 0}, append([]byte{0xfc, 44, 1}, long...)...)
-	cols, err := parseTextRow(p, 4, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cols) != 4 || string(cols[0]) != "a" || cols[1] != nil || cols[2] == nil || len(cols[2]) != 0 || string(cols[3]) != long {
-		t.Fatalf("cols %q", cols)
-	}
-	for name, c := range map[string]struct {
-		p []byte
-		n int
-	}{
-		"missing column": {[]byte{1, 'a'}, 2},
-		"short value":    {[]byte{5, 'a'}, 1},
-		"trailing bytes": {[]byte{1, 'a', 'b'}, 1},
-		"bad length":     {[]byte{0xff}, 1},
-	} {
-		if _, err := parseTextRow(c.p, c.n, nil); !errors.Is(err, ErrProtocol) {
-			t.Errorf("%s: %v, want ErrProtocol", name, err)
-		}
-	}
-}
-
-func TestParseOK(t *testing.T) {
-	// affected 300 (0xfc 0x2c 0x01), insert id 0, status MORE_RESULTS, warnings 0
-	aff, more, ok := parseOK([]byte{0xfc, 0x2c, 0x01, 0, 0x08, 0, 0, 0})
-	if !ok || aff != 300 || !more {
-		t.Fatalf("parseOK = %d, %v, %v", aff, more, ok)
-	}
-	if _, more, ok := parseOK([]byte{1, 0, 0x02, 0}); !ok || more {
-		t.Fatalf("autocommit status read as more results: %v %v", more, ok)
-	}
-	if _, _, ok := parseOK([]byte{1, 0}); ok {
-		t.Fatal("OK without status accepted")
 	}
 }
 
@@ -322,49 +282,6 @@ func TestReserveOptions(t *testing.T) {
 			t.Errorf("ParseClients(%q) accepted", bad)
 		}
 	}
-}
-
-// FuzzParseTextRow: a row that parses re-encodes to the same bytes, and
-// nothing panics.
-func FuzzParseTextRow(f *testing.F) {
-	f.Add([]byte{1, 'a', 0xfb, 0}, 3)
-	f.Add([]byte{0xfc, 3, 0, 'a', 'b', 'c'}, 1)
-	f.Add([]byte{0xfe, 1, 0, 0, 0, 0, 0, 0, 0, 'x'}, 1)
-	f.Add([]byte{}, 0)
-	f.Fuzz(func(t *testing.T, p []byte, n int) {
-		if n < 0 || n > 64 {
-			return
-		}
-		cols, err := parseTextRow(p, n, nil)
-		if err != nil {
-			return
-		}
-		if len(cols) != n {
-			t.Fatalf("%x: %d columns parsed, %d asked for", p, len(cols), n)
-		}
-		var back []byte
-		for _, c := range cols {
-			if c == nil {
-				back = append(back, 0xfb)
-				continue
-			}
-			back = mysqlwire.AppendLenEnc(back, uint64(len(c)))
-			back = append(back, c...)
-		}
-		if string(back) != string(p) {
-			// Length prefixes may be written longer than needed; only
-			// the values must survive.
-			again, err := parseTextRow(back, n, nil)
-			if err != nil || len(again) != len(cols) {
-				t.Fatalf("%x: %q does not round-trip", p, cols)
-			}
-			for i := range cols {
-				if string(again[i]) != string(cols[i]) || (again[i] == nil) != (cols[i] == nil) {
-					t.Fatalf("%x: column %d %q became %q", p, i, cols[i], again[i])
-				}
-			}
-		}
-	})
 }
 
 // FuzzParseMetrics: no input panics, and what parses has a series name.

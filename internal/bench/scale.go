@@ -8,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 )
 
 // ScaleOptions configures a connection-scale run: Conns client connections
@@ -64,7 +67,7 @@ func RunScale(ctx context.Context, o ScaleOptions) (ScaleResult, error) {
 	}
 
 	// Open every connection.
-	clients := make([]*Client, o.Conns)
+	clients := make([]*rawmysql.Conn, o.Conns)
 	defer func() {
 		for _, c := range clients {
 			if c != nil {
@@ -137,9 +140,9 @@ func RunScale(ctx context.Context, o ScaleOptions) (ScaleResult, error) {
 				if err != nil {
 					errs.Add(1)
 					noteErr(err)
-					var se *ServerError
+					var se *mysqlwire.SQLError
 					if !errors.As(err, &se) {
-						c.conn.Close() // broken: stop using it
+						c.NC.Close() // broken: stop using it
 						break
 					}
 				} else {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
 // Endpoint is where sysbench (or Client) connects, and as whom.
@@ -21,10 +23,23 @@ type Endpoint struct {
 
 // Dial logs in to ep as its account, selecting db, bounded by 30 s (and
 // ctx).
-func (ep Endpoint) Dial(ctx context.Context, db string) (*Client, error) {
+func (ep Endpoint) Dial(ctx context.Context, db string) (*rawmysql.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return Dial(ctx, ep.Addr, ep.User, ep.Password, db)
+	return dial(ctx, ep.Addr, ep.User, ep.Password, db)
+}
+
+// dial logs in to addr with the load generator's connection: the
+// capabilities a lean client asks for (CLIENT_DEPRECATE_EOF, no LOCAL
+// INFILE, no PS_MULTI_RESULTS), a 4 KiB read buffer, and any sequence id
+// accepted at the start of a reply. ctx bounds the dial and the login.
+func dial(ctx context.Context, addr, user, password, db string) (*rawmysql.Conn, error) {
+	return rawmysql.Dial(ctx, addr, rawmysql.Options{
+		User: user, Password: password, DB: db,
+		Caps:       rawmysql.CapDeprecateEOF,
+		Drop:       rawmysql.CapPSMultiResults | rawmysql.CapLocalFiles,
+		LenientSeq: true,
+	})
 }
 
 // Workload is one sysbench test at one thread count, with the issue's
