@@ -271,15 +271,11 @@ func (c *Conn) ReadPrepareOK() (*Stmt, error) {
 	if p[0] == 0xff {
 		return nil, ErrPacket(p)
 	}
-	if p[0] != 0x00 || len(p) != 12 || p[9] != 0 {
+	ok, valid := mysqlwire.ParsePrepareOK(p)
+	if !valid || len(p) != 12 || p[9] != 0 { // strict: no trailing bytes, a zero filler
 		return nil, fmt.Errorf("%w: prepare OK % x", ErrProtocol, p)
 	}
-	st := &Stmt{
-		ID:       binary.LittleEndian.Uint32(p[1:]),
-		NCols:    int(binary.LittleEndian.Uint16(p[5:])),
-		Params:   int(binary.LittleEndian.Uint16(p[7:])),
-		Warnings: binary.LittleEndian.Uint16(p[10:]),
-	}
+	st := &Stmt{ID: ok.ID, NCols: int(ok.Columns), Params: int(ok.Params), Warnings: ok.Warnings}
 	if st.Params > 0 {
 		if st.ParamDefs, _, err = c.ReadColumns(st.Params); err != nil {
 			return nil, err
