@@ -12,7 +12,9 @@
 //   - socket I/O (sockio.go): reads and writes of a TCP socket as raw
 //     system calls, and a command written in the same wait as its reply's
 //     read;
-//   - OK, ERR and EOF packets and their status flags (okerr.go);
+//   - OK, ERR and EOF packets and their status flags, and the answer to a
+//     COM_STMT_PREPARE (okerr.go);
+//   - the binary parameters of a COM_STMT_EXECUTE (params.go);
 //   - column definitions and text and binary rows (coldef.go);
 //   - the connection phase's packets (greeting.go): the greeting, the
 //     handshake response, the SSLRequest, the authentication switch and
