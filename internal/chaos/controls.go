@@ -71,6 +71,7 @@ func (l *controlLog) set(kind string, start, end time.Time, ok bool, expires tim
 	if l.open == nil {
 		l.open, l.wins = map[string]*window{}, map[string][]window{}
 	}
+	l.supersedeLocked(kind, start)
 	w := l.open[kind]
 	if w == nil {
 		w = &window{mayFrom: start}
@@ -92,6 +93,7 @@ func (l *controlLog) set(kind string, start, end time.Time, ok bool, expires tim
 func (l *controlLog) lift(kind string, start, end time.Time, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.supersedeLocked(kind, start)
 	w := l.open[kind]
 	if w == nil {
 		return // nothing set
@@ -108,6 +110,20 @@ func (l *controlLog) lift(kind string, start, end time.Time, ok bool) {
 	w.mayUntil, w.sureUntil = end.Add(controlBound), start
 	l.wins[kind] = append(l.wins[kind], *w)
 	delete(l.open, kind)
+}
+
+// supersedeLocked ends, at start, the certainty of the windows of kind
+// already closed by an expiry: a request from start on replaces the
+// control (a set without expiry, or a lift, ends the earlier expiry's
+// hold on it), so the control is no longer certainly in force until that
+// expiry, only possibly.
+func (l *controlLog) supersedeLocked(kind string, start time.Time) {
+	ws := l.wins[kind]
+	for i := range ws {
+		if ws[i].sureUntil.After(start) {
+			ws[i].sureUntil = start
+		}
+	}
 }
 
 // close ends the windows left open at the end.

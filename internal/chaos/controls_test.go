@@ -31,3 +31,25 @@ func TestControlLogFailedLift(t *testing.T) {
 		t.Fatalf("a gap between the windows: %v .. %v, though the drain was possible throughout", first.mayUntil, second.mayFrom)
 	}
 }
+
+// A drain with an expiry, then another drain and a lift before that
+// expiry (as a chaos run did): the lift ends the drain then, so the
+// expiring drain is certain only until the next request starts, not
+// until its expiry.
+func TestControlLogLiftBeforeExpiry(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var l controlLog
+	l.set("drain", at(0), at(10), true, 0)                  // no expiry
+	l.set("drain", at(2000), at(2010), true, 6*time.Second) // now until 8 s
+	l.set("drain", at(4000), at(4010), true, 0)             // no expiry again
+	l.lift("drain", at(6000), at(6010), true)               // lifted at 6 s
+	served := Call{Kind: Answered, Tag: tagDrained, Start: at(6100), End: at(6150)}
+	if v := checkControls([]Call{served}, &l); len(v) != 0 {
+		t.Fatalf("a call served after the lift was judged: %v (windows %+v)", v, l.windows("drain"))
+	}
+	before := Call{Kind: Answered, Tag: tagDrained, Start: at(3100), End: at(3150)}
+	if v := checkControls([]Call{before}, &l); len(v) != 1 {
+		t.Fatalf("a call served while the drain was certainly in force was not judged (windows %+v)", l.windows("drain"))
+	}
+}
