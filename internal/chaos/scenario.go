@@ -65,6 +65,13 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 // instances and stocks the items.
 func (s *scenario) setup(ctx context.Context) error {
 	name := fmt.Sprintf("chaos_%d_%s", s.n, s.sc)
+	replica := ""
+	if s.sc == Replica {
+		if err := s.startReplica(ctx); err != nil {
+			return err
+		}
+		replica = s.replica.Addr
+	}
 	for _, q := range []string{
 		"CREATE DATABASE " + name,
 		fmt.Sprintf("GRANT ALL ON %s.* TO '%s'@'%%'", name, backendUser),
@@ -74,13 +81,6 @@ func (s *scenario) setup(ctx context.Context) error {
 		}
 	}
 	s.db = s.srv.Open(name)
-	replica := ""
-	if s.sc == Replica {
-		if err := s.startReplica(ctx); err != nil {
-			return err
-		}
-		replica = s.replica.Addr
-	}
 	instances := 1
 	if s.sc == Instances || s.sc == Controls {
 		instances = s.o.Instances
