@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -305,7 +306,7 @@ func (r *diffRun) compare(client, label string, resp [2][][]byte) {
 				q = bytes.ReplaceAll(q, []byte(r.db[0]), []byte(r.db[1]))
 				q = bytes.ReplaceAll(q, []byte(r.db2[0]), []byte(r.db2[1]))
 				if r.idSwap[0] != "" && len(q) > 0 && q[0] == 0xff {
-					q = bytes.ReplaceAll(q, []byte(r.idSwap[0]), []byte(r.idSwap[1]))
+					q = swapConnID(q, r.idSwap[0], r.idSwap[1])
 				}
 			}
 			if r.track {
@@ -478,6 +479,19 @@ func readResponse(c *rawConn, kind respKind) ([][]byte, error) {
 }
 
 // describePacket renders a packet for a difference report.
+// swapConnID replaces connection id from with to where ERR packet q's
+// message names it: as a whole number, after the SQLSTATE. A plain
+// replacement also rewrote the SQLSTATE when the id was, say, 42.
+func swapConnID(q []byte, from, to string) []byte {
+	head := min(len(q), 3)
+	if len(q) >= 9 && q[3] == '#' {
+		head = 9
+	}
+	re := regexp.MustCompile(`(^|[^0-9])` + regexp.QuoteMeta(from) + `([^0-9]|$)`)
+	msg := re.ReplaceAll(q[head:], []byte("${1}"+to+"${2}"))
+	return append(q[:head:head], msg...)
+}
+
 func describePacket(p []byte, track bool) string {
 	switch {
 	case p == nil:
@@ -759,4 +773,14 @@ func diffCorpus(r *diffRun) {
 	r.prepare(second, "own", "SELECT 2")
 	r.execute(second, "own", 0, nil, false)
 	r.quit(second)
+}
+
+// TestSwapConnID: an id that is also part of the SQLSTATE or of a longer
+// number is replaced only where the message names it.
+func TestSwapConnID(t *testing.T) {
+	p := append([]byte{0xff, 0x28, 0x04, '#'}, "42000You have an error near 'KILL QUERY 42; SELECT 420'"...)
+	want := append([]byte{0xff, 0x28, 0x04, '#'}, "42000You have an error near 'KILL QUERY 10001; SELECT 420'"...)
+	if got := swapConnID(p, "42", "10001"); !bytes.Equal(got, want) {
+		t.Fatalf("swapConnID = %q, want %q", got, want)
+	}
 }
