@@ -254,37 +254,19 @@ func (c *dialConn) patchResponse(r []byte) {
 	if c.tls.conf != nil && c.srvCaps&mysql.CLIENT_SSL != 0 {
 		caps |= mysql.CLIENT_SSL
 	}
-	// Extended capabilities at 28, after max packet size, collation and
-	// 19 filler bytes; CLIENT_LONG_PASSWORD off says they are there.
-	if ext := c.wantExt & c.srvExt; ext != 0 && c.srvCaps&mysql.CLIENT_LONG_PASSWORD == 0 {
+	// Extended capabilities: CLIENT_LONG_PASSWORD off says they are there.
+	var ext uint32
+	if ext = c.wantExt & c.srvExt; ext != 0 && c.srvCaps&mysql.CLIENT_LONG_PASSWORD == 0 {
 		caps &^= mysql.CLIENT_LONG_PASSWORD
-		binary.LittleEndian.PutUint32(r[28:], ext)
 		c.gotExt = ext
+	} else {
+		ext = 0
 	}
-	binary.LittleEndian.PutUint32(r, caps)
+	mysqlwire.SetResponseCaps(r, caps, ext)
 	if c.hash == nil {
 		return
 	}
-	// user NUL, length-encoded scramble (go-mysql always writes it so),
-	// [database NUL], plugin NUL.
-	rest := r[32:]
-	i := bytes.IndexByte(rest, 0)
-	if i < 0 || i+2 > len(rest) {
-		return
-	}
-	rest = rest[i+1:]
-	n := int(rest[0])
-	if n >= 251 || 1+n > len(rest) {
-		return
-	}
-	auth := rest[1 : 1+n]
-	rest = rest[1+n:]
-	if caps&mysql.CLIENT_CONNECT_WITH_DB != 0 {
-		if j := bytes.IndexByte(rest, 0); j >= 0 {
-			rest = rest[j+1:]
-		}
-	}
-	if j := bytes.IndexByte(rest, 0); j >= 0 && string(rest[:j]) == pluginNative && n == 20 {
+	if auth, plugin, ok := mysqlwire.ResponseAuth(r); ok && plugin == pluginNative && len(auth) == 20 {
 		copy(auth, nativeScrambleHash(c.salt, c.hash))
 	}
 	// Any other plugin: the server switches a mysql_native_password

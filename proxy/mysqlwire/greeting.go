@@ -136,65 +136,109 @@ func IsSSLRequest(p []byte) bool {
 // malformed block yields the pairs read before the fault, at most 256.
 // AuthResp is a new slice.
 func ParseHandshakeResponse(p []byte) (*HandshakeResponse, error) {
-	if len(p) < 32 {
-		return nil, ErrHandshake
+	f, err := splitResponse(p)
+	if err != nil {
+		return nil, err
 	}
-	h := &HandshakeResponse{Caps: binary.LittleEndian.Uint32(p)}
-	if h.Caps&mysql.CLIENT_PROTOCOL_41 == 0 {
-		return nil, ErrNoProtocol41
-	}
-	h.MaxPacket = binary.LittleEndian.Uint32(p[4:])
-	h.Collation = p[8]
+	h := &HandshakeResponse{Caps: f.caps, MaxPacket: binary.LittleEndian.Uint32(p[4:]), Collation: p[8],
+		User: string(f.user), AuthResp: bytes.Clone(f.auth), DB: string(f.db), Plugin: f.plugin}
 	if h.Caps&mysql.CLIENT_LONG_PASSWORD == 0 {
 		h.ExtCaps = binary.LittleEndian.Uint32(p[28:])
+	}
+	if h.Caps&mysql.CLIENT_CONNECT_ATTRS != 0 && len(f.attrs) > 0 {
+		h.Attrs = parseAttrs(f.attrs)
+	}
+	return h, nil
+}
+
+// responseFields are the variable parts of a handshake response, aliasing
+// its payload.
+type responseFields struct {
+	caps                  uint32
+	user, auth, db, attrs []byte
+	plugin                string
+}
+
+// splitResponse finds the fields of handshake response payload p.
+func splitResponse(p []byte) (f responseFields, err error) {
+	if len(p) < 32 {
+		return f, ErrHandshake
+	}
+	f.caps = binary.LittleEndian.Uint32(p)
+	if f.caps&mysql.CLIENT_PROTOCOL_41 == 0 {
+		return f, ErrNoProtocol41
 	}
 	rest := p[32:]
 	i := bytes.IndexByte(rest, 0)
 	if i < 0 {
-		return nil, ErrHandshake
+		return f, ErrHandshake
 	}
-	h.User, rest = string(rest[:i]), rest[i+1:]
+	f.user, rest = rest[:i], rest[i+1:]
 	switch {
-	case h.Caps&mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0:
+	case f.caps&mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0:
 		a, n, ok := ReadLenEncString(rest)
 		if !ok {
-			return nil, ErrHandshake
+			return f, ErrHandshake
 		}
-		h.AuthResp, rest = a, rest[n:]
-	case h.Caps&mysql.CLIENT_SECURE_CONNECTION != 0:
+		f.auth, rest = a, rest[n:]
+	case f.caps&mysql.CLIENT_SECURE_CONNECTION != 0:
 		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
-			return nil, ErrHandshake
+			return f, ErrHandshake
 		}
-		h.AuthResp, rest = rest[1:1+int(rest[0])], rest[1+int(rest[0]):]
+		f.auth, rest = rest[1:1+int(rest[0])], rest[1+int(rest[0]):]
 	default:
 		j := bytes.IndexByte(rest, 0)
 		if j < 0 {
-			return nil, ErrHandshake
+			return f, ErrHandshake
 		}
-		h.AuthResp, rest = rest[:j], rest[j+1:]
+		f.auth, rest = rest[:j], rest[j+1:]
 	}
-	h.AuthResp = bytes.Clone(h.AuthResp)
-	if h.Caps&mysql.CLIENT_CONNECT_WITH_DB != 0 && len(rest) > 0 {
+	if f.caps&mysql.CLIENT_CONNECT_WITH_DB != 0 && len(rest) > 0 {
 		j := bytes.IndexByte(rest, 0)
 		if j < 0 {
-			return nil, ErrHandshake
+			return f, ErrHandshake
 		}
-		h.DB, rest = string(rest[:j]), rest[j+1:]
+		f.db, rest = rest[:j], rest[j+1:]
 	}
-	h.Plugin = pluginNative
-	if h.Caps&mysql.CLIENT_PLUGIN_AUTH != 0 && len(rest) > 0 {
+	f.plugin = pluginNative
+	if f.caps&mysql.CLIENT_PLUGIN_AUTH != 0 && len(rest) > 0 {
 		j := bytes.IndexByte(rest, 0)
 		if j < 0 {
 			// Some clients end the packet with the name, unterminated.
 			j = len(rest)
 		}
-		h.Plugin = string(rest[:j])
+		f.plugin = string(rest[:j])
 		rest = rest[min(j+1, len(rest)):]
 	}
-	if h.Caps&mysql.CLIENT_CONNECT_ATTRS != 0 && len(rest) > 0 {
-		h.Attrs = parseAttrs(rest)
+	f.attrs = rest
+	return f, nil
+}
+
+// ResponseAuth returns the authentication response of handshake response
+// payload p in place, aliasing p (a caller may overwrite it with another
+// of the same length), and the plugin it is for; ok is false when p is no
+// well-formed handshake response.
+func ResponseAuth(p []byte) (auth []byte, plugin string, ok bool) {
+	f, err := splitResponse(p)
+	if err != nil {
+		return nil, "", false
 	}
-	return h, nil
+	return f.auth, f.plugin, true
+}
+
+// SetResponseCaps overwrites the capability flags of handshake response
+// payload p in place and, when ext is not 0, MariaDB's extended
+// capabilities (bytes 28 to 31, which a client may use only without
+// CLIENT_LONG_PASSWORD: the caller clears it in caps). It does nothing to
+// a payload shorter than 32 bytes.
+func SetResponseCaps(p []byte, caps, ext uint32) {
+	if len(p) < 32 {
+		return
+	}
+	binary.LittleEndian.PutUint32(p, caps)
+	if ext != 0 {
+		binary.LittleEndian.PutUint32(p[28:], ext)
+	}
 }
 
 // parseAttrs decodes connection attributes; a malformed block yields the

@@ -100,6 +100,36 @@ func TestHandshakeResponseBytes(t *testing.T) {
 	}
 }
 
+// TestResponseInPlace: the scramble and the capabilities of a response a
+// client wrote are rewritten in place, as holdfast does to go-mysql's
+// response to a backend, and read back as written.
+func TestResponseInPlace(t *testing.T) {
+	for _, caps := range []uint32{helloCaps, helloCaps &^ mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA} {
+		h := &HandshakeResponse{Caps: caps, MaxPacket: 1 << 24, Collation: 45, User: "app",
+			AuthResp: bytes.Repeat([]byte{1}, 20), DB: "shop", Plugin: "mysql_native_password"}
+		p := AppendHandshakeResponse(nil, h)
+		auth, plugin, ok := ResponseAuth(p)
+		if !ok || plugin != "mysql_native_password" || !bytes.Equal(auth, h.AuthResp) {
+			t.Fatalf("caps %#x: ResponseAuth = % x, %q, %v", caps, auth, plugin, ok)
+		}
+		copy(auth, bytes.Repeat([]byte{2}, 20))
+		SetResponseCaps(p, caps&^mysql.CLIENT_LONG_PASSWORD, ExtTypeInfo)
+		back, err := ParseHandshakeResponse(p)
+		if err != nil || !bytes.Equal(back.AuthResp, bytes.Repeat([]byte{2}, 20)) || back.User != "app" || back.DB != "shop" ||
+			back.Caps != caps&^mysql.CLIENT_LONG_PASSWORD || back.ExtCaps != ExtTypeInfo {
+			t.Errorf("caps %#x: after the rewrite %+v, %v", caps, back, err)
+		}
+	}
+	if _, _, ok := ResponseAuth(helloBytes[:38]); ok {
+		t.Error("ResponseAuth accepted a truncated response")
+	}
+	short := []byte{1, 2, 3}
+	SetResponseCaps(short, 0xffffffff, 1) // too short: left alone
+	if !bytes.Equal(short, []byte{1, 2, 3}) {
+		t.Errorf("a short response was written: % x", short)
+	}
+}
+
 func TestHandshakeResponseMalformed(t *testing.T) {
 	if _, err := ParseHandshakeResponse(helloBytes[:31]); !errors.Is(err, ErrHandshake) {
 		t.Errorf("31 bytes: %v", err)
