@@ -132,16 +132,7 @@ func TestEngineAlertRules(t *testing.T) {
 		if !want[r.Alert] {
 			continue
 		}
-		waitFor(t, "alert "+r.Alert+": condition true", 30*time.Second, func() error {
-			s, err := prom.query(r.Expr, time.Time{})
-			if err == nil && len(s) == 0 {
-				err = fmt.Errorf("no data")
-			}
-			if err == nil {
-				t.Logf("alert %s: condition true: %s", r.Alert, describeAll(s))
-			}
-			return err
-		})
+		waitConditionTrue(t, prom, r)
 	}
 	for _, r := range rules {
 		if want[r.Alert] {

@@ -71,6 +71,29 @@ func waitFor(t *testing.T, what string, timeout time.Duration, f func() error) {
 	}
 }
 
+// waitSeries waits up to timeout until expr has at least one series in
+// prom, and returns them.
+func waitSeries(t *testing.T, prom prometheus, what, expr string, timeout time.Duration) []sample {
+	t.Helper()
+	var got []sample
+	waitFor(t, what, timeout, func() error {
+		s, err := prom.query(expr, time.Time{})
+		if err == nil && len(s) == 0 {
+			err = fmt.Errorf("no data")
+		}
+		got = s
+		return err
+	})
+	return got
+}
+
+// waitConditionTrue waits until the condition of alert rule r holds.
+func waitConditionTrue(t *testing.T, prom prometheus, r rule) {
+	t.Helper()
+	s := waitSeries(t, prom, "alert "+r.Alert+": condition true", r.Expr, 30*time.Second)
+	t.Logf("alert %s: condition true: %s", r.Alert, describeAll(s))
+}
+
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
 // httpDo is dbtest.Fetch for callers that poll or read an error's body:

@@ -37,13 +37,7 @@ func TestOverloadAlertRules(t *testing.T) {
 	prom := startPrometheusJobs(t, map[string]string{"holdfast": h.admin})
 	// The counters' zero must be scraped before the load, or increase()
 	// sees no change; and no condition is true without it.
-	waitFor(t, "prometheus scraping holdfast's class counters", 20*time.Second, func() error {
-		s, err := prom.query(`holdfast_class_shed_total{class="background"}`, time.Time{})
-		if err == nil && len(s) == 0 {
-			err = fmt.Errorf("no data")
-		}
-		return err
-	})
+	waitSeries(t, prom, "prometheus scraping holdfast's class counters", `holdfast_class_shed_total{class="background"}`, 20*time.Second)
 	for _, r := range rules {
 		if s := prom.mustQuery(t, r.Expr, time.Time{}); len(s) != 0 {
 			t.Fatalf("alert %s: condition true before any load: %s", r.Alert, describeAll(s))
@@ -70,16 +64,7 @@ func TestOverloadAlertRules(t *testing.T) {
 	defer func() { stop(); wg.Wait() }()
 
 	for _, r := range rules {
-		waitFor(t, "alert "+r.Alert+": condition true", 30*time.Second, func() error {
-			s, err := prom.query(r.Expr, time.Time{})
-			if err == nil && len(s) == 0 {
-				err = fmt.Errorf("no data")
-			}
-			if err == nil {
-				t.Logf("alert %s: condition true: %s", r.Alert, describeAll(s))
-			}
-			return err
-		})
+		waitConditionTrue(t, prom, r)
 	}
 	waitAlertsPending(t, prom, overloadGroup)
 	checkMetricNamesOf(t, []string{h.admin}, rules)

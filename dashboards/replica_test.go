@@ -1,7 +1,6 @@
 package dashboards
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -38,13 +37,7 @@ func TestReplicaAlertRules(t *testing.T) {
 		YAML:    "routing:\n  check_interval: 50ms\nlog:\n  level: warn\n"})
 	dbtest.StartHoldfast(t, holdfastproc.Options{Bin: dbtest.Command(t, "./cmd/holdfast"), Config: path, Listen: addr}, false)
 	prom := startPrometheusJobs(t, map[string]string{"holdfast": admin})
-	waitFor(t, "prometheus scraping the replica in service", 20*time.Second, func() error {
-		s, err := prom.query(`holdfast_replica_in_service == 1`, time.Time{})
-		if err == nil && len(s) == 0 {
-			err = fmt.Errorf("no data")
-		}
-		return err
-	})
+	waitSeries(t, prom, "prometheus scraping the replica in service", `holdfast_replica_in_service == 1`, 20*time.Second)
 	for _, r := range rules {
 		if s := prom.mustQuery(t, r.Expr, time.Time{}); len(s) != 0 {
 			t.Fatalf("alert %s: condition true with the replica in service: %s", r.Alert, describeAll(s))
@@ -52,16 +45,7 @@ func TestReplicaAlertRules(t *testing.T) {
 	}
 	replica.Kill()
 	for _, r := range rules {
-		waitFor(t, "alert "+r.Alert+": condition true", 30*time.Second, func() error {
-			s, err := prom.query(r.Expr, time.Time{})
-			if err == nil && len(s) == 0 {
-				err = fmt.Errorf("no data")
-			}
-			if err == nil {
-				t.Logf("alert %s: condition true: %s", r.Alert, describeAll(s))
-			}
-			return err
-		})
+		waitConditionTrue(t, prom, r)
 	}
 	waitAlertsPending(t, prom, replicaGroup)
 	checkMetricNamesOf(t, []string{admin}, rules)
