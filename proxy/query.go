@@ -195,7 +195,6 @@ func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan
 	}
 	sc := &rr.sc
 	if sc.LastGTID != "" {
-		s.state.lastGTID = sc.LastGTID
 		if s.srv.routing != nil {
 			s.noteWrite(sc.LastGTID)
 		}

@@ -635,8 +635,9 @@ func (s *Server) Replicas() []ReplicaState {
 	out := make([]ReplicaState, 0, len(s.routing.replicas))
 	for _, r := range s.routing.replicas {
 		ps := r.be.pool.Stats()
-		rs := ReplicaState{Address: r.be.addr, Routed: r.be.borrows.Load(), FellBack: r.fellBack.Load(), Pool: ps, InUse: ps.InUse, Idle: ps.Idle,
-			Borrows: r.be.borrows.Load(), WaitSeconds: time.Duration(r.be.waitNs.Load()).Seconds(), HoldSeconds: time.Duration(r.be.holdNs.Load()).Seconds(),
+		borrows := r.be.borrows.Load() // every borrow of a replica is a routed read
+		rs := ReplicaState{Address: r.be.addr, Routed: borrows, FellBack: r.fellBack.Load(), Pool: ps, InUse: ps.InUse, Idle: ps.Idle,
+			Borrows: borrows, WaitSeconds: time.Duration(r.be.waitNs.Load()).Seconds(), HoldSeconds: time.Duration(r.be.holdNs.Load()).Seconds(),
 			Tags: []ReplicaTag{}}
 		r.be.byTag.Range(func(k, v any) bool {
 			u := v.(*tagUse)
@@ -711,16 +712,14 @@ func (c replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.s.routing == nil {
 		return
 	}
-	for _, r := range c.s.routing.replicas {
-		backend(&r.be, r.be.addr)
-		r.be.byTag.Range(func(k, v any) bool {
-			u := v.(*tagUse)
-			g(dReplicaTagHold, prometheus.CounterValue, time.Duration(u.holdNs.Load()).Seconds(), r.be.addr, k.(string))
-			g(dReplicaTagWait, prometheus.CounterValue, time.Duration(u.waitNs.Load()).Seconds(), r.be.addr, k.(string))
-			return true
-		})
-	}
 	for _, r := range c.s.Replicas() {
+		g(dBackendBorrows, prometheus.CounterValue, float64(r.Borrows), r.Address)
+		g(dBackendWait, prometheus.CounterValue, r.WaitSeconds, r.Address)
+		g(dBackendHold, prometheus.CounterValue, r.HoldSeconds, r.Address)
+		for _, u := range r.Tags {
+			g(dReplicaTagHold, prometheus.CounterValue, u.HoldSeconds, r.Address, u.Tag)
+			g(dReplicaTagWait, prometheus.CounterValue, u.WaitSeconds, r.Address, u.Tag)
+		}
 		up := 0.0
 		if r.Up {
 			up = 1

@@ -147,11 +147,9 @@ type sessionState struct {
 	interactive bool   // CLIENT_INTERACTIVE: interactive_timeout applies
 	pinReason   string // non-empty: keep the connection for the rest of the session
 	status      uint16 // status flags as the client last saw them
-	// lastInsertID is the insert id of the client's last OK, and lastGTID
-	// the GTID of its last commit, as the backend reported it (last_gtid;
-	// empty on a server without binary logging).
+	// lastInsertID is the insert id of the client's last OK, as the
+	// backend reported it.
 	lastInsertID uint64
-	lastGTID     string
 }
 
 // preparedStmts is a client's binary-protocol prepared statements, by
@@ -446,7 +444,6 @@ func (s *session) resetSession() {
 	s.ps.cursors = nil
 	s.ps.lastStmt = 0
 	s.state.lastInsertID = 0
-	s.state.lastGTID = ""
 	s.state.vars = nil
 	s.setKept(s.srv.keptBase())
 	s.state.multiStmts = s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0

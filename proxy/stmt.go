@@ -130,7 +130,7 @@ func (bc *backendConn) prepareOn(db string, parse []varstate.Change, query, key 
 			return nil, nil, err
 		}
 		bs, errPkt, err = bc.prepare(query)
-		if err != nil || errPkt == nil || try > 0 || mysqlwire.ParseErr(errPkt).Code != codeTooManyStmts {
+		if err != nil || errPkt == nil || try > 0 || !isErrCode(errPkt, codeTooManyStmts) {
 			break
 		}
 		if bc.stmts.evictUnheld(sc.held) == 0 && bc.stmts.makeRoom(bc.stmts.lru.Len()/2, nil) == 0 {
@@ -630,4 +630,10 @@ func (s *session) stmtFetch(p []byte) bool {
 	}
 	s.state.status = rr.status & sessionStatus
 	return true
+}
+
+// isErrCode reports whether ERR packet payload p carries error code.
+func isErrCode(p []byte, code uint16) bool {
+	c, ok := mysqlwire.ErrCode(p)
+	return ok && c == code
 }
