@@ -39,6 +39,15 @@ type backend struct {
 	byTag sync.Map
 }
 
+// settings returns bs, the primary's dial settings, for this backend: a
+// replica's own address and TLS.
+func (be *backend) settings(bs BackendSettings) BackendSettings {
+	if be.addr != "" {
+		bs.Address, bs.TLS = be.addr, *be.tls
+	}
+	return bs
+}
+
 // tagUse is one tag's leases of one backend.
 type tagUse struct {
 	borrows        atomic.Uint64

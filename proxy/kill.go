@@ -279,11 +279,7 @@ func (k *killer) killQuery(srv *Server, be *backend, tid uint32) error {
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		if k.bc == nil {
-			bs := srv.backendSettings()
-			if be.addr != "" {
-				bs.Address, bs.TLS = be.addr, *be.tls
-			}
-			if k.bc, err = dialBackend(ctx, bs, 0); err != nil {
+			if k.bc, err = dialBackend(ctx, be.settings(srv.backendSettings()), 0); err != nil {
 				k.bc = nil
 				// Not sent: nothing can land. A dial failure is no I/O
 				// error on the target's connection.

@@ -75,6 +75,22 @@ func newPipes() *pipes {
 // (0: pipelining off).
 func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
 
+// ensureVars gives the session its variables' starting values once the
+// primary's defaults are known.
+func (s *session) ensureVars() {
+	if s.state.vars == nil && s.srv.primary.base.Load() != nil {
+		s.state.vars = s.initialVars()
+	}
+}
+
+// unboundRead reports whether a statement of info is a plain SELECT the
+// session may run on any connection: it holds none and is in no
+// transaction, pinned or pending state, and its variables are known.
+func (s *session) unboundRead(info *sqlscan.Info) bool {
+	return s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil && s.state.pinReason == "" && !s.tx.holdNext &&
+		s.state.status&mysqlwire.StatusInTrans == 0 && s.state.status&mysqlwire.StatusAutocommit != 0 && plainSelect(info)
+}
+
 // pipelinable reports whether a statement of tag may be pipelined, and its
 // overload class. A
 // pipelined statement takes no lease, so passes no control: a drained or
@@ -82,12 +98,8 @@ func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
 // there), as do background ones while the background cap is in force;
 // the other tags' pipeline as usual.
 func (s *session) pipelinable(info *sqlscan.Info, size int, tag *attribution.Tag) (class, bool) {
-	if s.state.vars == nil && s.srv.primary.base.Load() != nil {
-		s.state.vars = s.initialVars()
-	}
-	if !(s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil && s.state.pinReason == "" && !s.tx.holdNext &&
-		s.state.status&mysqlwire.StatusInTrans == 0 && s.state.status&mysqlwire.StatusAutocommit != 0 &&
-		plainSelect(info) && size < 1<<16 && s.srv.pipelineDepth() > 0) {
+	s.ensureVars()
+	if !(s.unboundRead(info) && size < 1<<16 && s.srv.pipelineDepth() > 0) {
 		return 0, false
 	}
 	key := s.gateKey(tag)

@@ -56,18 +56,11 @@ func (s *session) comQuery(p []byte) bool {
 			p, sql = q, q[1:]
 		}
 	}
-	if s.srv.routing != nil {
-		if s.state.vars == nil && s.srv.primary.base.Load() != nil {
-			s.state.vars = s.initialVars()
-		}
-		if s.replicaRead(&info) {
-			if r := s.routeRead(tag); r != nil {
-				s.route = r
-				keep := s.run(p, comQuery, &info, tag)
-				s.route = nil
-				return keep
-			}
-		}
+	if r := s.replicaFor(&info, tag); r != nil {
+		s.route = r
+		keep := s.run(p, comQuery, &info, tag)
+		s.route = nil
+		return keep
 	}
 	if cl, ok := s.pipelinable(&info, len(p), tag); ok && info.Vars == 0 {
 		if handled, keep := s.runPipelined(func(*backendConn) []byte { return p }, tag, cl, nil, sql); handled {

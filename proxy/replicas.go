@@ -16,7 +16,6 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
-	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
@@ -151,8 +150,7 @@ func (s *Server) newRouting(cfg config.Config) (*routing, error) {
 				if err != nil {
 					return nil, err
 				}
-				bs.Address, bs.TLS = r.be.addr, *r.be.tls
-				bc, err := dialBackend(ctx, bs, v)
+				bc, err := dialBackend(ctx, r.be.settings(bs), v)
 				if err == nil {
 					bc.be = &r.be
 				}
@@ -396,9 +394,20 @@ func (s *session) noteWrite(gtid string) {
 // keeps no connection), no variables named, one statement, no
 // /* holdfast:primary */ hint.
 func (s *session) replicaRead(info *sqlscan.Info) bool {
-	return s.srv.routing != nil && s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil &&
-		s.state.pinReason == "" && !s.tx.holdNext && s.state.status&mysqlwire.StatusInTrans == 0 &&
-		s.state.status&mysqlwire.StatusAutocommit != 0 && plainSelect(info) && info.Vars == 0 && !info.PrimaryHint
+	return s.srv.routing != nil && s.unboundRead(info) && info.Vars == 0 && !info.PrimaryHint
+}
+
+// replicaFor returns the replica a statement of info under tag goes to,
+// or nil for the primary (replicaRead, then routeRead).
+func (s *session) replicaFor(info *sqlscan.Info, tag *attribution.Tag) *replica {
+	if s.srv.routing == nil {
+		return nil
+	}
+	s.ensureVars()
+	if !s.replicaRead(info) {
+		return nil
+	}
+	return s.routeRead(tag)
 }
 
 // sampleAfter returns the first sample of the primary's position taken at
@@ -445,11 +454,7 @@ func (s *Server) position(bc **backendConn, be *backend, name string) (gtidPos, 
 	ctx, cancel := context.WithTimeout(s.ctx, max(s.routing.interval, time.Second))
 	defer cancel()
 	if *bc == nil {
-		bs := s.backendSettings()
-		if be.addr != "" {
-			bs.Address, bs.TLS = be.addr, *be.tls
-		}
-		c, err := dialBackend(ctx, bs, 0)
+		c, err := dialBackend(ctx, be.settings(s.backendSettings()), 0)
 		if err != nil {
 			return nil, err
 		}

@@ -371,17 +371,12 @@ func (s *session) stmtExecute(p []byte) bool {
 		}
 	}
 	routed := false
-	if flags == 0 && cs.longData == nil && s.srv.routing != nil {
+	if flags == 0 && cs.longData == nil {
 		// A prepared read may go to a replica like a typed one; it is
 		// prepared there on first use, as on any connection.
-		if s.state.vars == nil && s.srv.primary.base.Load() != nil {
-			s.state.vars = s.initialVars()
-		}
-		if s.replicaRead(&cs.info) {
-			if r := s.routeRead(tag); r != nil {
-				s.route, routed = r, true
-				defer func() { s.route = nil }()
-			}
+		if r := s.replicaFor(&cs.info, tag); r != nil {
+			s.route, routed = r, true
+			defer func() { s.route = nil }()
 		}
 	}
 	if flags == 0 && cs.longData == nil && !routed {
