@@ -513,11 +513,17 @@ func lookup(get func(string) string, k string) (string, bool) {
 	return "", ok
 }
 
+// fieldError returns the error maker of a Validate: prefix, the field's
+// name, and what is wrong with it.
+func fieldError(prefix string) func(field, format string, a ...any) error {
+	return func(field, format string, a ...any) error {
+		return fmt.Errorf("%s%s: %s", prefix, field, fmt.Sprintf(format, a...))
+	}
+}
+
 // Validate checks every field and names the first bad one.
 func (c *Config) Validate() error {
-	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("config: %s: %s", field, fmt.Sprintf(format, a...))
-	}
+	bad := fieldError("config: ")
 	if err := checkAddr(c.Listen); err != nil {
 		return bad("listen", "%v", err)
 	}

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"strings"
 	"time"
 )
@@ -135,9 +134,7 @@ func (c Redis) Validate() error {
 		return nil
 	}
 	c = c.WithDefaults(time.Hour)
-	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("reservation: config redis.%s: %s", field, fmt.Sprintf(format, a...))
-	}
+	bad := fieldError("reservation: config redis.")
 	if c.Authority != "redis" && c.Authority != "holdfast" {
 		return bad("authority", "must be redis or holdfast, got %q", c.Authority)
 	}
@@ -156,7 +153,6 @@ func (c Redis) Validate() error {
 		{"counter_key", c.CounterKey, []string{"{shop}", "{item}", "{location}"}},
 		{"reservation_key", c.ReservationKey, []string{"{token}"}},
 		{"idempotency_key", c.IdempotencyKey, []string{"{shop}", "{key}"}},
-		{"expiry_key", c.ExpiryKey, nil},
 		{"held_key", c.HeldKey, []string{"{shop}", "{item}", "{location}"}},
 	} {
 		for _, n := range t.need {

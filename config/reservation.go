@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"time"
 )
 
@@ -222,9 +221,7 @@ func orDefault[T comparable](knob *T, v T) {
 // defaults.
 func (c Engine) Validate() error {
 	c = c.WithDefaults()
-	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("reservation: config %s: %s", field, fmt.Sprintf(format, a...))
-	}
+	bad := fieldError("reservation: config ")
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -249,8 +246,8 @@ func (c Engine) Validate() error {
 		return bad("max_ttl", "%v is below default_ttl %v", c.MaxTTL, c.DefaultTTL)
 	case c.Retention <= c.MaxTTL:
 		return bad("retention", "%v must exceed max_ttl %v, or replays of live reservations would be forgotten", c.Retention, c.MaxTTL)
-	case c.PoolCap < 1 || c.PoolCap > 100000:
-		return bad("pool_cap", "must be between 1 and 100000, got %d", c.PoolCap)
+	case c.PoolCap < 1 || c.PoolCap > maxPoolCap:
+		return bad("pool_cap", "must be between 1 and %d, got %d", maxPoolCap, c.PoolCap)
 	case c.MaxLines < 1 || c.MaxLines > 1000:
 		return bad("max_lines", "must be between 1 and 1000, got %d", c.MaxLines)
 	case c.MaxLocations < 1 || c.MaxLocations > 256:
@@ -345,20 +342,24 @@ func (c Refiller) WithDefaults() Refiller {
 	return c
 }
 
+// maxPoolCap bounds pool_cap, the engine's and the refiller's alike.
+const maxPoolCap = 100000
+
 // Validate reports the first bad field, by its YAML name.
 func (c Refiller) Validate() error {
 	c = c.WithDefaults()
+	bad := fieldError("refiller: config ")
 	switch {
-	case c.PoolCap < 1 || c.PoolCap > 100000:
-		return fmt.Errorf("refiller: config pool_cap: must be between 1 and 100000, got %d", c.PoolCap)
+	case c.PoolCap < 1 || c.PoolCap > maxPoolCap:
+		return bad("pool_cap", "must be between 1 and %d, got %d", maxPoolCap, c.PoolCap)
 	case c.Watermark <= 0 || c.Watermark > 1:
-		return fmt.Errorf("refiller: config watermark: must be in (0, 1], got %v", c.Watermark)
+		return bad("watermark", "must be in (0, 1], got %v", c.Watermark)
 	case c.Interval < 0:
-		return fmt.Errorf("refiller: config interval: must not be negative, got %v", c.Interval)
+		return bad("interval", "must not be negative, got %v", c.Interval)
 	case c.MaxTxRetries < 0:
-		return fmt.Errorf("refiller: config max_tx_retries: must not be negative, got %d", c.MaxTxRetries)
+		return bad("max_tx_retries", "must not be negative, got %d", c.MaxTxRetries)
 	case c.HotPools < 1 || c.HotPools > 1000:
-		return fmt.Errorf("refiller: config hot_pools: must be between 1 and 1000, got %d", c.HotPools)
+		return bad("hot_pools", "must be between 1 and 1000, got %d", c.HotPools)
 	}
 	return nil
 }
