@@ -71,10 +71,6 @@ func (b *Bounds) index(v uint64) int {
 	return i
 }
 
-// bucketOf returns the bucket of a duration of ns nanoseconds in the tags'
-// histograms.
-func bucketOf(ns uint64) int { return tagBounds.index(ns) }
-
 // nanos converts d for accounting: a negative duration counts as zero, so
 // that a counter never goes down.
 func nanos(d time.Duration) uint64 {

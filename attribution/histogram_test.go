@@ -56,14 +56,14 @@ func TestBucketPlacement(t *testing.T) {
 		{time.Hour, numBuckets},
 		{math.MaxInt64, numBuckets},
 	} {
-		if got := bucketOf(nanos(tc.d)); got != tc.want {
+		if got := tagBounds.index(nanos(tc.d)); got != tc.want {
 			t.Errorf("bucketOf(%v) = %d, want %d", tc.d, got, tc.want)
 		}
 	}
 	// Every bound, one below and one above, against the float rule.
 	for i, ns := range tagBounds.ints {
 		for _, d := range []time.Duration{time.Duration(ns) - 1, time.Duration(ns), time.Duration(ns) + 1} {
-			if got, want := bucketOf(uint64(d)), refBucket(d); got != want {
+			if got, want := tagBounds.index(uint64(d)), refBucket(d); got != want {
 				t.Errorf("bound %d: bucketOf(%v) = %d, want %d", i, d, got, want)
 			}
 		}

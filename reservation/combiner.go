@@ -464,11 +464,7 @@ func noneGotUnits(batch []*pending) bool {
 // leader takes them next), it gives leadership up and returns the session
 // for the caller to close (outside the lock: it is I/O).
 func (cb *combiner) handOffLocked(s *session, need int) *session {
-	if cb.running > 1 && !cb.overlapLocked(cb.waiting, need) {
-		cb.running--
-		return s
-	}
-	if cb.wakeLeaderLocked(s) {
+	if (cb.running <= 1 || cb.overlapLocked(cb.waiting, need)) && cb.wakeLeaderLocked(s) {
 		return nil
 	}
 	cb.running--

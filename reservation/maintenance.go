@@ -202,10 +202,10 @@ func (e *Engine) ReconcileOnce(ctx context.Context) ([]Violation, error) {
 			if n == e.cfg.ReconcileAlertAfter {
 				e.m.reconAlerts.Add(1)
 				v := found[i]
-				if v.NoLedger {
+				if p := rep.Bad[i]; p.NoLedger {
 					e.log.Error("reservation: invariant broken: units or reserved lines of a pool with no inventory_ledger row",
 						"pool", k.String(), "pooled", v.Pooled, "reserved", v.Reserved, "cycles", n)
-				} else if v.Pooled+v.Reserved > v.OnHand {
+				} else if p.Oversold() {
 					e.log.Error("reservation: invariant broken: pool rows + reserved > on_hand",
 						"pool", k.String(), "on_hand", v.OnHand, "pooled", v.Pooled,
 						"reserved", v.Reserved, "drift", v.Drift, "cycles", n)

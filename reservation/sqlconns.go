@@ -55,15 +55,7 @@ func (s *sqlConn) Exec(ctx context.Context, query string, args ...any) (Result, 
 }
 
 func (s *sqlConn) Query(ctx context.Context, query string, args ...any) ([][][]byte, error) {
-	q, err := Interpolate(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.c.QueryContext(ctx, q)
-	if err != nil {
-		return nil, mapDriverError(err)
-	}
-	return scanAll(rows)
+	return sqlQuerier{s.c}.Query(ctx, query, args...)
 }
 
 // scanAll reads every row of every result set of rows, as Conn.Query
