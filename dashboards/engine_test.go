@@ -152,35 +152,7 @@ func TestEngineAlertRules(t *testing.T) {
 	// Prometheus evaluates each rule without error, and each whose
 	// condition is true is pending or firing with its annotations
 	// rendered.
-	waitFor(t, "every true condition pending or firing", 10*time.Second, func() error {
-		rr, err := prom.rules()
-		if err != nil {
-			return err
-		}
-		for _, g := range rr.Groups {
-			if g.Name != engineGroup {
-				continue
-			}
-			for _, rule := range g.Rules {
-				if rule.Health != "ok" || rule.LastError != "" {
-					return fmt.Errorf("alert %s: health %q, last error %q", rule.Name, rule.Health, rule.LastError)
-				}
-				if want[rule.Name] && len(rule.Alerts) == 0 {
-					return fmt.Errorf("alert %s: condition true but no pending or firing alert", rule.Name)
-				}
-				for _, al := range rule.Alerts {
-					if strings.Contains(al.Annotations["summary"]+al.Annotations["description"], "<no value>") {
-						return fmt.Errorf("alert %s: annotations do not render: %v", rule.Name, al.Annotations)
-					}
-				}
-				if len(rule.Alerts) > 0 {
-					t.Logf("alert %s is %s: %s", rule.Name, rule.Alerts[0].State, rule.Alerts[0].Annotations["summary"])
-				}
-			}
-			return nil
-		}
-		return fmt.Errorf("group %s not loaded", engineGroup)
-	})
+	waitAlertsPending(t, prom, engineGroup, func(alert string) bool { return want[alert] })
 }
 
 // describeAll is describe with every label.

@@ -11,7 +11,7 @@ import (
 
 // TestReplicaAlertRules: the replicas' alert against a real Prometheus
 // scraping a real holdfast in front of a private primary and replica. The
-// condition is false while the replica serves reads and true once it is
+// condition is false while the replica is in service and true once it is
 // killed, Prometheus evaluates it without error, and the alert is pending
 // or firing with its annotations rendered.
 func TestReplicaAlertRules(t *testing.T) {
@@ -47,6 +47,6 @@ func TestReplicaAlertRules(t *testing.T) {
 	for _, r := range rules {
 		waitConditionTrue(t, prom, r)
 	}
-	waitAlertsPending(t, prom, replicaGroup)
+	waitAlertsPending(t, prom, replicaGroup, nil)
 	checkMetricNamesOf(t, []string{admin}, rules)
 }

@@ -32,7 +32,6 @@ type fakeRunner struct {
 	in      map[*reserveReq]int   // batches each reserve was in
 	units   map[*reserveReq]int64 // units handed to each reserve
 	handed  int64                 // units handed out
-	running map[PoolKey]int       // batches running per pool
 	open    map[*session]bool     // open sessions: true while a batch runs on it
 	opened  int
 	closed  int
@@ -40,7 +39,7 @@ type fakeRunner struct {
 
 func newFakeRunner(t *testing.T) *fakeRunner {
 	return &fakeRunner{t: t, in: map[*reserveReq]int{}, units: map[*reserveReq]int64{},
-		running: map[PoolKey]int{}, open: map[*session]bool{}}
+		open: map[*session]bool{}}
 }
 
 func (f *fakeRunner) openSession(context.Context) (*session, error) {
@@ -92,7 +91,6 @@ func (f *fakeRunner) runBatch(ctx context.Context, b []*pending, s *session, ps 
 	}
 	f.batches = append(f.batches, keys)
 	f.on = append(f.on, s)
-	f.running[pool]++
 	if s != nil {
 		switch inUse, ok := f.open[s]; {
 		case !ok:
@@ -114,7 +112,6 @@ func (f *fakeRunner) runBatch(ctx context.Context, b []*pending, s *session, ps 
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.running[pool]--
 	if s != nil {
 		f.open[s] = false
 		if s.broken { // as runBatch does: a broken session is released at once

@@ -622,12 +622,12 @@ func TestFleetRoutes(t *testing.T) {
 	}
 	client := ms[1].client(t)
 	onReplica := func() bool {
-		before := comSelect(t, rdb)
+		before := dbtest.ComSelect(t, rdb)
 		var v int
 		if err := client.QueryRow("/* conn_tag:report */ SELECT v FROM t WHERE id = 1").Scan(&v); err != nil || v != 10 {
 			t.Fatalf("read: %d %v", v, err)
 		}
-		return comSelect(t, rdb) > before
+		return dbtest.ComSelect(t, rdb) > before
 	}
 	if onReplica() {
 		t.Fatal("a read of tag report went to the replica before any route was set")

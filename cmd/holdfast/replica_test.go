@@ -1,7 +1,6 @@
 package main
 
 import (
-	"database/sql"
 	"testing"
 	"time"
 
@@ -27,9 +26,9 @@ func TestReconcilerReadsReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	cycles := func() float64 { v, _ := m.metric(t, "holdfast_reservation_reconcile_cycles_total"); return v }
-	c0, s0 := cycles(), comSelect(t, rdb)
+	c0, s0 := cycles(), dbtest.ComSelect(t, rdb)
 	within(t, 10*time.Second, "three reconciler cycles", func() bool { return cycles() >= c0+3 })
-	if n := comSelect(t, rdb) - s0; n == 0 {
+	if n := dbtest.ComSelect(t, rdb) - s0; n == 0 {
 		t.Fatal("the reconciler ran three cycles and read nothing on the replica")
 	}
 	if errs, _ := m.metric(t, "holdfast_reservation_reconcile_errors_total"); errs != 0 {
@@ -51,14 +50,4 @@ func startOnPair(t *testing.T, primary, db string, replicas []string, extra stri
 	}
 	p.serve(t)
 	return &fleetMember{process: p, admin: "http://" + admin}
-}
-
-// comSelect reads a server's Com_select.
-func comSelect(t *testing.T, db *sql.DB) int {
-	t.Helper()
-	n, err := dbtest.GlobalStatus(t.Context(), db, "Com_select")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(n)
 }

@@ -53,8 +53,10 @@ type HoldfastConfig struct {
 	// reserve too).
 	Redis string
 	// Settings change defaults for a labelled extra run, never the one a
-	// target is judged on (but for overload.classes, which is what
-	// ModeOverload's phase 3 judges): "path=value" as
+	// target is judged on, but for what the mode itself measures:
+	// overload.classes in ModeOverload's phase 3, and backend.replicas
+	// with routing.tags in ModeReplica's routed run (config.yaml ships
+	// neither: there is nothing to route without them). "path=value" as
 	// holdfastproc.ParseSetting reads them ("pool.max=8").
 	Settings []string
 }

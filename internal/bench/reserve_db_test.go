@@ -11,31 +11,8 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
-	"github.com/holdfast-db/holdfast/internal/rawmysql"
 	"github.com/holdfast-db/holdfast/reservation"
 )
-
-// testServer returns the test MariaDB's address and a fresh database with
-// an account (password = name) that may use it.
-func testServer(t *testing.T) (addr, db, user string) {
-	t.Helper()
-	db = dbtest.NewDatabase(t)
-	user = dbtest.NewUser(t, db)
-	return dbtest.Config(t).Addr, db, user
-}
-
-func dialTest(t *testing.T, addr, user, db string) *rawmysql.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := dial(ctx, addr, user, user, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetDeadline(time.Now().Add(time.Minute))
-	t.Cleanup(func() { c.Close() })
-	return c
-}
 
 // createReservationSchema creates holdfast's reservation tables from its
 // own migrations, as `holdfast migrate` would.
@@ -123,7 +100,7 @@ func TestCheckPoolAgainstMariaDB(t *testing.T) {
 // TestCounterWorkloads runs workloads (a) and (b) straight against MariaDB
 // (no holdfast), past a sell-out, and checks the counter's books.
 func TestCounterWorkloads(t *testing.T) {
-	addr, name, user := testServer(t)
+	addr, name, user := dbtest.NewAccount(t)
 	db := dbtest.Open(t, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

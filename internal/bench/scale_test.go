@@ -4,10 +4,12 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/dbtest"
 )
 
 func TestRunScale(t *testing.T) {
-	addr, db, user := testServer(t)
+	addr, db, user := dbtest.NewAccount(t)
 	const conns = 40
 	var started, finished bool
 	res, err := RunScale(context.Background(), ScaleOptions{
@@ -41,7 +43,7 @@ func TestRunScale(t *testing.T) {
 }
 
 func TestRunScaleCountsErrors(t *testing.T) {
-	addr, db, user := testServer(t)
+	addr, db, user := dbtest.NewAccount(t)
 	res, err := RunScale(context.Background(), ScaleOptions{
 		Endpoint: Endpoint{Addr: addr, User: user, Password: user},
 		Database: db,

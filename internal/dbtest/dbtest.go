@@ -143,6 +143,16 @@ func NewUser(t testing.TB, name string) string {
 	return u
 }
 
+// NewAccount returns the test server's address, a fresh database and an
+// account (password = name) that may use it, for clients that dial the
+// server themselves.
+func NewAccount(t testing.TB) (addr, db, user string) {
+	t.Helper()
+	db = NewDatabase(t)
+	user = NewUser(t, db)
+	return Config(t).Addr, db, user
+}
+
 // Connections counts the server's connections for user (from the process
 // list, which is MariaDB's own view).
 func Connections(t testing.TB, user string) int {

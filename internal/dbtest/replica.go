@@ -117,3 +117,14 @@ func GlobalStatus(ctx context.Context, db *sql.DB, name string) (int64, error) {
 	err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE '"+name+"'").Scan(&n, &v)
 	return v, err
 }
+
+// ComSelect reads db's server's Com_select (by SHOW, which counts no
+// SELECT), failing the test on an error.
+func ComSelect(t testing.TB, db *sql.DB) int {
+	t.Helper()
+	n, err := GlobalStatus(context.Background(), db, "Com_select")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(n)
+}

@@ -16,15 +16,6 @@ import (
 // as the benchmarks dial: CLIENT_DEPRECATE_EOF, no LOCAL INFILE.
 var lean = Options{Caps: CapDeprecateEOF, Drop: CapPSMultiResults | CapLocalFiles}
 
-// testServer returns the test MariaDB's address and a fresh database with
-// an account (password = name) that may use it.
-func testServer(t *testing.T) (addr, db, user string) {
-	t.Helper()
-	db = dbtest.NewDatabase(t)
-	user = dbtest.NewUser(t, db)
-	return dbtest.Config(t).Addr, db, user
-}
-
 func dialTest(t *testing.T, addr string, o Options, user, db string) *Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -40,7 +31,7 @@ func dialTest(t *testing.T, addr string, o Options, user, db string) *Conn {
 }
 
 func TestQueryMariaDB(t *testing.T) {
-	addr, db, user := testServer(t)
+	addr, db, user := dbtest.NewAccount(t)
 	// Directly, and through a delaying relay (which must not change a byte).
 	r := dbtest.StartRelay(t, addr, time.Millisecond)
 	for _, target := range []string{addr, r.Addr().String()} {
@@ -81,7 +72,7 @@ func TestQueryMariaDB(t *testing.T) {
 }
 
 func TestLoginFailuresMariaDB(t *testing.T) {
-	addr, db, user := testServer(t)
+	addr, db, user := dbtest.NewAccount(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := Dial(ctx, addr, Options{User: user, Password: "wrong", DB: db})
@@ -114,7 +105,7 @@ func TestExecMariaDB(t *testing.T) {
 }
 
 func testExec(t *testing.T, o Options) {
-	addr, db, user := testServer(t)
+	addr, db, user := dbtest.NewAccount(t)
 	c := dialTest(t, addr, o, user, db)
 	for _, q := range []string{
 		"CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
