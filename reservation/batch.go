@@ -320,8 +320,8 @@ func (e *Engine) batchOneTrip(ctx context.Context, c Conn, run []*pending, pd po
 	var now time.Time
 	if len(rows) == 0 || len(rows[len(rows)-1]) != 2 {
 		err = fmt.Errorf("a one-trip reserve batch committed but returned %d rows, not its last unit and time", len(rows))
-	} else if maxID, err = rowInts(rows[len(rows)-1][:1]); err == nil {
-		now, err = colTime(rows[len(rows)-1][1])
+	} else if maxID, err = RowInts(rows[len(rows)-1][:1]); err == nil {
+		now, err = ColTime(rows[len(rows)-1][1])
 	}
 	if err != nil {
 		return &commitUnknownError{markLost(err)}
@@ -405,12 +405,12 @@ func (e *Engine) batchTx(ctx context.Context, c Conn, run []*pending, ps *poolSt
 	avail := make(map[PoolKey][]int64, len(parts))
 	var now time.Time
 	for _, row := range rows {
-		v, err := rowInts(row[:2])
+		v, err := RowInts(row[:2])
 		if err != nil {
 			return err
 		}
 		if now.IsZero() {
-			if now, err = colTime(row[2]); err != nil {
+			if now, err = ColTime(row[2]); err != nil {
 				return err
 			}
 		}

@@ -162,7 +162,7 @@ ORDER BY l.shop_id, l.inventory_item_id, l.inventory_group_id LIMIT `+fmt.Sprint
 			if len(r) != 9 {
 				return fmt.Errorf("reservation: read stock: %d columns, want 9", len(r))
 			}
-			v, err := rowInts(r)
+			v, err := RowInts(r)
 			if err != nil {
 				return err
 			}
@@ -251,7 +251,7 @@ ORDER BY shop_id, inventory_item_id, inventory_group_id LIMIT `+fmt.Sprint(noLed
 		if len(r) != 6 {
 			return nil, fmt.Errorf("reservation: read pools with no ledger row: %d columns, want 6", len(r))
 		}
-		v, err := rowInts(r)
+		v, err := RowInts(r)
 		if err != nil {
 			return nil, err
 		}

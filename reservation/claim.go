@@ -49,7 +49,7 @@ func lockLedgerSQL(keys []PoolKey) string {
 func lockedOnHand(rows [][][]byte) (map[PoolKey]int64, error) {
 	onHand := make(map[PoolKey]int64, len(rows))
 	for _, r := range rows {
-		v, err := rowInts(r)
+		v, err := RowInts(r)
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +99,7 @@ func headerPools(h *header) []PoolKey {
 func deleteLinesSQL(id uint64, held [][][]byte, col int) (string, error) {
 	keys := make([][]int64, len(held))
 	for i, r := range held {
-		n, err := colInt(r[col])
+		n, err := ColInt(r[col])
 		if err != nil {
 			return "", err
 		}
@@ -249,10 +249,10 @@ func (e *Engine) claimOnce(ctx context.Context, callID, id uint64) (int, *header
 			}
 			return errAlreadyClaimed
 		}
-		expiredAt, _ = colTime(hrow[0][1])
+		expiredAt, _ = ColTime(hrow[0][1])
 		present := make(map[int64]bool, len(held))
 		for _, r := range held {
-			n, _ := colInt(r[0])
+			n, _ := ColInt(r[0])
 			present[n] = true
 			if string(r[1]) == "1" {
 				outcome = claimLate
@@ -445,7 +445,7 @@ func (e *Engine) releaseOnce(ctx context.Context, callID, id uint64) (int, int64
 		}
 		if callIDCol(hrow[0][1]) == callID {
 			// This call released it; the answer was lost.
-			if qty, err = colInt(hrow[0][2]); err != nil {
+			if qty, err = ColInt(hrow[0][2]); err != nil {
 				return err
 			}
 			if qty == 0 {
@@ -468,7 +468,7 @@ func (e *Engine) releaseOnce(ctx context.Context, callID, id uint64) (int, int64
 		if len(held) > 0 {
 			gone := make([]returnedLine, len(held))
 			for i, r := range held {
-				v, err := rowInts(r)
+				v, err := RowInts(r)
 				if err != nil {
 					return err
 				}
@@ -568,7 +568,7 @@ func (e *Engine) extendOnce(ctx context.Context, callID, id uint64, ttl time.Dur
 			return unknownToken("extend", id)
 		}
 		if callIDCol(hrow[0][1]) == callID {
-			if exp, err = colTime(hrow[0][2]); err != nil {
+			if exp, err = ColTime(hrow[0][2]); err != nil {
 				return err
 			}
 			return errDoneByThisCall
@@ -579,7 +579,7 @@ func (e *Engine) extendOnce(ctx context.Context, callID, id uint64, ttl time.Dur
 		if len(held) < len(h.lines) || slices.ContainsFunc(held, func(r [][]byte) bool { return string(r[0]) == "1" }) {
 			return newError(CodeExpired, "45000", "holdfast.extend: reservation %s expired at %s", tok, h.expiresAt.Format(time.RFC3339))
 		}
-		now, err := colTime(held[0][1])
+		now, err := ColTime(held[0][1])
 		if err != nil {
 			return err
 		}

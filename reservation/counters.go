@@ -114,7 +114,7 @@ func LockPool(ctx context.Context, c Conn, key PoolKey) (*LockedPool, error) {
 			p.Now = string(r[1])
 			continue
 		}
-		v, err := rowInts(r[1:])
+		v, err := RowInts(r[1:])
 		if err != nil {
 			return nil, err
 		}
@@ -153,7 +153,7 @@ func LockPool(ctx context.Context, c Conn, key PoolKey) (*LockedPool, error) {
 			return nil, err
 		}
 		for _, r := range locked {
-			v, err := rowInts(r)
+			v, err := RowInts(r)
 			if err != nil {
 				return nil, err
 			}
@@ -179,7 +179,7 @@ func (p *LockedPool) LockUnits(ctx context.Context, c Conn) error {
 	}
 	p.UnitIDs = make([]int64, len(rows))
 	for i, r := range rows {
-		if p.UnitIDs[i], err = colInt(r[0]); err != nil {
+		if p.UnitIDs[i], err = ColInt(r[0]); err != nil {
 			return err
 		}
 	}
@@ -201,7 +201,7 @@ func (p *LockedPool) recount(ctx context.Context, c Conn) error {
 	if len(rows) != 1 {
 		return fmt.Errorf("reservation: recount %v: %d rows", p.Key, len(rows))
 	}
-	v, err := rowInts(rows[0])
+	v, err := RowInts(rows[0])
 	if err != nil {
 		return err
 	}

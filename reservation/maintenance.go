@@ -59,7 +59,7 @@ func (e *Engine) SweepOnce(ctx context.Context) (int, error) {
 	now := string(rows[0][2])
 	keys := make([][]int64, len(rows))
 	for i, r := range rows {
-		if keys[i], err = rowInts(r[:2]); err != nil {
+		if keys[i], err = RowInts(r[:2]); err != nil {
 			return 0, err
 		}
 	}
@@ -73,7 +73,7 @@ func (e *Engine) SweepOnce(ctx context.Context) (int, error) {
 		}
 		del := make([][]int64, len(locked))
 		for i, r := range locked {
-			v, err := rowInts(r)
+			v, err := RowInts(r)
 			if err != nil {
 				return err
 			}
@@ -110,7 +110,7 @@ func (e *Engine) PruneOnce(ctx context.Context) (int, error) {
 	}
 	keys := make([][]int64, len(rows))
 	for i, r := range rows {
-		id, err := colInt(r[0])
+		id, err := ColInt(r[0])
 		if err != nil {
 			return 0, err
 		}

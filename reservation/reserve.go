@@ -385,7 +385,7 @@ func (e *Engine) poolStats(ctx context.Context, read readFunc, keys []PoolKey) (
 		return nil, err
 	}
 	for _, row := range rows {
-		v, err := rowInts(row)
+		v, err := RowInts(row)
 		if err != nil {
 			return nil, err
 		}
@@ -454,11 +454,11 @@ const headerCols = "reservation_id, shop_id, idempotency_key, request_hash, stat
 	", claim_kind, claimed_by, released_by, released_quantity, extended_by"
 
 func decodeHeader(row [][]byte) (*header, error) {
-	id, err := colUint(row[0])
+	id, err := ColUint(row[0])
 	if err != nil {
 		return nil, err
 	}
-	shop, err := colInt(row[1])
+	shop, err := ColInt(row[1])
 	if err != nil {
 		return nil, err
 	}
@@ -466,13 +466,13 @@ func decodeHeader(row [][]byte) (*header, error) {
 	if err != nil {
 		return nil, err
 	}
-	exp, err := colTime(row[6])
+	exp, err := ColTime(row[6])
 	if err != nil {
 		return nil, err
 	}
 	h := &header{id: id, shop: shop, key: string(row[2]), hash: row[3], lines: lines, expiresAt: exp,
 		claimKind: string(row[8]), claimedBy: callIDCol(row[9]), releasedBy: callIDCol(row[10]), extendedBy: callIDCol(row[12])}
-	if h.releasedQty, err = colInt(row[11]); err != nil {
+	if h.releasedQty, err = ColInt(row[11]); err != nil {
 		return nil, err
 	}
 	switch string(row[4]) {

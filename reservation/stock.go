@@ -202,7 +202,7 @@ func (e *Engine) availability(ctx context.Context, shop, item int64) ([]string, 
 	}
 	out := make([][]any, 0, len(rows))
 	for _, r := range rows {
-		v, err := rowInts(r)
+		v, err := RowInts(r)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -255,9 +255,12 @@ func jitter(minD, maxD time.Duration, attempt int) time.Duration {
 	return minD + rand.N(hi-minD)
 }
 
-// Row decoding helpers for the text-protocol values Conn.Query returns.
+// Row decoding helpers for the text-protocol values Conn.Query returns,
+// for the engine and the packages that read its tables beside it.
 
-func colInt(b []byte) (int64, error) {
+// ColInt decodes an integer column (NULL is 0; a DECIMAL such as a SUM may
+// read "12.0").
+func ColInt(b []byte) (int64, error) {
 	if b == nil {
 		return 0, nil
 	}
@@ -273,7 +276,8 @@ func colInt(b []byte) (int64, error) {
 	return int64(f), nil
 }
 
-func colUint(b []byte) (uint64, error) {
+// ColUint decodes an unsigned integer column, such as a reservation id.
+func ColUint(b []byte) (uint64, error) {
 	v, err := strconv.ParseUint(string(b), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("reservation: bad unsigned column %q", b)
@@ -283,7 +287,8 @@ func colUint(b []byte) (uint64, error) {
 
 const dbTimeLayout = "2006-01-02 15:04:05.999999"
 
-func colTime(b []byte) (time.Time, error) {
+// ColTime decodes a DATETIME(6) column, in UTC.
+func ColTime(b []byte) (time.Time, error) {
 	t, err := time.ParseInLocation(dbTimeLayout, string(b), time.UTC)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reservation: bad DATETIME column %q", b)
@@ -291,11 +296,11 @@ func colTime(b []byte) (time.Time, error) {
 	return t, nil
 }
 
-// rowInts decodes every column of row as an integer.
-func rowInts(row [][]byte) ([]int64, error) {
+// RowInts decodes every column of row as an integer.
+func RowInts(row [][]byte) ([]int64, error) {
 	out := make([]int64, len(row))
 	for i, b := range row {
-		v, err := colInt(b)
+		v, err := ColInt(b)
 		if err != nil {
 			return nil, err
 		}

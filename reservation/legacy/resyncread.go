@@ -33,11 +33,14 @@ func ListPools(ctx context.Context, conns reservation.Conns, shops []int64, afte
 	}
 	out := make([]reservation.PoolKey, 0, len(rows))
 	for _, r := range rows {
-		var k reservation.PoolKey
-		if err := scanInts(r, &k.ShopID, &k.ItemID, &k.GroupID); err != nil {
+		v, err := reservation.RowInts(r)
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, k)
+		if len(v) != 3 {
+			return nil, fmt.Errorf("legacy: list pools: %d columns, want 3", len(v))
+		}
+		out = append(out, reservation.PoolKey{ShopID: v[0], ItemID: v[1], GroupID: v[2]})
 	}
 	return out, nil
 }
@@ -80,9 +83,9 @@ func (v *PoolView) Ended(ctx context.Context, ids []uint64) (map[uint64]string, 
 		return nil, err
 	}
 	for _, r := range rows {
-		id, err := strconv.ParseUint(string(r[0]), 10, 64)
+		id, err := reservation.ColUint(r[0])
 		if err != nil {
-			return nil, fmt.Errorf("legacy: bad reservation_id %q", r[0])
+			return nil, err
 		}
 		out[id] = map[string]string{"1": "claimed", "2": "released"}[string(r[1])]
 		if out[id] == "" {
@@ -111,20 +114,19 @@ func WithPoolLocked(ctx context.Context, conns reservation.Conns, key reservatio
 			switch string(r[0]) {
 			case "L":
 				v.Exists = true
-				if err := scanInts(r[1:], &v.OnHand); err != nil {
+				if v.OnHand, err = reservation.ColInt(r[1]); err != nil {
 					return err
 				}
 			case "Q":
 				var l LiveLine
-				var err error
-				if l.ReservationID, err = strconv.ParseUint(string(r[1]), 10, 64); err != nil {
-					return fmt.Errorf("legacy: bad reservation_id %q", r[1])
-				}
-				if err := scanInts(r[2:3], &l.Qty); err != nil {
+				if l.ReservationID, err = reservation.ColUint(r[1]); err != nil {
 					return err
 				}
-				if l.ExpiresAt, err = time.ParseInLocation(dbTimeLayout, string(r[3]), time.UTC); err != nil {
-					return fmt.Errorf("legacy: bad expires_at %q", r[3])
+				if l.Qty, err = reservation.ColInt(r[2]); err != nil {
+					return err
+				}
+				if l.ExpiresAt, err = reservation.ColTime(r[3]); err != nil {
+					return err
 				}
 				v.Live = append(v.Live, l)
 			}
@@ -134,22 +136,4 @@ func WithPoolLocked(ctx context.Context, conns reservation.Conns, key reservatio
 		}
 		return fn(ctx, v)
 	})
-}
-
-// dbTimeLayout is how a DATETIME(6) column reads in the text protocol.
-const dbTimeLayout = "2006-01-02 15:04:05.999999"
-
-// scanInts parses the integer columns of row into dst, in order.
-func scanInts(row [][]byte, dst ...*int64) error {
-	if len(row) < len(dst) {
-		return fmt.Errorf("legacy: %d columns, want %d", len(row), len(dst))
-	}
-	for i, d := range dst {
-		v, err := strconv.ParseInt(string(row[i]), 10, 64)
-		if err != nil {
-			return fmt.Errorf("legacy: bad integer column %q", row[i])
-		}
-		*d = v
-	}
-	return nil
 }
