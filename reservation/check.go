@@ -128,15 +128,10 @@ const stockPage = 500
 // pools with a ledger row are read. An error from each stops the read and
 // is returned.
 func ReadStock(ctx context.Context, q Querier, scope PoolKey, each func(PoolStock) error) error {
-	where, args := "", []any(nil)
-	for _, f := range []struct {
-		col string
-		v   int64
-	}{{"l.shop_id", scope.ShopID}, {"l.inventory_item_id", scope.ItemID}, {"l.inventory_group_id", scope.GroupID}} {
-		if f.v != 0 {
-			where += f.col + " = ? AND "
-			args = append(args, f.v)
-		}
+	conds, args := scopeConds("l", scope)
+	where := ""
+	for _, c := range conds {
+		where += c + " AND "
 	}
 	var after PoolKey
 	for {
@@ -194,6 +189,22 @@ type StockReport struct {
 	Bad   []PoolStock // those that break the invariant, in key order
 }
 
+// scopeConds returns the conditions on table alias's key columns that
+// keep the rows within scope (a zero field matches every value), and their
+// arguments.
+func scopeConds(alias string, scope PoolKey) (conds []string, args []any) {
+	for _, f := range []struct {
+		col string
+		v   int64
+	}{{"shop_id", scope.ShopID}, {"inventory_item_id", scope.ItemID}, {"inventory_group_id", scope.GroupID}} {
+		if f.v != 0 {
+			conds = append(conds, alias+"."+f.col+" = ?")
+			args = append(args, f.v)
+		}
+	}
+	return conds, args
+}
+
 // CheckStock reads every pool within scope (see ReadStock) and reports
 // those that break the invariant, then the pools within scope that hold
 // units or lines but have no ledger row (NoLedger), which ReadStock, led
@@ -223,15 +234,10 @@ const noLedgerLimit = 100
 // reservation_units or reserved_quantities but none in inventory_ledger,
 // in key order, at most noLedgerLimit of them.
 func readNoLedger(ctx context.Context, q Querier, scope PoolKey) ([]PoolStock, error) {
-	where, args := "", []any(nil)
-	for _, f := range []struct {
-		col string
-		v   int64
-	}{{"shop_id", scope.ShopID}, {"inventory_item_id", scope.ItemID}, {"inventory_group_id", scope.GroupID}} {
-		if f.v != 0 {
-			where += " AND t." + f.col + " = ?"
-			args = append(args, f.v)
-		}
+	conds, args := scopeConds("t", scope)
+	where := ""
+	for _, c := range conds {
+		where += " AND " + c
 	}
 	const noLedger = ` WHERE NOT EXISTS (SELECT 1 FROM inventory_ledger l
    WHERE l.shop_id = t.shop_id AND l.inventory_item_id = t.inventory_item_id AND l.inventory_group_id = t.inventory_group_id)`
