@@ -29,6 +29,7 @@ import (
 type lease struct {
 	bc    *backendConn     // the connection held; nil when none
 	tag   *attribution.Tag // tag of the statement that started the borrow
+	use   *tagUse          // tag's counters on a replica (nil on the primary)
 	gated string           // tag counted under a connection limit ("" if none)
 	// classGated: counted under the background class's cap.
 	classGated bool
@@ -137,11 +138,12 @@ func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key
 	s.classWaited(cl, now.Sub(start))
 	be.borrows.Add(1)
 	be.waitNs.Add(int64(now.Sub(start)))
-	if u := be.use(tag); u != nil {
+	u := be.use(tag)
+	if u != nil {
 		u.borrows.Add(1)
 		u.waitNs.Add(int64(now.Sub(start)))
 	}
-	*l = lease{bc: bc, tag: tag, gated: gated, classGated: classGated, start: now, longStmt: l.longStmt[:0]}
+	*l = lease{bc: bc, tag: tag, use: u, gated: gated, classGated: classGated, start: now, longStmt: l.longStmt[:0]}
 	if bc.vars == nil {
 		bc.vars = s.baseVars()
 	}
@@ -249,7 +251,11 @@ func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID ui
 	}
 	if be := l.bc.be; be != nil {
 		be.holdNs.Add(int64(now.Sub(l.start)))
-		if u := be.use(tag); u != nil {
+		u := l.use
+		if tag != l.tag {
+			u = be.use(tag)
+		}
+		if u != nil {
 			u.holdNs.Add(int64(now.Sub(l.start)))
 		}
 	}
