@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -392,5 +393,32 @@ func TestReplicaPoolFollowsReload(t *testing.T) {
 	}
 	if got := p.srv.Replicas()[0].Pool.Max; got != 7 {
 		t.Fatalf("after a reload to pool.max 7 the replica's pool max is %d", got)
+	}
+}
+
+// A replica with no connection free within its budget gives the read to
+// the primary, which answers it at once, and stays in service: the read
+// does not queue behind the replica's long reads.
+func TestReplicaBusyFallsBack(t *testing.T) {
+	p := startPairProxy(t, map[string]string{"report_*": "replica_stale_ok"})
+	db := p.open(t)
+	db.SetMaxOpenConns(8)
+	readV(t, db, "/* conn_tag:report_x */ SELECT v FROM t WHERE id = 1", 10) // warms the replica's pool
+	var wg sync.WaitGroup
+	for range 4 { // the replica's pool max (pool.max)
+		wg.Go(func() {
+			if _, err := db.Exec("/* conn_tag:report_x */ SELECT SLEEP(2)"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	defer wg.Wait()
+	dbtest.Eventually(t, "four reads holding every replica connection", func() bool { return p.srv.Replicas()[0].InUse == 4 })
+	before := p.srv.Replicas()[0]
+	pr, rr := p.counted(t, func() { readV(t, db, "/* conn_tag:report_x */ SELECT v FROM t WHERE id = 1", 10) })
+	after := p.srv.Replicas()[0]
+	if pr != 1 || rr != 0 || after.FellBack-before.FellBack != 1 || !after.Up {
+		t.Fatalf("a read while the replica is busy: %d on the primary, %d on the replica, %d fell back, up %v; want 1, 0, 1, true",
+			pr, rr, after.FellBack-before.FellBack, after.Up)
 	}
 }
