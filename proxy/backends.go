@@ -3,7 +3,6 @@ package proxy
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/pool"
@@ -22,10 +21,6 @@ type backend struct {
 	base        atomic.Pointer[varstate.Base]     // nil until learned (learnBackend)
 	maxPrepared atomic.Int64                      // max_prepared_stmt_count; 0 until known
 	killer      killer                            // sends KILL QUERY on a connection of its own
-	// acquireBudget bounds a borrower's wait for one of its connections
-	// (0: pool.acquire_timeout): a read that finds a replica busy goes to
-	// the primary rather than queue.
-	acquireBudget time.Duration
 	// tls is a replica's backend.tls, loaded for its own address (the
 	// primary's is Server.backendTLS).
 	tls *backendTLS

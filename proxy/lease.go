@@ -111,13 +111,7 @@ func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key
 	classGated, err := s.admitClass(ctx, cl)
 	if err == nil {
 		var bc *backendConn
-		actx := ctx
-		if be.acquireBudget > 0 {
-			var cancel context.CancelFunc
-			actx, cancel = context.WithTimeout(ctx, be.acquireBudget)
-			defer cancel()
-		}
-		bc, err = be.pool.AcquireHandicap(actx, v, s.handicap(cl))
+		bc, err = be.pool.AcquireHandicap(ctx, v, s.handicap(cl))
 		if err == nil {
 			l.bc = bc
 		} else if classGated {

@@ -136,7 +136,6 @@ func (s *Server) newRouting(cfg config.Config) (*routing, error) {
 	for _, rc := range cfg.Backend.Replicas {
 		r := &replica{weight: max(1, rc.Weight)}
 		r.be.addr = rc.Address
-		r.be.acquireBudget = replicaAcquireBudget
 		bt, err := loadBackendTLS(cfg.Backend.TLS, rc.Address)
 		if err != nil {
 			return nil, fmt.Errorf("proxy: replica %s: %w", rc.Address, err)
@@ -275,6 +274,11 @@ func (s *Server) RouteOf(tag string) string {
 // only on demand (no minimum), capped at its own max when set.
 func replicaLimits(p config.Pool, max int) pool.Limits[variant] {
 	lim := limitsFrom(p)
+	// A read that finds the replica busy goes to the primary rather than
+	// queue: its wait is the budget, or pool.acquire_timeout if shorter.
+	if lim.AcquireTimeout <= 0 || lim.AcquireTimeout > replicaAcquireBudget {
+		lim.AcquireTimeout = replicaAcquireBudget
+	}
 	lim.Min = 0
 	if max > 0 {
 		lim.Max = max
