@@ -37,6 +37,8 @@ func TestParse(t *testing.T) {
 		{"users from the backend", "auth:\n  from_backend:\n    enabled: true\n    lookup_user: look\n    cache_ttl: 5s\n  failure_delay: 0\n", func(c Config) bool {
 			return c.Auth.FromBackend.Enabled && c.Auth.FromBackend.CacheTTL == 5*time.Second && c.Auth.FailureDelay == 0
 		}},
+		{"sessions.max_clients left out is bounded", "sessions:\n  statement_cache: 10\n", func(c Config) bool { return c.Sessions.MaxClients == 10000 }},
+		{"sessions.max_clients 0 is no cap", "sessions:\n  max_clients: 0\n", func(c Config) bool { return c.Sessions.MaxClients == 0 }},
 		{"a user's tags and bound", "users:\n  - name: r\n    default_tag: report\n    tags: [\"report_*\", export]\n    refuse_other_tags: true\n    max_clients: 20\n", func(c Config) bool {
 			u := c.Users[0]
 			return len(u.Tags) == 2 && u.Tags[0] == "report_*" && u.RefuseOtherTags && u.MaxClients == 20

@@ -398,3 +398,23 @@ func slicesContainTag(ts []TagInfo, tag string) bool {
 	}
 	return false
 }
+
+// sessions.max_clients: the next client past it gets 1040 naming the
+// setting, before any greeting; once one leaves, a login works again.
+// (config.Default() sets it: see config's TestParse.)
+func TestSessionsMaxClients(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) { c.Sessions.MaxClients = 2 })
+	a := p.raw(t, rawmysql.Options{})
+	p.raw(t, rawmysql.Options{User: "other", Password: "other"})
+	_, err := rawDial(p.addr, rawmysql.Options{User: "app", Password: "app", DB: p.db})
+	var se *mysqlwire.SQLError
+	if !errors.As(err, &se) || se.Code != 1040 || se.State != "08004" || !strings.Contains(se.Msg, "sessions.max_clients = 2") {
+		t.Fatalf("a third client: %v, want 1040 (08004) naming sessions.max_clients", err)
+	}
+	if st := p.srv.Stats(); st.Rejected != 1 || st.RejectedUser != 0 {
+		t.Fatalf("rejections counted: %d (user: %d), want 1", st.Rejected, st.RejectedUser)
+	}
+	a.NC.Close()
+	waitFor(t, "the closed client to leave", func() bool { return p.srv.Stats().ClientsActive == 1 })
+	p.raw(t, rawmysql.Options{}).mustQuery("SELECT 1")
+}
