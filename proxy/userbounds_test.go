@@ -406,6 +406,8 @@ func TestSessionsMaxClients(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Sessions.MaxClients = 2 })
 	a := p.raw(t, rawmysql.Options{})
 	p.raw(t, rawmysql.Options{User: "other", Password: "other"})
+	// A session counts once registered, just after its login's OK.
+	waitFor(t, "both clients registered", func() bool { return p.srv.Stats().ClientsActive == 2 })
 	_, err := rawDial(p.addr, rawmysql.Options{User: "app", Password: "app", DB: p.db})
 	var se *mysqlwire.SQLError
 	if !errors.As(err, &se) || se.Code != 1040 || se.State != "08004" || !strings.Contains(se.Msg, "sessions.max_clients = 2") {
