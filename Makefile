@@ -4,7 +4,7 @@ GO        ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 FUZZTIME  ?= 60s
 
-.PHONY: run test build install vet fmt fuzz bench-proxy bench-attribution bench-overload bench-reserve soak load-data-big chaos clean
+.PHONY: run test build install vet fmt fuzz bench-proxy bench-attribution bench-overload bench-reserve soak load-data-big client-memory chaos clean
 
 ## run: build holdfast and holdfastctl into bin/ and start holdfast on the local default
 ## (starts a private MariaDB when none answers)
@@ -86,6 +86,13 @@ load-data-big:
 	@addr=$$(scripts/mariadb-up.sh) && $(GO) build -o bin/holdfast ./cmd/holdfast && \
 	  HOLDFAST_BIN=$(CURDIR)/bin/holdfast HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test -count=1 -timeout 20m -v \
 	    -run '^TestLoadDataLocalBig$$' ./proxy/
+
+## client-memory: holdfast's resident memory with 2,000 and 5,000 idle clients, plain and over
+## TLS (HOLDFAST_CLIENT_STEPS=N,M for others): the cost behind sessions.max_clients (~1 min)
+client-memory:
+	@addr=$$(scripts/mariadb-up.sh) && $(GO) build -o bin/holdfast ./cmd/holdfast && \
+	  HOLDFAST_BIN=$(CURDIR)/bin/holdfast HOLDFAST_CLIENT_MEMORY=1 HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test -count=1 -timeout 20m -v \
+	    -run '^TestIdleClientMemory$$' ./proxy/
 
 ## chaos: the fault harness: 256 clients of checkout traffic through CALL holdfast.* against a
 ## private MariaDB while backend connections, MariaDB and holdfast are killed, then three

@@ -42,7 +42,9 @@ var (
 	dClients       = desc("holdfast_clients", "Client connections open now.")
 	dClientsTotal  = desc("holdfast_clients_accepted_total", "Client connections that completed the handshake.")
 	dHandshakeFail = desc("holdfast_handshake_failures_total", "Client connections that failed the handshake (bad password, malformed, timeout).")
-	dClientsRej    = desc("holdfast_clients_rejected_total", "Client connections refused because sessions.max_clients were open.")
+	dClientsRej    = desc("holdfast_clients_rejected_total", "Client connections refused (error 1040) because sessions.max_clients (reason max_clients) or the user's max_clients (reason user_max_clients) were open.", "reason")
+	dUserClients   = desc("holdfast_user_clients", "Client connections open now, by the user they logged in as.", "user")
+	dUserTagsDen   = desc("holdfast_user_tags_denied_total", "Statements (and logins' conn_tag attributes) whose tag is outside their user's users[].tags: run as untagged (action default_tag) or refused with error 9012 (action refused).", "user", "action")
 	dLoginFails    = desc("holdfast_login_failures_total", "Failed logins (wrong password, unknown or refused user), at the handshake and COM_CHANGE_USER.")
 	dLoginsWaiting = desc("holdfast_logins_waiting", "Logins waiting out the delay after failed attempts from their user and address (auth.failure_delay).")
 	dCommands      = desc("holdfast_commands_total", "Client protocol commands received.")
@@ -63,7 +65,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dPoolConns, dPoolMax, dPoolWaiters, dPoolAcquires, dPoolWaits, dPoolWaitSecs,
 		dPoolTimeouts, dPoolRejected, dPoolDials, dPoolDialErrs, dPoolClosed, dPoolDialing, dPoolHeld, dBackendStmts,
 		dStmtBudget, dStmtRetries, dClients, dClientsTotal, dHandshakeFail, dClientsRej, dLoginFails, dLoginsWaiting,
-		dCommands, dPinned, dPins, dPipelined, dShapeBlocked, dShapeLimit, dShapeRunning} {
+		dCommands, dPinned, dPins, dPipelined, dShapeBlocked, dShapeLimit, dShapeRunning, dUserClients, dUserTagsDen} {
 		ch <- d
 	}
 	c.tags.Describe(ch)
@@ -101,7 +103,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	g(dClients, float64(st.ClientsActive))
 	n(dClientsTotal, float64(st.ClientsTotal))
 	n(dHandshakeFail, float64(st.HandshakeFailures))
-	n(dClientsRej, float64(st.Rejected))
+	n(dClientsRej, float64(st.Rejected), "max_clients")
+	n(dClientsRej, float64(st.RejectedUser), "user_max_clients")
+	for _, u := range st.Users {
+		g(dUserClients, float64(u.Clients), u.User)
+		n(dUserTagsDen, float64(u.TagsDefaulted), u.User, "default_tag")
+		n(dUserTagsDen, float64(u.TagsRefused), u.User, "refused")
+	}
 	n(dLoginFails, float64(st.LoginFailures))
 	g(dLoginsWaiting, float64(st.LoginsWaiting))
 	n(dCommands, float64(st.Commands))

@@ -104,6 +104,9 @@ func TestConfigYAMLIsTheDefaults(t *testing.T) {
 		if len(c.Routing.Tags) == 0 {
 			c.Routing.Tags = nil
 		}
+		if len(c.Auth.FromBackend.Tags) == 0 {
+			c.Auth.FromBackend.Tags = nil
+		}
 	}
 	if !reflect.DeepEqual(shipped, def) {
 		sv, dv := reflect.ValueOf(shipped), reflect.ValueOf(def)

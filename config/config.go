@@ -168,6 +168,22 @@ type User struct {
 	// BackendPool bounds the backend account's connections within
 	// pool.max (needs backend_user).
 	BackendPool AccountPool `yaml:"backend_pool"`
+	// Tags are the tags this user's statements may carry (patterns, *
+	// for any run of characters), by comment, conn_tag connection
+	// attribute, prepared statement or CALL holdfast.*; DefaultTag is
+	// always allowed. A statement claiming another tag runs as if it
+	// carried none (under DefaultTag, or its transaction's tag) and is
+	// counted, or is refused under RefuseOtherTags. Empty: any tag, as
+	// the client says.
+	Tags []string `yaml:"tags"`
+	// RefuseOtherTags refuses a statement whose tag is outside Tags
+	// (error 9012), and a login whose conn_tag attribute is; false runs
+	// it as untagged. Needs Tags.
+	RefuseOtherTags bool `yaml:"refuse_other_tags"`
+	// MaxClients caps this user's client connections open at once on
+	// this instance; past it a login gets error 1040 (0: only
+	// sessions.max_clients).
+	MaxClients int `yaml:"max_clients"`
 }
 
 // AccountPool bounds one backend account's share of the pool. The pool
@@ -211,6 +227,12 @@ type FromBackend struct {
 	// BackendPoolMax caps each such account's connections within pool.max
 	// (0: only pool.max).
 	BackendPoolMax int `yaml:"backend_pool_max"`
+	// DefaultTag, Tags, RefuseOtherTags and MaxClients are users[]'s, for
+	// each user from the backend.
+	DefaultTag      string   `yaml:"default_tag"`
+	Tags            []string `yaml:"tags"`
+	RefuseOtherTags bool     `yaml:"refuse_other_tags"`
+	MaxClients      int      `yaml:"max_clients"`
 }
 
 // Backend is the one MySQL or MariaDB server holdfast pools connections to.
@@ -346,7 +368,10 @@ type Admin struct {
 
 // Sessions configures client-session behaviour.
 type Sessions struct {
-	// MaxClients caps concurrent client connections; 0 means no cap.
+	// MaxClients caps concurrent client connections; past it a login gets
+	// error 1040 (0: no cap). The default bounds what idle clients cost:
+	// about 9 KiB each, 23 KiB over TLS (measured by make client-memory),
+	// so 10000 hold about 90 MiB (230 MiB over TLS).
 	MaxClients int `yaml:"max_clients"`
 	// StatementCache is the most prepared statements each backend
 	// connection keeps prepared; past it, statements no client holds are
@@ -417,7 +442,7 @@ func Default() Config {
 		},
 		Log:         Log{Level: "info", Format: "text"},
 		Admin:       Admin{Listen: "127.0.0.1:6034"},
-		Sessions:    Sessions{StatementCache: 1000, PreparedStatementShare: 0.5, ClientWriteTimeout: 30 * time.Second},
+		Sessions:    Sessions{MaxClients: 10000, StatementCache: 1000, PreparedStatementShare: 0.5, ClientWriteTimeout: 30 * time.Second},
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
 		Overload:    Overload{Reserve: 4, BackgroundWait: time.Second, CriticalWait: 100 * time.Millisecond},
 		Routing:     Routing{MaxReplicaLag: time.Second, CheckInterval: 100 * time.Millisecond},
@@ -575,6 +600,9 @@ func (c *Config) Validate() error {
 			return bad(f+".auth_plugin", "must be mysql_native_password or caching_sha2_password, got %q", u.AuthPlugin)
 		}
 		if err := c.validateAccount(f, i); err != nil {
+			return err
+		}
+		if err := c.validateUserBounds(f, u.Tags, u.RefuseOtherTags, u.MaxClients); err != nil {
 			return err
 		}
 	}
@@ -759,6 +787,26 @@ func (c *Config) validateAccount(f string, i int) error {
 	return nil
 }
 
+// validateUserBounds checks a user's tags, refuse_other_tags and
+// max_clients (f names the user: users[i] or auth.from_backend).
+func (c *Config) validateUserBounds(f string, tags []string, refuse bool, maxClients int) error {
+	for j, p := range tags {
+		if !ValidTagPattern(p) {
+			return fmt.Errorf("config: %s.tags[%d]: %q is not a tag pattern (a tag, with * for any run of characters)", f, j, p)
+		}
+	}
+	if refuse && len(tags) == 0 {
+		return fmt.Errorf("config: %s.refuse_other_tags: needs tags (the tags the user may carry)", f)
+	}
+	if maxClients < 0 {
+		return fmt.Errorf("config: %s.max_clients: must not be negative (0: only sessions.max_clients), got %d", f, maxClients)
+	}
+	if m := c.Sessions.MaxClients; m > 0 && maxClients > m {
+		return fmt.Errorf("config: %s.max_clients: %d is more than sessions.max_clients (%d)", f, maxClients, m)
+	}
+	return nil
+}
+
 func (c *Config) validateAuth() error {
 	a := c.Auth
 	if a.FailureDelay < 0 {
@@ -768,6 +816,9 @@ func (c *Config) validateAuth() error {
 		return fmt.Errorf("config: auth.max_failure_delay: must be between auth.failure_delay (%v) and 30s, got %v", a.FailureDelay, a.MaxFailureDelay)
 	}
 	fb := a.FromBackend
+	if err := c.validateUserBounds("auth.from_backend", fb.Tags, fb.RefuseOtherTags, fb.MaxClients); err != nil {
+		return err
+	}
 	if !fb.Enabled {
 		return nil
 	}

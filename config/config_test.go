@@ -37,6 +37,16 @@ func TestParse(t *testing.T) {
 		{"users from the backend", "auth:\n  from_backend:\n    enabled: true\n    lookup_user: look\n    cache_ttl: 5s\n  failure_delay: 0\n", func(c Config) bool {
 			return c.Auth.FromBackend.Enabled && c.Auth.FromBackend.CacheTTL == 5*time.Second && c.Auth.FailureDelay == 0
 		}},
+		{"sessions.max_clients left out is bounded", "sessions:\n  statement_cache: 10\n", func(c Config) bool { return c.Sessions.MaxClients == 10000 }},
+		{"sessions.max_clients 0 is no cap", "sessions:\n  max_clients: 0\n", func(c Config) bool { return c.Sessions.MaxClients == 0 }},
+		{"a user's tags and bound", "users:\n  - name: r\n    default_tag: report\n    tags: [\"report_*\", export]\n    refuse_other_tags: true\n    max_clients: 20\n", func(c Config) bool {
+			u := c.Users[0]
+			return len(u.Tags) == 2 && u.Tags[0] == "report_*" && u.RefuseOtherTags && u.MaxClients == 20
+		}},
+		{"tags and a bound for users from the backend", "auth:\n  from_backend:\n    enabled: true\n    lookup_user: look\n    default_tag: team\n    tags: [\"team_*\"]\n    max_clients: 5\n", func(c Config) bool {
+			fb := c.Auth.FromBackend
+			return fb.DefaultTag == "team" && fb.Tags[0] == "team_*" && !fb.RefuseOtherTags && fb.MaxClients == 5
+		}},
 	}
 	for _, tc := range good {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,6 +89,12 @@ func TestParse(t *testing.T) {
 		{"backend password without user", "users:\n  - name: a\n    backend_password: x\n", "config: users[0].backend_user: must be set"},
 		{"account pool over pool.max", "users:\n  - name: a\n    backend_user: b\n    backend_pool: {max: 99}\n", "config: users[0].backend_pool"},
 		{"one account two passwords", "users:\n  - name: a\n    backend_user: b\n    backend_password: x\n  - name: c\n    backend_user: b\n    backend_password: y\n", "config: users[1]: backend_user \"b\" is also users[0]'s"},
+		{"a tag pattern that is no tag", "users:\n  - name: a\n  - name: r\n    tags: [\"report *\"]\n", "config: users[1].tags[0]: \"report *\" is not a tag pattern"},
+		{"refuse_other_tags without tags", "users:\n  - name: a\n    refuse_other_tags: true\n", "config: users[0].refuse_other_tags: needs tags"},
+		{"negative user max_clients", "users:\n  - name: a\n    max_clients: -1\n", "config: users[0].max_clients: must not be negative"},
+		{"user max_clients over sessions.max_clients", "sessions:\n  max_clients: 10\nusers:\n  - name: a\n    max_clients: 11\n", "config: users[0].max_clients: 11 is more than sessions.max_clients (10)"},
+		{"from_backend tag pattern", "auth:\n  from_backend:\n    tags: [\"a/b\"]\n", "config: auth.from_backend.tags[0]"},
+		{"from_backend refuse without tags", "auth:\n  from_backend:\n    refuse_other_tags: true\n", "config: auth.from_backend.refuse_other_tags: needs tags"},
 		{"from_backend without lookup user", "auth:\n  from_backend:\n    enabled: true\n", "config: auth.from_backend.lookup_user"},
 		{"failure delays", "auth:\n  failure_delay: 2s\n  max_failure_delay: 1s\n", "config: auth.max_failure_delay"},
 		{"a secret given twice", "backend:\n  password: x\n  password_env: HOME\n", "password_env: password is set too"},

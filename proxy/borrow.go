@@ -229,23 +229,6 @@ func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
 	}
 }
 
-// connTag is a new session's fallback tag: the conn_tag connection
-// attribute, else the user's default tag, else untagged.
-func (s *Server) connTag(u User, attrs map[string]string) *attribution.Tag {
-	var buf [attribution.MaxTagLen]byte
-	if v := attrs["conn_tag"]; v != "" {
-		if b, ok := attribution.AppendSanitized(buf[:0], []byte(v)); ok {
-			return s.rec.Tag(b)
-		}
-	}
-	if u.DefaultTag != "" {
-		if b, ok := attribution.AppendSanitized(buf[:0], []byte(u.DefaultTag)); ok {
-			return s.rec.Tag(b)
-		}
-	}
-	return s.rec.TagString(attribution.Untagged)
-}
-
 func (s *Server) slowTxn() time.Duration { return s.config().Attribution.SlowTransaction }
 
 // slowLog rate-limits the slow-transaction log line: one per tag per

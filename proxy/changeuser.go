@@ -15,7 +15,9 @@ import (
 // session (as COM_RESET_CONNECTION does) on the given database and
 // character set, on the new user's backend account. holdfast always
 // answers with an authentication switch carrying a fresh scramble, so it
-// never needs the scramble of the original handshake.
+// never needs the scramble of the original handshake. The new user's
+// max_clients and tags apply from then on; a refusal (1040, 9012) closes
+// the connection, as a failed change of user does.
 func (s *session) comChangeUser(p []byte) bool {
 	rest := p[1:]
 	i := bytes.IndexByte(rest, 0)
@@ -77,6 +79,19 @@ func (s *session) comChangeUser(p []byte) bool {
 		s.writeErr(se)
 		return false
 	}
+	// The new user's bounds apply: its max_clients (the session counts
+	// as one of its clients, no longer as one of the old user's) and its
+	// tags, to the connection's conn_tag attribute too.
+	if u.Name == s.user.Name {
+		u.entry = s.user.entry
+		se = s.srv.loginTag(u.entry, s.attrs)
+	} else {
+		u, se = s.srv.admitUser(u, s.attrs)
+	}
+	if se != nil {
+		s.writeErr(se)
+		return false
+	}
 	if u.AuthPlugin == pluginSHA2 && !emptyAuth(reply) {
 		s.writePacket([]byte{0x01, 0x03}) // fast authentication succeeded
 	}
@@ -84,9 +99,17 @@ func (s *session) comChangeUser(p []byte) bool {
 	if db == "" {
 		db = s.srv.config().Backend.Database
 	}
+	old := s.user.entry
+	s.rules = u.entry.rules.Load()
+	ct := s.srv.connTag(s.attrs, s.rules)
 	s.mu.Lock()
 	s.user = u // read by other sessions' KILLs
+	s.connTag = ct
 	s.mu.Unlock()
+	if old != u.entry {
+		old.release()
+	}
+	s.tagMemo = tagMemo{}
 	s.state.variant = s.state.variant.withAccount(u.account)
 	s.srv.useKey(s.state.variant)
 	s.state.db, s.coll = db, coll

@@ -66,10 +66,14 @@ type User struct {
 	Password   string
 	AuthPlugin string // mysql_native_password or caching_sha2_password
 	Admin      bool
-	DefaultTag string
+	DefaultTag string // sessions take theirs from the user's bounds in force (userRules)
 
 	account uint32 // backend account (see accounts.go); 0: backend.user
 	hash2   []byte // a user from the backend: SHA1(SHA1(password)) as it stores it, Password unused
+	// entry is the user's standing (userbounds.go): set once logged in,
+	// with one of its client connections counted until the session ends
+	// or changes user.
+	entry *userEntry
 }
 
 // users is the configured accounts; the map is swapped whole on reload.
@@ -165,9 +169,10 @@ func (h *handshakeIO) fail(e *mysqlwire.SQLError) error {
 const maxHello = 64 << 10
 
 // connect runs the connection phase on nc. It returns the authenticated
-// hello and user and the connection to use from now on (TLS when the
-// client asked for it), or an error after telling the client (when it can
-// be told). release gives up the caller's handshake slot (see loginWait).
+// hello and user (one of its clients counted: see admitUser) and the
+// connection to use from now on (TLS when the client asked for it), or an
+// error after telling the client (when it can be told). release gives up
+// the caller's handshake slot (see loginWait).
 func (s *Server) connect(nc net.Conn, id uint32, release func()) (*mysqlwire.HandshakeResponse, User, net.Conn, error) {
 	salt := newSalt
 	if s.salt != nil {
@@ -232,6 +237,9 @@ func (s *Server) connect(nc net.Conn, id uint32, release func()) (*mysqlwire.Han
 	if se != nil {
 		return nil, User{}, nil, h.fail(se)
 	}
+	if u, se = s.admitUser(u, hello.Attrs); se != nil {
+		return nil, User{}, nil, h.fail(se)
+	}
 	welcome := mysqlwire.OK{Status: mysqlwire.StatusAutocommit}
 	track := hello.Caps&mysql.CLIENT_SESSION_TRACK != 0
 	if kb := s.keptBase(); track && hello.DB != "" && kb != nil && kb.Track.Schema {
@@ -241,6 +249,7 @@ func (s *Server) connect(nc net.Conn, id uint32, release func()) (*mysqlwire.Han
 	}
 	okp := mysqlwire.AppendOK(nil, welcome, track)
 	if err := h.write(okp); err != nil {
+		u.entry.release()
 		return nil, User{}, nil, err
 	}
 	if h.r.Buf.Buffered() > 0 {

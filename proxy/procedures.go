@@ -265,9 +265,15 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 	}
 	s.ps.nextStmt++
 	cs := &clientStmt{id: s.ps.nextStmt, query: string(p[1:]), params: params, call: &call}
-	if tag, tagged := s.statementTag(p[1:], info); tagged {
+	tag, tagged, serr := s.statementTag(p[1:], info)
+	if serr != nil {
+		s.writeErr(serr)
+		return true
+	}
+	if tagged {
 		cs.tag = tag // each execute is a statement of the tag its text carries
 	}
+	cs.tagName = string(s.tagRaw)
 	s.ps.stmts[cs.id] = cs
 	s.ps.lastStmt = cs.id
 	// Columns: known only when it runs.
@@ -305,10 +311,15 @@ func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte) {
 		}
 		args[i] = v
 	}
-	tag := s.defaultTag()
-	if cs.tag != nil {
-		tag = cs.tag
+	tag, serr := s.savedTag(cs)
+	if serr != nil {
+		s.writeErr(serr)
+		return
+	}
+	if tag != nil {
 		s.noteTag(tag, true)
+	} else {
+		tag = s.defaultTag()
 	}
 	s.runProcedure(cs.call.Name, args, true, tag)
 }

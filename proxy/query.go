@@ -23,7 +23,11 @@ var initDBInfo = sqlscan.Info{Kind: sqlscan.KindUse, Statements: 1}
 func (s *session) comQuery(p []byte) bool {
 	sql := p[1:]
 	info := s.scanMode().Scan(sql)
-	tag, tagged := s.statementTag(sql, &info)
+	tag, tagged, serr := s.statementTag(sql, &info)
+	if serr != nil {
+		s.writeErr(serr)
+		return true
+	}
 	s.noteTag(tag, tagged)
 	s.shape = info.Shape
 	if s.srv.shapeGates.active.Load() != 0 {

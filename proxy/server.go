@@ -107,6 +107,7 @@ type Server struct {
 	backendTLS backendTLS   // backend.tls, loaded
 	beUsers    backendUsers // auth.from_backend's lookups and cache
 	logins     loginDelays  // failed logins, per user and address
+	userTable  userTable    // users' tags and client bounds, and their counters
 
 	handshakes chan struct{}
 	draining   atomic.Bool
@@ -133,7 +134,9 @@ type ServerStats struct {
 	ClientsActive     int
 	ClientsTotal      uint64
 	HandshakeFailures uint64
-	Rejected          uint64 // over sessions.max_clients
+	Rejected          uint64      // over sessions.max_clients
+	RejectedUser      uint64      // over a user's max_clients (users[] or auth.from_backend)
+	Users             []UserStats // every user that logged in since start
 	Commands          uint64
 	Pipelined         uint64 // statements run on a shared connection
 	PipelineReruns    uint64 // ... run again after a kill meant for the statement before them
@@ -184,6 +187,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		cancel()
 		return nil, err
 	}
+	s.userTable.set(cfg)
 	v := cfg.ServerVersion
 	if v == "" {
 		v = fallbackVersion
@@ -524,6 +528,7 @@ func (s *Server) serveSession(sess *session, nc net.Conn) {
 		s.mu.Lock()
 		delete(s.sessions, sess.id)
 		s.mu.Unlock()
+		sess.user.entry.release()
 	}()
 	sess.serve()
 }
@@ -648,6 +653,8 @@ func (s *Server) Stats() ServerStats {
 	st.StatementBudget = s.StatementBudget()
 	st.StatementRetries = s.stmtRetries.Load()
 	st.LoginFailures, st.LoginsWaiting = s.logins.failures.Load(), s.logins.waiting.Load()
+	st.RejectedUser = s.userTable.rejected.Load()
+	st.Users = s.userStats()
 	return st
 }
 
@@ -663,6 +670,7 @@ func (s *Server) Reload(cfg config.Config) error {
 	if err := s.setUsers(cfg); err != nil {
 		return err
 	}
+	s.userTable.set(cfg)
 	s.beUsers.forget()
 	if err := s.applyLimits(); err != nil {
 		return fmt.Errorf("proxy: %w", err)

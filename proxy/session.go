@@ -24,8 +24,8 @@ import (
 // Its own goroutine runs serve and is the only one to touch the fields
 // above killMu, and bc's I/O. Other goroutines touch a session only so:
 //   - the janitor (timeouts.go) reads the atomics (idleSince, waitTimeout,
-//     writeLimit, holding, cw.since), reads holdSince, inTxn and holdTag
-//     under mu, and ends the session with expireNow;
+//     writeLimit, holding, cw.since), reads holdSince, inTxn, holdTag and
+//     connTag under mu, and ends the session with expireNow;
 //   - another session's KILL, a drain's grace, the client watch and
 //     expireNow call interrupt (killMu, then mu) and may close nc;
 //   - Holders, Stats and KILL's permission check read the fields under mu
@@ -57,7 +57,14 @@ type session struct {
 	ps preparedStmts
 
 	// Attribution.
-	connTag *attribution.Tag // conn_tag attribute, else the user's default
+	// connTag is the conn_tag attribute, else the user's default (see
+	// tagRules): written under mu after the session is registered, for
+	// the janitor.
+	connTag *attribution.Tag
+	// rules are the user's bounds connTag was decided under, and tagMemo
+	// the last tag checked against them (tag.go).
+	rules   *userRules
+	tagMemo tagMemo
 	// tx is the transaction as holdfast sees it (begin.go, borrow.go).
 	tx         txnState
 	closeAfter bool // close the connection once the reply is out (see beginLost)
@@ -250,7 +257,8 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *mysqlwire.Handsh
 	s.sock = mysqlwire.NewSockIO(nc)
 	s.cw.conn, s.cw.srv = s.sock, srv
 	s.w.Dst, s.w.Pool = &s.cw, &writerPool
-	s.connTag = srv.connTag(u, h.Attrs)
+	s.rules = u.entry.rules.Load()
+	s.connTag = srv.connTag(h.Attrs, s.rules)
 	s.state.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
 	s.setKept(srv.keptBase())
 	return s

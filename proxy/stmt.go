@@ -38,6 +38,7 @@ type clientStmt struct {
 	longSize int
 	info     sqlscan.Info
 	tag      *attribution.Tag // its own tag, when its text carries one
+	tagName  string           // ... as its text carries it (tag may be folded into other)
 	call     *sqlscan.Call    // CALL holdfast.*: answered by holdfast
 }
 
@@ -232,7 +233,11 @@ func (s *session) stmtPrepare(p []byte) bool {
 		}
 	}
 	query := string(text)
-	tag, tagged := s.statementTag(p[1:], &info)
+	tag, tagged, serr := s.statementTag(p[1:], &info)
+	if serr != nil {
+		s.writeErr(serr)
+		return true
+	}
 	bc, serr := s.borrow(tag, false)
 	if serr != nil {
 		s.writeErr(serr)
@@ -262,6 +267,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 	if tagged {
 		cs.tag = tag
 	}
+	cs.tagName = string(s.tagRaw)
 	s.ps.stmts[cs.id] = cs
 	s.ps.lastStmt = cs.id
 	s.out = mysqlwire.AppendPrepareOK(s.out[:0], mysqlwire.PrepareOK{ID: cs.id, Columns: uint16(bs.columns), Params: uint16(bs.params), Warnings: bs.warnings})
@@ -347,10 +353,16 @@ func (s *session) stmtExecute(p []byte) bool {
 			return true
 		}
 	}
-	tag := s.defaultTag()
-	if cs.tag != nil {
-		tag = cs.tag
+	tag, serr := s.savedTag(cs)
+	if serr != nil {
+		s.writeErr(serr)
+		cs.longData, cs.longSize = nil, 0
+		return true
+	}
+	if tag != nil {
 		s.noteTag(tag, true)
+	} else {
+		tag = s.defaultTag()
 	}
 	s.shape = cs.info.Shape
 	if s.srv.shapeGates.active.Load() != 0 {

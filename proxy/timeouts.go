@@ -214,7 +214,10 @@ func (s *Server) janitor() {
 						"wait_timeout", time.Duration(wt))
 					x.idleSince.Store(0)
 					if s.attr {
-						x.connTag.TimedOut(attribution.TimeoutWait)
+						x.mu.Lock()
+						ct := x.connTag
+						x.mu.Unlock()
+						ct.TimedOut(attribution.TimeoutWait)
 					}
 					_ = x.nc.Close()
 					continue
