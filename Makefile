@@ -26,13 +26,17 @@ test:
 	    (cd $$m && HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test $(TEST_FLAGS) ./...) || exit 1; \
 	  done
 
+# The version stamp of every build (holdfast version): git describe, the
+# commit and the build date; VERSION=, COMMIT=, BUILD_DATE= override them.
+LDFLAGS = $(shell scripts/ldflags.sh)
+
 ## build: every command into bin/ (holdfast, holdfastctl, the bench drivers)
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 ## install: holdfast and holdfastctl into $(go env GOPATH)/bin (or GOBIN)
 install:
-	$(GO) install ./cmd/holdfast ./cmd/holdfastctl
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/holdfast ./cmd/holdfastctl
 
 vet:
 	for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done

@@ -8,7 +8,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 config=${HOLDFAST_CONFIG:-config.yaml}
 
-go build -o bin/ ./cmd/holdfast ./cmd/holdfastctl
+go build -ldflags "$(scripts/ldflags.sh)" -o bin/ ./cmd/holdfast ./cmd/holdfastctl
 
 if ! backend=$(bin/holdfast check-backend -config "$config" 2>/tmp/holdfast-check.$$); then
   echo "run: $(cat /tmp/holdfast-check.$$)" >&2
