@@ -11,11 +11,11 @@ FUZZTIME  ?= 60s
 run:
 	scripts/run-local.sh
 
-# The modules of the repository: holdfast's, the browser tests' and the
-# container image's, each of the last two kept in a module of its own so
-# that the browser driver and the image library stay out of holdfast's
-# module graph.
-MODULES := . internal/browsertest internal/imagebuild
+# The modules of the repository: holdfast's, the browser tests', the
+# container image's and the Kubernetes manifests' tests, each of the last
+# three kept in a module of its own so that the browser driver, the image
+# library and the Kubernetes API types stay out of holdfast's module graph.
+MODULES := . internal/browsertest internal/imagebuild internal/manifesttest
 
 ## test: every test of every module, against a private MariaDB with binary logging on
 ## that it starts for the run and stops after it (scripts/test-mariadb.sh)
