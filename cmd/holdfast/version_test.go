@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
@@ -91,4 +94,33 @@ func TestProcessMetrics(t *testing.T) {
 	if g := m.ByLabel("holdfast_build_info", "goversion"); len(g) != 1 {
 		t.Errorf("holdfast_build_info by goversion: %v", g)
 	}
+}
+
+// TestProcessCollectorsLint: the build-info metric keeps the naming rules,
+// and the collectors register together on one registry.
+func TestProcessCollectorsLint(t *testing.T) {
+	cs := processCollectors()
+	problems, err := testutil.CollectAndLint(cs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := registerAll(reg, cs); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "holdfast_build_info", "go_goroutines", "process_open_fds"); err != nil || n != 3 {
+		t.Errorf("%d series (%v), want 3", n, err)
+	}
+}
+
+func registerAll(reg *prometheus.Registry, cs []prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
