@@ -28,7 +28,9 @@ type Container struct {
 // again with it (os.Executable).
 const EnterArg = "__enter_container"
 
-// Prepare unpacks img into root, replacing what root held, and adds what
+// Prepare unpacks img into root, replacing what an earlier Prepare
+// unpacked there (it refuses to remove any other directory that holds
+// files), and adds what
 // a container runtime provides: an empty /proc to mount on, and the
 // host's /etc/hosts and /etc/resolv.conf (the container shares the host's
 // network).
@@ -41,7 +43,18 @@ func Prepare(img v1.Image, root string) (*Container, error) {
 	if err != nil {
 		return nil, fmt.Errorf("imagebuild: %w", err)
 	}
+	// A marker beside root says Prepare made it: a directory it did not
+	// make is never removed.
+	marker := root + ".unpacked"
+	if ents, err := os.ReadDir(root); err == nil && len(ents) > 0 {
+		if _, err := os.Stat(marker); err != nil {
+			return nil, fmt.Errorf("imagebuild: %s holds files and is not an image unpacked here before (no %s): not removing it", root, marker)
+		}
+	}
 	if err := os.RemoveAll(root); err != nil {
+		return nil, fmt.Errorf("imagebuild: %w", err)
+	}
+	if err := os.WriteFile(marker, []byte("unpacked by holdfast-image; the directory beside it is replaced on each run\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("imagebuild: %w", err)
 	}
 	if err := Unpack(img, root); err != nil {

@@ -122,3 +122,28 @@ func TestSplitName(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareKeepsOtherDirectories: Prepare replaces a root it unpacked
+// before, and refuses to remove a directory it did not make.
+func TestPrepareKeepsOtherDirectories(t *testing.T) {
+	img, err := mutate.AppendLayers(empty.Image, mustLayer(t, layerOf(t, [2]string{"etc/a", "x"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	for range 2 {
+		if _, err := Prepare(img, root); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mine := t.TempDir()
+	if err := os.WriteFile(filepath.Join(mine, "precious"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Prepare(img, mine); err == nil {
+		t.Error("Prepare replaced a directory it did not make")
+	}
+	if _, err := os.Stat(filepath.Join(mine, "precious")); err != nil {
+		t.Errorf("the directory's file: %v", err)
+	}
+}
