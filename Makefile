@@ -4,17 +4,18 @@ GO        ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 FUZZTIME  ?= 60s
 
-.PHONY: run test build install vet fmt fuzz bench-proxy bench-attribution bench-overload bench-reserve soak load-data-big client-memory chaos clean
+.PHONY: run test build install image image-run vet fmt fuzz bench-proxy bench-attribution bench-overload bench-reserve soak load-data-big client-memory chaos clean
 
 ## run: build holdfast and holdfastctl into bin/ and start holdfast on the local default
 ## (starts a private MariaDB when none answers)
 run:
 	scripts/run-local.sh
 
-# The modules of the repository: holdfast's, and the browser tests', kept
-# in a module of their own so that the browser driver stays out of
-# holdfast's module graph.
-MODULES := . internal/browsertest
+# The modules of the repository: holdfast's, the browser tests', the
+# container image's and the Kubernetes manifests' tests, each of the last
+# three kept in a module of its own so that the browser driver, the image
+# library and the Kubernetes API types stay out of holdfast's module graph.
+MODULES := . internal/browsertest internal/imagebuild internal/manifesttest
 
 ## test: every test of every module, against a private MariaDB with binary logging on
 ## that it starts for the run and stops after it (scripts/test-mariadb.sh)
@@ -26,13 +27,39 @@ test:
 	    (cd $$m && HOLDFAST_TEST_DSN="root@tcp($$addr)/" $(GO) test $(TEST_FLAGS) ./...) || exit 1; \
 	  done
 
+# The version stamp of every build (holdfast version): git describe, the
+# commit and the build date; VERSION=, COMMIT=, BUILD_DATE= override them.
+LDFLAGS = $(shell scripts/ldflags.sh)
+
 ## build: every command into bin/ (holdfast, holdfastctl, the bench drivers)
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 ## install: holdfast and holdfastctl into $(go env GOPATH)/bin (or GOBIN)
 install:
-	$(GO) install ./cmd/holdfast ./cmd/holdfastctl
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/holdfast ./cmd/holdfastctl
+
+# The container image (README.md, "A container image"): a static holdfast
+# (CGO_ENABLED=0, -trimpath) on an empty base, user 65532, no shell,
+# written as an image archive by internal/imagebuild: no container engine
+# is needed or used. IMAGE= names the archive, IMAGE_ROOT= where image-run
+# unpacks it.
+IMAGE      ?= .local/image/holdfast.tar
+IMAGE_ROOT ?= .local/image/root
+IMAGE_TOOL := .local/image/holdfast-image
+CA_CERTS   := $(wildcard /etc/ssl/certs/ca-certificates.crt)
+
+## image: the container image, as an archive at $(IMAGE) (docker load, podman load, skopeo, crane push)
+image:
+	@mkdir -p .local/image
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o .local/image/holdfast ./cmd/holdfast
+	cd internal/imagebuild && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(IMAGE_TOOL) ./cmd/holdfast-image
+	$(IMAGE_TOOL) build -binary .local/image/holdfast -config config.yaml $(if $(CA_CERTS),-ca-certs $(CA_CERTS)) -out $(IMAGE)
+
+## image-run: make image, then run it here as a container runtime would (needs root: its root
+## directory, its user, its entrypoint and environment), serving make run's example
+image-run: image
+	scripts/run-local.sh --image $(IMAGE) $(IMAGE_ROOT) $(IMAGE_TOOL)
 
 vet:
 	for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done

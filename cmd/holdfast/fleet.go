@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime/debug"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -93,11 +92,4 @@ func advertised(listen string) string {
 	}
 	h, _ := os.Hostname()
 	return net.JoinHostPort(h, port)
-}
-
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "devel"
 }

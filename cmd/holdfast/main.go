@@ -6,6 +6,7 @@
 //	holdfast check-config [-config FILE] [-print-listen | -print-admin-listen]  validate a configuration
 //	holdfast check-backend [-config FILE] [-print-address]  connect to the backend once
 //	holdfast resync-redis [-config FILE] [-shops 1,2] [-dry-run] [-force]  rewrite the Redis counters from the ledger
+//	holdfast version                                  print the version, commit, build date and Go version
 package main
 
 import (
@@ -25,6 +26,7 @@ import (
 	"github.com/holdfast-db/holdfast/admin"
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/fleet"
+	"github.com/holdfast-db/holdfast/internal/version"
 	"github.com/holdfast-db/holdfast/proxy"
 )
 
@@ -39,6 +41,10 @@ func run(args []string) error {
 	cmd := "serve"
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
+	}
+	if cmd == "version" {
+		printVersion(os.Stdout)
+		return nil
 	}
 	fs := flag.NewFlagSet("holdfast "+cmd, flag.ContinueOnError)
 	path := fs.String("config", "", "configuration file (YAML); empty means built-in defaults")
@@ -86,7 +92,7 @@ func run(args []string) error {
 		fmt.Printf("%s (%s)\n", cfg.Backend.Address, version)
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want serve, migrate, check-config, check-backend or resync-redis)", cmd)
+	return fmt.Errorf("unknown command %q (want serve, migrate, check-config, check-backend, resync-redis or version)", cmd)
 }
 
 func newLogger(c config.Log) *slog.Logger {
@@ -118,13 +124,14 @@ func serve(path string, cfg config.Config) error {
 	log := newLogger(cfg.Log)
 	procs, why := chooseProcs(cfg.MaxProcs, runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS") != "")
 	runtime.GOMAXPROCS(procs)
-	log.Info("starting", "max_procs", procs, "chosen_by", why)
+	log.Info("starting", "version", version.Get().String(), "max_procs", procs, "chosen_by", why)
 	srv, err := proxy.New(cfg, log)
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()), srv.ClassCollector(), srv.ReplicaCollector())
+	reg.MustRegister(processCollectors()...)
 	// The fleet first: the engine's background loops run the fleet duties
 	// this instance holds.
 	fctx, fcancel := context.WithCancel(context.Background())

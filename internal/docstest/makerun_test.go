@@ -136,6 +136,11 @@ func TestMakeRun(t *testing.T) {
 	if err != nil || !strings.Contains(string(tags), "make_run") {
 		t.Errorf("holdfastctl tags after a tagged statement from the connect line: %v\n%s", err, tags)
 	}
+	// make run stamps its build (scripts/ldflags.sh): never "devel".
+	v, err := exec.CommandContext(cctx, repo+"/bin/holdfast", "version").Output()
+	if first, _, _ := strings.Cut(string(v), "\n"); err != nil || first == "" || strings.Contains(first, "devel") {
+		t.Errorf("bin/holdfast version after make run: %q, %v", first, err)
+	}
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + admin + "/")
 	if err != nil {
 		t.Fatal(err)
