@@ -304,3 +304,55 @@ func TestFleetShapeCapShares(t *testing.T) {
 		}
 	}
 }
+
+// Control rows written straight into holdfast_controls (by hand, or by a
+// newer holdfast during an upgrade) that this version does not accept,
+// an unknown kind and an out-of-range class, are ignored: not applied,
+// not listed among the controls in force, but shown as ignored with the
+// reason by /api/controls and holdfastctl controls, and counted. Before,
+// an unknown kind was dropped silently while /api/controls listed it as
+// in force.
+func TestFleetIgnoresBadControlRows(t *testing.T) {
+	m := fleetWith(t, 1, "")[0]
+	root := dbtest.Root(t)
+	for _, row := range []string{
+		"('checkout', 'throttle', 5, 'by-hand', 'INC-9', NOW(6), NULL)",
+		"('report_x', 'class', 7, 'by-hand', '', NOW(6), NULL)",
+		"('search', 'drain', 0, 'by-hand', 'real', NOW(6), NULL)",
+	} {
+		if _, err := root.Exec("INSERT INTO `" + m.db + "`.holdfast_controls (tag, kind, value, set_by, reason, set_at, expires_at) VALUES " + row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := m.client(t)
+	within(t, 3*time.Second, "the valid drain is in force", func() bool { return refuses(db, "search") })
+	var ans struct {
+		Controls []struct{ Tag, Kind string }
+		Ignored  []struct {
+			Tag, Kind string
+			Reason    string `json:"ignored_because"`
+		}
+	}
+	dbtest.FetchJSON(t, m.admin+"/api/controls", &ans)
+	t.Logf("/api/controls: %+v", ans)
+	if len(ans.Controls) != 1 || ans.Controls[0].Tag != "search" {
+		t.Errorf("controls in force: %+v, want search's drain alone", ans.Controls)
+	}
+	if len(ans.Ignored) != 2 || !strings.Contains(ans.Ignored[0].Reason, `"throttle"`) || !strings.Contains(ans.Ignored[1].Reason, "class") {
+		t.Errorf("ignored: %+v, want checkout's throttle and report_x's class, with why", ans.Ignored)
+	}
+	if !serves(db, "checkout") {
+		t.Error("a statement of checkout was not served: an ignored row applied")
+	}
+	if v, ok := m.metric(t, "holdfast_fleet_controls_ignored"); !ok || v != 2 {
+		t.Errorf("holdfast_fleet_controls_ignored = %v (%v), want 2", v, ok)
+	}
+	out, err := guarded(t, dbtest.Command(t, "./cmd/holdfastctl"), "-addr", m.admin, "controls").CombinedOutput()
+	if err != nil {
+		t.Fatalf("holdfastctl controls: %v\n%s", err, out)
+	}
+	inForce, ignored, ok := strings.Cut(string(out), "IGNORED")
+	if !ok || strings.Contains(inForce, "throttle") || !strings.Contains(ignored, "throttle") || !strings.Contains(ignored, "report_x") {
+		t.Errorf("holdfastctl controls:\n%s", out)
+	}
+}
