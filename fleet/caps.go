@@ -15,10 +15,12 @@ import (
 // holds falls as its statements end. Between polls, settle renews a grant
 // early where that moves it: down as soon as what is held has fallen
 // (giving the slots back), up while it is below its share (taking slots as
-// soon as another gives them back). So a change of demand, a join or a
-// turn is in force within
+// soon as another gives them back), and writes demand that has appeared
+// since the last renewal. So a change of demand, a join or a turn is in
+// force within
 //
-//	one poll (the instance whose demand changed writes it)
+//	one poll (the instance whose demand changed writes it; a quarter of
+//	one when it had next to none)
 //	+ one poll (the others read it and lower their ceilings)
 //	+ the longest hold under the cap (what is held above the ceilings ends)
 //	+ settleEvery + growEvery (the grants move),
@@ -48,6 +50,7 @@ type capState struct {
 	// ceiling is what this instance admits: min(grant, fair share), and 0
 	// once the grant has not been renewed for ttl − poll.
 	ceiling int
+	want    int       // the demand written at the last renewal
 	renewed time.Time // local time of the last renewal (zero: none yet)
 	tried   time.Time // local time of the last attempt
 	// turn is when the round turns (local time), when this instance's
@@ -83,7 +86,7 @@ func (f *Fleet) renew(ctx context.Context, tag string, c capState, now time.Time
 	case errors.Is(err, ErrNoCap):
 		return c, false
 	case err == nil:
-		c.share, c.renewed, c.turn = sh, now, time.Time{}
+		c.share, c.renewed, c.turn, c.want = sh, now, time.Time{}, want
 		c.ceiling = min(sh.Granted, sh.Fair)
 		if sh.Next != sh.Fair {
 			c.turn = now.Add(sh.RoundLeft)
@@ -120,10 +123,13 @@ func (f *Fleet) settle(ctx context.Context) {
 			continue // the last renewal failed: the next poll tries again
 		}
 		g, fair := c.share.Granted, c.share.Fair
-		held, _ := f.o.Applier.Demand(tag, false)
+		held, want := f.o.Applier.Demand(tag, false)
 		again := now.Sub(c.tried) >= f.o.Poll/growEvery
 		turned := !c.turn.IsZero() && !now.Before(c.turn)
-		if !(turned || g > fair && (held <= fair || held < g && again) || g < fair && again) {
+		// Demand that was not there at the last renewal (more than twice
+		// it, and more than this instance admits) is written at once.
+		grown := want > 2*c.want && want > c.ceiling && again
+		if !(turned || grown || g > fair && (held <= fair || held < g && again) || g < fair && again) {
 			continue
 		}
 		nc, ok := f.renew(ctx, tag, c, now, false)

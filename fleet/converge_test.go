@@ -188,12 +188,13 @@ func (g *simGate) servedIn(from, until time.Time) int {
 }
 
 type simInstance struct {
-	f       *Fleet
-	gate    *simGate
-	phase   time.Duration // of its polls
-	from    time.Time     // it runs from then (joins)
-	until   time.Time     // and stops then (killed; zero: never)
-	started bool
+	f         *Fleet
+	gate      *simGate
+	phase     time.Duration // of its polls
+	from      time.Time     // it runs from then (joins)
+	until     time.Time     // and stops then (killed; zero: never)
+	started   bool
+	clientsAt time.Time // its clients start then (zero: when it starts)
 }
 
 type sim struct {
@@ -246,7 +247,7 @@ func (s *sim) run(d time.Duration) {
 				continue
 			}
 			g := in.gate
-			if !in.started { // joins: its clients start
+			if !in.started && !s.now.Before(in.clientsAt) { // its clients start
 				in.started = true
 				for range g.clients {
 					g.enter()
@@ -443,4 +444,24 @@ func TestSimTurns(t *testing.T) {
 			t.Errorf("inst-%d went %v without a statement served, over three rounds", i, longest)
 		}
 	}
+}
+
+// An instance whose clients start calling the capped tag after a quiet
+// while, just after a poll (its demand 0 at its last renewal), writes its
+// demand at once, not at its next poll: it gets its share within the
+// other instance's next poll, the hold and the grants' moving (a poll and
+// a half and the hold), not a poll later.
+func TestSimDemandAppears(t *testing.T) {
+	const hold = 100 * time.Millisecond
+	s := newSim(t, 2)
+	s.add(8, hold, 0)
+	late := s.add(8, hold, 0)
+	late.clientsAt = s.start.Add(10*time.Second + late.phase + 20*time.Millisecond)
+	s.run(20 * time.Second)
+	first := late.gate.servedAt[0].Sub(late.clientsAt)
+	t.Logf("the quiet instance's first statement was served %v after its clients started", first)
+	if first > simPoll+simPoll/2+hold {
+		t.Errorf("the quiet instance waited %v for its first slot, over a poll and a half and the hold", first)
+	}
+	s.report("8 clients, and 8 more on a quiet instance from 10 s, cap 2", 10*time.Second+simBound(hold), 20*time.Second)
 }
