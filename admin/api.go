@@ -82,8 +82,14 @@ type gateJSON struct {
 	Limit       int       `json:"limit"`            // the limit in force here (with limited)
 	Limited     bool      `json:"limited"`          // a limit is in force (limit 0 then admits no one)
 	LimitReason string    `json:"limit_reason,omitempty"`
-	InUse       int       `json:"in_use"`  // connections the tag holds now
-	Waiting     int       `json:"waiting"` // borrowers queued under its limit
+	// FleetLimit is the fleet-wide cap limit is this instance's share of
+	// now (absent: limit is this instance's own); Grants are every live
+	// instance's grant of it, demand (held plus queued, at its last
+	// renewal) and fair share, as this instance last read them.
+	FleetLimit *int          `json:"fleet_limit,omitempty"`
+	Grants     []fleet.Grant `json:"grants,omitempty"`
+	InUse      int           `json:"in_use"`  // connections the tag holds now
+	Waiting    int           `json:"waiting"` // borrowers queued under its limit
 	// MaxTransactionSeconds is the tag's own max_transaction_time (0: none).
 	MaxTransactionSeconds float64 `json:"max_transaction_seconds,omitempty"`
 }
@@ -132,13 +138,19 @@ func holdersJSON(hs []proxy.HolderInfo) []holderJSON {
 
 func (a *Admin) gatesJSON(gs []proxy.GateState, w proxy.Waiting) []gateJSON {
 	out := make([]gateJSON, len(gs))
-	// A fleet cap's reason is in its control, the same on every instance.
+	// A fleet cap's reason is in its control, the same on every instance;
+	// its split among the instances in the fleet's last renewal.
 	fleetReasons := map[string]string{}
+	grants := map[string][]fleet.Grant{}
 	if a.o.Fleet != nil {
-		for _, c := range a.o.Fleet.Status().Controls {
+		st := a.o.Fleet.Status()
+		for _, c := range st.Controls {
 			if c.Kind == fleet.KindLimit {
 				fleetReasons[c.Tag] = c.Reason
 			}
+		}
+		for _, c := range st.Caps {
+			grants[c.Tag] = c.Grants
 		}
 	}
 	for i, g := range gs {
@@ -146,6 +158,9 @@ func (a *Admin) gatesJSON(gs []proxy.GateState, w proxy.Waiting) []gateJSON {
 			InUse: g.InUse, Waiting: w.ByTag[g.Tag], MaxTransactionSeconds: g.MaxTransactionTime.Seconds()}
 		if !g.Limited {
 			continue
+		}
+		if g.Fleet {
+			out[i].FleetLimit, out[i].Grants = &g.FleetLimit, grants[g.Tag]
 		}
 		if r, ok := fleetReasons[g.Tag]; ok {
 			out[i].LimitReason = r
@@ -560,8 +575,18 @@ func (a *Admin) apiControls(w http.ResponseWriter, _ *http.Request) {
 	if st.Controls == nil {
 		st.Controls = []fleet.Control{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "known": st.Known, "stale": st.Stale, "no_schema": st.NoSchema,
-		"error": st.Error, "last_read": st.LastRead, "controls": st.Controls, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
+	if st.Ignored == nil {
+		st.Ignored = []fleet.Ignored{}
+	}
+	if st.Caps == nil {
+		st.Caps = []fleet.CapShares{}
+	}
+	// controls are in force here; ignored are rows this instance does not
+	// apply (invalid, or of a kind it does not know), never in force;
+	// caps are the fleet-wide caps' splits among the instances.
+	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "instance_id": st.Instance, "known": st.Known, "stale": st.Stale, "no_schema": st.NoSchema,
+		"error": st.Error, "last_read": st.LastRead, "controls": st.Controls, "ignored": st.Ignored, "truncated": st.Truncated,
+		"caps": st.Caps, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
 }
 
 // apiFleet lists the live instances and what this one knows of the fleet.

@@ -105,8 +105,9 @@ type shapeJSON struct {
 	Tags        []string `json:"tags"`
 	Blocked     bool     `json:"blocked"`
 	Limited     bool     `json:"limited"`
-	Limit       int      `json:"limit"`
-	Running     int      `json:"running"` // under its cap
+	Limit       int      `json:"limit"`                 // in force here: this instance's share of a fleet cap
+	FleetLimit  *int     `json:"fleet_limit,omitempty"` // the fleet-wide cap (absent: limit is this instance's own)
+	Running     int      `json:"running"`               // under its cap
 }
 
 // apiShapes lists the shapes of the statements held now, most held
@@ -145,6 +146,9 @@ func shapesNow(hs []proxy.HolderInfo, gs []proxy.GateState) []shapeJSON {
 		}
 		s := get(strings.TrimPrefix(g.Tag, proxy.ShapePrefix))
 		s.Blocked, s.Limited, s.Limit, s.Running = g.Drained, g.Limited, g.Limit, g.InUse
+		if g.Fleet {
+			s.FleetLimit = &g.FleetLimit
+		}
 	}
 	out := make([]shapeJSON, 0, len(by))
 	for _, s := range by {

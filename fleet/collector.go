@@ -14,6 +14,7 @@ type Collector struct {
 
 	known, stale, age, polls, failures, interval       *prometheus.Desc
 	controls, instances, duty, grant, cap              *prometheus.Desc
+	share, demand, ignored, truncated                  *prometheus.Desc
 	poolSum, poolLimit, stmtSum, stmtLimit, overcommit *prometheus.Desc
 }
 
@@ -33,8 +34,12 @@ func NewCollector(f *Fleet) *Collector {
 		controls:   d("controls", "Fleet controls in force, by kind.", "kind"),
 		instances:  d("instances", "Live holdfast instances in the fleet (heartbeat within fleet.ttl), this one included."),
 		duty:       d("duty_held", "1 while this instance holds the lease of a fleet duty, so runs it (exactly one instance should, fleet-wide).", "duty"),
-		grant:      d("cap_grant_connections", "This instance's share of a tag's fleet-wide connection cap.", "tag"),
-		cap:        d("cap_connections", "A tag's fleet-wide connection cap.", "tag"),
+		grant:      d("cap_grant_connections", "This instance's grant of a fleet-wide cap (a tag's connections, or shape/<hex> for a shape's statements running at once): what it may hold.", "tag"),
+		cap:        d("cap_connections", "A fleet-wide cap (a tag's connections, or shape/<hex> for a shape's statements running at once).", "tag"),
+		share:      d("cap_share_connections", "This instance's fair share of a fleet-wide cap now, by the live instances' demand: what its grant moves to.", "tag"),
+		demand:     d("cap_demand", "This instance's demand on a fleet-wide cap at its last renewal: held plus queued under the cap, the most at once in the poll interval.", "tag"),
+		ignored:    d("controls_ignored", "Rows of holdfast_controls in force that this instance ignores (invalid, or of a kind it does not know): not applied."),
+		truncated:  d("controls_truncated", "1 when holdfast_controls holds more rows in force than an instance reads (10000): the rest are not applied."),
 		poolSum:    d("pool_max_sum", "Σ pool.max over the live instances: the most backend connections the fleet may open."),
 		poolLimit:  d("pool_max_limit", "The server's max_connections less fleet.connection_reserve: what Σ pool.max should stay within."),
 		stmtSum:    d("stmt_budget_sum", "Σ of the live instances' prepared-statement budgets."),
@@ -46,7 +51,7 @@ func NewCollector(f *Fleet) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.known, c.stale, c.age, c.polls, c.failures, c.interval, c.controls, c.instances,
-		c.duty, c.grant, c.cap, c.poolSum, c.poolLimit, c.stmtSum, c.stmtLimit, c.overcommit} {
+		c.duty, c.grant, c.cap, c.share, c.demand, c.ignored, c.truncated, c.poolSum, c.poolLimit, c.stmtSum, c.stmtLimit, c.overcommit} {
 		ch <- d
 	}
 }
@@ -85,10 +90,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range c.f.o.Duties {
 		gauge(c.duty, b(slices.Contains(s.Duties, d)), d)
 	}
-	for _, a := range s.Applied {
-		if a.Limited {
-			gauge(c.grant, float64(a.Limit), a.Tag)
-			gauge(c.cap, float64(a.FleetLimit), a.Tag)
+	gauge(c.ignored, float64(len(s.Ignored)))
+	gauge(c.truncated, b(s.Truncated))
+	for _, cs := range s.Caps {
+		gauge(c.cap, float64(cs.Cap), cs.Tag)
+		gauge(c.grant, float64(cs.Granted), cs.Tag)
+		gauge(c.share, float64(cs.Share), cs.Tag)
+		for _, g := range cs.Grants {
+			if g.Instance == s.Instance {
+				gauge(c.demand, float64(g.Wanted), cs.Tag)
+			}
 		}
 	}
 	if s.Limits.MaxConnections > 0 {

@@ -133,8 +133,8 @@ type Applied struct {
 	Drained bool
 	Reason  string        // the drain's
 	Grace   time.Duration // the drain's grace
-	// Limited: the tag has a fleet-wide cap (FleetLimit); Limit is this
-	// instance's grant of it, the connections it may hold (0: none now).
+	// Limited: the tag has a fleet-wide cap of FleetLimit; Limit is what
+	// this instance may hold of it now, its share (0: none now).
 	Limited    bool
 	Limit      int
 	FleetLimit int
@@ -152,9 +152,11 @@ type Applier interface {
 	// ApplyFleetControls replaces the fleet's controls in force with cs,
 	// one per tag (tags absent have none from the fleet).
 	ApplyFleetControls(cs []Applied)
-	// Demand is what tag's borrows on this instance hold and wait for
-	// under its limit now.
-	Demand(tag string) (held, waiting int)
+	// Demand is what tag's borrows on this instance hold under its limit
+	// now (held), and the most they held and waited for at once (want)
+	// since the last call with restart, or now when that is more. restart
+	// begins a new such window.
+	Demand(tag string, restart bool) (held, want int)
 	// SetFleetSize tells how many instances are live (this one included).
 	SetFleetSize(n int)
 }

@@ -5,11 +5,15 @@
 //
 //   - Controls (holdfast_controls): on-call's drains, connection caps,
 //     per-tag max_transaction_time and overload classes, each with who set it, when, why and an
-//     optional expiry (the database's clock). Every instance polls them
-//     and applies them within one poll interval.
+//     optional expiry (the database's clock). Every instance polls them,
+//     validates each row as the admin API validates a control it writes
+//     (a row that fails is ignored, visibly), and applies them within one
+//     poll interval.
 //   - Membership (holdfast_members): each instance's heartbeat row.
 //   - Cap grants (holdfast_cap_grants): a fleet-wide cap's slots, granted
-//     to instances by demand; their sum never exceeds the cap.
+//     to instances in proportion to their demand, what is left over by
+//     turns (share.go), moved as demand moves (caps.go); their sum never
+//     exceeds the cap.
 //   - Duties (holdfast_duties): work that must run on one instance at a
 //     time, by a lease with an expiry.
 //

@@ -3,7 +3,9 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -51,6 +53,10 @@ type Options struct {
 type Fleet struct {
 	o     Options
 	loops lifecycle.Loops
+	// grants is o.Store, and now time.Now, but for tests of the caps'
+	// sharing with no database and a clock of their own.
+	grants grantStore
+	now    func() time.Time
 
 	pollMu sync.Mutex // serializes Poll (the loop's and Set's and Remove's)
 
@@ -62,17 +68,23 @@ type Fleet struct {
 	noSchema  bool
 	controls  []Control
 	deadlines []time.Time
-	lastRead  time.Time // local time of the last good read
-	lastErr   error
-	errLogged bool
-	members   []Member
-	grants    map[string]grant     // by tag
-	duties    map[string]time.Time // duties held: local deadline of the lease
-	applied   []Applied
-	polls     uint64
-	failures  uint64
-	limits    ServerLimits
-	sizing    Sizing
+	// ignored are the rows of the last read that are not applied, and
+	// truncated says it did not read them all (MaxControls); ignoredSeen
+	// the keys of the ignored rows logged already.
+	ignored     []Ignored
+	truncated   bool
+	ignoredSeen map[string]bool
+	lastRead    time.Time // local time of the last good read
+	lastErr     error
+	errLogged   bool
+	members     []Member
+	caps        map[string]capState  // by tag
+	duties      map[string]time.Time // duties held: local deadline of the lease
+	applied     []Applied
+	polls       uint64
+	failures    uint64
+	limits      ServerLimits
+	sizing      Sizing
 }
 
 // Sizing is the fleet's use of the server's limits, from the last read.
@@ -89,11 +101,6 @@ type Sizing struct {
 	StmtsOver       bool `json:"statements_overcommitted"`
 }
 
-type grant struct {
-	n       int
-	renewed time.Time // local time of the last renewal
-}
-
 // New returns a Fleet; see Options.
 func New(o Options) *Fleet {
 	if o.Poll <= 0 {
@@ -106,12 +113,13 @@ func New(o Options) *Fleet {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Fleet{o: o, grants: map[string]grant{}, duties: map[string]time.Time{}}
+	return &Fleet{o: o, grants: o.Store, now: time.Now, caps: map[string]capState{}, duties: map[string]time.Time{}}
 }
 
 // Start reads the tables, trying again for up to Options.TTL while the
 // read fails, so that an instance starts with the fleet's controls in
-// force; then it polls every Options.Poll until ctx ends or Close. An
+// force; then it polls every Options.Poll until ctx ends or Close, and
+// moves its grants of fleet-wide caps between polls (caps.go). An
 // instance that could not read them in that time starts without them
 // (with its configuration's controls) and applies them at its first good
 // read; Status says so meanwhile.
@@ -127,12 +135,16 @@ func (f *Fleet) Start(ctx context.Context) error {
 	return f.loops.StartAfter(ctx, first, func(ctx context.Context) {
 		t := time.NewTicker(f.o.Poll)
 		defer t.Stop()
+		s := time.NewTicker(max(f.o.Poll/settleEvery, time.Millisecond))
+		defer s.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 				_ = f.Poll(ctx)
+			case <-s.C:
+				f.settle(ctx)
 			}
 		}
 	})
@@ -175,10 +187,9 @@ func (f *Fleet) Poll(ctx context.Context) error {
 		self.StmtBudget = f.o.StmtBudget()
 	}
 	err := st.Heartbeat(ctx, self)
-	var controls []Control
-	var dbNow time.Time
+	var read ControlsRead
 	if err == nil {
-		controls, dbNow, err = st.Controls(ctx)
+		read, err = st.Controls(ctx)
 	}
 	var members []Member
 	if err == nil {
@@ -188,23 +199,24 @@ func (f *Fleet) Poll(ctx context.Context) error {
 	if err == nil {
 		limits, err = st.Limits(ctx)
 	}
-	now := time.Now()
+	now := f.now()
 	f.mu.Lock()
 	f.polls++
 	switch {
 	case err == nil:
 		if !f.known || f.lastErr != nil {
-			f.o.Log.Info("fleet: controls read", "controls", len(controls), "instances", len(members))
+			f.o.Log.Info("fleet: controls read", "controls", len(read.Controls), "ignored", len(read.Ignored), "instances", len(members))
 		}
 		f.known, f.noSchema, f.lastErr, f.errLogged, f.lastRead = true, false, nil, false, now
 		f.members = members
 		f.limits = limits
 		f.sizeLocked()
-		f.controls = controls
-		f.deadlines = make([]time.Time, len(controls))
-		for i, c := range controls {
+		f.noteIgnoredLocked(read)
+		f.controls = read.Controls
+		f.deadlines = make([]time.Time, len(read.Controls))
+		for i, c := range read.Controls {
 			if !c.Expires.IsZero() {
-				f.deadlines[i] = now.Add(c.Expires.Sub(dbNow))
+				f.deadlines[i] = now.Add(c.Expires.Sub(read.Now))
 			}
 		}
 	case errors.Is(err, ErrNoSchema):
@@ -213,6 +225,7 @@ func (f *Fleet) Poll(ctx context.Context) error {
 			f.o.Log.Warn("fleet: the fleet's tables are missing; on-call controls apply to this instance only until `holdfast migrate` (schema version 5) has run", "err", err)
 		}
 		f.known, f.noSchema, f.lastErr, f.controls, f.deadlines = true, true, err, nil, nil
+		f.ignored, f.truncated = nil, false
 	default:
 		f.failures++
 		f.lastErr = err
@@ -313,10 +326,7 @@ func (f *Fleet) inForceLocked(now time.Time) []Control {
 func (f *Fleet) apply(ctx context.Context, now time.Time) {
 	f.mu.Lock()
 	cs := f.inForceLocked(now)
-	grants := make(map[string]grant, len(f.grants))
-	for t, g := range f.grants {
-		grants[t] = g
-	}
+	caps := maps.Clone(f.caps)
 	f.mu.Unlock()
 
 	byTag := map[string]*Applied{}
@@ -343,65 +353,65 @@ func (f *Fleet) apply(ctx context.Context, now time.Time) {
 		case KindMaxTxn:
 			a.MaxTxn = time.Duration(c.Value) * time.Millisecond
 		case KindClass:
-			if c.Value >= 0 && c.Value < int64(len(Classes)) {
-				a.Class = Classes[c.Value]
-			}
+			a.Class = Classes[c.Value] // validated when read
 		case KindRoute:
-			if c.Value >= 0 && c.Value < int64(len(Routes)) {
-				a.Route = Routes[c.Value]
-			}
+			a.Route = Routes[c.Value]
 		}
 	}
-	// A cap's grant may shrink: first stop admitting above what is held
-	// now (so what is held can only fall), then renew the grant with that
-	// as the floor, then put the new grant in force.
-	for _, tag := range capped {
-		held, _ := f.o.Applier.Demand(tag)
-		a := byTag[tag]
-		a.Limit = min(grants[tag].n, held)
-	}
-	if len(capped) > 0 {
-		f.o.Applier.ApplyFleetControls(sorted(byTag))
-	}
 	for _, tag := range capped {
 		a := byTag[tag]
-		held, waiting := f.o.Applier.Demand(tag)
-		g := grants[tag]
-		n, err := f.o.Store.Grant(ctx, tag, f.o.Self.ID, a.FleetLimit, held+waiting, held, f.o.TTL)
-		switch {
-		case errors.Is(err, ErrNoCap):
+		c, ok := f.renew(ctx, tag, caps[tag], now, true)
+		if !ok {
 			a.Limited = false // lifted since the read
-		case err == nil:
-			g = grant{n: n, renewed: now}
-		case now.Sub(g.renewed) >= f.o.TTL-f.o.Poll:
-			// Not renewed: the others may take this grant over once it
-			// lapses, so stop using it first.
-			g.n = 0
+			delete(caps, tag)
+			continue
 		}
-		grants[tag] = g
-		a.Limit = g.n
+		if c.renewed.IsZero() {
+			c.share.Cap = a.FleetLimit
+		} else {
+			a.FleetLimit = c.share.Cap // as the row locked by the renewal says
+		}
+		caps[tag] = c
+		a.Limit = c.ceiling
 	}
 	applied := sorted(byTag)
 	f.o.Applier.ApplyFleetControls(applied)
 	// A cap lifted since the last poll: give its grant back at once (an
 	// unrenewed grant would lapse after the ttl anyway).
 	lifted := false
-	for t := range grants {
-		lifted = lifted || !slices.Contains(capped, t)
+	for t := range caps {
+		if !slices.Contains(capped, t) {
+			lifted = true
+			delete(caps, t)
+		}
 	}
 	if lifted {
-		if err := f.o.Store.ReleaseGrants(ctx, f.o.Self.ID, capped); err != nil && !errors.Is(err, ErrNoSchema) {
+		if err := f.grants.ReleaseGrants(ctx, f.o.Self.ID, capped); err != nil && !errors.Is(err, ErrNoSchema) {
 			f.o.Log.Debug("fleet: releasing cap grants failed", "err", err)
 		}
 	}
 	f.mu.Lock()
-	for t := range grants {
-		if !slices.Contains(capped, t) {
-			delete(grants, t)
+	f.caps, f.applied = caps, applied
+	f.mu.Unlock()
+}
+
+// noteIgnoredLocked keeps read's ignored rows for Status, and logs each
+// the first time it is seen (again after it was gone), and a truncated
+// read the first time.
+func (f *Fleet) noteIgnoredLocked(read ControlsRead) {
+	seen := make(map[string]bool, len(read.Ignored))
+	for _, ig := range read.Ignored {
+		key := fmt.Sprintf("%s\x00%s\x00%d\x00%s", ig.Tag, ig.Kind, ig.Value, ig.SetAt)
+		seen[key] = true
+		if !f.ignoredSeen[key] {
+			f.o.Log.Warn("fleet: a control row is ignored (not applied)", "tag", ig.Tag, "kind", ig.Kind, "value", ig.Value,
+				"set_by", ig.SetBy, "set_at", ig.SetAt, "reason", ig.Reason)
 		}
 	}
-	f.grants, f.applied = grants, applied
-	f.mu.Unlock()
+	if read.Truncated && !f.truncated {
+		f.o.Log.Warn("fleet: more control rows than an instance reads; the rest are not applied", "read", MaxControls)
+	}
+	f.ignoredSeen, f.ignored, f.truncated = seen, read.Ignored, read.Truncated
 }
 
 func sorted(m map[string]*Applied) []Applied {
@@ -466,13 +476,19 @@ type Status struct {
 	// Known: the controls have been read at least once (or the tables are
 	// missing). Stale: the last read failed; the controls in force are
 	// the last read.
-	Known       bool         `json:"known"`
-	Stale       bool         `json:"stale"`
-	NoSchema    bool         `json:"no_schema"`
-	LastRead    time.Time    `json:"last_read,omitzero"`
-	Error       string       `json:"error,omitempty"`
-	Controls    []Control    `json:"controls"`
+	Known    bool      `json:"known"`
+	Stale    bool      `json:"stale"`
+	NoSchema bool      `json:"no_schema"`
+	LastRead time.Time `json:"last_read,omitzero"`
+	Error    string    `json:"error,omitempty"`
+	Controls []Control `json:"controls"`
+	// Ignored are the control rows this instance does not apply (invalid,
+	// or of a kind it does not know), and why; Truncated: it read only
+	// the first MaxControls rows.
+	Ignored     []Ignored    `json:"ignored"`
+	Truncated   bool         `json:"truncated"`
 	Applied     []Applied    `json:"applied"`
+	Caps        []CapShares  `json:"caps"` // the fleet-wide caps' splits
 	Members     []Member     `json:"members"`
 	Limits      ServerLimits `json:"server_limits"`
 	Sizing      Sizing       `json:"sizing"`
@@ -487,7 +503,8 @@ func (f *Fleet) Status() Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := Status{Instance: f.o.Self.ID, Known: f.known, NoSchema: f.noSchema, LastRead: f.lastRead,
-		Controls: f.inForceLocked(time.Now()), Applied: slices.Clone(f.applied), Members: slices.Clone(f.members),
+		Controls: f.inForceLocked(time.Now()), Ignored: slices.Clone(f.ignored), Truncated: f.truncated,
+		Applied: slices.Clone(f.applied), Caps: f.capSharesLocked(), Members: slices.Clone(f.members),
 		Limits: f.limits, Sizing: f.sizing,
 		Polls: f.polls, Failures: f.failures, PollSeconds: f.o.Poll.Seconds()}
 	if f.lastErr != nil {

@@ -12,9 +12,9 @@ import (
 
 type nopApplier struct{ size int }
 
-func (nopApplier) ApplyFleetControls([]Applied) {}
-func (nopApplier) Demand(string) (int, int)     { return 0, 0 }
-func (a *nopApplier) SetFleetSize(n int)        { a.size = n }
+func (nopApplier) ApplyFleetControls([]Applied)   {}
+func (nopApplier) Demand(string, bool) (int, int) { return 0, 0 }
+func (a *nopApplier) SetFleetSize(n int)          { a.size = n }
 
 // Each instance sums the live instances' pool.max and statement budgets
 // against the server's limits, and says when the fleet is over-committed:

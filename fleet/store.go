@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -42,35 +44,69 @@ func missing(err error) error {
 // through the admin API beside it.
 const MaxConns = 2
 
-// Controls returns the controls in force (unexpired by the database's
-// clock) and the database's time of the read (zero when there are none:
-// it serves only to place their expiries on this host's clock).
-func (s *Store) Controls(ctx context.Context) ([]Control, time.Time, error) {
+// MaxControls is how many control rows an instance reads at most: the
+// rows after the first MaxControls (by tag and kind) are not read, and
+// Status says so (Truncated).
+const MaxControls = 10000
+
+// Ignored is a control row an instance does not apply, and why: Validate's
+// error (an unknown kind, say, written by a newer holdfast, or a row
+// written by hand).
+type Ignored struct {
+	Control
+	Reason string `json:"ignored_because"`
+}
+
+// ControlsRead is one read of the controls in force (unexpired by the
+// database's clock).
+type ControlsRead struct {
+	Controls []Control // valid: to be applied
+	Ignored  []Ignored // invalid: not applied
+	// Truncated: there were more than MaxControls rows; those after the
+	// first MaxControls were not read.
+	Truncated bool
+	// Now is the database's time of the read (zero when there were no
+	// rows: it serves only to place expiries on this host's clock).
+	Now time.Time
+}
+
+// Controls reads the controls in force, each validated as the admin API
+// validates a control it writes (Control.Validate): a row that fails is
+// returned among the ignored, never among the controls.
+func (s *Store) Controls(ctx context.Context) (ControlsRead, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT tag, kind, value, set_by, reason, set_at, expires_at, NOW(6)
-FROM holdfast_controls WHERE expires_at IS NULL OR expires_at > NOW(6) ORDER BY tag, kind`)
+FROM holdfast_controls WHERE expires_at IS NULL OR expires_at > NOW(6) ORDER BY tag, kind LIMIT ?`, MaxControls+1)
 	if err != nil {
-		return nil, time.Time{}, missing(err)
+		return ControlsRead{}, missing(err)
 	}
 	defer rows.Close()
-	var out []Control
-	var now time.Time
+	var out ControlsRead
+	n := 0
 	for rows.Next() {
+		if n++; n > MaxControls {
+			out.Truncated = true
+			break
+		}
 		var c Control
 		var kind string
 		var exp sql.NullTime
-		if err := rows.Scan(&c.Tag, &kind, &c.Value, &c.SetBy, &c.Reason, &c.SetAt, &exp, &now); err != nil {
-			return nil, time.Time{}, err
+		if err := rows.Scan(&c.Tag, &kind, &c.Value, &c.SetBy, &c.Reason, &c.SetAt, &exp, &out.Now); err != nil {
+			return ControlsRead{}, err
 		}
 		c.Kind = Kind(kind)
 		if exp.Valid {
 			c.Expires = exp.Time
 		}
-		out = append(out, c)
+		if err := c.Validate(); err != nil {
+			out.Ignored = append(out.Ignored, Ignored{Control: c, Reason: strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")})
+			continue
+		}
+		out.Controls = append(out.Controls, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, time.Time{}, err
+		return ControlsRead{}, err
 	}
-	return out, now, nil
+	return out, nil
 }
 
 // SetControl writes c (replacing the tag's control of the same kind),
@@ -181,76 +217,101 @@ func (s *Store) Limits(ctx context.Context) (ServerLimits, error) {
 	return l, err
 }
 
-// Grant renews instance's grant of tag's fleet-wide cap and returns it.
-// In one transaction, which locks the tag's grant rows, it drops the rows
-// of instances not renewed within ttl, and sets instance's grant: towards
-// its fair share of cap among the live instances by what each wants, never
-// below used (the connections it holds now: the caller stops admitting
-// borrows above min(its grant, used) first when its grant may shrink), and
-// growing only into slots no live instance holds. So the grants of a tag's
-// live rows never add up to more than cap.
-func (s *Store) Grant(ctx context.Context, tag, instance string, cap, want, used int, ttl time.Duration) (int, error) {
+// Grant is one instance's row of a fleet-wide cap (holdfast_cap_grants).
+type Grant struct {
+	Instance string `json:"instance_id"`
+	// Granted is the slots it may hold; Wanted its demand when it last
+	// renewed (held plus queued under the cap, the most at once since its
+	// renewal before); Share its fair share in the round of the read
+	// (Shares).
+	Granted int `json:"granted"`
+	Wanted  int `json:"wanted"`
+	Share   int `json:"share"`
+}
+
+// Share is an instance's part of a fleet-wide cap after a renewal (Grant).
+type Share struct {
+	// Cap is the cap, as its control's row says now.
+	Cap int
+	// Granted is the instance's grant now; Fair its fair share this round
+	// (Shares). It admits at most min(Granted, Fair): above its fair share
+	// it stops admitting at once, and its grant comes down to the share as
+	// what it holds falls, at its following renewals.
+	Granted, Fair int
+	// Next is its fair share in the next round, which begins RoundLeft
+	// after the renewal (by the database's clock): where the two differ,
+	// the instance renews again as the round turns.
+	Next      int
+	RoundLeft time.Duration
+	// Grants are the cap's live rows after the renewal, by instance.
+	Grants []Grant
+}
+
+// Grant renews instance's grant of tag's fleet-wide cap. want is its
+// demand; used the most it may hold while the renewal runs (what it holds,
+// or its admission ceiling when that is higher: it must not admit above
+// the grant it had). In one transaction, which locks the cap's control row
+// (a row lock as a mutex: no gap locks, no deadlocks between instances),
+// it drops the rows of instances not renewed within ttl, computes every
+// live instance's fair share (Shares, in the round of the database's clock
+// for rounds of period), and sets instance's grant: down to max(share,
+// used) when above its share, up to its share when below, but only into
+// slots no live row holds. So the grants of a cap's live rows never add up
+// to more than the cap. ErrNoCap: the cap was lifted (or has expired).
+func (s *Store) Grant(ctx context.Context, tag, instance string, want, used int, ttl, period time.Duration) (Share, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return 0, err
+		return Share{}, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	// The tag's limit row serializes the changes of its grants (a row lock
-	// as a mutex: no gap locks, no deadlocks between instances). No row:
-	// the cap was lifted meanwhile.
-	var one int
-	switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM holdfast_controls WHERE tag = ? AND kind = 'limit' FOR UPDATE`, tag).Scan(&one); {
+	var capN, nowMicros int64
+	switch err := tx.QueryRowContext(ctx, `SELECT value, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
+FROM holdfast_controls WHERE tag = ? AND kind = 'limit' AND (expires_at IS NULL OR expires_at > NOW(6)) FOR UPDATE`, tag).Scan(&capN, &nowMicros); {
 	case errors.Is(err, sql.ErrNoRows):
-		return 0, ErrNoCap
+		return Share{}, ErrNoCap
 	case err != nil:
-		return 0, missing(err)
+		return Share{}, missing(err)
 	}
+	capN = min(max(capN, 0), math.MaxInt32)
 	if _, err := tx.ExecContext(ctx, `DELETE FROM holdfast_cap_grants WHERE tag = ? AND renewed_at < NOW(6) - INTERVAL ? MICROSECOND`,
 		tag, ttl.Microseconds()); err != nil {
-		return 0, missing(err)
+		return Share{}, missing(err)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT instance_id, granted, wanted FROM holdfast_cap_grants WHERE tag = ? FOR UPDATE`, tag)
+	rows, err := tx.QueryContext(ctx, `SELECT instance_id, granted, wanted FROM holdfast_cap_grants WHERE tag = ? ORDER BY instance_id FOR UPDATE`, tag)
 	if err != nil {
-		return 0, missing(err)
+		return Share{}, missing(err)
 	}
-	var others []demand
-	grantedOthers, mine := 0, 0
+	var gs []Grant // by instance
+	self := -1
 	for rows.Next() {
-		var d demand
-		if err := rows.Scan(&d.id, &d.granted, &d.wanted); err != nil {
+		var g Grant
+		if err := rows.Scan(&g.Instance, &g.Granted, &g.Wanted); err != nil {
 			rows.Close()
-			return 0, err
+			return Share{}, err
 		}
-		if d.id == instance {
-			mine = d.granted
-			continue
+		if g.Instance == instance {
+			self = len(gs)
 		}
-		grantedOthers += d.granted
-		others = append(others, d)
+		gs = append(gs, g)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return Share{}, err
 	}
-	fair := fairShare(cap, instance, want, others)
-	target := max(used, min(want, fair))
-	g := mine
-	switch {
-	case target > mine:
-		g = min(target, max(mine, cap-grantedOthers))
-	case target < mine:
-		g = max(target, used)
-	}
+	round, left := Round(nowMicros, period)
+	sh, self := renewal(int(capN), round, gs, self, instance, want, used)
+	sh.RoundLeft = left
+	g := sh.Granted
 	if _, err := tx.ExecContext(ctx, `INSERT INTO holdfast_cap_grants (tag, instance_id, granted, wanted, renewed_at)
 VALUES (?, ?, ?, ?, NOW(6))
 ON DUPLICATE KEY UPDATE granted = VALUES(granted), wanted = VALUES(wanted), renewed_at = VALUES(renewed_at)`,
-		tag, instance, g, want); err != nil {
-		return 0, err
+		tag, instance, g, sh.Grants[self].Wanted); err != nil {
+		return Share{}, err
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, err
+		return Share{}, err
 	}
-	return g, nil
+	return sh, nil
 }
 
 // ReleaseGrants drops instance's grants of tags no longer capped.
@@ -277,65 +338,6 @@ func (s *Store) ReleaseGrants(ctx context.Context, instance string, keep []strin
 		}
 	}
 	return rows.Err()
-}
-
-// demand is one instance's row of a tag's grants.
-type demand struct {
-	id              string
-	granted, wanted int
-}
-
-// fairShare is the share of cap an instance wanting want gets beside
-// others: cap divided by water-filling, so that an instance wanting less
-// than an even split gets what it wants and the rest is split evenly among
-// the others, the remainder going to the lowest ids. It is a target: the
-// grant grows towards it only into free slots.
-func fairShare(cap int, id string, want int, others []demand) int {
-	type w struct {
-		id   string
-		want int
-	}
-	all := []w{{id, want}}
-	for _, o := range others {
-		all = append(all, w{o.id, o.wanted})
-	}
-	slices.SortFunc(all, func(a, b w) int {
-		if a.want != b.want {
-			return a.want - b.want
-		}
-		if a.id < b.id {
-			return -1
-		}
-		return 1
-	})
-	left := cap
-	share := map[string]int{}
-	for i, x := range all {
-		even := left / (len(all) - i)
-		if x.want <= even {
-			share[x.id] = x.want
-			left -= x.want
-			continue
-		}
-		// Everyone from here wants more than an even split: split evenly,
-		// the remainder to the lowest ids.
-		rest := all[i:]
-		slices.SortFunc(rest, func(a, b w) int {
-			if a.id < b.id {
-				return -1
-			}
-			return 1
-		})
-		n := len(rest)
-		for j, y := range rest {
-			share[y.id] = left / n
-			if j < left%n {
-				share[y.id]++
-			}
-		}
-		break
-	}
-	return share[id]
 }
 
 // Duty leases.

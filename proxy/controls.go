@@ -35,6 +35,7 @@ type tagControl struct {
 	grace   time.Duration
 	limit   int // noLimit: none
 	maxTxn  time.Duration
+	of      limitOf // what limit is: this instance's own, or a fleet cap's share
 
 	undrain, unlimit, unbound bool // lift the configuration's drain, limit, max_transaction_time
 }
@@ -115,7 +116,7 @@ func (s *Server) enforceLocked(tag string) {
 		s.enforceShapeLocked(tag, eff)
 		return
 	}
-	drained, limit, maxTxn := s.gates.current(tag)
+	drained, limit, of, maxTxn := s.gates.current(tag)
 	switch {
 	case eff.drained && !drained:
 		var kill func()
@@ -130,11 +131,17 @@ func (s *Server) enforceLocked(tag string) {
 	}
 	if eff.limit != limit {
 		s.gates.setLimit(tag, eff.limit, s.heldBy(tag))
-		if eff.limit == noLimit {
+		switch {
+		case eff.limit == noLimit:
 			s.log.Info("tag connection limit lifted", "tag", tag)
-		} else {
-			s.log.Info("tag connection limit in force", "tag", tag, "max", eff.limit)
+		case limit == noLimit:
+			s.log.Info("tag connection limit in force", "tag", tag, "max", eff.limit, "fleet_cap", eff.of.cap)
+		default: // a fleet cap's share moving, every few seconds under turns
+			s.log.Debug("tag connection limit changed", "tag", tag, "max", eff.limit, "fleet_cap", eff.of.cap)
 		}
+	}
+	if eff.of != of {
+		s.gates.setLimitOf(tag, eff.of)
 	}
 	if eff.maxTxn != maxTxn {
 		s.gates.setMaxTxn(tag, eff.maxTxn)
@@ -148,7 +155,7 @@ func (s *Server) enforceLocked(tag string) {
 func (s *Server) enforceShapeLocked(key string, eff tagControl) {
 	g := &s.shapeGates
 	shape := strings.TrimPrefix(key, ShapePrefix)
-	drained, limit, _ := g.current(key)
+	drained, limit, of, _ := g.current(key)
 	switch {
 	case eff.drained && !drained:
 		g.drain(key, eff.reason, 0, nil)
@@ -159,11 +166,17 @@ func (s *Server) enforceShapeLocked(key string, eff tagControl) {
 	}
 	if eff.limit != limit {
 		g.setLimit(key, eff.limit, 0)
-		if eff.limit == noLimit {
+		switch {
+		case eff.limit == noLimit:
 			s.log.Info("statement shape cap lifted", "shape", shape)
-		} else {
-			s.log.Info("statement shape cap in force", "shape", shape, "max", eff.limit)
+		case limit == noLimit:
+			s.log.Info("statement shape cap in force", "shape", shape, "max", eff.limit, "fleet_cap", eff.of.cap)
+		default: // a fleet cap's share moving
+			s.log.Debug("statement shape cap changed", "shape", shape, "max", eff.limit, "fleet_cap", eff.of.cap)
 		}
+	}
+	if eff.of != of {
+		g.setLimitOf(key, eff.of)
 	}
 }
 
@@ -174,7 +187,7 @@ func stricter(eff, c tagControl) tagControl {
 		eff.drained, eff.reason, eff.grace = true, c.reason, c.grace
 	}
 	if c.limit != noLimit && (eff.limit == noLimit || c.limit < eff.limit) {
-		eff.limit = c.limit
+		eff.limit, eff.of = c.limit, c.of
 	}
 	if c.maxTxn > 0 && (eff.maxTxn == 0 || c.maxTxn < eff.maxTxn) {
 		eff.maxTxn = c.maxTxn
@@ -240,7 +253,7 @@ func (s *Server) ApplyFleetControls(cs []fleet.Applied) {
 		}
 		c := tagControl{drained: a.Drained, reason: a.Reason, grace: a.Grace, limit: noLimit, maxTxn: a.MaxTxn}
 		if a.Limited {
-			c.limit = a.Limit
+			c.limit, c.of = a.Limit, limitOf{fleet: true, cap: a.FleetLimit}
 		}
 		if !c.empty() {
 			set[a.Tag] = c
@@ -253,9 +266,12 @@ func (s *Server) ApplyFleetControls(cs []fleet.Applied) {
 	}
 }
 
-// Demand is what tag's borrows on this instance hold and wait for under
-// its limit now (fleet.Applier).
-func (s *Server) Demand(tag string) (held, waiting int) { return s.gatesFor(tag).demand(tag) }
+// Demand is what tag's borrows on this instance hold under its limit now,
+// and the most they held and waited for at once since the last call with
+// restart (fleet.Applier).
+func (s *Server) Demand(tag string, restart bool) (held, want int) {
+	return s.gatesFor(tag).demand(tag, restart)
+}
 
 // SetFleetSize tells the server how many holdfast instances share the
 // backend (package fleet); with backend.instances 0 they split its

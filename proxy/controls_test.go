@@ -2,11 +2,17 @@ package proxy
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/internal/rawmysql"
 )
 
@@ -89,4 +95,70 @@ func TestDrainWithAttributionDisabled(t *testing.T) {
 	}
 	mustExec(t, db, "/* conn_tag:other_flow */ SELECT 1")
 	mustExec(t, db, "SELECT 1")
+}
+
+// A fleet-wide cap's share on this instance: a wait that runs out says
+// the cap on-call set, this instance's share of it now and that the wait
+// timed out; a share lowered under what the tag holds admits no one until
+// what is held has fallen under it (a slot given back is not handed on);
+// and the demand the fleet reads is the most held and queued at once
+// since it last asked.
+func TestFleetCapShare(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) { c.Pool.AcquireTimeout = 300 * time.Millisecond })
+	share := func(n int) {
+		p.srv.ApplyFleetControls([]fleet.Applied{{Tag: "capx", Limited: true, Limit: n, FleetLimit: 3}})
+	}
+	share(2)
+	ctx := context.Background()
+	holders := make([]*sql.Conn, 2)
+	for i := range holders {
+		holders[i] = p.conn(t)
+		for _, q := range []string{"BEGIN", "/* conn_tag:capx */ SELECT 1"} {
+			if _, err := holders[i].ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	db := p.open(t)
+	_, err := db.Exec("/* conn_tag:capx */ SELECT 2")
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != codeTagLimit ||
+		!strings.Contains(me.Message, "tag 'capx' is capped by on-call at 3 backend connections across the fleet, of which this instance may hold 2 now: no slot under the limit came free within pool.acquire_timeout") {
+		t.Fatalf("a wait out of time under the share: %v", err)
+	}
+	if held, want := p.srv.Demand("capx", true); held != 2 || want != 3 {
+		t.Fatalf("demand: held %d, want %d; want 2 held, 3 at most at once", held, want)
+	}
+	if held, want := p.srv.Demand("capx", false); held != 2 || want != 2 {
+		t.Fatalf("demand in a new window: held %d, want %d; want 2 and 2", held, want)
+	}
+
+	// The share falls to 1 while 2 are held: the first slot given back
+	// is not handed to the waiter, the second is.
+	share(1)
+	waiter := make(chan error, 1)
+	slow := p.open(t)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := slow.ExecContext(ctx, "/* conn_tag:capx */ SELECT 3")
+		waiter <- err
+	}()
+	waitFor(t, "a borrow to queue under the share", func() bool { return p.srv.Waiting().ByTag["capx"] == 1 })
+	if _, err := holders[0].ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := p.srv.Waiting().ByTag["capx"]; n != 1 {
+		t.Fatalf("a slot given back above the share went to the waiter (%d waiting)", n)
+	}
+	if held, _ := p.srv.Demand("capx", false); held != 1 {
+		t.Fatalf("held %d after one of two ended, want 1", held)
+	}
+	if _, err := holders[1].ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiter; err != nil {
+		t.Fatalf("the waiter, once what was held fell under the share: %v", err)
+	}
 }

@@ -34,6 +34,11 @@ type gate struct {
 	limit     int           // noLimit: none (0 admits no one: a fleet cap's empty grant)
 	inUse     int           // borrows entered under the limit
 	maxTxn    time.Duration // the tag's max_transaction_time (0: the configured one)
+	// of says what the limit is: this instance's own, or its share of a
+	// fleet-wide cap; peak is the most borrows held and queued under the
+	// limit at once since the fleet last asked (demand).
+	of   limitOf
+	peak int
 	// waiters are borrowers queued under the limit, oldest first. A
 	// hand-off is true when it comes with a counted slot (the borrower
 	// must exit), false when the limit was lifted.
@@ -64,7 +69,11 @@ type GateState struct {
 	Reason    string    `json:"reason,omitempty"`
 	Limit     int       `json:"limit"`   // the limit in force on this instance (with Limited)
 	Limited   bool      `json:"limited"` // a limit is in force (Limit 0 then admits no one)
-	InUse     int       `json:"in_use"`
+	// Fleet: Limit is this instance's share now of a fleet-wide cap of
+	// FleetLimit (else it is this instance's own).
+	Fleet      bool `json:"fleet"`
+	FleetLimit int  `json:"fleet_limit"`
+	InUse      int  `json:"in_use"`
 	// MaxTransactionTime is the tag's own max_transaction_time (0: none).
 	MaxTransactionTime time.Duration `json:"-"`
 }
@@ -87,6 +96,7 @@ func (g *gates) enter(ctx context.Context, tag string) (bool, error) {
 		return false, err
 	case gt.inUse < gt.limit && gt.waiters.Len() == 0:
 		gt.inUse++
+		gt.peak = max(gt.peak, gt.inUse)
 		g.mu.Unlock()
 		return true, nil
 	}
@@ -95,12 +105,15 @@ func (g *gates) enter(ctx context.Context, tag string) (bool, error) {
 		g.mu.Unlock()
 		return false, err
 	}
-	limitErr := g.limitErr(tag, gt.limit)
+	gt.peak = max(gt.peak, gt.inUse+gt.waiters.Len())
 	g.mu.Unlock()
 	// A slot handed over as ctx ends goes back through the queue's
 	// give-back (see getLocked), so it is neither lost nor doubled.
 	counted, err := gt.waiters.Wait(ctx, w)
 	if err != nil {
+		g.mu.Lock()
+		limitErr := g.limitErr(tag, gt)
+		g.mu.Unlock()
 		return false, limitErr
 	}
 	g.mu.Lock()
@@ -132,9 +145,20 @@ func (g *gates) drainErr(tag string, gt *gate) error {
 	return fmt.Errorf("%s: %w", msg, errTagDrained)
 }
 
-func (g *gates) limitErr(tag string, n int) error {
-	if g.shapes {
+// limitErr is the refusal of a borrow that waited out its time under
+// gt's limit, saying what on-call set: a fleet-wide cap and this
+// instance's share of it now, or this instance's own limit. gates.mu held.
+func (g *gates) limitErr(tag string, gt *gate) error {
+	n := max(gt.limit, 0)
+	switch {
+	case g.shapes && gt.of.fleet:
+		return fmt.Errorf("statement shape %s is capped by on-call at %d running at once across the fleet, of which this instance may run %d now: %w",
+			strings.TrimPrefix(tag, ShapePrefix), gt.of.cap, n, errShapeLimit)
+	case g.shapes:
 		return fmt.Errorf("statement shape %s is capped at %d running at once by on-call: %w", strings.TrimPrefix(tag, ShapePrefix), n, errShapeLimit)
+	case gt.of.fleet:
+		return fmt.Errorf("tag '%s' is capped by on-call at %d backend connections across the fleet, of which this instance may hold %d now: %w",
+			tag, gt.of.cap, n, errTagLimit)
 	}
 	return fmt.Errorf("tag '%s' is limited to %d backend connections by on-call: %w", tag, n, errTagLimit)
 }
@@ -261,7 +285,8 @@ const noLimit = -1
 
 // setLimit caps tag at n connections (noLimit lifts the cap; 0 admits no
 // one). held is how many the tag holds now, so a new cap counts borrows
-// already in flight.
+// already in flight. Lowered under what is held, the limit admits no one
+// until what is held has fallen under it.
 func (g *gates) setLimit(tag string, n, held int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -271,6 +296,7 @@ func (g *gates) setLimit(tag string, n, held int) {
 	}
 	gt.limit = n
 	if n == noLimit {
+		gt.of = limitOf{}
 		gt.inUse = 0
 		gt.waiters.HandOffAll(false)
 	} else {
@@ -282,25 +308,51 @@ func (g *gates) setLimit(tag string, n, held int) {
 	g.publishLocked()
 }
 
-// current returns tag's controls in force (noLimit: no limit).
-func (g *gates) current(tag string) (drained bool, limit int, maxTxn time.Duration) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if gt := g.m[tag]; gt != nil {
-		return gt.drained, gt.limit, gt.maxTxn
-	}
-	return false, noLimit, 0
+// limitOf says what a limit is: this instance's own (the zero value), or
+// its share of a fleet-wide cap of cap.
+type limitOf struct {
+	fleet bool
+	cap   int
 }
 
-// demand returns what tag's borrows hold and wait for under its limit now
-// (counted only while it has a gate).
-func (g *gates) demand(tag string) (held, waiting int) {
+// setLimitOf records what tag's limit is, for what refusals and the admin
+// API say.
+func (g *gates) setLimitOf(tag string, of limitOf) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gt := g.m[tag]; gt != nil && gt.limit != noLimit {
+		gt.of = of
+	}
+}
+
+// current returns tag's controls in force (noLimit: no limit) and what its
+// limit is.
+func (g *gates) current(tag string) (drained bool, limit int, of limitOf, maxTxn time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if gt := g.m[tag]; gt != nil {
-		return gt.inUse, gt.waiters.Len()
+		return gt.drained, gt.limit, gt.of, gt.maxTxn
 	}
-	return 0, 0
+	return false, noLimit, limitOf{}, 0
+}
+
+// demand returns what tag's borrows hold under its limit now, and the most
+// they held and waited for at once since the last call with restart (or
+// now, when more); restart begins a new window. Counted only while the tag
+// has a gate.
+func (g *gates) demand(tag string, restart bool) (held, want int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gt := g.m[tag]
+	if gt == nil {
+		return 0, 0
+	}
+	now := gt.inUse + gt.waiters.Len()
+	want = max(gt.peak, now)
+	if restart {
+		gt.peak = now
+	}
+	return gt.inUse, want
 }
 
 func (g *gates) snapshot() []GateState {
@@ -312,7 +364,7 @@ func (g *gates) snapshot() []GateState {
 			continue
 		}
 		out = append(out, GateState{Tag: tag, Drained: gt.drained, DrainedAt: gt.drainedAt, Reason: gt.reason, Limit: max(gt.limit, 0), Limited: gt.limit != noLimit,
-			InUse: gt.inUse, MaxTransactionTime: gt.maxTxn})
+			Fleet: gt.of.fleet, FleetLimit: gt.of.cap, InUse: gt.inUse, MaxTransactionTime: gt.maxTxn})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Tag < out[j].Tag })
 	return out

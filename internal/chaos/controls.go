@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -18,9 +19,10 @@ import (
 // and caps tagCapped fleet-wide, each change through a random live
 // instance. Besides the usual judgement, every refusal must be true: a
 // 9001 only for the drained tag while a drain may have been in force, a
-// 9002 only for the capped tag while a cap may have been, and no call of
-// the drained tag answered while a drain was certainly in force on every
-// instance.
+// 9002 only for the capped tag while a cap may have been, no call of the
+// drained tag answered while a drain was certainly in force on every
+// instance, and no instance whose clients call the capped tag starved
+// (checkShares).
 
 const (
 	tagDrained = "chaos_cart"     // drained and undrained by the controller
@@ -272,6 +274,90 @@ func checkControls(calls []Call, cl *controlLog) []Violation {
 			out = append(out, Violation{checkCodes, "refused under a cap with no cap of its tag in force: " + c.String()})
 		case c.Kind == Answered && c.Tag == tagDrained && sure(drains, c):
 			out = append(out, Violation{checkAnswers, "served while its tag was drained on every instance: " + c.String()})
+		}
+	}
+	return append(out, checkShares(calls, limits)...)
+}
+
+// checkShares is the check that a fleet-wide cap is shared: while a cap
+// was certainly in force everywhere, no instance whose clients kept
+// calling the capped tag went longer than starveBound without one of
+// those calls answered, while it was up (its calls refused by the cap,
+// 9002, and none lost with it) and other instances' calls of the tag were
+// answered. (Before the fleet shared its caps, the instance that first
+// took a cap's grant kept it, and the others' clients got only 9002.)
+const checkShared = "caps shared"
+
+// starveBound is how long an instance may wait for its part of a cap: the
+// convergence bound (three fleet polls, 1 s each, and a call's hold), two
+// rounds of turns of 2 s (a cap smaller than the instances wanting it
+// goes round them, and an instance may be left out of two rounds in a
+// row), and a round more for the hand-over and a call's own time.
+const starveBound = 3*time.Second + 3*2*time.Second + time.Second
+
+// restartSettle is how long after an instance lost calls (killed, or its
+// connections cut) its part of a cap may take: the grant of its killed
+// incarnation lapses only after fleet.ttl (5 s), then the bound.
+const restartSettle = 5*time.Second + starveBound
+
+func checkShares(calls []Call, limits []window) []Violation {
+	type event struct {
+		at       time.Time
+		instance int
+	}
+	var answered []event         // capped calls answered, by end
+	refused := map[int][]event{} // capped calls refused by the cap, by instance
+	lost := map[int][]event{}    // calls on the instance that died with it
+	ends := map[int][]time.Time{}
+	for i := range calls {
+		c := &calls[i]
+		switch {
+		case c.Kind == Unknown || c.Kind == NotSent:
+			lost[c.Instance] = append(lost[c.Instance], event{c.End, c.Instance})
+		case c.Tag != tagCapped:
+		case c.Kind == Answered:
+			answered = append(answered, event{c.End, c.Instance})
+			ends[c.Instance] = append(ends[c.Instance], c.End)
+		case c.Kind == Failed && c.Code == codeTagLimit:
+			refused[c.Instance] = append(refused[c.Instance], event{c.End, c.Instance})
+		}
+	}
+	some := func(es []event, from, until time.Time, ok func(event) bool) bool {
+		for _, e := range es {
+			if e.at.After(from) && e.at.Before(until) && ok(e) {
+				return true
+			}
+		}
+		return false
+	}
+	always := func(event) bool { return true }
+	var out []Violation
+	for _, w := range limits {
+		if w.sureFrom.IsZero() || w.sureUntil.Sub(w.sureFrom) <= starveBound {
+			continue
+		}
+		for inst, rs := range refused {
+			fences := []time.Time{w.sureFrom}
+			for _, e := range ends[inst] {
+				if e.After(w.sureFrom) && e.Before(w.sureUntil) {
+					fences = append(fences, e)
+				}
+			}
+			fences = append(fences, w.sureUntil)
+			slices.SortFunc(fences, time.Time.Compare)
+			for j := 1; j < len(fences); j++ {
+				from, until := fences[j-1], fences[j]
+				if until.Sub(from) <= starveBound ||
+					!some(rs, from.Add(starveBound), until, always) || // no demand refused late in the gap
+					some(lost[inst], from.Add(-restartSettle), until, always) || // it was down, or restarting
+					!some(answered, from, until, func(e event) bool { return e.instance != inst }) {
+					continue
+				}
+				out = append(out, Violation{checkShared, fmt.Sprintf(
+					"instance %d: no call of the capped tag answered for %s (%s..%s), its calls refused by the cap, while other instances' were answered",
+					inst, until.Sub(from).Round(time.Millisecond), from.Format("15:04:05.000"), until.Format("15:04:05.000"))})
+				break // once per instance and window
+			}
 		}
 	}
 	return out

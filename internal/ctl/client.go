@@ -300,6 +300,11 @@ type Controls struct {
 	Error    string         `json:"error"`
 	LastRead time.Time      `json:"last_read"`
 	Controls []FleetControl `json:"controls"`
+	// Ignored, Truncated, Caps and Instance: see commands.go.
+	Ignored   []IgnoredControl `json:"ignored"`
+	Truncated bool             `json:"truncated"`
+	Caps      []CapShares      `json:"caps"`
+	Instance  string           `json:"instance_id"`
 }
 
 // Controls returns the fleet's controls.

@@ -311,17 +311,50 @@ func (c *CLI) Route(ctx context.Context, pattern, policy, reason string) error {
 	return err
 }
 
+// IgnoredControl is a row of holdfast_controls the instance does not
+// apply (invalid, or of a kind it does not know), and why (GET
+// /api/controls).
+type IgnoredControl struct {
+	FleetControl
+	Reason string `json:"ignored_because"`
+}
+
+// CapShares is a fleet-wide cap's split among the instances, as the
+// instance asked read it at its last renewal (GET /api/controls).
+type CapShares struct {
+	Tag     string     `json:"tag"`
+	Cap     int        `json:"cap"`
+	Granted int        `json:"granted"` // the instance's grant
+	Share   int        `json:"share"`   // its fair share now
+	Admits  int        `json:"admits"`  // what it admits now
+	Grants  []CapGrant `json:"grants"`
+	Renewed time.Time  `json:"renewed"`
+}
+
+// CapGrant is one instance's row of a fleet-wide cap: its grant, its
+// demand (held plus queued under the cap) and its fair share.
+type CapGrant struct {
+	Instance string `json:"instance_id"`
+	Granted  int    `json:"granted"`
+	Wanted   int    `json:"wanted"`
+	Share    int    `json:"share"`
+}
+
 // Controls prints the fleet's controls in force: tag, kind, value, who set
-// them, when, until when and why; then whether this instance's view is
-// current.
+// them, when, until when and why; the rows the instance ignores, and why;
+// how each fleet-wide cap is split among the instances; then whether this
+// instance's view is current.
 func (c *CLI) Controls(ctx context.Context) error {
 	cs, err := c.Client.Controls(ctx)
 	if err != nil {
 		return err
 	}
-	w := c.Out
+	return writeControls(c.Out, cs)
+}
+
+func writeControls(w io.Writer, cs Controls) error {
 	if !cs.Fleet {
-		_, err = fmt.Fprintln(w, "this holdfast shares no controls with a fleet (fleet.disabled); holdfastctl tags shows its own")
+		_, err := fmt.Fprintln(w, "this holdfast shares no controls with a fleet (fleet.disabled); holdfastctl tags shows its own")
 		return err
 	}
 	if len(cs.Controls) == 0 {
@@ -329,26 +362,62 @@ func (c *CLI) Controls(ctx context.Context) error {
 	} else {
 		fmt.Fprintf(w, "%-24s %-8s %-8s %-20s %-20s %-20s %s\n", "TAG", "KIND", "VALUE", "SET BY", "SET AT (UTC)", "EXPIRES (UTC)", "REASON")
 		for _, fc := range cs.Controls {
-			val := strconv.FormatInt(fc.Value, 10)
-			switch fc.Kind {
-			case "drain":
-				val = "grace " + (time.Duration(fc.Value) * time.Millisecond).String()
-			case "max_txn":
-				val = (time.Duration(fc.Value) * time.Millisecond).String()
-			case "class":
-				if fc.Value >= 0 && fc.Value < int64(len(classNames)) {
-					val = classNames[fc.Value]
+			fmt.Fprintf(w, "%-24s %-8s %-8s %-20s %-20s %-20s %s\n", clean(fc.Tag), clean(fc.Kind), controlValue(fc), clean(fc.SetBy),
+				fc.SetAt.UTC().Format("2006-01-02 15:04:05"), expiry(fc.Expires), clean(fc.Reason))
+		}
+	}
+	if len(cs.Ignored) > 0 {
+		fmt.Fprintf(w, "\nIGNORED: %d row(s) of holdfast_controls are not in force on this instance (fix or delete them):\n", len(cs.Ignored))
+		fmt.Fprintf(w, "%-24s %-8s %-8s %-20s %-20s %s\n", "TAG", "KIND", "VALUE", "SET BY", "SET AT (UTC)", "WHY")
+		for _, ig := range cs.Ignored {
+			fmt.Fprintf(w, "%-24s %-8s %-8d %-20s %-20s %s\n", clean(ig.Tag), clean(ig.Kind), ig.Value, clean(ig.SetBy),
+				ig.SetAt.UTC().Format("2006-01-02 15:04:05"), clean(ig.Reason))
+		}
+	}
+	if cs.Truncated {
+		fmt.Fprintln(w, "TRUNCATED: holdfast_controls holds more rows than an instance reads (10000); the rest are not in force")
+	}
+	if len(cs.Caps) > 0 {
+		fmt.Fprintln(w, "\nFLEET-WIDE CAPS, split by demand (held + queued under the cap), as this instance last renewed its grant:")
+		fmt.Fprintf(w, "%-24s %5s  %-40s %7s %7s %7s\n", "TAG", "CAP", "INSTANCE", "GRANT", "SHARE", "DEMAND")
+		for _, cp := range cs.Caps {
+			tag, capN := clean(cp.Tag), strconv.Itoa(cp.Cap)
+			if len(cp.Grants) == 0 {
+				fmt.Fprintf(w, "%-24s %5s  %-40s\n", tag, capN, "(not renewed yet)")
+			}
+			for _, g := range cp.Grants {
+				id := clean(g.Instance)
+				if g.Instance == cs.Instance {
+					id += " (this)"
 				}
+				fmt.Fprintf(w, "%-24s %5s  %-40s %7d %7d %7d\n", tag, capN, id, g.Granted, g.Share, g.Wanted)
+				tag, capN = "", ""
 			}
-			exp := "never"
-			if !fc.Expires.IsZero() {
-				exp = fc.Expires.UTC().Format("2006-01-02 15:04:05")
-			}
-			fmt.Fprintf(w, "%-24s %-8s %-8s %-20s %-20s %-20s %s\n", clean(fc.Tag), fc.Kind, val, clean(fc.SetBy),
-				fc.SetAt.UTC().Format("2006-01-02 15:04:05"), exp, clean(fc.Reason))
 		}
 	}
 	return readState(w, cs.NoSchema, cs.Stale, cs.Known, cs.LastRead, cs.Error)
+}
+
+// controlValue is how a control's value reads, by its kind.
+func controlValue(fc FleetControl) string {
+	switch fc.Kind {
+	case "drain":
+		return "grace " + (time.Duration(fc.Value) * time.Millisecond).String()
+	case "max_txn":
+		return (time.Duration(fc.Value) * time.Millisecond).String()
+	case "class":
+		if fc.Value >= 0 && fc.Value < int64(len(classNames)) {
+			return classNames[fc.Value]
+		}
+	}
+	return strconv.FormatInt(fc.Value, 10)
+}
+
+func expiry(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05")
 }
 
 // readState prints, when it is not current, how fresh the instance's view

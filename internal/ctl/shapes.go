@@ -19,7 +19,8 @@ type Shape struct {
 	Tags        []string `json:"tags"`
 	Blocked     bool     `json:"blocked"`
 	Limited     bool     `json:"limited"`
-	Limit       int      `json:"limit"`
+	Limit       int      `json:"limit"`       // in force on the instance asked: its share of a fleet cap
+	FleetLimit  *int     `json:"fleet_limit"` // the fleet-wide cap (nil: Limit is the instance's own)
 	Running     int      `json:"running"`
 }
 
@@ -89,6 +90,8 @@ func (c *CLI) Shapes(ctx context.Context) error {
 		switch {
 		case s.Blocked:
 			control = "blocked"
+		case s.Limited && s.FleetLimit != nil:
+			control = fmt.Sprintf("cap %d of %d (%d run)", s.Limit, *s.FleetLimit, s.Running)
 		case s.Limited:
 			control = fmt.Sprintf("cap %d (%d run)", s.Limit, s.Running)
 		}

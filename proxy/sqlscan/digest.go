@@ -11,10 +11,16 @@ func AppendDigest(dst, sql []byte, maxLen int) []byte {
 //
 //   - comments are removed, except that executable comments (/*! ... */,
 //     /*M! ... */) are code and their contents are kept;
-//   - each run of whitespace and comments between two tokens becomes one
-//     space; none is added where the text had none ("a=1" stays "a=?");
+//   - the spacing is the tokens', never the text's: one space between two
+//     tokens, except none after '(', '.' or a unary operator, none before
+//     ')', ',', ';' or '.', none before the '(' of a call or a column list
+//     (after a name that is not a reserved word: "NOW()", "t(a, b)",
+//     but "IN (", "VALUES ("), and none inside an operator of several
+//     characters ("<=", "->>"); so "a=1", "a = 1" and "a =1" are all
+//     "a = ?", and "SLEEP( 0 )" is "SLEEP(?)";
 //   - string, number, hex and bit literals, with any character set
-//     introducer, become '?'; adjacent strings ('a' 'b') become one '?';
+//     introducer or a unary sign, become '?' ("= -1" is "= ?"); adjacent
+//     strings ('a' 'b') become one '?';
 //   - a parenthesized list of only literals, NULL, TRUE, FALSE and '?'
 //     after IN, VALUES or VALUE becomes "(?+)", and after VALUES or VALUE
 //     all following such rows are folded into it: "IN (?+)", "VALUES (?+)";
@@ -90,6 +96,23 @@ type digester struct {
 	prevDot, prevString bool
 	list                kw // the previous token was IN, VALUES or VALUE
 
+	// What the output ends with, which the spacing depends on: the class
+	// of its last token; that token's span when it is a word (wordIdent:
+	// an identifier for sure, next to a '.'); the operator it is, when one
+	// (op[:opLen], to glue "<" and "=" into "<=").
+	last      lastClass
+	wordStart int
+	wordEnd   int
+	wordIdent bool
+	op        [3]byte
+	opLen     uint8
+
+	// sign: the last tokens written are unary signs, from signAt (signSep:
+	// after a space); followed by a number, they become one '?'.
+	sign    bool
+	signSep bool
+	signAt  outMark
+
 	// intro: the previous token was a word starting with '_', written at
 	// introAt (introSep: after a space); followed by a literal, the two
 	// become one '?'.
@@ -134,7 +157,100 @@ const (
 
 // speculating reports whether output written so far may still be taken
 // back.
-func (d *digester) speculating() bool { return d.intro || d.ls != lsOff }
+func (d *digester) speculating() bool { return d.intro || d.sign || d.ls != lsOff }
+
+// lastClass is what kind of token the digest ends with.
+type lastClass uint8
+
+const (
+	lastNone    lastClass = iota // nothing written yet
+	lastOpen                     // '('
+	lastDot                      // '.'
+	lastUnary                    // a unary operator: '-', '+', '!' or '~' before an operand
+	lastPunct                    // ',', ';', a binary operator, := or other punctuation
+	lastWord                     // a keyword or an identifier (wordStart..wordEnd)
+	lastQuoted                   // a quoted identifier
+	lastOperand                  // a literal, '?', a variable, ')'
+)
+
+// multiOps are MySQL's operators of several characters, which the lexer
+// returns one character at a time.
+var multiOps = [...]string{"<=>", "<=", ">=", "<>", "!=", "<<", ">>", "&&", "||", "->", "->>"}
+
+// glues reports whether punctuation c, right after the operator written
+// last with nothing between them in the text, goes on the same operator.
+func (d *digester) glues(t token) bool {
+	if (d.last != lastPunct && d.last != lastUnary) || d.opLen == 0 || d.opLen == 3 || t.space() {
+		return false
+	}
+	c := t.ch()
+	for _, op := range multiOps {
+		if len(op) > int(d.opLen) && op[d.opLen] == c && op[:d.opLen] == string(d.op[:d.opLen]) {
+			return true
+		}
+	}
+	return false
+}
+
+// reservedWord reports whether the word written last is a reserved word
+// that is not a value (NULL, TRUE, CURRENT_TIMESTAMP, ...): what comes
+// after it starts an operand.
+func (d *digester) reservedWord() bool {
+	if d.wordIdent {
+		return false
+	}
+	e, ok := keyword(d.src[d.wordStart:d.wordEnd])
+	return ok && e.reserved && !valueWord(e.upper)
+}
+
+// valueWord reports whether reserved word w (in upper case) is a value.
+func valueWord(w string) bool {
+	switch w {
+	case "NULL", "TRUE", "FALSE", "CURRENT_DATE", "CURRENT_TIME", "CURRENT_TIMESTAMP", "CURRENT_USER",
+		"CURRENT_ROLE", "LOCALTIME", "LOCALTIMESTAMP", "UTC_DATE", "UTC_TIME", "UTC_TIMESTAMP", "MAXVALUE", "DUAL":
+		return true
+	}
+	return false
+}
+
+// operandEnds reports whether the digest ends with an operand, so that a
+// '-' or '+' next is binary.
+func (d *digester) operandEnds() bool {
+	switch d.last {
+	case lastOperand, lastQuoted:
+		return true
+	case lastWord:
+		return !d.reservedWord()
+	}
+	return false
+}
+
+// spaceBefore reports whether t is written after a space: a matter of the
+// tokens alone (see AppendDigest).
+func (d *digester) spaceBefore(t token) bool {
+	switch d.last {
+	case lastNone, lastOpen, lastDot, lastUnary:
+		return false
+	}
+	switch t.kind {
+	case tHost:
+		return false
+	case tPunct:
+		switch t.ch() {
+		case ')', ',', ';', '.':
+			return false
+		case '(':
+			switch d.last {
+			case lastQuoted:
+				return false
+			case lastWord:
+				return d.reservedWord()
+			}
+		}
+		return !d.glues(t)
+	}
+	return true
+}
 
 // feed digests the next token.
 func (d *digester) feed(t token) {
@@ -148,11 +264,24 @@ func (d *digester) feed(t token) {
 		if isLiteral(d.src, t) {
 			d.out.reset(d.introAt)
 			d.out.literal(d.introSep)
+			d.last = lastOperand
 			d.prevString = t.kind == tString
 			return
 		}
 	}
-	sep := t.space() && d.out.n > 0
+	if d.sign {
+		if t.kind == tNumber {
+			d.sign = false
+			d.out.reset(d.signAt)
+			d.out.literal(d.signSep)
+			d.last = lastOperand
+			return
+		}
+		if !t.is('-') && !t.is('+') {
+			d.sign = false
+		}
+	}
+	sep := d.spaceBefore(t)
 	switch t.kind {
 	case tString:
 		d.prevString = true
@@ -160,15 +289,19 @@ func (d *digester) feed(t token) {
 			return
 		}
 		d.out.literal(sep)
+		d.last = lastOperand
 	case tNumber, tHex, tBit, tParam:
 		d.out.literal(sep)
+		d.last = lastOperand
 	case tWord:
 		b := d.src[t.start:t.end]
 		if b[0] == '_' {
 			d.intro, d.introSep, d.introAt = true, sep, d.out.mark()
 		}
 		d.out.space(sep)
-		if !afterDot && (t.end == len(d.src) || d.src[t.end] != '.') {
+		next := t.end < len(d.src) && d.src[t.end] == '.'
+		d.last, d.wordStart, d.wordEnd, d.wordIdent = lastWord, t.start, t.end, afterDot || next
+		if !afterDot && !next {
 			if d.out.hashing && noLower(b) {
 				// Written as it is, keyword or not: no lookup needed.
 				d.out.write(b)
@@ -186,15 +319,59 @@ func (d *digester) feed(t token) {
 		}
 		d.out.write(b)
 	case tPunct:
-		if t.ch() == '(' && afterList != kwNone {
-			d.ls, d.ctx, d.lsKind, d.lsSep, d.lsAt = lsFirst, ctxList, afterList, sep, d.out.mark()
-		}
-		d.out.space(sep)
-		d.out.byte(t.ch())
-	default: // quoted identifiers, variables, hosts, :=
+		d.punct(t, sep, afterList)
+	case tQuoted:
 		d.out.space(sep)
 		d.out.write(d.src[t.start:t.end])
+		d.last = lastQuoted
+	case tAssign:
+		d.out.space(sep)
+		d.out.write(d.src[t.start:t.end])
+		d.last, d.opLen = lastPunct, 0
+	default: // variables, hosts
+		d.out.space(sep)
+		d.out.write(d.src[t.start:t.end])
+		d.last = lastOperand
 	}
+}
+
+// punct digests punctuation t, written after a space when sep.
+func (d *digester) punct(t token, sep bool, afterList kw) {
+	c := t.ch()
+	if d.glues(t) {
+		d.op[d.opLen] = c
+		d.opLen++
+		d.out.byte(c)
+		d.last, d.sign = lastPunct, false // "!=": binary after all
+		return
+	}
+	switch c {
+	case '(':
+		if afterList != kwNone {
+			d.ls, d.ctx, d.lsKind, d.lsSep, d.lsAt = lsFirst, ctxList, afterList, sep, d.out.mark()
+		}
+		d.last = lastOpen
+	case ')':
+		d.last = lastOperand
+	case '.':
+		d.last = lastDot
+	case '-', '+':
+		if d.operandEnds() {
+			d.last = lastPunct
+			break
+		}
+		if !d.sign {
+			d.sign, d.signSep, d.signAt = true, sep, d.out.mark()
+		}
+		d.last = lastUnary
+	case '!', '~':
+		d.last = lastUnary
+	default:
+		d.last = lastPunct
+	}
+	d.op[0], d.opLen = c, 1
+	d.out.space(sep)
+	d.out.byte(c)
 }
 
 // listStep moves the list being read on by t. It reports whether t ended a
@@ -312,7 +489,8 @@ func (d *digester) fold(at outMark, sep bool, folded []byte) {
 
 // after sets the state that follows a folded list.
 func (d *digester) after() {
-	d.list, d.prevString, d.prevDot, d.intro = kwNone, false, false, false
+	d.list, d.prevString, d.prevDot, d.intro, d.sign = kwNone, false, false, false, false
+	d.last = lastOperand
 }
 
 // FNV-1a, 64 bits: a shape must hash alike in every process of a fleet.

@@ -1,0 +1,54 @@
+package ctl
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// GET /api/controls with a cap shared by three instances and two rows the
+// instance ignores.
+const controlsJSON = `{"fleet":true,"instance_id":"pod-b","known":true,"stale":false,"no_schema":false,"error":"",
+ "last_read":"2026-03-01T12:00:00Z",
+ "controls":[{"tag":"capx","kind":"limit","value":3,"set_by":"oncall","reason":"INC-7","set_at":"2026-03-01T11:58:00Z"}],
+ "ignored":[{"tag":"checkout","kind":"throttle","value":5,"set_by":"newer-holdfast","reason":"","set_at":"2026-03-01T11:59:00Z","ignored_because":"kind must be drain, limit, max_txn, class or route, got \"throttle\""},
+  {"tag":"report","kind":"class","value":7,"set_by":"by-hand","reason":"","set_at":"2026-03-01T11:59:30Z","ignored_because":"class must be one of [critical normal background], got value 7"}],
+ "truncated":false,
+ "caps":[{"tag":"capx","cap":3,"granted":1,"share":1,"admits":1,"renewed":"2026-03-01T12:00:00Z","grants":[
+  {"instance_id":"pod-a","granted":1,"wanted":8,"share":1},
+  {"instance_id":"pod-b","granted":1,"wanted":8,"share":1},
+  {"instance_id":"pod-c","granted":1,"wanted":7,"share":1}]}]}`
+
+// holdfastctl controls shows the controls in force, the rows ignored (as
+// ignored, with why, never among those in force) and each instance's
+// grant, share and demand of a fleet-wide cap.
+func TestControlsShowsIgnoredAndShares(t *testing.T) {
+	var cs Controls
+	if err := json.Unmarshal([]byte(controlsJSON), &cs); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := writeControls(&out, cs); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	t.Logf("\n%s", got)
+	inForce, rest, ok := strings.Cut(got, "IGNORED")
+	if !ok {
+		t.Fatalf("no IGNORED section:\n%s", got)
+	}
+	if strings.Contains(inForce, "throttle") || strings.Contains(inForce, "by-hand") || !strings.Contains(inForce, "capx") {
+		t.Errorf("the controls in force list an ignored row, or miss the cap:\n%s", inForce)
+	}
+	for _, want := range []string{"2 row(s)", `got "throttle"`, "got value 7",
+		"pod-a", "pod-b (this)", "pod-c", "DEMAND"} {
+		if !strings.Contains(rest, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	for _, ln := range strings.Split(rest, "\n") {
+		if strings.Contains(ln, "pod-c") && !strings.HasSuffix(strings.TrimSpace(ln), "1       1       7") {
+			t.Errorf("pod-c's line %q: want grant 1, share 1, demand 7", ln)
+		}
+	}
+}
