@@ -7,7 +7,8 @@ import (
 )
 
 // Table names. The engine writes them without a schema prefix, so they live
-// in the database the backend connection uses by default.
+// in the database the backend connection uses by default: holdfast opens
+// its own connections in the schema that holds them (see location.go).
 const (
 	TableLedger       = "inventory_ledger"
 	TableUnits        = "reservation_units"
