@@ -269,16 +269,22 @@ func Migrate(ctx context.Context, conns Conns) (applied []int, err error) {
 	}
 	broken := false
 	defer func() { c.Release(broken) }()
-	if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+TableMigrations+` (
+	// Read first: a schema that is up to date needs no DDL, so an account
+	// without CREATE there (holdfast's own, on tables not moved yet) can
+	// run it.
+	rows, err := c.Query(ctx, `SELECT version FROM `+TableMigrations)
+	if IsMissingTable(err) {
+		if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+TableMigrations+` (
   version INT NOT NULL,
   name VARCHAR(255) NOT NULL,
   applied_at DATETIME(6) NOT NULL,
   PRIMARY KEY (version)
 ) ENGINE=InnoDB`); err != nil {
-		broken = !isDB(err)
-		return nil, fmt.Errorf("reservation: migrate: %w", err)
+			broken = !isDB(err)
+			return nil, fmt.Errorf("reservation: migrate: %w", err)
+		}
+		rows, err = nil, nil
 	}
-	rows, err := c.Query(ctx, `SELECT version FROM `+TableMigrations)
 	if err != nil {
 		broken = !isDB(err)
 		return nil, fmt.Errorf("reservation: migrate: %w", err)
