@@ -57,11 +57,18 @@ func printGrants(w io.Writer, cfg config.Config, dialect string) error {
 	fmt.Fprintf(w, "-- on backend.database, and nothing on %s: no grant on *.* (it reaches every schema),\n", fleetDB)
 	fmt.Fprintf(w, "-- no SUPER or %s (they end any connection, holdfast's included).\n", connAdmin)
 	for _, a := range apps {
+		if a == "root" {
+			fmt.Fprintf(w, "-- The application's account is root, which may do anything, holdfast's tables and\n")
+			fmt.Fprintf(w, "-- connections included: give it an account of its own (backend.user, users[].backend_user).\n")
+			continue
+		}
 		fmt.Fprintf(w, "GRANT SELECT, INSERT, UPDATE, DELETE ON %s.* TO %s;\n", appDB, accountLiteral(a))
 	}
 	fmt.Fprintf(w, "-- To let an application read (only read) the engine's tables:\n")
 	for _, a := range apps {
-		fmt.Fprintf(w, "--   GRANT SELECT ON %s.* TO %s;\n", fleetDB, accountLiteral(a))
+		if a != "root" {
+			fmt.Fprintf(w, "--   GRANT SELECT ON %s.* TO %s;\n", fleetDB, accountLiteral(a))
+		}
 	}
 
 	if cfg.Fleet.Database != cfg.Backend.Database {

@@ -489,7 +489,7 @@ func TestNewInstallCreatesHoldfastSchema(t *testing.T) {
 		t.Fatalf("claim: %q, %v", outcome, err)
 	}
 	var onHand int
-	if err := dbtest.Root(t).QueryRow("SELECT on_hand FROM `"+s.tables+"`.inventory_ledger WHERE shop_id = 1 AND inventory_item_id = 1001").Scan(&onHand); err != nil || onHand != 8 {
+	if err := dbtest.Root(t).QueryRow("SELECT on_hand FROM `" + s.tables + "`.inventory_ledger WHERE shop_id = 1 AND inventory_item_id = 1001").Scan(&onHand); err != nil || onHand != 8 {
 		t.Fatalf("on_hand in fleet.database: %d, %v; want 8", onHand, err)
 	}
 	s.api(t, http.MethodPost, "/api/tags/checkout/drain")

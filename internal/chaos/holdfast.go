@@ -60,7 +60,7 @@ reservation:
 		Backend: holdfastproc.Backend{Address: c.Backend, User: backendUser, Password: backendUser,
 			Database: c.Database, Instances: c.Instances, Replicas: replicas},
 		Fleet: holdfastproc.Fleet{Database: c.tables()},
-		YAML: more,
+		YAML:  more,
 	}
 }
 
