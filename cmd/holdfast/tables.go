@@ -253,6 +253,10 @@ func (t *tables) warn(ctx context.Context, loc location) {
 	if loc.legacy {
 		t.log.Warn("holdfast's tables are in backend.database, where the application's grants reach them: once every instance runs this version, move them to fleet.database with `holdfast migrate -move-tables` (running instances follow)",
 			"backend.database", t.backendDB, "fleet.database", t.fleetDB)
+		if _, err := probe(ctx, t.own, t.backendDB); errors.Is(err, reservation.ErrNoAccess) {
+			t.log.Error("holdfast's own account (fleet.user) has no privileges on its tables in backend.database: holdfast's fleet and engine fail until it is granted them (see the commented grants of holdfast migrate -print-grants)",
+				"backend.database", t.backendDB, "err", err)
+		}
 		return
 	}
 	if t.fleetDB == t.backendDB {

@@ -9,12 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdfast-db/holdfast/internal/dbtest"
 	"github.com/holdfast-db/holdfast/internal/holdfastproc"
@@ -271,6 +274,7 @@ type fleetStatus struct {
 	TablesLegacy bool   `json:"tables_legacy"`
 	Stale        bool   `json:"stale"`
 	NoSchema     bool   `json:"no_schema"`
+	Failures     int    `json:"failures"`
 }
 
 func (m *fleetMember) fleetStatus(t *testing.T) fleetStatus {
@@ -397,6 +401,7 @@ func TestLegacyTablesMoveUnderTraffic(t *testing.T) {
 		return n
 	}
 	within(t, 20*time.Second, "checkouts before the move", func() bool { return count() >= 50 })
+	pollFailures := s.fleetStatus(t).Failures
 	moveOut, err := guarded(t, binary(t), "migrate", "-config", s.config, "-move-tables").CombinedOutput()
 	if err != nil || !strings.Contains(string(moveOut), fmt.Sprintf("moved %d tables", len(reservation.Tables))) {
 		close(stop)
@@ -434,8 +439,8 @@ func TestLegacyTablesMoveUnderTraffic(t *testing.T) {
 
 	// After the move: where the tables are is said, controls work in the
 	// new schema, the fleet reads them, the stock holds.
-	if st := s.fleetStatus(t); st.Tables != s.tables || st.TablesLegacy || st.Stale || st.NoSchema {
-		t.Fatalf("/api/fleet after the move: %+v", st)
+	if st := s.fleetStatus(t); st.Tables != s.tables || st.TablesLegacy || st.Stale || st.NoSchema || st.Failures != pollFailures {
+		t.Fatalf("/api/fleet after the move: %+v; want no failed poll (%d before)", st, pollFailures)
 	}
 	s.api(t, http.MethodPost, "/api/tags/checkout/drain")
 	within(t, 3*time.Second, "a drain after the move in force", func() bool { return refuses(app, "checkout") })
@@ -504,5 +509,22 @@ func TestNewInstallCreatesHoldfastSchema(t *testing.T) {
 	}
 	if strings.Contains(s.Out.String(), "fleet.user is empty") || strings.Contains(s.Out.String(), "holdfast's tables are in backend.database") {
 		t.Fatalf("warnings on a new install with fleet.user:\n%s", s.Out.String())
+	}
+}
+
+// The location's gauge is in README.md's table of metrics.
+func TestTablesCollectorDocumented(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan *prometheus.Desc, 4)
+	(&tables{}).collector().Describe(ch)
+	close(ch)
+	for d := range ch {
+		m := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())
+		if m == nil || !strings.Contains(string(readme), "| `"+m[1]+"` |") {
+			t.Errorf("%s is not in README.md's table of metrics", d)
+		}
 	}
 }
