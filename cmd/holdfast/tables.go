@@ -113,7 +113,7 @@ func (t *tables) close() {
 }
 
 // Schema is the schema of holdfast's tables now (fleet.database until
-// found otherwise). At merge time the place to read where they are.
+// found otherwise). Whatever must follow them registers with onChange.
 func (t *tables) Schema() string { return *t.schema.Load() }
 
 // Legacy reports whether the tables are in backend.database.
