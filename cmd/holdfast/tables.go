@@ -53,6 +53,11 @@ type tables struct {
 
 	setMu sync.Mutex // serialises set, so that hooks see changes in order
 
+	// The search that start leaves running when the backend did not
+	// answer: close stops it and waits for it.
+	stop context.CancelFunc // nil: none
+	wg   sync.WaitGroup
+
 	mu      sync.Mutex    // guards following
 	probing chan struct{} // closed when the probe in flight ends; nil: none
 	probed  time.Time     // when the last probe ended
@@ -107,7 +112,13 @@ func newTables(cfg config.Config, ownUser, ownPassword string, log *slog.Logger)
 	return t, nil
 }
 
+// close stops the search start may have left running, and closes the
+// probes' handles. Not safe to call twice.
 func (t *tables) close() {
+	if t.stop != nil {
+		t.stop()
+	}
+	t.wg.Wait()
 	t.own.Close()
 	t.svc.Close()
 }
@@ -210,13 +221,19 @@ func (t *tables) set(loc location) {
 
 // start finds the tables at start-up, within ctx. A backend that does not
 // answer is not fatal: the tables are taken to be in fleet.database
-// meanwhile, and looked for again every second, within life, until found.
+// meanwhile, and looked for again every second, within life and until
+// close, until found. start is called once.
 func (t *tables) start(ctx, life context.Context) {
 	loc, err := t.locate(ctx)
 	if err != nil {
 		t.log.Warn("could not find where holdfast's tables are (the backend did not answer): taking fleet.database until it does",
 			"fleet.database", t.fleetDB, "err", err)
-		go t.retry(life)
+		life, t.stop = context.WithCancel(life)
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.retry(life)
+		}()
 		return
 	}
 	t.set(loc)

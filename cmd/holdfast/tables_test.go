@@ -528,3 +528,42 @@ func TestTablesCollectorDocumented(t *testing.T) {
 		}
 	}
 }
+
+// Started while the backend does not answer, holdfast cannot tell where
+// its tables are: it takes fleet.database meanwhile and looks again until
+// it can, then finds an install's tables in backend.database and works
+// there (it never settles on its guess).
+func TestTablesFoundWhenTheBackendAnswers(t *testing.T) {
+	db := dbtest.NewDatabase(t)
+	if _, err := reservation.Migrate(context.Background(), reservation.SQLConns(dbtest.Open(t, db))); err != nil {
+		t.Fatal(err)
+	}
+	relay := dbtest.StartRelay(t, dbtest.Config(t).Addr, 0)
+	relay.Cut()
+	p := newProcessOn(t, db)
+	admin := dbtest.FreeAddr(t)
+	dbtest.WriteHoldfastConfig(t, p.config, holdfastproc.Config{Listen: p.addr, Users: appUser, Admin: admin,
+		Backend: holdfastproc.Backend{Address: relay.Addr().String(), Database: db}, YAML: "log:\n  level: info\n"})
+	p.serve(t)
+	m := &fleetMember{process: p, admin: "http://" + admin}
+	if !strings.Contains(p.Out.String(), "could not find where holdfast's tables are") {
+		t.Fatalf("no word of the search:\n%s", p.Out.String())
+	}
+	relay.Up()
+	within(t, 15*time.Second, "the tables found in backend.database", func() bool {
+		v, _ := m.metric(t, "holdfast_tables_legacy_location")
+		return v == 1
+	})
+	app := m.client(t)
+	if _, err := app.Exec("CALL holdfast.receive(1, 1001, 1, 10)"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := dbtest.Root(t).QueryRow("SELECT on_hand FROM `" + db + "`.inventory_ledger WHERE shop_id = 1").Scan(&n); err != nil || n != 10 {
+		t.Fatalf("on_hand in backend.database: %d, %v", n, err)
+	}
+	within(t, 10*time.Second, "the fleet reads its tables", func() bool {
+		st := m.fleetStatus(t)
+		return st.Tables == db && st.TablesLegacy && !st.Stale && !st.NoSchema
+	})
+}
