@@ -64,7 +64,8 @@ func printGrants(w io.Writer, cfg config.Config, dialect string) error {
 		}
 		fmt.Fprintf(w, "GRANT SELECT, INSERT, UPDATE, DELETE ON %s.* TO %s;\n", appDB, accountLiteral(a))
 	}
-	fmt.Fprintf(w, "-- To let an application read (only read) the engine's tables:\n")
+	fmt.Fprintf(w, "-- To let an application read (only read) the engine's tables; mind that reservations.reservation_id\n")
+	fmt.Fprintf(w, "-- is every reservation's token (rsv_ and its hex digits), which alone authorises claim and release:\n")
 	for _, a := range apps {
 		if a != "root" {
 			fmt.Fprintf(w, "--   GRANT SELECT ON %s.* TO %s;\n", fleetDB, accountLiteral(a))
