@@ -79,6 +79,29 @@ type Fleet struct {
 	// monitoring): each instance warns (log, metric, status page) when the
 	// live instances' Σ pool.max exceeds max_connections less it.
 	ConnectionReserve int `yaml:"connection_reserve"`
+	// Database is the schema of holdfast's own tables (the fleet's, the
+	// engine's, the authority switch, the migrations), apart from the
+	// application's backend.database so that grants can keep applications
+	// off them. `holdfast migrate` creates it. An install whose tables are
+	// still in backend.database (made before this setting) keeps using
+	// them there until `holdfast migrate -move-tables`.
+	Database string `yaml:"database"`
+	// User and Password are the account holdfast's own work connects as:
+	// the fleet, the engine's borrows, kills, the replica checks, the
+	// reconciler, the authority switch and migrate (see `holdfast migrate
+	// -print-grants`). Empty User: backend.user and its password, with a
+	// warning at start-up. Read at start-up.
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+}
+
+// Own is the account holdfast's own work connects as: fleet.user, or
+// backend.user when fleet.user is empty.
+func (c *Config) Own() (user, password string) {
+	if c.Fleet.User != "" {
+		return c.Fleet.User, c.Fleet.Password
+	}
+	return c.Backend.User, c.Backend.Password
 }
 
 // Attribution configures per-tag accounting.
@@ -446,7 +469,7 @@ func Default() Config {
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
 		Overload:    Overload{Reserve: 4, BackgroundWait: time.Second, CriticalWait: 100 * time.Millisecond},
 		Routing:     Routing{MaxReplicaLag: time.Second, CheckInterval: 100 * time.Millisecond},
-		Fleet:       Fleet{PollInterval: time.Second, TTL: 5 * time.Second, ConnectionReserve: 10},
+		Fleet:       Fleet{PollInterval: time.Second, TTL: 5 * time.Second, ConnectionReserve: 10, Database: "holdfast"},
 		Reservation: Reservation{Enabled: true, Engine: DefaultEngine()},
 	}
 }
@@ -527,6 +550,15 @@ func (c *Config) applyEnv(get func(string) string) {
 	if v := get("HOLDFAST_BACKEND_DATABASE"); v != "" {
 		c.Backend.Database = v
 	}
+	if v := get("HOLDFAST_FLEET_DATABASE"); v != "" {
+		c.Fleet.Database = v
+	}
+	if v := get("HOLDFAST_FLEET_USER"); v != "" {
+		c.Fleet.User = v
+	}
+	if v, ok := lookup(get, "HOLDFAST_FLEET_PASSWORD"); ok {
+		c.Fleet.Password = v
+	}
 }
 
 func lookup(get func(string) string, k string) (string, bool) {
@@ -577,6 +609,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Fleet.TTL < 2*c.Fleet.PollInterval {
 		return bad("fleet.ttl", "must be at least twice fleet.poll_interval (%v), got %v", c.Fleet.PollInterval, c.Fleet.TTL)
+	}
+	if err := checkSchemaName(c.Fleet.Database); err != nil {
+		return bad("fleet.database", "%v", err)
+	}
+	if c.Fleet.User == "" && c.Fleet.Password != "" {
+		return bad("fleet.password", "set without fleet.user")
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		return bad("tls", "cert_file and key_file must be set together")
@@ -872,6 +910,20 @@ func validTag(t string) bool {
 		}
 	}
 	return true
+}
+
+// checkSchemaName accepts a database name holdfast can quote and put in
+// its statements as it is: 1 to 64 letters, digits, '_', '$' or '-'.
+func checkSchemaName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("want a database name of 1 to 64 characters, got %q", name)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '$' || r == '-') {
+			return fmt.Errorf("%q: only letters, digits, '_', '$' and '-' are accepted", name)
+		}
+	}
+	return nil
 }
 
 func checkAddr(a string) error {

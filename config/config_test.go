@@ -34,6 +34,14 @@ func TestParse(t *testing.T) {
 		{"a backend account per user", "users:\n  - name: r\n    password: r\n    backend_user: ro\n    backend_password: x\n    backend_pool: {min: 1, max: 2}\n  - name: s\n    backend_user: ro\n    backend_password: x\n    backend_pool: {min: 1, max: 2}\n", func(c Config) bool {
 			return c.Users[1].BackendUser == "ro" && c.Users[0].BackendPool == AccountPool{Min: 1, Max: 2}
 		}},
+		{"holdfast's own schema and account", "fleet:\n  database: hf_tables\n  user: holdfast_fleet\n  password: pw\n", func(c Config) bool {
+			u, pw := c.Own()
+			return c.Fleet.Database == "hf_tables" && u == "holdfast_fleet" && pw == "pw"
+		}},
+		{"without fleet.user holdfast's own account is backend.user", "backend:\n  user: app\n  password: apw\n", func(c Config) bool {
+			u, pw := c.Own()
+			return c.Fleet.Database == "holdfast" && u == "app" && pw == "apw"
+		}},
 		{"users from the backend", "auth:\n  from_backend:\n    enabled: true\n    lookup_user: look\n    cache_ttl: 5s\n  failure_delay: 0\n", func(c Config) bool {
 			return c.Auth.FromBackend.Enabled && c.Auth.FromBackend.CacheTTL == 5*time.Second && c.Auth.FailureDelay == 0
 		}},
@@ -99,6 +107,9 @@ func TestParse(t *testing.T) {
 		{"failure delays", "auth:\n  failure_delay: 2s\n  max_failure_delay: 1s\n", "config: auth.max_failure_delay"},
 		{"a secret given twice", "backend:\n  password: x\n  password_env: HOME\n", "password_env: password is set too"},
 		{"a secret from a missing file", "admin:\n  token_file: /nonexistent/holdfast-token\n", "token_file: open /nonexistent/holdfast-token"},
+		{"fleet database empty", "fleet:\n  database: \"\"\n", "config: fleet.database: want a database name of 1 to 64 characters"},
+		{"fleet database with a quote", "fleet:\n  database: \"hf`x\"\n", "config: fleet.database: \"hf`x\": only letters"},
+		{"fleet password without user", "fleet:\n  password: x\n", "config: fleet.password: set without fleet.user"},
 		{"_file on a field that is no secret", "backend:\n  user_file: /etc/hostname\n", "field user_file not found"},
 	}
 	for _, tc := range bad {
@@ -118,12 +129,18 @@ func TestLoadEnvironment(t *testing.T) {
 	}
 	t.Setenv("HOLDFAST_BACKEND_ADDRESS", "127.0.0.1:3307")
 	t.Setenv("HOLDFAST_BACKEND_PASSWORD", "")
+	t.Setenv("HOLDFAST_FLEET_DATABASE", "hf_env")
+	t.Setenv("HOLDFAST_FLEET_USER", "fleet_env")
+	t.Setenv("HOLDFAST_FLEET_PASSWORD", "fleet_pw")
 	c, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Backend.Address != "127.0.0.1:3307" {
 		t.Fatalf("address %q: environment should win", c.Backend.Address)
+	}
+	if c.Fleet.Database != "hf_env" || c.Fleet.User != "fleet_env" || c.Fleet.Password != "fleet_pw" {
+		t.Fatalf("fleet %+v: the environment should set database, user and password", c.Fleet)
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
 		t.Fatal("a missing file loaded")
@@ -149,13 +166,14 @@ func TestSecrets(t *testing.T) {
 		"\nbackend:\n  password_env: HF_TEST_LOOKUP\n" +
 		"auth:\n  from_backend:\n    enabled: true\n    lookup_user: l\n    lookup_password_env: HF_TEST_LOOKUP\n" +
 		"admin:\n  token_file: " + write("token", "tok\n") +
-		"\nreservation:\n  redis:\n    address: 127.0.0.1:6379\n    password_file: " + write("redis", "pw-redis") + "\n"
+		"\nreservation:\n  redis:\n    address: 127.0.0.1:6379\n    password_file: " + write("redis", "pw-redis") + "\n" +
+		"fleet:\n  user: f\n  password_file: " + write("fleet", "pw-fleet\n") + "\n"
 	c, err := Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []string{c.Users[0].Password, c.Users[0].BackendPassword, c.Backend.Password, c.Auth.FromBackend.LookupPassword, c.Admin.Token, c.Reservation.Redis.Password}
-	want := []string{"pw-a", "pw-b", "look-secret", "look-secret", "tok", "pw-redis"}
+	got := []string{c.Users[0].Password, c.Users[0].BackendPassword, c.Backend.Password, c.Auth.FromBackend.LookupPassword, c.Admin.Token, c.Reservation.Redis.Password, c.Fleet.Password}
+	want := []string{"pw-a", "pw-b", "look-secret", "look-secret", "tok", "pw-redis", "pw-fleet"}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("secret %d: %q, want %q", i, got[i], want[i])

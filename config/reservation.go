@@ -15,7 +15,9 @@ type Reservation struct {
 	// other CALL.
 	Enabled bool `yaml:"enabled"`
 	// ReplicaDSN (a go-sql-driver DSN) is where the reconciler reads; empty
-	// means the primary, through the pool.
+	// means the primary, through the pool. Its database is replaced by the
+	// schema holding holdfast's tables (fleet.database, or backend.database
+	// until they are moved there).
 	ReplicaDSN string `yaml:"replica_dsn"`
 	// Engine settings (TTL rule, pool cap, coalescing, sweeper, reconciler).
 	Engine `yaml:",inline"`

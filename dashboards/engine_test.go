@@ -102,7 +102,7 @@ func TestEngineAlertRules(t *testing.T) {
 	}
 	call(dba, "CALL holdfast.receive(1, 1001, 1, 10)")
 	late := call(dba, `CALL holdfast.reserve(1, 'late', '[{"item":1001,"qty":3,"locations":[1]}]', 1)`)[0]
-	direct := dbtest.Open(t, a.db)
+	direct := dbtest.Open(t, dbtest.TablesDB(a.db))
 	waitFor(t, "the sweeper expires the late reservation", 20*time.Second, func() error {
 		var n int
 		if err := direct.QueryRow("SELECT COUNT(*) FROM reserved_quantities").Scan(&n); err != nil || n != 0 {

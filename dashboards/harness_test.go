@@ -151,7 +151,7 @@ func runHoldfast(t *testing.T, bin string, more string, migrate bool, prep func(
 	if migrate {
 		p.MigrateOrFail(t)
 		if prep != nil {
-			prep(dbtest.Open(t, h.db))
+			prep(dbtest.Open(t, dbtest.TablesDB(h.db)))
 		}
 	}
 	p.StartOrFail(t)

@@ -496,6 +496,12 @@ type Status struct {
 	Polls       uint64       `json:"polls"`
 	Failures    uint64       `json:"failures"`
 	PollSeconds float64      `json:"poll_seconds"`
+	// Tables is the schema holding holdfast's tables, and TablesLegacy
+	// reports that it is backend.database, not fleet.database (an install
+	// made before that setting, not moved yet). Set by the caller of
+	// Status that knows ("" and false: not known).
+	Tables       string `json:"tables_schema,omitempty"`
+	TablesLegacy bool   `json:"tables_legacy,omitempty"`
 }
 
 // Status returns what this instance knows of the fleet now.

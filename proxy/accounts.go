@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 )
 
@@ -14,10 +17,13 @@ import (
 // connections of its own user's account, all under the one pool.max, and a
 // connection returned by one account may be closed to make room for
 // another's (a swap). Id 0 is the service account, backend.user: clients
-// without an account of their own, the engine, the pool's minimum, kills.
-// Other accounts are configured users' backend_user, and accounts learned
-// when a client logs in with its backend password (auth.from_backend);
-// each gets an id, never reused while holdfast runs.
+// without an account of their own and the pool's minimum. Other accounts
+// are holdfast's own (fleet.user, else backend.user under an id of its
+// own: the engine's borrows, whose connections open in the schema of
+// holdfast's tables; kills and replica checks dial it too), configured
+// users' backend_user, and accounts learned when a client logs in with its
+// backend password (auth.from_backend); each gets an id, never reused
+// while holdfast runs.
 
 // account is one backend login. Values are never changed once published:
 // a change replaces the pointer.
@@ -28,11 +34,13 @@ type account struct {
 	limits   pool.KeyLimits
 }
 
-// accountName tells configured accounts from learned ones of the same
-// name (their credentials come from different places).
+// accountName tells configured accounts from learned ones and from
+// holdfast's own of the same name (their credentials come from different
+// places, and holdfast's own connections open in another database).
 type accountName struct {
 	user    string
 	learned bool
+	own     bool
 }
 
 // accounts is the registry of backend accounts.
@@ -42,6 +50,13 @@ type accounts struct {
 	byID map[uint32]*account
 	keys map[variant]bool // pool keys sessions used (see useKey)
 	next uint32
+
+	// own is the id of holdfast's own account, set by New before anything
+	// runs and never changed (fleet.user is read at start-up).
+	own uint32
+	// tables is the schema of holdfast's tables (SetTablesSchema); nil:
+	// backend.database.
+	tables atomic.Pointer[string]
 }
 
 // maxAccounts bounds account ids to what a variant carries.
@@ -121,6 +136,58 @@ func (s *Server) setUsers(cfg config.Config) error {
 	return nil
 }
 
+// setOwnAccount registers holdfast's own account (config.Own): New calls
+// it once.
+func (s *Server) setOwnAccount(cfg config.Config) error {
+	user, password := cfg.Own()
+	id, err := s.accts.put(accountName{user: user, own: true}, &account{user: user, password: password})
+	s.accts.own = id
+	return err
+}
+
+// SetTablesSchema names the schema that holds holdfast's own tables: the
+// engine's borrows (BorrowEngine) get connections whose current database
+// it is, a connection lent before a change included once it is borrowed
+// again. Until it is called, it is backend.database. Safe at any time.
+func (s *Server) SetTablesSchema(schema string) { s.accts.tables.Store(&schema) }
+
+// TablesSchema is the schema SetTablesSchema named, or backend.database.
+func (s *Server) TablesSchema() string {
+	if p := s.accts.tables.Load(); p != nil {
+		return *p
+	}
+	return s.config().Backend.Database
+}
+
+// ownSettings is how holdfast's own connections that need no database
+// (kills, replica checks) reach the backend: as holdfast's own account,
+// with no current database.
+func (s *Server) ownSettings() BackendSettings {
+	bs := s.backendSettings()
+	if acc := s.accts.get(s.accts.own); acc != nil {
+		bs.User, bs.Password = acc.user, acc.password
+	}
+	bs.Database = ""
+	return bs
+}
+
+// noteKillRefused logs a kill the backend refused for want of a
+// privilege: holdfast's own account may not end other accounts'
+// statements.
+func (s *Server) noteKillRefused(err error, thread uint32) {
+	var se *mysqlwire.SQLError
+	if !errors.As(err, &se) || (se.Code != codeKillDenied && se.Code != codeSpecificAccessDenied) {
+		return
+	}
+	user, _ := s.config().Own()
+	s.log.Warn("the backend refused holdfast's KILL QUERY: its account may not end other accounts' statements; grant it CONNECTION ADMIN (MySQL 8: CONNECTION_ADMIN), see holdfast migrate -print-grants",
+		"account", user, "backend_thread", thread, "err", se.Msg)
+}
+
+// codeSpecificAccessDenied is ER_SPECIFIC_ACCESS_DENIED_ERROR: a
+// statement needs a privilege the account lacks.
+const codeSpecificAccessDenied = 1227
+
 // learnAccount registers the backend account of a user who logged in with
 // its backend password (auth.from_backend); hash is SHA1(password).
 func (s *Server) learnAccount(user string, hash []byte) (uint32, error) {
@@ -167,6 +234,9 @@ func (s *Server) dialSettings(v variant) (BackendSettings, error) {
 			return bs, fmt.Errorf("proxy: no backend account %d", id)
 		}
 		bs.User, bs.Password, bs.PasswordHash = acc.user, acc.password, acc.hash
+		if id == s.accts.own {
+			bs.Database = s.TablesSchema()
+		}
 	}
 	return bs, nil
 }

@@ -233,3 +233,102 @@ func TestBackendAccountRefused(t *testing.T) {
 		t.Fatalf("the default account: %q", v)
 	}
 }
+
+// holdfast's own account: the engine's borrows log in as fleet.user (an
+// account id of its own, not the service account's), with the schema
+// SetTablesSchema names as their current database, a pooled connection
+// included once that changes; clients without an account of their own
+// keep backend.user. Without fleet.user the engine's borrows are
+// backend.user's, still under an id of their own and in the tables'
+// schema.
+func TestOwnAccount(t *testing.T) {
+	ctx := context.Background()
+	engineAs := func(t *testing.T, p *testProxy) (user, db string) {
+		t.Helper()
+		ec, err := p.srv.BorrowEngine(ctx, "holdfast:test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ec.Release(false)
+		rows, err := ec.Query(ctx, "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1), COALESCE(DATABASE(), '')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(rows[0][1]) != ec.Database() {
+			t.Fatalf("DATABASE() %s, EngineConn.Database %s", rows[0][1], ec.Database())
+		}
+		return string(rows[0][0]), string(rows[0][1])
+	}
+	clientAs := func(t *testing.T, p *testProxy) string {
+		t.Helper()
+		var u string
+		if err := p.open(t).QueryRow("SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)").Scan(&u); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	t.Run("fleet.user", func(t *testing.T) {
+		var own, tables1, tables2 string
+		p := startProxy(t, func(c *config.Config) {
+			tables1, tables2 = dbtest.NewDatabase(t), dbtest.NewDatabase(t)
+			own = newBackendUser(t, "%", "own-secret", "ALL ON `"+tables1+"`.*", "ALL ON `"+tables2+"`.*")
+			c.Fleet.User, c.Fleet.Password = own, "own-secret"
+		})
+		if p.srv.accts.own == 0 {
+			t.Fatal("holdfast's own account has the service account's id")
+		}
+		if got := p.srv.TablesSchema(); got != p.db {
+			t.Fatalf("TablesSchema before SetTablesSchema: %s, want backend.database %s", got, p.db)
+		}
+		p.srv.SetTablesSchema(tables1)
+		if u, db := engineAs(t, p); u != own || db != tables1 {
+			t.Fatalf("the engine's connection: %s in %s, want %s in %s", u, db, own, tables1)
+		}
+		if u := clientAs(t, p); u != p.user {
+			t.Fatalf("a client without backend_user runs as %s, want backend.user %s", u, p.user)
+		}
+		p.srv.SetTablesSchema(tables2) // the tables moved: the pooled connection follows
+		if u, db := engineAs(t, p); u != own || db != tables2 {
+			t.Fatalf("after SetTablesSchema: the engine's connection: %s in %s, want %s in %s", u, db, own, tables2)
+		}
+		ec, err := p.srv.BorrowEngine(ctx, "holdfast:test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := ec.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		if err := ec.UseDatabase(ctx, tables1); err != nil || ec.Database() != tables1 {
+			t.Fatalf("UseDatabase inside a transaction: %v, database %s", err, ec.Database())
+		}
+		rows, err := ec.Query(ctx, "SELECT DATABASE(), @@in_transaction")
+		if err != nil || string(rows[0][0]) != tables1 || string(rows[0][1]) != "1" {
+			t.Fatalf("after UseDatabase: %q, %v", rows, err)
+		}
+		if _, _, err := ec.Exec(ctx, "ROLLBACK"); err != nil {
+			t.Fatal(err)
+		}
+		ec.Release(false)
+		if _, db := engineAs(t, p); db != tables2 {
+			t.Fatalf("the next borrow is in %s, want the tables' schema %s", db, tables2)
+		}
+	})
+	t.Run("fallback", func(t *testing.T) {
+		var tables string
+		p := startProxy(t, func(c *config.Config) {
+			tables = dbtest.NewDatabase(t)
+			mustExec(t, dbtest.Root(t), "GRANT ALL ON `"+tables+"`.* TO '"+c.Backend.User+"'@'%'")
+		})
+		if p.srv.accts.own == 0 {
+			t.Fatal("without fleet.user, the engine's account shares the service account's id")
+		}
+		p.srv.SetTablesSchema(tables)
+		if u, db := engineAs(t, p); u != p.user || db != tables {
+			t.Fatalf("the engine's connection: %s in %s, want backend.user %s in %s", u, db, p.user, tables)
+		}
+		var cur string
+		if err := p.open(t).QueryRow("SELECT DATABASE()").Scan(&cur); err != nil || cur != p.db {
+			t.Fatalf("a client's database: %q, %v; want backend.database %s", cur, err, p.db)
+		}
+	})
+}

@@ -243,6 +243,7 @@ func (s *session) interrupt() {
 	if err != nil && isIOError(err) {
 		s.srv.log.Warn("KILL QUERY on backend failed", "client", s.id, "backend_thread", bc.threadID, "err", err)
 	}
+	s.srv.noteKillRefused(err, bc.threadID)
 	if p != nil {
 		p.mu.Lock()
 		p.killing--
@@ -279,7 +280,7 @@ func (k *killer) killQuery(srv *Server, be *backend, tid uint32) error {
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		if k.bc == nil {
-			if k.bc, err = dialBackend(ctx, be.settings(srv.backendSettings()), 0); err != nil {
+			if k.bc, err = dialBackend(ctx, be.settings(srv.ownSettings()), 0); err != nil {
 				k.bc = nil
 				// Not sent: nothing can land. A dial failure is no I/O
 				// error on the target's connection.

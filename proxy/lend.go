@@ -35,15 +35,16 @@ type engineRegistry struct {
 }
 
 // BorrowEngine lends a backend connection for holdfast's own work under
-// tag: a lease like any client's, admitted by the tag's on-call controls.
-// Its session is reset to a fresh connection's state (the server's
-// defaults and the configured database), whatever clients did to it.
+// tag: a lease like any client's, admitted by the tag's on-call controls,
+// logged in as holdfast's own account (fleet.user). Its session is reset
+// to a fresh connection's state (the server's defaults), with the schema
+// of holdfast's tables (SetTablesSchema) as its current database.
 func (s *Server) BorrowEngine(ctx context.Context, tag string) (*EngineConn, error) {
 	c := &EngineConn{srv: s}
-	st := leaseState{db: s.config().Backend.Database, vars: s.baseVars(), multiStmts: true}
+	st := leaseState{db: s.TablesSchema(), vars: s.baseVars(), multiStmts: true}
 	// Critical whatever its tag: the engine's borrows are few and short,
 	// and every CALL holdfast.* of every class waits on them.
-	if err := s.takeAs(ctx, &c.lease, s.rec.TagString(tag), tag, classCritical, 0, st, &s.primary); err != nil {
+	if err := s.takeAs(ctx, &c.lease, s.rec.TagString(tag), tag, classCritical, variant(0).withAccount(s.accts.own), st, &s.primary); err != nil {
 		var sf syncFailed
 		if errors.As(err, &sf) {
 			return nil, fmt.Errorf("proxy: prepare a connection for %s: %w", tag, sf.err)
@@ -108,6 +109,32 @@ func (c *EngineConn) run(ctx context.Context, sql string) (*textResult, error) {
 		c.mu.Unlock()
 	}
 	return res, err
+}
+
+// Database is the connection's current database.
+func (c *EngineConn) Database() string { return c.lease.bc.db }
+
+// UseDatabase makes db the connection's current database (COM_INIT_DB;
+// an open transaction stays open): for holdfast's tables, moved to
+// another schema while the connection was lent. A MySQL error comes back
+// with Number() (the connection stays usable); any other error means the
+// connection is broken.
+func (c *EngineConn) UseDatabase(ctx context.Context, db string) error {
+	bc := c.lease.bc
+	d := c.srv.exchangeTimeout()
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	unbound := bc.bound(d)
+	defer unbound()
+	if err := bc.writeCommandString(comInitDB, db); err != nil {
+		return err
+	}
+	if _, err := bc.readOK(); err != nil {
+		return err
+	}
+	bc.db, bc.dbKnown = db, true
+	return nil
 }
 
 // Release returns the connection; broken closes it (after an I/O error or

@@ -458,7 +458,7 @@ func (s *Server) position(bc **backendConn, be *backend, name string) (gtidPos, 
 	ctx, cancel := context.WithTimeout(s.ctx, max(s.routing.interval, time.Second))
 	defer cancel()
 	if *bc == nil {
-		c, err := dialBackend(ctx, be.settings(s.backendSettings()), 0)
+		c, err := dialBackend(ctx, be.settings(s.ownSettings()), 0)
 		if err != nil {
 			return nil, err
 		}

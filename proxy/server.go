@@ -188,6 +188,10 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.userTable.set(cfg)
+	if err := s.setOwnAccount(cfg); err != nil {
+		cancel()
+		return nil, err
+	}
 	v := cfg.ServerVersion
 	if v == "" {
 		v = fallbackVersion
@@ -251,8 +255,9 @@ func limitsFrom(p config.Pool) pool.Limits[variant] {
 func (s *Server) config() *config.Config { return s.cfg.Load() }
 
 // backendSettings is how to reach the backend as the service account
-// (backend.user): the engine's, the pool minimum's and the kills'
-// connections; dialSettings gives other accounts'.
+// (backend.user): the pool minimum's connections and clients' without an
+// account of their own; dialSettings gives other accounts', ownSettings
+// holdfast's own.
 func (s *Server) backendSettings() BackendSettings {
 	b := s.config().Backend
 	return BackendSettings{Address: b.Address, User: b.User, Password: b.Password, Database: b.Database,

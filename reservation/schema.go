@@ -7,7 +7,8 @@ import (
 )
 
 // Table names. The engine writes them without a schema prefix, so they live
-// in the database the backend connection uses by default.
+// in the database the backend connection uses by default: holdfast opens
+// its own connections in the schema that holds them (see location.go).
 const (
 	TableLedger       = "inventory_ledger"
 	TableUnits        = "reservation_units"
@@ -268,16 +269,22 @@ func Migrate(ctx context.Context, conns Conns) (applied []int, err error) {
 	}
 	broken := false
 	defer func() { c.Release(broken) }()
-	if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+TableMigrations+` (
+	// Read first: a schema that is up to date needs no DDL, so an account
+	// without CREATE there (holdfast's own, on tables not moved yet) can
+	// run it.
+	rows, err := c.Query(ctx, `SELECT version FROM `+TableMigrations)
+	if IsMissingTable(err) {
+		if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+TableMigrations+` (
   version INT NOT NULL,
   name VARCHAR(255) NOT NULL,
   applied_at DATETIME(6) NOT NULL,
   PRIMARY KEY (version)
 ) ENGINE=InnoDB`); err != nil {
-		broken = !isDB(err)
-		return nil, fmt.Errorf("reservation: migrate: %w", err)
+			broken = !isDB(err)
+			return nil, fmt.Errorf("reservation: migrate: %w", err)
+		}
+		rows, err = nil, nil
 	}
-	rows, err := c.Query(ctx, `SELECT version FROM `+TableMigrations)
 	if err != nil {
 		broken = !isDB(err)
 		return nil, fmt.Errorf("reservation: migrate: %w", err)

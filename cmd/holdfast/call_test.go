@@ -111,7 +111,7 @@ CALL holdfast.availability(7, 1001);
 // argument gets its error and changes nothing.
 func TestCallFromDriver(t *testing.T) {
 	p := startWithSchema(t)
-	direct := dbtest.Open(t, p.db)
+	direct := dbtest.Open(t, dbtest.TablesDB(p.db))
 	for _, mode := range []string{"prepared", "interpolated"} {
 		t.Run(mode, func(t *testing.T) {
 			dsn := fmt.Sprintf("app:app@tcp(%s)/%s?parseTime=true", p.addr, p.db)
@@ -346,7 +346,7 @@ func TestCallOutcomeUnknownThroughProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	direct := dbtest.Open(t, p.db)
+	direct := dbtest.Open(t, dbtest.TablesDB(p.db))
 	onHand := func() int64 {
 		var n int64
 		if err := direct.QueryRow("SELECT on_hand FROM inventory_ledger WHERE shop_id = 9 AND inventory_item_id = 77").Scan(&n); err != nil {
@@ -415,7 +415,7 @@ func TestCallInterrupted(t *testing.T) {
 	if out, err := p.cli(t, "CALL holdfast.receive(7, 2001, 1, 10);\n"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	direct := dbtest.Open(t, p.db)
+	direct := dbtest.Open(t, dbtest.TablesDB(p.db))
 	db, err := sql.Open("mysql", fmt.Sprintf("app:app@tcp(%s)/%s", p.addr, p.db))
 	if err != nil {
 		t.Fatal(err)

@@ -31,16 +31,15 @@ type engine struct {
 	store   *legacy.Store
 }
 
-func newEngine(cfg config.Config, srv *proxy.Server, duties lifecycle.Duties, log *slog.Logger) (*engine, error) {
+func newEngine(cfg config.Config, srv *proxy.Server, t *tables, duties lifecycle.Duties, log *slog.Logger) (*engine, error) {
 	rc := cfg.Reservation
 	if rc.Refiller.PoolCap == 0 {
 		rc.Refiller.PoolCap = rc.PoolCap
 	}
 	// The engine's transactions are borrows of the proxy's pool like any
-	// other, attributed to their holdfast:* tags.
-	conns := reservation.TextConns(func(ctx context.Context, tag string) (reservation.TextConn, error) {
-		return srv.BorrowEngine(ctx, tag)
-	})
+	// other, attributed to their holdfast:* tags, as holdfast's own
+	// account, in the schema of its tables.
+	conns := engineConns(srv, t, log)
 	ref, err := refiller.New(conns, rc.Refiller, log)
 	if err != nil {
 		return nil, err
@@ -49,9 +48,13 @@ func newEngine(cfg config.Config, srv *proxy.Server, duties lifecycle.Duties, lo
 	e := &engine{ref: ref}
 	var replica reservation.Conns
 	if rc.ReplicaDSN != "" {
-		if e.replica, err = sql.Open("mysql", rc.ReplicaDSN); err != nil {
+		// The DSN's account and server; the database is where the
+		// tables are.
+		dsn, err := mysql.ParseDSN(rc.ReplicaDSN)
+		if err != nil {
 			return nil, fmt.Errorf("reservation.replica_dsn: %w", err)
 		}
+		e.replica = followDB(dsn, t)
 		replica = reservation.SQLConns(e.replica)
 	}
 	e.eng, err = reservation.New(rc.Engine, reservation.Options{Conns: conns, ReplicaConns: replica, Refiller: ref, Logger: log, Duties: duties})
@@ -120,62 +123,15 @@ func (e *engine) close() {
 	}
 }
 
-// backendDB opens database/sql on the configured backend, for holdfast's
-// command-line tools (migrate, resync-redis); adjust, when not nil, changes
-// the driver's configuration first.
-func backendDB(cfg config.Config, adjust func(*mysql.Config)) (*sql.DB, error) {
-	c := mysql.NewConfig()
-	c.Net, c.Addr, c.User, c.Passwd, c.DBName = "tcp", cfg.Backend.Address, cfg.Backend.User, cfg.Backend.Password, cfg.Backend.Database
-	c.Timeout = cfg.Backend.DialTimeout
-	if adjust != nil {
-		adjust(c)
-	}
-	var err error
-	if c.TLS, c.AllowFallbackToPlaintext, err = proxy.BackendTLSConfig(cfg.Backend); err != nil {
-		return nil, err
-	}
-	conn, err := mysql.NewConnector(c) // not a DSN: it carries the TLS configuration
-	if err != nil {
-		return nil, err
-	}
-	return sql.OpenDB(conn), nil
-}
-
-// schemaInstalled reports whether `holdfast migrate` has run on the
-// backend's database. An unreachable backend counts as installed (the
-// engine's own errors will say what is wrong once it is back).
-func schemaInstalled(ctx context.Context, cfg config.Config) bool {
-	db, err := backendDB(cfg, nil)
-	if err != nil {
+// installed reports whether `holdfast migrate` has run where t found
+// holdfast's tables. Tables not found (the backend did not answer) count
+// as installed: the engine's own errors say what is wrong once it is back.
+func installed(ctx context.Context, t *tables) bool {
+	if !t.found.Load() {
 		return true
 	}
-	defer db.Close()
-	var v sql.NullInt64
-	err = db.QueryRowContext(ctx, "SELECT MAX(version) FROM holdfast_schema_migrations").Scan(&v)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1146 {
-		return false
-	}
-	return err != nil || v.Valid
-}
-
-// migrate creates or upgrades the reservation schema.
-func migrate(ctx context.Context, cfg config.Config) error {
-	db, err := backendDB(cfg, nil)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	applied, err := reservation.Migrate(ctx, reservation.SQLConns(db))
-	if err != nil {
-		return err
-	}
-	if len(applied) == 0 {
-		fmt.Printf("reservation schema is up to date (version %d) in %s/%s\n", reservation.SchemaVersion(), cfg.Backend.Address, cfg.Backend.Database)
-	} else {
-		fmt.Printf("applied reservation schema migrations %v in %s/%s\n", applied, cfg.Backend.Address, cfg.Backend.Database)
-	}
-	return nil
+	ok, err := probe(ctx, t.own, t.Schema())
+	return err != nil || ok
 }
 
 // authoritySwitch serves the admin API's /api/authority from the switch.

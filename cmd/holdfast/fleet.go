@@ -9,8 +9,6 @@ import (
 	"net"
 	"os"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
@@ -21,16 +19,21 @@ import (
 // front of the backend (package fleet), on a database/sql pool of its own,
 // and applies the fleet's controls to srv. It returns nil when
 // fleet.disabled.
-func startFleet(ctx context.Context, cfg config.Config, srv *proxy.Server, duties []string, log *slog.Logger) (*fleet.Fleet, func(), error) {
+func startFleet(ctx context.Context, cfg config.Config, srv *proxy.Server, t *tables, duties []string, log *slog.Logger) (*fleet.Fleet, func(), error) {
 	if cfg.Fleet.Disabled {
 		return nil, func() {}, nil
 	}
-	// DATETIMEs are read as UTC: they are compared only with the
-	// database's own NOW(6), never with this host's clock.
-	db, err := backendDB(cfg, func(c *mysql.Config) { c.ParseTime = true })
+	// As holdfast's own account, in the schema of its tables, following
+	// them when they move.
+	user, password := cfg.Own()
+	dc, err := driverConfig(cfg, user, password, "")
 	if err != nil {
 		return nil, nil, fmt.Errorf("fleet: %w", err)
 	}
+	// DATETIMEs are read as UTC: they are compared only with the
+	// database's own NOW(6), never with this host's clock.
+	dc.ParseTime = true
+	db := followDB(dc, t)
 	db.SetMaxOpenConns(fleet.MaxConns)
 	db.SetMaxIdleConns(fleet.MaxConns)
 	self := fleet.Member{ID: instanceID(), Address: advertised(cfg.Listen), Version: buildVersion(), PoolMax: cfg.Pool.Max}
@@ -43,6 +46,19 @@ func startFleet(ctx context.Context, cfg config.Config, srv *proxy.Server, dutie
 	}
 	log.Info("fleet: joined", "instance", self.ID, "poll_interval", cfg.Fleet.PollInterval, "ttl", cfg.Fleet.TTL)
 	return f, func() { _ = f.Close(); db.Close() }, nil
+}
+
+// fleetView is the fleet as the admin API shows it: its status says where
+// holdfast's tables are.
+type fleetView struct {
+	*fleet.Fleet
+	t *tables
+}
+
+func (v fleetView) Status() fleet.Status {
+	st := v.Fleet.Status()
+	st.Tables, st.TablesLegacy = v.t.Schema(), v.t.Legacy()
+	return st
 }
 
 // fleetDuties are the fleet duties this instance's configuration runs

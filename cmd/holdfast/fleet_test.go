@@ -401,7 +401,8 @@ func TestCallHonoursCallerTag(t *testing.T) {
 	}
 	reserved := func(key string) bool {
 		var n int
-		if err := db.QueryRow("SELECT COUNT(*) FROM reservations WHERE idempotency_key = ?", key).Scan(&n); err != nil {
+		// holdfast's tables are in fleet.database, not the client's.
+		if err := db.QueryRow("SELECT COUNT(*) FROM `"+dbtest.TablesDB(m.db)+"`.reservations WHERE idempotency_key = ?", key).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n > 0

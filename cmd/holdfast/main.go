@@ -2,7 +2,8 @@
 // pools backend connections and attributes their hold time by tag.
 //
 //	holdfast [serve] [-config FILE]                   run the sidecar
-//	holdfast migrate [-config FILE]                   create or upgrade the reservation schema
+//	holdfast migrate [-config FILE] [-move-tables] [-user NAME]  create or upgrade holdfast's schema
+//	holdfast migrate [-config FILE] -print-grants [-dialect mysql]  print the grants that keep applications off it
 //	holdfast check-config [-config FILE] [-print-listen | -print-admin-listen]  validate a configuration
 //	holdfast check-backend [-config FILE] [-print-address]  connect to the backend once
 //	holdfast resync-redis [-config FILE] [-shops 1,2] [-dry-run] [-force]  rewrite the Redis counters from the ledger
@@ -52,6 +53,7 @@ func run(args []string) error {
 	printAdmin := fs.Bool("print-admin-listen", false, "check-config: print only admin.listen (empty: none)")
 	printAddr := fs.Bool("print-address", false, "check-backend: print the configured backend address and exit")
 	resync := resyncFlags(fs)
+	mig := migrateFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -65,7 +67,7 @@ func run(args []string) error {
 	case "migrate":
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		return migrate(ctx, cfg)
+		return migrate(ctx, cfg, mig, os.Stdout)
 	case "check-config":
 		switch {
 		case *printListen:
@@ -136,19 +138,24 @@ func serve(path string, cfg config.Config) error {
 	// this instance holds.
 	fctx, fcancel := context.WithCancel(context.Background())
 	defer fcancel()
-	fl, stopFleet, err := startFleet(fctx, cfg, srv, fleetDuties(cfg), log)
+	tbl, err := startTables(fctx, cfg, srv, reg, log)
+	if err != nil {
+		return err
+	}
+	defer tbl.close()
+	fl, stopFleet, err := startFleet(fctx, cfg, srv, tbl, fleetDuties(cfg), log)
 	if err != nil {
 		return err
 	}
 	defer stopFleet()
 	var adminFleet admin.Fleet
 	if fl != nil {
-		adminFleet = fl
+		adminFleet = fleetView{fl, tbl}
 		reg.MustRegister(fleet.NewCollector(fl))
 	}
 	var eng, started *engine // started: the engine's background work runs
 	if cfg.Reservation.Enabled {
-		eng, err = newEngine(cfg, srv, dutiesOf(fl), log)
+		eng, err = newEngine(cfg, srv, tbl, dutiesOf(fl), log)
 		if err != nil {
 			return err
 		}
@@ -156,7 +163,7 @@ func serve(path string, cfg config.Config) error {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		cctx, ccancel := context.WithTimeout(ctx, cfg.Backend.DialTimeout)
-		installed := schemaInstalled(cctx, cfg)
+		installed := installed(cctx, tbl)
 		ccancel()
 		if installed {
 			if err := eng.start(ctx); err != nil {
@@ -165,7 +172,7 @@ func serve(path string, cfg config.Config) error {
 			started = eng
 		} else {
 			log.Warn("the reservation schema is not installed: run `holdfast migrate`; CALL holdfast.* fails and the refiller, sweeper and reconciler stay off until holdfast restarts after it",
-				"database", cfg.Backend.Database)
+				"database", tbl.Schema())
 		}
 	}
 	errc := make(chan error, 2)

@@ -216,7 +216,7 @@ func TestMigrationThroughHoldfast(t *testing.T) {
 	// engine's availability.
 	all := append(shadow, flipped...)
 	time.Sleep(time.Until(start.Add(time.Duration(ttl)*time.Second)) + time.Since(start)/4)
-	direct := dbtest.Open(t, p.db)
+	direct := dbtest.Open(t, dbtest.TablesDB(p.db))
 	dbtest.Eventually(t, "every reservation expired and swept", func() bool {
 		var n int
 		_ = direct.QueryRow("SELECT COUNT(*) FROM reserved_quantities").Scan(&n)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -54,7 +55,19 @@ func resyncRedis(ctx context.Context, cfg config.Config, o resyncOpts, out io.Wr
 		}
 		shops = append(shops, n)
 	}
-	db, err := backendDB(cfg, func(c *mysql.Config) {
+	// As holdfast's own account, where its tables are.
+	user, password := cfg.Own()
+	t, err := newTables(cfg, user, password, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	loc, err := t.locate(ctx)
+	if err != nil {
+		return fmt.Errorf("resync-redis: as %s: %w", user, err)
+	}
+	schema := loc.schema
+	db, err := dbAs(cfg, user, password, schema, func(c *mysql.Config) {
 		c.MultiStatements = true // a pool's lock and reads go in one round trip
 	})
 	if err != nil {

@@ -382,7 +382,7 @@ func (b *reserveRunner) setup(ctx context.Context) error {
 	if err := hc.proc().Write(migrateCfg, yamlHeader); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	out, err := holdfastproc.New(holdfastproc.Options{Bin: b.bin, Config: migrateCfg, Unset: []string{"GOMAXPROCS"}}).Migrate(ctx)
+	out, err := holdfastproc.New(holdfastproc.Options{Bin: b.bin, Config: migrateCfg, Unset: []string{"GOMAXPROCS"}, Env: hc.TablesEnv()}).Migrate(ctx)
 	b.printf("migrate: %s migrate -config %s: %s\n", b.bin, migrateCfg, strings.TrimSpace(out))
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)

@@ -32,6 +32,7 @@ type client struct {
 	// readOwn: read each reservation back after its reserve (the replica
 	// scenario); what those reads found wrong.
 	ryw        bool
+	tables     string // the schema of holdfast's tables, which readOwn reads through holdfast
 	ownReads   int
 	violations []Violation
 }

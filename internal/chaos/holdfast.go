@@ -59,9 +59,16 @@ reservation:
 		Users:  []holdfastproc.User{{Name: clientUser, Password: clientUser, AuthPlugin: "mysql_native_password"}},
 		Backend: holdfastproc.Backend{Address: c.Backend, User: backendUser, Password: backendUser,
 			Database: c.Database, Instances: c.Instances, Replicas: replicas},
-		YAML: more,
+		Fleet: holdfastproc.Fleet{Database: c.tables()},
+		YAML:  more,
 	}
 }
+
+// tables is the schema of holdfast's tables (fleet.database).
+func (c holdfastConfig) tables() string { return tablesDB(c.Database) }
+
+// tablesDB is the schema of holdfast's tables beside database db.
+func tablesDB(db string) string { return db + "_hf" }
 
 // holdfast is one holdfast instance: a child process that the harness
 // may kill and restart on the same addresses. Its output from every

@@ -78,10 +78,10 @@ func killReplica(ctx context.Context, r, primary *dbtest.Private, every time.Dur
 // readStock reads the shop's stock through db under the catalog tag until
 // ctx is done: every read must be answered, and the sum must lie between 0
 // and what was stocked.
-func readStock(ctx context.Context, db *sql.DB, stocked int64, reads *int64, mu *sync.Mutex, out *[]Violation) {
+func readStock(ctx context.Context, db *sql.DB, tables string, stocked int64, reads *int64, mu *sync.Mutex, out *[]Violation) {
 	for ctx.Err() == nil {
 		var sum sql.NullInt64
-		err := db.QueryRowContext(context.Background(), "/* conn_tag:catalog */ SELECT SUM(on_hand) FROM inventory_ledger WHERE shop_id = ?", shopID).Scan(&sum)
+		err := db.QueryRowContext(context.Background(), "/* conn_tag:catalog */ SELECT SUM(on_hand) FROM "+tables+".inventory_ledger WHERE shop_id = ?", shopID).Scan(&sum)
 		mu.Lock()
 		*reads++
 		switch {
@@ -103,7 +103,7 @@ func (c *client) readOwn(key string) {
 		return
 	}
 	var n int
-	err := c.conn.QueryRowContext(context.Background(), "/* conn_tag:catalog */ SELECT COUNT(*) FROM reservations WHERE shop_id = ? AND idempotency_key = ?", shopID, key).Scan(&n)
+	err := c.conn.QueryRowContext(context.Background(), "/* conn_tag:catalog */ SELECT COUNT(*) FROM "+c.tables+".reservations WHERE shop_id = ? AND idempotency_key = ?", shopID, key).Scan(&n)
 	c.ownReads++
 	switch {
 	case err != nil:

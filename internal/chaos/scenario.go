@@ -27,7 +27,7 @@ type scenario struct {
 	root     *sql.DB         // the private server, as root
 	rng      *rand.Rand
 
-	db  *sql.DB // the scenario's database, as root
+	db  *sql.DB // the scenario's holdfast tables (tablesDB), as root
 	hs  []*holdfast
 	dbs [][2]*sql.DB // per instance, client pools: interpolated, prepared
 	res *Result
@@ -72,15 +72,20 @@ func (s *scenario) setup(ctx context.Context) error {
 		}
 		replica = s.replica.Addr
 	}
+	// holdfast's own work runs as backendUser too (no fleet.user), so
+	// that the backend kills reach the engine's connections: it needs its
+	// tables' schema.
 	for _, q := range []string{
 		"CREATE DATABASE " + name,
+		"CREATE DATABASE " + tablesDB(name),
 		fmt.Sprintf("GRANT ALL ON %s.* TO '%s'@'%%'", name, backendUser),
+		fmt.Sprintf("GRANT ALL ON %s.* TO '%s'@'%%'", tablesDB(name), backendUser),
 	} {
 		if _, err := s.root.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("chaos: %s: %w", q, err)
 		}
 	}
-	s.db = s.srv.Open(name)
+	s.db = s.srv.Open(tablesDB(name))
 	instances := 1
 	if s.sc == Instances || s.sc == Controls {
 		instances = s.o.Instances
@@ -176,7 +181,7 @@ func (s *scenario) traffic(ctx context.Context) {
 		}
 		for i := range max(2, o.Clients/8) {
 			bg.Go(func() {
-				readStock(faultCtx, s.dbs[i%len(s.dbs)][0], stocked, &s.stockReads, &s.readMu, &s.readViolations)
+				readStock(faultCtx, s.dbs[i%len(s.dbs)][0], s.hs[0].cfg.tables(), stocked, &s.stockReads, &s.readMu, &s.readViolations)
 			})
 		}
 	case Controls:
@@ -198,6 +203,7 @@ func (s *scenario) traffic(ctx context.Context) {
 			c.tag = tagOf(i)
 		}
 		c.ryw = s.sc == Replica
+		c.tables = s.hs[0].cfg.tables()
 		clients[i] = c
 		cwg.Go(func() { c.run(trafficCtx) })
 	}

@@ -336,6 +336,10 @@ type FleetStatus struct {
 		LastRead time.Time `json:"last_read"`
 		Members  []Member  `json:"members"`
 		Duties   []string  `json:"duties"`
+		// Where holdfast's tables are, and whether that is still
+		// backend.database (not moved to fleet.database).
+		Tables       string `json:"tables_schema"`
+		TablesLegacy bool   `json:"tables_legacy"`
 	} `json:"status"`
 }
 

@@ -462,6 +462,12 @@ func (c *CLI) Fleet(ctx context.Context) error {
 		return err
 	}
 	st := fs.Status
+	if st.TablesLegacy {
+		if _, err := fmt.Fprintf(w, "holdfast's tables are in backend.database (%s), where the application's grants reach them: move them with holdfast migrate -move-tables\n",
+			clean(st.Tables)); err != nil {
+			return err
+		}
+	}
 	return readState(w, st.NoSchema, st.Stale, st.Known, st.LastRead, st.Error)
 }
 

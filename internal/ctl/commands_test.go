@@ -260,3 +260,27 @@ func TestTableWidth(t *testing.T) {
 		t.Errorf("got\n%s", b.String())
 	}
 }
+
+// holdfastctl fleet says when holdfast's tables are still in
+// backend.database.
+func TestFleetLegacyTables(t *testing.T) {
+	f := newFakeAdmin(t)
+	const member = `{"instance_id":"a","address":"h:6033","version":"v1","pool_max":16,"started_at":"2026-01-02T03:04:05Z"}`
+	for _, tc := range []struct {
+		status string
+		legacy bool
+	}{
+		{`"tables_schema":"shop","tables_legacy":true`, true},
+		{`"tables_schema":"holdfast"`, false},
+	} {
+		f.answer("GET /api/fleet", 200, `{"fleet":true,"status":{"instance_id":"a","known":true,"members":[`+member+`],`+tc.status+`}}`)
+		var out strings.Builder
+		if err := (&CLI{Client: f.client(t, ""), Out: &out}).Fleet(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		said := strings.Contains(out.String(), "holdfast's tables are in backend.database (shop)") && strings.Contains(out.String(), "-move-tables")
+		if said != tc.legacy {
+			t.Errorf("%s: %q", tc.status, out.String())
+		}
+	}
+}

@@ -121,6 +121,28 @@ func Open(t testing.TB, name string, params ...string) *sql.DB {
 	return db
 }
 
+// OpenAs returns a pool to database name (may be "") on the test server
+// as user with password, closed at cleanup.
+func OpenAs(t testing.TB, user, password, name string, params ...string) *sql.DB {
+	t.Helper()
+	c := Config(t)
+	c.User, c.Passwd, c.DBName = user, password, name
+	dsn := c.FormatDSN()
+	if len(params) > 0 {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		dsn += sep + strings.Join(params, "&")
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
 // NewUser creates a backend account with all privileges on database name
 // (so a test can count its connections in the process list) and drops it
 // at cleanup. It returns the user name; the password is the same.

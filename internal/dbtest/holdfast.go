@@ -2,6 +2,8 @@ package dbtest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -12,7 +14,10 @@ import (
 
 // HoldfastConfig is c as a test runs cmd/holdfast with it: where c leaves
 // them empty, the backend is the test server (Config) and its account the
-// test's, and the pool, when c.YAML has none, is min 0, max 4, max_idle 4.
+// test's, holdfast's tables are in TablesDB(c.Backend.Database) (dropped
+// at cleanup; never the shared default `holdfast`, which would join the
+// tests of every package into one fleet), and the pool, when c.YAML has
+// none, is min 0, max 4, max_idle 4.
 func HoldfastConfig(t testing.TB, c holdfastproc.Config) holdfastproc.Config {
 	t.Helper()
 	dsn := Config(t)
@@ -22,6 +27,9 @@ func HoldfastConfig(t testing.TB, c holdfastproc.Config) holdfastproc.Config {
 	if c.Backend.User == "" {
 		c.Backend.User, c.Backend.Password = dsn.User, dsn.Passwd
 	}
+	if c.Fleet.Database == "" {
+		c.Fleet.Database = NewTablesDB(t, c.Backend.Database)
+	}
 	var more map[string]any
 	if err := yaml.Unmarshal([]byte(c.YAML), &more); err != nil {
 		t.Fatalf("dbtest: holdfast configuration: %v\n%s", err, c.YAML)
@@ -30,6 +38,28 @@ func HoldfastConfig(t testing.TB, c holdfastproc.Config) holdfastproc.Config {
 		c.Set = append([]string{"pool.min=0", "pool.max=4", "pool.max_idle=4"}, c.Set...)
 	}
 	return c
+}
+
+// TablesDB is the schema of holdfast's tables (fleet.database) that
+// HoldfastConfig gives a holdfast whose backend.database is db.
+func TablesDB(db string) string { return db + "_hf" }
+
+// NewTablesDB is TablesDB(db) (a fresh name when db is ""), not created
+// (`holdfast migrate` creates it) but dropped at cleanup.
+func NewTablesDB(t testing.TB, db string) string {
+	t.Helper()
+	name := TablesDB(db)
+	if db == "" {
+		var rb [4]byte
+		_, _ = rand.Read(rb[:])
+		name = "hf_tables_" + hex.EncodeToString(rb[:])
+	}
+	t.Cleanup(func() {
+		if _, err := Root(t).Exec("DROP DATABASE IF EXISTS `" + name + "`"); err != nil {
+			t.Logf("dbtest: drop database %s: %v", name, err)
+		}
+	})
+	return name
 }
 
 // WriteHoldfastConfig writes HoldfastConfig(t, c) to path.

@@ -43,8 +43,9 @@
 // the database `test` named on a mariadb command line, and 127.0.0.1:6379
 // (reservation.redis.address in a yaml block). config.yaml itself is used
 // unchanged; holdfast's documented environment variables (HOLDFAST_LISTEN,
-// HOLDFAST_ADMIN_LISTEN, HOLDFAST_BACKEND_*) and holdfastctl's
-// HOLDFAST_ADMIN_ADDR point it at the private listeners and database.
+// HOLDFAST_ADMIN_LISTEN, HOLDFAST_BACKEND_*, HOLDFAST_FLEET_DATABASE) and
+// holdfastctl's HOLDFAST_ADMIN_ADDR point it at the private listeners and
+// databases.
 //
 // Run it alone with `go test -race -count=1 ./internal/docstest` (MariaDB
 // as internal/dbtest finds it; `make test` starts one when missing).

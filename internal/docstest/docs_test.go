@@ -215,6 +215,7 @@ func startHoldfast(t *testing.T, bin string, blocks []*Block) *fixture {
 		"HOLDFAST_BACKEND_USER=" + c.User,
 		"HOLDFAST_BACKEND_PASSWORD=" + c.Passwd,
 		"HOLDFAST_BACKEND_DATABASE=" + fx.rw.Database,
+		"HOLDFAST_FLEET_DATABASE=" + dbtest.NewTablesDB(t, fx.rw.Database),
 	}
 	fx.env = append(fx.env, more...)
 	p := holdfastproc.New(holdfastproc.Options{Bin: "bin/holdfast", Config: "config.yaml", Dir: fx.dir, Env: more,

@@ -50,6 +50,7 @@ func TestMakeRun(t *testing.T) {
 		"HOLDFAST_BACKEND_USER="+c.User,
 		"HOLDFAST_BACKEND_PASSWORD="+c.Passwd,
 		"HOLDFAST_BACKEND_DATABASE="+db,
+		"HOLDFAST_FLEET_DATABASE="+dbtest.NewTablesDB(t, db),
 	)
 	out := &dbtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out

@@ -19,6 +19,7 @@ type Config struct {
 	// admin listener.
 	Admin   string
 	Backend Backend
+	Fleet   Fleet
 	// YAML is more configuration, merged over the fields above: a mapping
 	// merges key by key into the mapping it meets, anything else replaces
 	// what it meets. "" adds nothing.
@@ -44,6 +45,13 @@ type Backend struct {
 	Database       string
 	Instances      int      // instances: how many holdfast processes share the backend
 	Replicas       []string // replicas' host:port
+}
+
+// Fleet is the fleet section's schema of holdfast's tables and holdfast's
+// own account. A zero field is left out (holdfast's default).
+type Fleet struct {
+	Database       string // fleet.database
+	User, Password string // fleet.user, fleet.password
 }
 
 // ParseSetting splits "pool.max=8" into its path, dotted as in
@@ -94,6 +102,15 @@ func (c Config) Render() ([]byte, error) {
 		"users":   users,
 		"backend": backend,
 		"admin":   mapping{"listen": c.Admin},
+	}
+	fleet := mapping{}
+	for k, v := range map[string]string{"database": c.Fleet.Database, "user": c.Fleet.User, "password": c.Fleet.Password} {
+		if v != "" {
+			fleet[k] = v
+		}
+	}
+	if len(fleet) > 0 {
+		root["fleet"] = fleet
 	}
 	if strings.TrimSpace(c.YAML) != "" {
 		var more mapping

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/holdfast-db/holdfast/config"
 )
@@ -18,8 +19,9 @@ func TestConfigRender(t *testing.T) {
 		Users:  []User{{Name: "app", Password: "app", AuthPlugin: "mysql_native_password", DefaultTag: "web"}},
 		Backend: Backend{Address: "127.0.0.1:3306", User: "hf", Password: "p: w", Database: "shop",
 			Instances: 3, Replicas: []string{"127.0.0.1:3307"}},
-		YAML: "admin:\n  token: t0ken\npool:\n  max: 24\n  max_idle: 8\nlog:\n  level: warn\n",
-		Set:  []string{"pool.max=30", "max_procs=2"},
+		Fleet: Fleet{Database: "shop_hf", User: "own", Password: "o: pw"},
+		YAML:  "admin:\n  token: t0ken\npool:\n  max: 24\n  max_idle: 8\nlog:\n  level: warn\nfleet:\n  ttl: 9s\n",
+		Set:   []string{"pool.max=30", "max_procs=2"},
 	}
 	b, err := c.Render()
 	if err != nil {
@@ -32,7 +34,8 @@ func TestConfigRender(t *testing.T) {
 	if got.Listen != c.Listen || got.Admin.Listen != c.Admin || got.Admin.Token != "t0ken" ||
 		got.Backend.Address != "127.0.0.1:3306" || got.Backend.Password != "p: w" || got.Backend.Database != "shop" ||
 		got.Backend.Instances != 3 || len(got.Backend.Replicas) != 1 || got.Backend.Replicas[0].Address != "127.0.0.1:3307" ||
-		got.Pool.Max != 30 || got.Pool.MaxIdle != 8 || got.MaxProcs != 2 || got.Log.Level != "warn" {
+		got.Pool.Max != 30 || got.Pool.MaxIdle != 8 || got.MaxProcs != 2 || got.Log.Level != "warn" ||
+		got.Fleet.Database != "shop_hf" || got.Fleet.User != "own" || got.Fleet.Password != "o: pw" || got.Fleet.TTL != 9*time.Second {
 		t.Fatalf("parsed back:\n%+v\nfrom\n%s", got, b)
 	}
 	if len(got.Users) != 1 || got.Users[0].Name != "app" || got.Users[0].DefaultTag != "web" {
