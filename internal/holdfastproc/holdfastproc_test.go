@@ -35,6 +35,10 @@ func TestConfigRender(t *testing.T) {
 		got.Pool.Max != 30 || got.Pool.MaxIdle != 8 || got.MaxProcs != 2 || got.Log.Level != "warn" {
 		t.Fatalf("parsed back:\n%+v\nfrom\n%s", got, b)
 	}
+	if cs := got.Admin.AllCredentials(); len(cs) != 2 || cs[0] != (config.AdminCredential{Name: AdminCredential, Scope: "write", Token: AdminToken}) ||
+		got.Admin.LocalTokenPath != "" {
+		t.Fatalf("admin credentials %+v, local token %q\n%s", cs, got.Admin.LocalTokenPath, b)
+	}
 	if len(got.Users) != 1 || got.Users[0].Name != "app" || got.Users[0].DefaultTag != "web" {
 		t.Fatalf("users %+v\n%s", got.Users, b)
 	}
