@@ -103,7 +103,11 @@ type Admin struct {
 	failed chan error      // a listener's Serve failed (not by Close or Reload): Serve returns it
 	closed chan struct{}   // closed by Close
 
-	mu sync.Mutex // guards following; held by Reload across a rebind
+	// reloading serializes Reload with itself and with the start of
+	// Serve, across the binding of a listener; no request takes it.
+	reloading sync.Mutex
+
+	mu sync.Mutex // guards following
 	hs *http.Server
 	ln *servedListener // the listener serving now; nil before Serve
 }
@@ -158,10 +162,13 @@ func (a *Admin) Reload(ac Access) error {
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.reloading.Lock()
+	defer a.reloading.Unlock()
 	cur := a.access.Load()
-	if ac.Listen == cur.Listen || a.ln == nil || a.isClosed() {
+	a.mu.Lock()
+	hs, serving := a.hs, a.ln != nil && !a.isClosed()
+	a.mu.Unlock()
+	if ac.Listen == cur.Listen || !serving {
 		a.access.Store(next)
 		return nil
 	}
@@ -169,10 +176,14 @@ func (a *Admin) Reload(ac Access) error {
 	if err != nil {
 		return fmt.Errorf("admin: admin.listen %s: %w (still serving on %s)", ac.Listen, err, cur.Listen)
 	}
+	sl := &servedListener{Listener: ln}
+	a.mu.Lock()
 	old := a.ln
-	a.ln = &servedListener{Listener: ln}
+	a.ln = sl
 	a.access.Store(next)
-	go a.serveOn(a.hs, a.ln)
+	a.mu.Unlock()
+	// After a Close, hs.Serve returns at once and closes sl.
+	go a.serveOn(hs, sl)
 	old.retired.Store(true)
 	_ = old.Close()
 	a.o.Log.Info("admin: listening on a new address", "addr", ac.Listen, "was", cur.Listen)
@@ -244,13 +255,21 @@ func (a *Admin) routes() http.Handler {
 	return mux
 }
 
-// ListenAndServe listens on Options.Listen and serves until Close.
+// ListenAndServe listens on the Access's Listen and serves until Close
+// (see Serve).
 func (a *Admin) ListenAndServe() error {
+	a.reloading.Lock()
 	ln, err := net.Listen("tcp", a.Listen())
+	if err != nil {
+		a.reloading.Unlock()
+		return err
+	}
+	err = a.start(ln)
+	a.reloading.Unlock()
 	if err != nil {
 		return err
 	}
-	return a.Serve(ln)
+	return a.wait()
 }
 
 // Serve serves on ln, and on the listeners Reload puts in its place, and
@@ -258,6 +277,18 @@ func (a *Admin) ListenAndServe() error {
 // after Close, or the error of a listener that failed. It closes ln.
 // Connections are TLS while Access.TLS is set.
 func (a *Admin) Serve(ln net.Listener) error {
+	a.reloading.Lock()
+	err := a.start(ln)
+	a.reloading.Unlock()
+	if err != nil {
+		return err
+	}
+	return a.wait()
+}
+
+// start puts ln in service and starts the sampler. The caller holds
+// reloading.
+func (a *Admin) start(ln net.Listener) error {
 	// WriteTimeout bounds every answer; a CPU profile or trace may ask for
 	// up to a minute and a half (?seconds=90).
 	hs := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
@@ -275,6 +306,11 @@ func (a *Admin) Serve(ln net.Listener) error {
 		return errors.New("admin: Serve after Close, or twice")
 	}
 	go a.serveOn(hs, sl)
+	return nil
+}
+
+// wait returns when Close is called (nil) or a listener fails.
+func (a *Admin) wait() error {
 	select {
 	case err := <-a.failed:
 		return err

@@ -67,10 +67,9 @@ type Credential struct {
 // Access is who may reach the listener and how: what Options sets at New
 // and Reload replaces whole.
 type Access struct {
-	// Listen is admin.listen: where ListenAndServe listens. A request
-	// without a credential must name it, an IP address or localhost in
-	// its Host (see guard). "" counts as loopback (a Handler served by a
-	// test).
+	// Listen is admin.listen: where ListenAndServe listens. Whether it is
+	// a loopback address decides whether reads need a credential (see
+	// guard). "" counts as loopback (a Handler served by a test).
 	Listen string
 	// Credentials are the tokens accepted. None: every write is refused,
 	// and every read too off loopback.

@@ -91,8 +91,7 @@ func nearConfig(configPath, path string) (string, error) {
 // reloadAdmin applies the admin section of a reloaded configuration, whole
 // or not at all; it returns the local token in force after it.
 func reloadAdmin(adm *admin.Admin, configPath string, next config.Admin, last localToken, log *slog.Logger) localToken {
-	switch {
-	case next.Listen == "":
+	if next.Listen == "" {
 		log.Error("reload: admin.listen was emptied; the admin listener stays on until a restart", "admin.listen", adm.Listen())
 		return last
 	}
