@@ -2,11 +2,14 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,18 +49,14 @@ type Server interface {
 	RouteOf(tag string) string
 }
 
-// Options configures an Admin. The zero value serves the API with no
-// token, no profiles and no /metrics.
+// Options configures an Admin. The zero value serves the API on a
+// loopback listener with no credential (reads only), no profiles and no
+// /metrics.
 type Options struct {
-	// Listen is admin.listen: where ListenAndServe listens. Its host is
-	// one the Host check accepts (besides IP addresses and localhost).
-	Listen string
-	// Token, when not empty, must come with every request as
-	// "Authorization: Bearer <token>", except for the status page's shell
-	// (the page itself asks for the token and sends it).
-	Token string
-	// Pprof serves Go's profiles under /debug/pprof/ (behind the token like
-	// the API); false serves none.
+	// Access is who may reach the listener and how; Reload replaces it.
+	Access
+	// Pprof serves Go's profiles under /debug/pprof/ (reads, guarded like
+	// the API's); false serves none.
 	Pprof bool
 	// Gatherer is served at /metrics, and the status page reads the
 	// reservation engine's health (holdfast_reservation_*) from it. nil
@@ -94,18 +93,35 @@ type Fleet interface {
 type Admin struct {
 	srv     Server
 	o       Options
-	token   atomic.Pointer[string]
+	access  atomic.Pointer[access] // replaced whole by Reload
 	handler http.Handler
 	hist    history
 	limits  limitReasons
 	refusal refusalLog
 
-	hs    atomic.Pointer[http.Server] // set once, by Serve
-	loops lifecycle.Loops             // the sampler, from Serve to Close
+	loops  lifecycle.Loops // the sampler, from Serve to Close
+	failed chan error      // a listener's Serve failed (not by Close or Reload): Serve returns it
+	closed chan struct{}   // closed by Close
+
+	// reloading serializes Reload with itself and with the start of
+	// Serve, across the binding of a listener; no request takes it.
+	reloading sync.Mutex
+
+	mu sync.Mutex // guards following
+	hs *http.Server
+	ln *servedListener // the listener serving now; nil before Serve
+}
+
+// servedListener is one listener Serve or Reload put in service.
+type servedListener struct {
+	net.Listener
+	retired atomic.Bool // closed by Reload: its Serve's end is no failure
 }
 
 // New returns the admin listener for srv. It starts nothing: Handler serves
-// requests as they come, Serve also samples for the status page.
+// requests as they come, Serve also samples for the status page. A
+// credential that makes no sense (no name, no token: config.Validate
+// refuses them first) is logged and left out.
 func New(srv Server, o Options) *Admin {
 	if o.SampleEvery <= 0 {
 		o.SampleEvery = 5 * time.Second
@@ -119,16 +135,69 @@ func New(srv Server, o Options) *Admin {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &Admin{srv: srv, o: o}
-	a.SetToken(o.Token)
+	ac, err := newAccess(o.Access)
+	if err != nil {
+		o.Log.Error("admin: credentials left out", "err", err)
+	}
+	a := &Admin{srv: srv, o: o, failed: make(chan error, 1), closed: make(chan struct{})}
+	a.access.Store(ac)
 	a.hist.max = o.History
 	a.handler = a.routes()
 	return a
 }
 
-// SetToken replaces the bearer token (on a configuration reload); "" drops
-// the requirement.
-func (a *Admin) SetToken(token string) { a.token.Store(&token) }
+// Listen is the address the listener serves on now (admin.listen, as the
+// last Reload that succeeded set it).
+func (a *Admin) Listen() string { return a.access.Load().Listen }
+
+// Reload replaces who may reach the listener and how: the credentials,
+// the TLS configuration and the address. A new address is bound first;
+// only when that succeeded is the new Access put in force and the old
+// listener closed (requests in progress on it finish). When it fails,
+// nothing changes: the old listener, credentials and certificate stay in
+// force, and the error says why. Reload may be called from any goroutine;
+// before Serve, or after Close, it binds nothing.
+func (a *Admin) Reload(ac Access) error {
+	next, err := newAccess(ac)
+	if err != nil {
+		return err
+	}
+	a.reloading.Lock()
+	defer a.reloading.Unlock()
+	cur := a.access.Load()
+	a.mu.Lock()
+	hs, serving := a.hs, a.ln != nil && !a.isClosed()
+	a.mu.Unlock()
+	if ac.Listen == cur.Listen || !serving {
+		a.access.Store(next)
+		return nil
+	}
+	ln, err := net.Listen("tcp", ac.Listen)
+	if err != nil {
+		return fmt.Errorf("admin: admin.listen %s: %w (still serving on %s)", ac.Listen, err, cur.Listen)
+	}
+	sl := &servedListener{Listener: ln}
+	a.mu.Lock()
+	old := a.ln
+	a.ln = sl
+	a.access.Store(next)
+	a.mu.Unlock()
+	// After a Close, hs.Serve returns at once and closes sl.
+	go a.serveOn(hs, sl)
+	old.retired.Store(true)
+	_ = old.Close()
+	a.o.Log.Info("admin: listening on a new address", "addr", ac.Listen, "was", cur.Listen)
+	return nil
+}
+
+func (a *Admin) isClosed() bool {
+	select {
+	case <-a.closed:
+		return true
+	default:
+		return false
+	}
+}
 
 // Handler serves every route (see README.md, "Admin API").
 func (a *Admin) Handler() http.Handler { return a.handler }
@@ -179,38 +248,107 @@ func (a *Admin) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", a.guard(api))
 	// The status page's shell is static and public: a browser navigating to
-	// it cannot send a bearer token. Its data requests carry one.
+	// it cannot send a bearer token. Its requests carry one when the person
+	// gave it.
 	mux.HandleFunc("GET /{$}", servePage)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.HandlerFunc(serveStatic)))
 	return mux
 }
 
-// ListenAndServe listens on Options.Listen and serves until Close.
+// ListenAndServe listens on the Access's Listen and serves until Close
+// (see Serve).
 func (a *Admin) ListenAndServe() error {
-	ln, err := net.Listen("tcp", a.o.Listen)
+	a.reloading.Lock()
+	ln, err := net.Listen("tcp", a.Listen())
+	if err != nil {
+		a.reloading.Unlock()
+		return err
+	}
+	err = a.start(ln)
+	a.reloading.Unlock()
 	if err != nil {
 		return err
 	}
-	return a.Serve(ln)
+	return a.wait()
 }
 
-// Serve serves on ln and samples the server every Options.SampleEvery until
-// Close; it returns nil after Close. It closes ln.
+// Serve serves on ln, and on the listeners Reload puts in its place, and
+// samples the server every Options.SampleEvery until Close; it returns nil
+// after Close, or the error of a listener that failed. It closes ln.
+// Connections are TLS while Access.TLS is set.
 func (a *Admin) Serve(ln net.Listener) error {
+	a.reloading.Lock()
+	err := a.start(ln)
+	a.reloading.Unlock()
+	if err != nil {
+		return err
+	}
+	return a.wait()
+}
+
+// start puts ln in service and starts the sampler. The caller holds
+// reloading.
+func (a *Admin) start(ln net.Listener) error {
 	// WriteTimeout bounds every answer; a CPU profile or trace may ask for
 	// up to a minute and a half (?seconds=90).
 	hs := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 2 * time.Minute, IdleTimeout: time.Minute, ErrorLog: slog.NewLogLogger(a.o.Log.Handler(), slog.LevelWarn)}
-	// hs is stored before Start returns, under the lock Close takes: a
-	// Close from then on shuts it down.
-	if err := a.loops.StartAfter(context.Background(), func(context.Context) { a.hs.Store(hs) }, a.sampleLoop); err != nil {
+	sl := &servedListener{Listener: ln}
+	// hs and ln are stored before Start returns, under the lock Close
+	// takes: a Close from then on shuts them down.
+	err := a.loops.StartAfter(context.Background(), func(context.Context) {
+		a.mu.Lock()
+		a.hs, a.ln = hs, sl
+		a.mu.Unlock()
+	}, a.sampleLoop)
+	if err != nil {
 		_ = ln.Close()
 		return errors.New("admin: Serve after Close, or twice")
 	}
-	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
+	go a.serveOn(hs, sl)
 	return nil
+}
+
+// wait returns when Close is called (nil) or a listener fails.
+func (a *Admin) wait() error {
+	select {
+	case err := <-a.failed:
+		return err
+	case <-a.closed:
+		return nil
+	}
+}
+
+// serveOn serves hs on ln until hs shuts down or Reload retires ln; any
+// other end is a failure, for Serve to return.
+func (a *Admin) serveOn(hs *http.Server, ln *servedListener) {
+	err := hs.Serve(tlsListener{servedListener: ln, a: a})
+	if errors.Is(err, http.ErrServerClosed) || ln.retired.Load() {
+		return
+	}
+	select {
+	case a.failed <- fmt.Errorf("admin: %w", err):
+	default:
+	}
+}
+
+// tlsListener makes each connection it accepts TLS while the Access in
+// force has a TLS configuration, so a reload turns TLS on or off, or
+// changes the certificate, for the connections that follow.
+type tlsListener struct {
+	*servedListener
+	a *Admin
+}
+
+func (l tlsListener) Accept() (net.Conn, error) {
+	c, err := l.servedListener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if cfg := l.a.access.Load().TLS; cfg != nil {
+		return tls.Server(c, cfg), nil
+	}
+	return c, nil
 }
 
 // Close stops the sampler and the listener, letting requests in progress
@@ -219,7 +357,10 @@ func (a *Admin) Close() error {
 	if !a.loops.Close() {
 		return nil
 	}
-	hs := a.hs.Load()
+	a.mu.Lock()
+	close(a.closed)
+	hs := a.hs
+	a.mu.Unlock()
 	if hs == nil {
 		return nil
 	}

@@ -103,7 +103,7 @@ func TestAPIAnswers(t *testing.T) {
 // their arguments; a limit's reason shows with the gate.
 func TestAPIChanges(t *testing.T) {
 	f := newFake()
-	h := New(f, Options{}).Handler()
+	h := New(f, withCredentials(Options{})).Handler()
 	for _, c := range []struct{ method, target, want string }{
 		{"POST", "/api/tags/checkout/drain?grace=30s&reason=INC-9", `"grace_seconds": 30.000`},
 		{"DELETE", "/api/tags/checkout/drain", `"drained": false`},
@@ -112,7 +112,7 @@ func TestAPIChanges(t *testing.T) {
 		{"PUT", "/api/tags/checkout/max_transaction_time?max=2s", `"max_transaction_seconds": 2`},
 		{"DELETE", "/api/tags/checkout/max_transaction_time", `"max_transaction_seconds": 0`},
 	} {
-		a := do(t, h, c.method, c.target, "")
+		a := do(t, h, c.method, c.target, "", asWriter)
 		if a.status != 200 || !strings.Contains(a.body, c.want) {
 			t.Errorf("%s %s: %d %s, want %s", c.method, c.target, a.status, a.body, c.want)
 		}
@@ -131,7 +131,7 @@ func TestAPIChanges(t *testing.T) {
 // TestAPIErrors: every error is JSON with one "admin: " prefix.
 func TestAPIErrors(t *testing.T) {
 	f := newFake()
-	h := New(f, Options{}).Handler()
+	h := New(f, withCredentials(Options{})).Handler()
 	for _, c := range []struct {
 		method, target string
 		status         int
@@ -143,7 +143,7 @@ func TestAPIErrors(t *testing.T) {
 		{"PUT", "/api/tags/x/max_transaction_time?max=soon", 400, `admin: max: want a duration`},
 		{"GET", "/api/nothing", 404, `admin: no such request: GET /api/nothing`},
 	} {
-		a := do(t, h, c.method, c.target, "")
+		a := do(t, h, c.method, c.target, "", asWriter)
 		if a.status != c.status || !strings.Contains(a.body, `"error": "`+c.want) {
 			t.Errorf("%s %s: %d %s, want %d %s", c.method, c.target, a.status, a.body, c.status, c.want)
 		}
@@ -153,31 +153,127 @@ func TestAPIErrors(t *testing.T) {
 	}
 }
 
-// TestToken: with admin.token set, the API, /metrics and the profiles
-// need it; the status page's shell does not.
-func TestToken(t *testing.T) {
+// TestCredentials: on loopback, reads need no credential and every
+// change needs one of scope write (401 without, 403 with one of scope
+// read), and nothing reaches the server or the fleet's controls; a
+// token that is not a credential's is refused even for a read. Off
+// loopback, reads need a credential too. The status page's shell needs
+// none.
+func TestCredentials(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	a := New(newFake(), Options{Token: "s3cret", Pprof: true, Gatherer: reg})
+	f, fl := newFake(), &fakeFleet{}
+	a := New(f, withCredentials(Options{Access: Access{LocalTokenPath: "/run/holdfast/admin.token"}, Pprof: true, Gatherer: reg, Fleet: fl}))
 	h := a.Handler()
 	for _, path := range []string{"/api/tags", "/api/status", "/metrics", "/debug/pprof/", "/debug/pprof/cmdline"} {
-		if r := do(t, h, "GET", path, ""); r.status != 401 || !strings.Contains(r.body, "admin: missing or wrong bearer token") {
-			t.Errorf("%s without the token: %d %s", path, r.status, r.body)
+		for _, hdr := range [][]string{nil, {asReader}, {asWriter}} {
+			if r := do(t, h, "GET", path, "", hdr...); r.status != 200 {
+				t.Errorf("%s on loopback with %q: %d %s", path, hdr, r.status, r.body)
+			}
 		}
-		if r := do(t, h, "GET", path, "", "Authorization: Bearer wrong"); r.status != 401 {
-			t.Errorf("%s with a wrong token: %d", path, r.status)
+		for _, hdr := range []string{"Authorization: Bearer wrong", "Authorization: Basic " + writeToken, "Authorization: " + writeToken} {
+			if r := do(t, h, "GET", path, "", hdr); r.status != 401 || !strings.Contains(r.body, "admin: the bearer token is not one of this listener's credentials") {
+				t.Errorf("%s with %q: %d %s", path, hdr, r.status, r.body)
+			}
 		}
-		if r := do(t, h, "GET", path, "", "Authorization: Bearer s3cret"); r.status != 200 {
-			t.Errorf("%s with the token: %d %s", path, r.status, r.body)
+	}
+	changes := []string{"POST /api/tags/checkout/drain?by=mallory", "DELETE /api/tags/checkout/drain", "PUT /api/tags/checkout/limit?max=1",
+		"DELETE /api/tags/checkout/limit", "PUT /api/tags/checkout/max_transaction_time?max=1ms", "DELETE /api/tags/checkout/max_transaction_time",
+		"PUT /api/tags/x/class?class=background", "DELETE /api/tags/x/class", "PUT /api/tags/x/route?policy=replica", "DELETE /api/tags/x/route",
+		"PUT /api/shapes/0123456789abcdef/block", "DELETE /api/shapes/0123456789abcdef/block",
+		"PUT /api/shapes/0123456789abcdef/limit?max=1", "DELETE /api/shapes/0123456789abcdef/limit"}
+	for _, m := range changes {
+		method, path, _ := strings.Cut(m, " ")
+		r := do(t, h, method, path, "", "Remote-Addr: 127.0.0.1:5555")
+		if r.status != 401 || r.header.Get("WWW-Authenticate") == "" ||
+			!strings.Contains(r.body, "admin: this request changes the fleet: it needs a credential of scope write") ||
+			!strings.Contains(r.body, `"local_token_path": "/run/holdfast/admin.token"`) {
+			t.Errorf("%s without a credential: %d %s", m, r.status, r.body)
 		}
+		if r := do(t, h, method, path, ""); strings.Contains(r.body, `"local_token_path":`) {
+			t.Errorf("%s from off this machine names the local token's file: %s", m, r.body)
+		}
+		if r := do(t, h, method, path, "", asReader); r.status != 403 || !strings.Contains(r.body, `admin: credential 'prometheus' has scope read`) {
+			t.Errorf("%s with a read credential: %d %s", m, r.status, r.body)
+		}
+	}
+	if calls, set := f.recorded(), fl.controls(); len(calls) != 0 || len(set) != 0 || len(fl.removed) != 0 {
+		t.Fatalf("refused changes reached the server %q or the fleet %+v %q", calls, set, fl.removed)
+	}
+	for _, m := range changes {
+		method, path, _ := strings.Cut(m, " ")
+		if r := do(t, h, method, path, "", asWriter); r.status != 200 || !strings.Contains(r.body, `"set_by": "oncall`) {
+			t.Errorf("%s with a write credential: %d %s", m, r.status, r.body)
+		}
+	}
+	if set := fl.controls(); len(set) != 7 {
+		t.Errorf("%d fleet controls set, want 7", len(set))
 	}
 	for _, path := range []string{"/", "/static/status.js", "/static/status.css"} {
 		if r := do(t, h, "GET", path, ""); r.status != 200 || r.header.Get("Content-Security-Policy") == "" {
-			t.Errorf("%s without the token: %d %v", path, r.status, r.header)
+			t.Errorf("%s without a credential: %d %v", path, r.status, r.header)
 		}
 	}
-	a.SetToken("new")
-	if r := do(t, h, "GET", "/api/tags", "", "Authorization: Bearer new"); r.status != 200 {
-		t.Errorf("after SetToken: %d", r.status)
+
+	// Off loopback: reads need a credential, under any Host name.
+	off := New(newFake(), withCredentials(Options{Access: Access{Listen: "10.1.2.3:6034"}, Gatherer: reg})).Handler()
+	for _, path := range []string{"/api/tags", "/metrics"} {
+		if r := do(t, off, "GET", path, "", "Remote-Addr: 127.0.0.1:5555"); r.status != 401 || !strings.Contains(r.body, "is not a loopback address: every request needs a credential") {
+			t.Errorf("%s off loopback without a credential: %d %s", path, r.status, r.body)
+		}
+		if r := do(t, off, "GET", path, "holdfast.internal:6034", asReader); r.status != 200 {
+			t.Errorf("%s off loopback with a read credential: %d %s", path, r.status, r.body)
+		}
+	}
+	if r := do(t, off, "GET", "/", ""); r.status != 200 {
+		t.Errorf("the shell off loopback: %d", r.status)
+	}
+}
+
+// TestSetBy: a change records the name of the credential that made it,
+// and "name/by" when the request gives a by, which the answer marks as the
+// caller's unverified word; an over-long by is cut to the column's width.
+func TestSetBy(t *testing.T) {
+	fl := &fakeFleet{}
+	h := New(newFake(), withCredentials(Options{Fleet: fl})).Handler()
+	long := strings.Repeat("b", 300)
+	for _, c := range []struct{ target, setBy, ans string }{
+		{"/api/tags/checkout/drain", "oncall", `"set_by": "oncall"`},
+		{"/api/tags/checkout/drain?by=alice", "oncall/alice", `"by_unverified": "alice"`},
+		{"/api/tags/checkout/drain?by=oncall-lead", "oncall/oncall-lead", `"set_by": "oncall/oncall-lead"`},
+		{"/api/tags/checkout/drain?by=" + long, "oncall/" + long[:255-len("oncall/")], `"set_by": "oncall/bbb`},
+	} {
+		a := do(t, h, "POST", c.target, "", asWriter)
+		got := fl.controls()
+		if a.status != 200 || !strings.Contains(a.body, c.ans) || len(got) == 0 || got[len(got)-1].SetBy != c.setBy {
+			t.Errorf("POST %.60s: %d %s; set_by recorded %+v, want %q", c.target, a.status, a.body, got, c.setBy)
+		}
+		if c.setBy == "oncall" && strings.Contains(a.body, "by_unverified") {
+			t.Errorf("POST %s: %s marks a by that was not given", c.target, a.body)
+		}
+	}
+}
+
+// TestReloadCredentials: Reload replaces the credentials whole; the old
+// token is refused from then on. Credentials that make no sense are
+// refused and change nothing.
+func TestReloadCredentials(t *testing.T) {
+	a := New(newFake(), withCredentials(Options{}))
+	h := a.Handler()
+	next := []Credential{{Name: "oncall2", Scope: ScopeWrite, Token: "n-0123456789abcdef"}}
+	if err := a.Reload(Access{Credentials: next}); err != nil {
+		t.Fatal(err)
+	}
+	if r := do(t, h, "POST", "/api/tags/x/drain", "", asWriter); r.status != 401 {
+		t.Errorf("the old write token after a reload: %d %s", r.status, r.body)
+	}
+	if r := do(t, h, "POST", "/api/tags/x/drain", "", "Authorization: Bearer n-0123456789abcdef"); r.status != 200 || !strings.Contains(r.body, `"set_by": "oncall2"`) {
+		t.Errorf("the new write token: %d %s", r.status, r.body)
+	}
+	if err := a.Reload(Access{Credentials: append(next, Credential{Name: "x/y", Scope: ScopeRead, Token: "t"})}); err == nil {
+		t.Error("a credential named x/y was accepted")
+	}
+	if r := do(t, h, "POST", "/api/tags/x/drain", "", "Authorization: Bearer n-0123456789abcdef"); r.status != 200 {
+		t.Errorf("after a refused reload: %d %s", r.status, r.body)
 	}
 }
 
@@ -195,19 +291,19 @@ func TestPprofOff(t *testing.T) {
 	}
 }
 
-// TestHostCheck: with no token, a Host that is not an address of the
-// listener (a DNS-rebinding page's own name) is refused for every API
-// request, reads included; the page's shell is still served. With a token
-// any Host name is fine.
+// TestHostCheck: without a credential, a Host that is not an address of
+// the listener (a DNS-rebinding page's own name) is refused for every API
+// request, reads included; the page's shell is still served. With a
+// credential any Host name is fine.
 func TestHostCheck(t *testing.T) {
 	f := newFake()
-	h := New(f, Options{Listen: "holdfast-admin:6034"}).Handler()
-	for _, host := range []string{"127.0.0.1:6034", "localhost:6034", "LOCALHOST", "[::1]:6034", "10.1.2.3:6034", "holdfast-admin:6034"} {
+	h := New(f, withCredentials(Options{Access: Access{Listen: "127.0.0.1:6034"}})).Handler()
+	for _, host := range []string{"127.0.0.1:6034", "localhost:6034", "LOCALHOST", "[::1]:6034", "10.1.2.3:6034"} {
 		if r := do(t, h, "GET", "/api/tags", host); r.status != 200 {
 			t.Errorf("Host %s: %d %s", host, r.status, r.body)
 		}
 	}
-	for _, host := range []string{"rebind.example:6034", "127.0.0.1.nip.example:6034", "localhost.example", "-"} {
+	for _, host := range []string{"rebind.example:6034", "127.0.0.1.nip.example:6034", "localhost.example", "holdfast-admin:6034", "-"} {
 		for _, m := range []string{"GET /api/holders", "POST /api/tags/checkout/drain", "GET /api/status"} {
 			method, path, _ := strings.Cut(m, " ")
 			r := do(t, h, method, path, host)
@@ -222,9 +318,8 @@ func TestHostCheck(t *testing.T) {
 	if calls := f.recorded(); len(calls) != 0 {
 		t.Errorf("a DNS-rebinding request reached the server: %q", calls)
 	}
-	h = New(f, Options{Token: "tok"}).Handler()
-	if r := do(t, h, "GET", "/api/tags", "holdfast.internal:6034", "Authorization: Bearer tok"); r.status != 200 {
-		t.Errorf("with a token, Host holdfast.internal: %d %s", r.status, r.body)
+	if r := do(t, h, "GET", "/api/tags", "holdfast.internal:6034", asReader); r.status != 200 {
+		t.Errorf("with a credential, Host holdfast.internal: %d %s", r.status, r.body)
 	}
 }
 
@@ -235,7 +330,7 @@ func TestHostCheck(t *testing.T) {
 // same-origin policy.
 func TestOriginCheck(t *testing.T) {
 	f := newFake()
-	h := New(f, Options{}).Handler()
+	h := New(f, withCredentials(Options{})).Handler()
 	const host = "127.0.0.1:6034"
 	for _, hdr := range [][]string{
 		{"Origin: http://evil.example"},
@@ -247,7 +342,7 @@ func TestOriginCheck(t *testing.T) {
 	} {
 		for _, m := range []string{"POST /api/tags/checkout/drain", "DELETE /api/tags/checkout/drain", "PUT /api/tags/checkout/limit?max=1"} {
 			method, path, _ := strings.Cut(m, " ")
-			r := do(t, h, method, path, host, hdr...)
+			r := do(t, h, method, path, host, append(hdr, asWriter)...)
 			if r.status != 403 || !strings.Contains(r.body, "admin: cross-origin request refused") {
 				t.Errorf("%s with %q: %d %s", m, hdr, r.status, r.body)
 			}
@@ -261,7 +356,7 @@ func TestOriginCheck(t *testing.T) {
 		{"Origin: http://127.0.0.1:6034"},
 		nil, // holdfastctl, curl
 	} {
-		if r := do(t, h, "POST", "/api/tags/checkout/drain", host, hdr...); r.status != 200 {
+		if r := do(t, h, "POST", "/api/tags/checkout/drain", host, append(hdr, asWriter)...); r.status != 200 {
 			t.Errorf("drain with %q: %d %s", hdr, r.status, r.body)
 		}
 	}

@@ -245,12 +245,10 @@ func (a *Admin) scopeFor(w http.ResponseWriter, r *http.Request) (fleetWide bool
 	return fleetWide, scope, d, true
 }
 
-// who names the author of a change: the request's "by", else its address.
-func who(r *http.Request) string {
-	if b := r.URL.Query().Get("by"); b != "" {
-		return b
-	}
-	return "admin API from " + r.RemoteAddr
+// by is who made a change, for its log line (see author).
+func by(r *http.Request) string {
+	setBy, _ := author(r)
+	return setBy
 }
 
 // setFleet writes a fleet control. It answers 400 for a control that
@@ -258,7 +256,7 @@ func who(r *http.Request) string {
 // the fleet's tables are missing, else the write may or may not have
 // reached the table, and the answer says how to find out.
 func (a *Admin) setFleet(w http.ResponseWriter, r *http.Request, c fleet.Control, expires time.Duration) bool {
-	c.SetBy = who(r)
+	c.SetBy, _ = author(r)
 	if err := a.o.Fleet.Set(r.Context(), c, expires); err != nil {
 		a.fleetWriteFailed(w, "set", c.Kind, c.Tag, err)
 		return false
@@ -324,10 +322,10 @@ func (a *Admin) apiDrain(w http.ResponseWriter, r *http.Request) {
 	} else {
 		a.srv.DrainTag(tag, reason, grace)
 	}
-	a.o.Log.Warn("admin: tag drained", "tag", tag, "reason", reason, "grace", grace, "for", exp, "scope", scope, "remote", r.RemoteAddr)
+	a.o.Log.Warn("admin: tag drained", "tag", tag, "reason", reason, "grace", grace, "for", exp, "scope", scope, "remote", r.RemoteAddr, "by", by(r))
 	g := a.inForce(tag)
-	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "drained": g.Drained, "grace_seconds": rounded(grace.Seconds()),
-		"scope": scope, "expires_in_seconds": rounded(exp.Seconds())})
+	writeJSON(w, http.StatusOK, changed(r, map[string]any{"tag": tag, "drained": g.Drained, "grace_seconds": rounded(grace.Seconds()),
+		"scope": scope, "expires_in_seconds": rounded(exp.Seconds())}))
 }
 
 func (a *Admin) apiUndrain(w http.ResponseWriter, r *http.Request) {
@@ -343,10 +341,10 @@ func (a *Admin) apiUndrain(w http.ResponseWriter, r *http.Request) {
 	} else {
 		a.srv.UndrainTag(tag)
 	}
-	a.o.Log.Warn("admin: tag undrained", "tag", tag, "scope", scope, "remote", r.RemoteAddr)
+	a.o.Log.Warn("admin: tag undrained", "tag", tag, "scope", scope, "remote", r.RemoteAddr, "by", by(r))
 	// Still drained here when another source drains it (this instance's
 	// local drain, or its configuration's): the answer says so.
-	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "drained": a.inForce(tag).Drained, "scope": scope})
+	writeJSON(w, http.StatusOK, changed(r, map[string]any{"tag": tag, "drained": a.inForce(tag).Drained, "scope": scope}))
 }
 
 func (a *Admin) apiLimit(w http.ResponseWriter, r *http.Request) {
@@ -404,11 +402,11 @@ func (a *Admin) setMaxTxn(w http.ResponseWriter, r *http.Request, tag string, d 
 		a.srv.SetMaxTransactionTime(tag, d)
 	}
 	if d == 0 {
-		a.o.Log.Warn("admin: tag max_transaction_time lifted", "tag", tag, "scope", scope, "remote", r.RemoteAddr)
+		a.o.Log.Warn("admin: tag max_transaction_time lifted", "tag", tag, "scope", scope, "remote", r.RemoteAddr, "by", by(r))
 	} else {
-		a.o.Log.Warn("admin: tag max_transaction_time set", "tag", tag, "max", d, "scope", scope, "remote", r.RemoteAddr)
+		a.o.Log.Warn("admin: tag max_transaction_time set", "tag", tag, "max", d, "scope", scope, "remote", r.RemoteAddr, "by", by(r))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tag": tag, "max_transaction_seconds": a.inForce(tag).MaxTransactionTime.Seconds(), "scope": scope})
+	writeJSON(w, http.StatusOK, changed(r, map[string]any{"tag": tag, "max_transaction_seconds": a.inForce(tag).MaxTransactionTime.Seconds(), "scope": scope}))
 }
 
 // Controls on a tag or a pattern of tags (* for any run of characters):
@@ -498,13 +496,13 @@ func (a *Admin) setPattern(w http.ResponseWriter, r *http.Request, pc patternCon
 		}
 	}
 	if v < 0 {
-		a.o.Log.Warn("admin: tag "+pc.word+" lifted", "tag", pat, "scope", scope, "remote", r.RemoteAddr)
+		a.o.Log.Warn("admin: tag "+pc.word+" lifted", "tag", pat, "scope", scope, "remote", r.RemoteAddr, "by", by(r))
 	} else {
-		a.o.Log.Warn("admin: tag "+pc.word+" set", "tag", pat, pc.word, name, "scope", scope, "remote", r.RemoteAddr)
+		a.o.Log.Warn("admin: tag "+pc.word+" set", "tag", pat, pc.word, name, "scope", scope, "remote", r.RemoteAddr, "by", by(r))
 	}
 	// What was asked, and what holds here now (a local value loses to the
 	// fleet's; a fleet change was read back before this answer).
-	writeJSON(w, http.StatusOK, map[string]any{"tag": pat, pc.word: name, pc.word + "_here_now": pc.hereNow(pat), "scope": scope})
+	writeJSON(w, http.StatusOK, changed(r, map[string]any{"tag": pat, pc.word: name, pc.word + "_here_now": pc.hereNow(pat), "scope": scope}))
 }
 
 // patternParam is tagParam for a tag pattern: a tag in which * stands for
@@ -553,11 +551,11 @@ func (a *Admin) setCap(w http.ResponseWriter, r *http.Request, key string, n int
 		a.limits.set(key, n, reason)
 	}
 	if n == 0 {
-		a.o.Log.Warn("admin: "+c.noun+" lifted", c.field, c.name, "scope", scope, "remote", r.RemoteAddr)
+		a.o.Log.Warn("admin: "+c.noun+" lifted", c.field, c.name, "scope", scope, "remote", r.RemoteAddr, "by", by(r))
 	} else {
-		a.o.Log.Warn("admin: "+c.noun+" set", c.field, c.name, "max", n, "reason", reason, "scope", scope, "remote", r.RemoteAddr)
+		a.o.Log.Warn("admin: "+c.noun+" set", c.field, c.name, "max", n, "reason", reason, "scope", scope, "remote", r.RemoteAddr, "by", by(r))
 	}
-	ans := map[string]any{c.field: c.name, "limit": n, "scope": scope}
+	ans := changed(r, map[string]any{c.field: c.name, "limit": n, "scope": scope})
 	if g := a.inForce(key); g.Limited {
 		ans["in_force_here"] = g.Limit // this instance's share of a fleet-wide cap, or its own limit
 	}

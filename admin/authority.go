@@ -56,7 +56,7 @@ type AuthorityChange struct {
 	Shops     []int64
 	Percent   int
 	Reason    string
-	By        string // who asked: the request's remote address and user agent
+	By        string // who asked: the credential's name, then "/" and the request's by, if any
 	Force     bool
 }
 
@@ -71,8 +71,7 @@ func (a *Admin) apiAuthority(w http.ResponseWriter, r *http.Request) {
 
 func (a *Admin) apiSetAuthority(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	c := AuthorityChange{Authority: q.Get("authority"), Reason: q.Get("reason"),
-		By: "admin API " + r.RemoteAddr + " " + r.UserAgent()}
+	c := AuthorityChange{Authority: q.Get("authority"), Reason: q.Get("reason"), By: by(r)}
 	if c.Authority != "redis" && c.Authority != "holdfast" {
 		writeError(w, http.StatusBadRequest, "authority: want redis or holdfast, got %q", c.Authority)
 		return
@@ -116,6 +115,6 @@ func (a *Admin) apiSetAuthority(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.o.Log.Warn("admin: authority switched", "version", st.Version, "authority", st.Authority, "shops", c.Shops,
-		"percent", st.Percent, "force", c.Force, "reason", c.Reason, "remote", r.RemoteAddr)
+		"percent", st.Percent, "force", c.Force, "reason", c.Reason, "remote", r.RemoteAddr, "by", c.By)
 	writeJSON(w, http.StatusOK, st)
 }

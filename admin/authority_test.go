@@ -37,25 +37,25 @@ func (f *fakeAuthority) SetAuthority(_ context.Context, c AuthorityChange) (Auth
 
 // TestAuthorityRoute: GET shows the switch, PUT changes it with its
 // arguments checked; refusals map to 400 and 409; the route keeps the
-// token, Host and Origin checks of every other route; without an Authority
+// credential, Host and Origin checks of every other route; without an Authority
 // there is no route.
 func TestAuthorityRoute(t *testing.T) {
 	f := &fakeAuthority{st: AuthorityState{Version: 3, Authority: "redis", PollIntervalSeconds: 1}}
-	h := New(newFake(), Options{Authority: f, Token: "s3cret"}).Handler()
-	auth := "Authorization: Bearer s3cret"
+	h := New(newFake(), withCredentials(Options{Authority: f})).Handler()
+	auth := asWriter
 
 	a := do(t, h, "GET", "/api/authority", "", auth)
 	if a.status != 200 || !strings.Contains(a.body, `"version": 3`) || !strings.Contains(a.body, `"authority": "redis"`) ||
 		!strings.Contains(a.body, `"poll_interval_seconds": 1`) {
 		t.Fatalf("GET: %d %s", a.status, a.body)
 	}
-	a = do(t, h, "PUT", "/api/authority?authority=redis&percent=50&shops=7,9&reason=INC-1&force=true", "", auth, "User-Agent: holdfastctl")
+	a = do(t, h, "PUT", "/api/authority?authority=redis&percent=50&shops=7,9&reason=INC-1&force=true&by=alice", "", auth, "User-Agent: holdfastctl")
 	if a.status != 200 || !strings.Contains(a.body, `"version": 4`) || !strings.Contains(a.body, `"percent": 50`) {
 		t.Fatalf("PUT: %d %s", a.status, a.body)
 	}
 	c := f.changes[0]
 	if c.Authority != "redis" || c.Percent != 50 || fmt.Sprint(c.Shops) != "[7 9]" || c.Reason != "INC-1" || !c.Force ||
-		!strings.Contains(c.By, "holdfastctl") {
+		c.By != "oncall/alice" {
 		t.Fatalf("change asked: %+v", c)
 	}
 	for _, q := range []string{"authority=mysql", "authority=redis&percent=101", "authority=redis&shops=a", "authority=redis&force=maybe", ""} {
@@ -79,14 +79,17 @@ func TestAuthorityRoute(t *testing.T) {
 
 	// The guards.
 	if a := do(t, h, "PUT", "/api/authority?authority=holdfast", ""); a.status != 401 {
-		t.Errorf("no token: %d", a.status)
+		t.Errorf("no credential: %d", a.status)
+	}
+	if a := do(t, h, "PUT", "/api/authority?authority=holdfast", "", asReader); a.status != 403 {
+		t.Errorf("a read credential: %d", a.status)
 	}
 	if a := do(t, h, "PUT", "/api/authority?authority=holdfast", "", auth, "Origin: http://evil.example"); a.status != 403 {
 		t.Errorf("cross-origin PUT: %d", a.status)
 	}
 	open := New(newFake(), Options{Authority: f}).Handler()
 	if a := do(t, open, "PUT", "/api/authority?authority=holdfast", "rebound.example:6034"); a.status != 403 {
-		t.Errorf("rebinding host, no token: %d", a.status)
+		t.Errorf("rebinding host, no credential: %d", a.status)
 	}
 	if n := len(f.changes); n != 1 {
 		t.Fatalf("%d changes went through; only the first was allowed", n)

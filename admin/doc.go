@@ -9,10 +9,14 @@
 //     sparklines; Close is idempotent);
 //   - the admin API's JSON contract (README.md, "Admin API"), with durations
 //     rounded to the millisecond;
-//   - the guards: the bearer token (admin.token), and for every request the
-//     Host check and for every state-changing one the Origin check that keep
-//     a page from another site, or a DNS-rebinding host name, from using a
-//     loopback listener that has no token;
+//   - who may do what (credentials.go, guard.go): named credentials of
+//     scope read or write, a credential of scope write for every change,
+//     on loopback too, and one for reads off loopback; the Host check for
+//     requests without a credential and the Origin check for changes, that
+//     keep a page from another site, or a DNS-rebinding host name, out;
+//     the author recorded with a change (the credential's name, and the
+//     caller's unverified "by"); the listener's TLS and its address, which
+//     Reload replaces whole or not at all;
 //   - Collector, the proxy's front-end and pool metrics and the per-tag
 //     metrics, read from the server at scrape time.
 //

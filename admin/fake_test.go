@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/proxy"
 )
 
@@ -157,7 +159,8 @@ type answer struct {
 
 // do sends a request to h and reads the answer; host ("" means
 // 127.0.0.1:6034, "-" none) and the headers in hdr ("Name: value") are set
-// on it.
+// on it, "Remote-Addr: host:port" as the peer's address (192.0.2.1:1234
+// without).
 func do(t *testing.T, h http.Handler, method, target, host string, hdr ...string) answer {
 	t.Helper()
 	req := httptest.NewRequest(method, target, nil)
@@ -170,6 +173,10 @@ func do(t *testing.T, h http.Handler, method, target, host string, hdr ...string
 	req.Host = host
 	for _, kv := range hdr {
 		k, v, _ := strings.Cut(kv, ": ")
+		if k == "Remote-Addr" { // not a header: the peer's address
+			req.RemoteAddr = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	rec := httptest.NewRecorder()
@@ -184,4 +191,51 @@ func decode(t *testing.T, a answer, v any) {
 	if err := json.Unmarshal([]byte(a.body), v); err != nil {
 		t.Fatalf("%v: %s", err, a.body)
 	}
+}
+
+// The tests' credentials: oncall may write, prometheus may read.
+const (
+	writeToken = "w-0123456789abcdef"
+	readToken  = "r-0123456789abcdef"
+	asWriter   = "Authorization: Bearer " + writeToken
+	asReader   = "Authorization: Bearer " + readToken
+)
+
+func testCredentials() []Credential {
+	return []Credential{{Name: "oncall", Scope: ScopeWrite, Token: writeToken}, {Name: "prometheus", Scope: ScopeRead, Token: readToken}}
+}
+
+// withCredentials is o with the tests' credentials.
+func withCredentials(o Options) Options {
+	o.Credentials = testCredentials()
+	return o
+}
+
+// fakeFleet is a Fleet recording the controls set and lifted.
+type fakeFleet struct {
+	mu      sync.Mutex // guards following
+	set     []fleet.Control
+	removed []string // "kind tag"
+}
+
+func (f *fakeFleet) Set(_ context.Context, c fleet.Control, _ time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.set = append(f.set, c)
+	return nil
+}
+
+func (f *fakeFleet) Remove(_ context.Context, tag string, kind fleet.Kind) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removed = append(f.removed, string(kind)+" "+tag)
+	return true, nil
+}
+
+func (f *fakeFleet) Status() fleet.Status { return fleet.Status{Known: true} }
+
+func (f *fakeFleet) controls() []fleet.Control {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]fleet.Control(nil), f.set...)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-db/holdfast/admin"
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/dbtest"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 	"github.com/holdfast-db/holdfast/proxy"
 )
 
@@ -65,7 +66,8 @@ func startHoldfast(t *testing.T, mutate ...func(*config.Config)) *holdfast {
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()))
-	adm := admin.New(srv, admin.Options{Gatherer: reg})
+	adm := admin.New(srv, admin.Options{Gatherer: reg, Access: admin.Access{Credentials: []admin.Credential{
+		{Name: holdfastproc.AdminCredential, Scope: admin.ScopeWrite, Token: holdfastproc.AdminToken}}}})
 	ts := httptest.NewServer(adm.Handler())
 	t.Cleanup(func() {
 		ts.Close()

@@ -49,9 +49,9 @@ func (a *Admin) apiShapeBlock(w http.ResponseWriter, r *http.Request) {
 	} else {
 		a.srv.DrainTag(key, reason, 0)
 	}
-	a.o.Log.Warn("admin: statement shape blocked", "shape", shape, "reason", reason, "for", exp, "scope", scope, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, map[string]any{"shape": shape, "blocked": a.inForce(key).Drained, "scope": scope,
-		"expires_in_seconds": rounded(exp.Seconds())})
+	a.o.Log.Warn("admin: statement shape blocked", "shape", shape, "reason", reason, "for", exp, "scope", scope, "remote", r.RemoteAddr, "by", by(r))
+	writeJSON(w, http.StatusOK, changed(r, map[string]any{"shape": shape, "blocked": a.inForce(key).Drained, "scope": scope,
+		"expires_in_seconds": rounded(exp.Seconds())}))
 }
 
 func (a *Admin) apiShapeUnblock(w http.ResponseWriter, r *http.Request) {
@@ -67,8 +67,8 @@ func (a *Admin) apiShapeUnblock(w http.ResponseWriter, r *http.Request) {
 	} else {
 		a.srv.UndrainTag(key)
 	}
-	a.o.Log.Warn("admin: statement shape unblocked", "shape", shape, "scope", scope, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, map[string]any{"shape": shape, "blocked": a.inForce(key).Drained, "scope": scope})
+	a.o.Log.Warn("admin: statement shape unblocked", "shape", shape, "scope", scope, "remote", r.RemoteAddr, "by", by(r))
+	writeJSON(w, http.StatusOK, changed(r, map[string]any{"shape": shape, "blocked": a.inForce(key).Drained, "scope": scope}))
 }
 
 func (a *Admin) apiShapeLimit(w http.ResponseWriter, r *http.Request) {

@@ -377,16 +377,152 @@ type Log struct {
 	Format string `yaml:"format"` // text or json
 }
 
-// Admin configures the HTTP admin and metrics listener.
+// Admin configures the HTTP admin and metrics listener. Who may do what
+// on it: a request that changes something needs a credential of scope
+// write, wherever it comes from; reads need one of scope read or write
+// when Listen is not a loopback address, and none on loopback.
 type Admin struct {
 	// Listen is the admin address; empty disables it.
 	Listen string `yaml:"listen"`
-	// Token is required as "Authorization: Bearer <token>" when Listen is
-	// not a loopback address (or token_file, token_env: see secrets.go).
+	// Credentials are the named bearer tokens the listener accepts
+	// ("Authorization: Bearer <token>"); a control records the name of the
+	// one that set it. Empty: none but Token and the local one.
+	Credentials []AdminCredential `yaml:"credentials"`
+	// LocalTokenPath is where holdfast serve writes, at start-up, a fresh
+	// random token of the write credential LocalCredential, for holdfastctl
+	// on the same machine (mode 0600; a relative path is taken from the
+	// configuration file's directory). Empty: no such credential.
+	LocalTokenPath string `yaml:"local_token_path"`
+	// Token is the credential of configurations written before
+	// Credentials: one credential of scope write named TokenCredential
+	// (or token_file, token_env: see secrets.go). Empty: none.
 	Token string `yaml:"token"`
-	// Pprof serves Go's profiles at /debug/pprof/ (behind Token, when set);
-	// false (the default) serves none.
+	// TLS is the listener's certificate; both empty serve plain HTTP,
+	// which only a loopback Listen or AllowPlaintext allows.
+	TLS AdminTLS `yaml:"tls"`
+	// AllowPlaintext lets a Listen that is not loopback serve plain HTTP,
+	// for a network where something else encrypts the traffic (a service
+	// mesh's sidecar). false: such a Listen needs TLS.
+	AllowPlaintext bool `yaml:"allow_plaintext"`
+	// Pprof serves Go's profiles at /debug/pprof/ (reads, under the rule
+	// above); false (the default) serves none.
 	Pprof bool `yaml:"pprof"`
+}
+
+// The names of the credentials holdfast makes itself (see Admin).
+const (
+	TokenCredential = "token" // admin.token
+	LocalCredential = "local" // admin.local_token_path
+)
+
+// Admin credential scopes.
+const (
+	ScopeRead  = "read"  // GET, HEAD and OPTIONS requests
+	ScopeWrite = "write" // every request
+)
+
+// MinTokenLen is the shortest token admin.credentials accept.
+const MinTokenLen = 16
+
+// AdminCredential is one named bearer token of the admin listener.
+type AdminCredential struct {
+	// Name is recorded as the author of what the credential changes
+	// (1 to 64 of [A-Za-z0-9_.@-]).
+	Name string `yaml:"name"`
+	// Scope is read or write.
+	Scope string `yaml:"scope"`
+	// Token is the secret, at least MinTokenLen bytes; like every token
+	// here it may be given as token_file or token_env (secrets.go).
+	Token string `yaml:"token"`
+}
+
+// AdminTLS is the admin listener's certificate and key (PEM files, read
+// at start-up and on SIGHUP).
+type AdminTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// AllCredentials is Credentials with Token, when set, as the write
+// credential TokenCredential (the local one is holdfast serve's to make).
+func (a Admin) AllCredentials() []AdminCredential {
+	out := slices.Clone(a.Credentials)
+	if a.Token != "" {
+		out = append(out, AdminCredential{Name: TokenCredential, Scope: ScopeWrite, Token: a.Token})
+	}
+	return out
+}
+
+// validate checks the admin section; bad is Validate's error maker.
+func (a Admin) validate(bad func(field, format string, args ...any) error) error {
+	if a.Listen == "" {
+		return nil
+	}
+	if err := checkAddr(a.Listen); err != nil {
+		return bad("admin.listen", "%v", err)
+	}
+	names := map[string]string{} // name -> the field that set it
+	if a.Token != "" {
+		names[TokenCredential] = "admin.token"
+	}
+	if a.LocalTokenPath != "" {
+		names[LocalCredential] = "admin.local_token_path"
+	}
+	tokens := map[string]string{}
+	for i, c := range a.Credentials {
+		f := fmt.Sprintf("admin.credentials[%d]", i)
+		if !credentialName(c.Name) {
+			return bad(f+".name", "want 1 to 64 of letters, digits and _ . @ -, got %q", c.Name)
+		}
+		if prev, dup := names[c.Name]; dup {
+			return bad(f+".name", "%q is the name of %s too; each credential's name is its own", c.Name, prev)
+		}
+		names[c.Name] = f
+		if c.Scope != ScopeRead && c.Scope != ScopeWrite {
+			return bad(f+".scope", "want read or write, got %q", c.Scope)
+		}
+		if len(c.Token) < MinTokenLen {
+			// The token itself is never written in an error.
+			return bad(f+".token", "want at least %d characters (e.g. openssl rand -hex 32), got %d", MinTokenLen, len(c.Token))
+		}
+		if prev, dup := tokens[c.Token]; dup {
+			return bad(f+".token", "the same as %s's: each credential needs a token of its own", prev)
+		}
+		tokens[c.Token] = f
+	}
+	if a.Token != "" {
+		if prev, dup := tokens[a.Token]; dup {
+			return bad("admin.token", "the same as %s's: each credential needs a token of its own", prev)
+		}
+	}
+	if (a.TLS.CertFile == "") != (a.TLS.KeyFile == "") {
+		return bad("admin.tls", "cert_file and key_file must be set together")
+	}
+	if !IsLoopback(a.Listen) {
+		if len(a.AllCredentials()) == 0 {
+			return bad("admin.credentials", "required when admin.listen (%s) is not a loopback address: off loopback every request needs a credential", a.Listen)
+		}
+		if a.TLS.CertFile == "" && !a.AllowPlaintext {
+			return bad("admin.tls", "required when admin.listen (%s) is not a loopback address, or tokens cross the network in clear text: "+
+				"set admin.tls.cert_file and key_file, or admin.allow_plaintext: true when something in front encrypts the traffic (a service mesh)", a.Listen)
+		}
+	}
+	return nil
+}
+
+// credentialName accepts 1 to 64 of [A-Za-z0-9_.@-]: no '/', which
+// separates a credential's name from a free-text author in set_by.
+func credentialName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '@' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Sessions configures client-session behaviour.
@@ -464,7 +600,7 @@ func Default() Config {
 			PipelineDepth:  16,
 		},
 		Log:         Log{Level: "info", Format: "text"},
-		Admin:       Admin{Listen: "127.0.0.1:6034"},
+		Admin:       Admin{Listen: "127.0.0.1:6034", LocalTokenPath: "holdfast-admin.token"},
 		Sessions:    Sessions{MaxClients: 10000, StatementCache: 1000, PreparedStatementShare: 0.5, ClientWriteTimeout: 30 * time.Second},
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
 		Overload:    Overload{Reserve: 4, BackgroundWait: time.Second, CriticalWait: 100 * time.Millisecond},
@@ -584,13 +720,8 @@ func (c *Config) Validate() error {
 	if err := checkAddr(c.Listen); err != nil {
 		return bad("listen", "%v", err)
 	}
-	if c.Admin.Listen != "" {
-		if err := checkAddr(c.Admin.Listen); err != nil {
-			return bad("admin.listen", "%v", err)
-		}
-		if !IsLoopback(c.Admin.Listen) && c.Admin.Token == "" {
-			return bad("admin.token", "required when admin.listen (%s) is not a loopback address", c.Admin.Listen)
-		}
+	if err := c.Admin.validate(bad); err != nil {
+		return err
 	}
 	if c.MaxProcs < 0 {
 		return bad("max_procs", "must not be negative (0: Go's default), got %d", c.MaxProcs)

@@ -22,7 +22,14 @@ func TestParse(t *testing.T) {
 		{"users replace the default", "users:\n  - name: a\n    password: x\n    auth_plugin: caching_sha2_password\n", func(c Config) bool {
 			return len(c.Users) == 1 && c.Users[0].AuthPlugin == "caching_sha2_password"
 		}},
-		{"admin off loopback with a token", "admin:\n  listen: 0.0.0.0:6034\n  token: s3cret\n", func(c Config) bool { return c.Admin.Token == "s3cret" }},
+		{"admin off loopback with a token, in a mesh", "admin:\n  listen: 0.0.0.0:6034\n  token: s3cret\n  allow_plaintext: true\n", func(c Config) bool {
+			cs := c.Admin.AllCredentials()
+			return len(cs) == 1 && cs[0] == AdminCredential{Name: TokenCredential, Scope: ScopeWrite, Token: "s3cret"}
+		}},
+		{"admin off loopback with credentials and TLS", "admin:\n  listen: 0.0.0.0:6034\n  credentials:\n    - {name: oncall, scope: write, token: 0123456789abcdef}\n" +
+			"    - {name: prometheus, scope: read, token: fedcba9876543210}\n  tls: {cert_file: a.pem, key_file: a.key}\n", func(c Config) bool {
+			return len(c.Admin.AllCredentials()) == 2 && c.Admin.Credentials[1].Scope == ScopeRead && c.Admin.TLS.KeyFile == "a.key"
+		}},
 		{"a bare 0 for a duration means zero", "attribution:\n  retire_idle: 0\npool:\n  ping_after_idle: 0\n", func(c Config) bool {
 			return c.Attribution.RetireIdle == 0 && c.Pool.PingAfterIdle == 0
 		}},
@@ -84,7 +91,19 @@ func TestParse(t *testing.T) {
 		{"no users", "users: []\n", "config: users: at least one user"},
 		{"duplicate user", "users:\n  - name: a\n  - name: a\n", "config: users[1].name: duplicate user \"a\""},
 		{"bad plugin", "users:\n  - name: a\n    auth_plugin: sha256_password\n", "config: users[0].auth_plugin"},
-		{"admin off loopback without token", "admin:\n  listen: 0.0.0.0:6034\n", "config: admin.token: required"},
+		{"admin off loopback without a credential", "admin:\n  listen: 0.0.0.0:6034\n  allow_plaintext: true\n", "config: admin.credentials: required when admin.listen (0.0.0.0:6034) is not a loopback address"},
+		{"admin off loopback in clear text", "admin:\n  listen: 0.0.0.0:6034\n  token: s3cret\n", "config: admin.tls: required when admin.listen (0.0.0.0:6034) is not a loopback address"},
+		{"admin tls half set", "admin:\n  tls: {cert_file: a.pem}\n", "config: admin.tls: cert_file and key_file"},
+		{"credential without a name", "admin:\n  credentials:\n    - {scope: write, token: 0123456789abcdef}\n", "config: admin.credentials[0].name: want 1 to 64"},
+		{"credential name with a slash", "admin:\n  credentials:\n    - {name: a/b, scope: write, token: 0123456789abcdef}\n", `config: admin.credentials[0].name: want 1 to 64 of letters, digits and _ . @ -, got "a/b"`},
+		{"credential named as the local one", "admin:\n  credentials:\n    - {name: local, scope: write, token: 0123456789abcdef}\n", `config: admin.credentials[0].name: "local" is the name of admin.local_token_path too`},
+		{"credential named as admin.token's", "admin:\n  token: x\n  credentials:\n    - {name: token, scope: read, token: 0123456789abcdef}\n", `config: admin.credentials[0].name: "token" is the name of admin.token too`},
+		{"duplicate credential name", "admin:\n  credentials:\n    - {name: a, scope: write, token: 0123456789abcdef}\n    - {name: a, scope: read, token: 0123456789abcdeX}\n", `config: admin.credentials[1].name: "a" is the name of admin.credentials[0] too`},
+		{"credential scope", "admin:\n  credentials:\n    - {name: a, scope: admin, token: 0123456789abcdef}\n", `config: admin.credentials[0].scope: want read or write, got "admin"`},
+		{"credential without scope", "admin:\n  credentials:\n    - {name: a, token: 0123456789abcdef}\n", `config: admin.credentials[0].scope: want read or write, got ""`},
+		{"short credential token", "admin:\n  credentials:\n    - {name: a, scope: read, token: short}\n", "config: admin.credentials[0].token: want at least 16 characters (e.g. openssl rand -hex 32), got 5"},
+		{"shared credential token", "admin:\n  credentials:\n    - {name: a, scope: read, token: 0123456789abcdef}\n    - {name: b, scope: write, token: 0123456789abcdef}\n", "config: admin.credentials[1].token: the same as admin.credentials[0]'s"},
+		{"admin.token shared with a credential", "admin:\n  token: 0123456789abcdef\n  credentials:\n    - {name: a, scope: read, token: 0123456789abcdef}\n", "config: admin.token: the same as admin.credentials[0]'s"},
 		{"tls half set", "tls:\n  cert_file: a.pem\n", "config: tls: cert_file and key_file"},
 		{"log level", "log:\n  level: chatty\n", "config: log.level"},
 		{"statement cache", "sessions:\n  statement_cache: 0\n", "config: sessions.statement_cache"},
@@ -161,19 +180,23 @@ func TestSecrets(t *testing.T) {
 	}
 	t.Setenv("HF_TEST_LOOKUP", "look-secret")
 	t.Setenv("HF_TEST_EMPTY", "")
+	t.Setenv("HF_TEST_PROM", "prom-0123456789ab")
 	yaml := "users:\n  - name: a\n    password_file: " + write("a", "pw-a\n") +
 		"\n    backend_user: b\n    backend_password_file: " + write("b", "pw-b\r\n") +
 		"\nbackend:\n  password_env: HF_TEST_LOOKUP\n" +
 		"auth:\n  from_backend:\n    enabled: true\n    lookup_user: l\n    lookup_password_env: HF_TEST_LOOKUP\n" +
 		"admin:\n  token_file: " + write("token", "tok\n") +
+		"\n  credentials:\n    - name: oncall\n      scope: write\n      token_file: " + write("oncall", "oncall-0123456789\n") +
+		"\n    - {name: prometheus, scope: read, token_env: HF_TEST_PROM}" +
 		"\nreservation:\n  redis:\n    address: 127.0.0.1:6379\n    password_file: " + write("redis", "pw-redis") + "\n" +
 		"fleet:\n  user: f\n  password_file: " + write("fleet", "pw-fleet\n") + "\n"
 	c, err := Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []string{c.Users[0].Password, c.Users[0].BackendPassword, c.Backend.Password, c.Auth.FromBackend.LookupPassword, c.Admin.Token, c.Reservation.Redis.Password, c.Fleet.Password}
-	want := []string{"pw-a", "pw-b", "look-secret", "look-secret", "tok", "pw-redis", "pw-fleet"}
+	got := []string{c.Users[0].Password, c.Users[0].BackendPassword, c.Backend.Password, c.Auth.FromBackend.LookupPassword, c.Admin.Token, c.Reservation.Redis.Password,
+		c.Admin.Credentials[0].Token, c.Admin.Credentials[1].Token, c.Fleet.Password}
+	want := []string{"pw-a", "pw-b", "look-secret", "look-secret", "tok", "pw-redis", "oncall-0123456789", "prom-0123456789ab", "pw-fleet"}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("secret %d: %q, want %q", i, got[i], want[i])

@@ -7,6 +7,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/admin"
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 	"github.com/holdfast-db/holdfast/proxy"
 )
 
@@ -16,6 +17,13 @@ func init() {
 	proxy.AdminHandlerForTest = func(s *proxy.Server, cfg config.Admin) http.Handler {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(admin.NewCollector(s, s.Recorder()))
-		return admin.New(s, admin.Options{Listen: cfg.Listen, Token: cfg.Token, Pprof: cfg.Pprof, Gatherer: reg}).Handler()
+		// The configuration's credentials, and the harness's, with which
+		// dbtest.Fetch sends changes.
+		creds := []admin.Credential{{Name: holdfastproc.AdminCredential, Scope: admin.ScopeWrite, Token: holdfastproc.AdminToken}}
+		for _, c := range cfg.AllCredentials() {
+			scope, _ := admin.ParseScope(c.Scope)
+			creds = append(creds, admin.Credential{Name: c.Name, Scope: scope, Token: c.Token})
+		}
+		return admin.New(s, admin.Options{Access: admin.Access{Listen: cfg.Listen, Credentials: creds}, Pprof: cfg.Pprof, Gatherer: reg}).Handler()
 	}
 }

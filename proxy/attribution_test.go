@@ -539,7 +539,9 @@ func TestTagRetireIdle(t *testing.T) {
 }
 
 func TestAdminToken(t *testing.T) {
-	p := startProxy(t, func(c *config.Config) { c.Admin.Listen, c.Admin.Token = "0.0.0.0:0", "s3cret" })
+	p := startProxy(t, func(c *config.Config) {
+		c.Admin.Listen, c.Admin.Token, c.Admin.AllowPlaintext = "0.0.0.0:0", "s3cret", true
+	})
 	admin := p.admin(t)
 	for _, path := range []string{"/metrics", "/api/tags", "/api/holders"} {
 		resp, err := http.Get(admin.URL + path)
@@ -568,11 +570,11 @@ func TestAdminToken(t *testing.T) {
 			t.Fatalf("%s with the token: %s", path, resp.Status)
 		}
 	}
-	// Off loopback a token is mandatory.
+	// Off loopback a credential is mandatory.
 	cfg := config.Default()
-	cfg.Admin.Listen = "0.0.0.0:6034"
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "admin.token") {
-		t.Fatalf("admin off loopback without a token validated: %v", err)
+	cfg.Admin.Listen, cfg.Admin.AllowPlaintext = "0.0.0.0:6034", true
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "admin.credentials") {
+		t.Fatalf("admin off loopback without a credential validated: %v", err)
 	}
 }
 

@@ -11,6 +11,7 @@
   let token = sessionStorage.getItem(TOKEN_KEY) || "";
   let timer = null;
   let pending = null; // the action waiting for confirmation
+  let awaiting = null; // the confirmed action waiting for a credential, or true when the page itself needs one
 
   function headers() {
     const h = { "Accept": "application/json" };
@@ -25,6 +26,7 @@
     if (!resp.ok) {
       const err = new Error((body && body.error) || (resp.status + " " + resp.statusText));
       err.status = resp.status;
+      err.localTokenPath = (body && body.local_token_path) || "";
       throw err;
     }
     return body;
@@ -94,7 +96,7 @@
 
   function render(s) {
     $("main").hidden = false;
-    $("token-form").hidden = true;
+    $("token-form").hidden = !awaiting;
     $("forget-token").hidden = !token;
     $("where").textContent = location.host;
     $("updated").textContent = "updated " + new Date(s.time).toLocaleTimeString();
@@ -164,6 +166,10 @@
     }
   }
 
+  // A control's author: the credential's name, then "/" and the caller's
+  // own word, which nothing verified.
+  function setByText(setBy) { return setBy.includes("/") ? setBy + " (by unverified)" : setBy; }
+
   // where a control set from this page takes effect
   let scope = "on this holdfast instance";
 
@@ -198,7 +204,7 @@
     detail.push(...over);
     $("fleet-detail").textContent = detail.join(" · ");
     const rows = f.controls.map((c) => el("tr", { "data-tag": c.tag, "data-kind": c.kind },
-      td(c.tag, "tag"), td(controlText(c)), td(c.set_by), td(c.reason || "–"),
+      td(c.tag, "tag"), td(controlText(c)), td(setByText(c.set_by)), td(c.reason || "–"),
       td(new Date(c.set_at).toLocaleString()), td(c.expires_at ? new Date(c.expires_at).toLocaleString() : "until lifted")));
     fill($("fleet-controls").tBodies[0], rows);
     $("fleet-controls").hidden = rows.length === 0;
@@ -291,19 +297,33 @@
     m.hidden = !text;
   }
 
+  // askToken shows the token form, saying why; the page goes on showing
+  // what it may read meanwhile.
+  function askToken(why, localTokenPath) {
+    $("token-why").textContent = why + (localTokenPath ?
+      " On holdfast's machine, the local credential's token is in " + localTokenPath + "." : "");
+    $("token-form").hidden = false;
+    $("token-input").focus();
+  }
+
   async function refresh() {
     clearTimeout(timer);
     try {
       render(await api("GET", "/api/status"));
     } catch (err) {
       $("live").className = "dot bad";
-      if (err.status === 401) {
-        if (token) showMessage("The token was refused: " + err.message, true);
+      if (err.status === 401 && token) {
+        // Refused (a reload changed the credentials?): go on without it.
+        showMessage("The token was refused, and is forgotten: " + err.message, true);
         token = "";
         sessionStorage.removeItem(TOKEN_KEY);
-        $("token-form").hidden = false;
+        return refresh();
+      }
+      if (err.status === 401) {
+        // This listener answers nothing without a credential.
+        awaiting = true;
         $("main").hidden = true;
-        $("token-input").focus();
+        askToken("This admin listener answers only requests with a credential (admin.credentials, scope read or write).", err.localTokenPath);
         return; // until a token is given
       }
       $("updated").textContent = "refresh failed: " + err.message;
@@ -311,12 +331,16 @@
     timer = setTimeout(refresh, REFRESH_MS);
   }
 
-  $("token-form").addEventListener("submit", (ev) => {
+  $("token-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     token = $("token-input").value.trim();
     $("token-input").value = "";
     if (token) sessionStorage.setItem(TOKEN_KEY, token);
     showMessage("", false);
+    const act = awaiting;
+    awaiting = null;
+    $("token-form").hidden = true;
+    if (act && act !== true) await perform(act);
     refresh();
   });
   $("forget-token").addEventListener("click", () => {
@@ -393,18 +417,34 @@
     $("confirm").showModal();
   });
   $("confirm-cancel").addEventListener("click", () => { pending = null; $("confirm").close(); });
+  // perform runs a confirmed action. A change refused for want of a write
+  // credential asks for one, and runs once it is given.
+  async function perform(act) {
+    try {
+      await act.run();
+      showMessage(act.done, false);
+    } catch (err) {
+      if (err.status === 401 || (err.status === 403 && / has scope read/.test(err.message))) {
+        if (err.status === 401 && token) {
+          token = "";
+          sessionStorage.removeItem(TOKEN_KEY);
+        }
+        awaiting = act;
+        showMessage("Not done: " + err.message, true);
+        askToken("This change needs a credential of scope write: give its token, and it is made.", err.localTokenPath);
+        return;
+      }
+      showMessage("Refused: " + err.message, true);
+    }
+  }
+
   $("confirm-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const act = pending;
     pending = null;
     $("confirm").close();
     if (!act) return;
-    try {
-      await act.run();
-      showMessage(act.done, false);
-    } catch (err) {
-      showMessage("Refused: " + err.message, true);
-    }
+    await perform(act);
     refresh();
   });
 

@@ -103,7 +103,7 @@ func TestFleetControls(t *testing.T) {
 		}
 	}
 	const bound = 2 * time.Second
-	ans := ms[0].api(t, http.MethodPost, "/api/tags/checkout/drain?reason=incident-42&by=oncall")
+	ans := ms[0].api(t, http.MethodPost, "/api/tags/checkout/drain?reason=incident-42&by=alice")
 	if !strings.Contains(ans, `"scope": "fleet"`) || !strings.Contains(ans, `"drained": true`) {
 		t.Fatalf("drain answered %s", ans)
 	}
@@ -117,7 +117,7 @@ func TestFleetControls(t *testing.T) {
 	if !serves(dbs[1], "other_flow") {
 		t.Fatal("a tag nobody drained is not served")
 	}
-	if ans := ms[2].api(t, http.MethodGet, "/api/controls"); !strings.Contains(ans, `"reason": "incident-42"`) || !strings.Contains(ans, `"set_by": "oncall"`) {
+	if ans := ms[2].api(t, http.MethodGet, "/api/controls"); !strings.Contains(ans, `"reason": "incident-42"`) || !strings.Contains(ans, `"set_by": "harness/alice"`) {
 		t.Fatalf("another instance lists the controls as %s", ans)
 	}
 
@@ -544,7 +544,7 @@ func TestFleetShapes(t *testing.T) {
 	ctlBin := dbtest.Command(t, "./cmd/holdfastctl")
 	ctl := func(m *fleetMember, args ...string) string {
 		t.Helper()
-		out, err := guarded(t, ctlBin, append([]string{"-addr", m.admin}, args...)...).CombinedOutput()
+		out, err := holdfastctl(t, ctlBin, append([]string{"-addr", m.admin}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("holdfastctl %v: %v\n%s", args, err, out)
 		}
@@ -634,13 +634,13 @@ func TestFleetRoutes(t *testing.T) {
 		t.Fatal("a read of tag report went to the replica before any route was set")
 	}
 	ctlBin := dbtest.Command(t, "./cmd/holdfastctl")
-	out, err := guarded(t, ctlBin, "-addr", ms[0].admin, "route", "report", "replica_stale_ok", "-reason", "offload").CombinedOutput()
+	out, err := holdfastctl(t, ctlBin, "-addr", ms[0].admin, "route", "report", "replica_stale_ok", "-reason", "offload").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "report reads: replica_stale_ok") {
 		t.Fatalf("holdfastctl route: %v\n%s", err, out)
 	}
 	took := within(t, 2*time.Second+time.Second, "instance 1 routes report to the replica", onReplica)
 	t.Logf("route in force on the other instance %v after the change", took.Round(time.Millisecond))
-	if out, err := guarded(t, ctlBin, "-addr", ms[0].admin, "route", "report", "off").CombinedOutput(); err != nil {
+	if out, err := holdfastctl(t, ctlBin, "-addr", ms[0].admin, "route", "report", "off").CombinedOutput(); err != nil {
 		t.Fatalf("holdfastctl route off: %v\n%s", err, out)
 	}
 	within(t, 3*time.Second, "instance 1 routes report to the primary again", func() bool { return !onReplica() })

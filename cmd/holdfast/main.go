@@ -131,6 +131,11 @@ func serve(path string, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
+	// The admin listener's certificate is read before anything starts.
+	ac, err := newAdminAccess(path, cfg.Admin, localToken{})
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()), srv.ClassCollector(), srv.ReplicaCollector())
 	reg.MustRegister(processCollectors()...)
@@ -178,15 +183,19 @@ func serve(path string, cfg config.Config) error {
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()
 	var adm *admin.Admin
+	var local localToken // the local admin credential's token in force
 	if cfg.Admin.Listen != "" {
-		adm = admin.New(srv, admin.Options{Listen: cfg.Admin.Listen, Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof,
+		adm = admin.New(srv, admin.Options{Access: ac.Access, Pprof: cfg.Admin.Pprof,
 			Gatherer: reg, Log: log, Authority: eng.authority(), Fleet: adminFleet})
+		ac.writeLocalToken(local, log)
+		local = ac.local
 		go func() {
 			if err := adm.ListenAndServe(); err != nil {
 				errc <- fmt.Errorf("admin listener: %w", err)
 			}
 		}()
-		log.Info("admin API, status page and metrics listening", "addr", cfg.Admin.Listen, "pprof", cfg.Admin.Pprof)
+		log.Info("admin API, status page and metrics listening", "addr", cfg.Admin.Listen, "tls", ac.TLS != nil,
+			"credentials", len(ac.Credentials), "pprof", cfg.Admin.Pprof)
 	}
 	// stop closes the admin listener, then the engine (its refiller and
 	// sweeper finish on connections of the pool), then the server and its
@@ -216,8 +225,11 @@ func serve(path string, cfg config.Config) error {
 					continue
 				}
 				_ = srv.Reload(next)
-				if adm != nil {
-					adm.SetToken(next.Admin.Token)
+				switch {
+				case adm != nil:
+					local = reloadAdmin(adm, path, next.Admin, local, log)
+				case next.Admin.Listen != "":
+					log.Error("reload: admin.listen was set; the admin listener starts at the next restart", "admin.listen", next.Admin.Listen)
 				}
 				continue
 			}

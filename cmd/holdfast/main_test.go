@@ -30,6 +30,19 @@ func guarded(t *testing.T, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, name, args...)
 }
 
+// holdfastctl is guarded for the holdfastctl binary bin, with the write
+// credential of the holdfast processes tests run in its environment.
+func holdfastctl(t *testing.T, bin string, args ...string) *exec.Cmd {
+	cmd := guarded(t, bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOLDFAST_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "HOLDFAST_ADMIN_TOKEN="+holdfastproc.AdminToken)
+	return cmd
+}
+
 // process is a holdfast process of a test: its client address, its
 // database and its configuration file.
 type process struct {

@@ -155,7 +155,7 @@ func TestMigrationThroughHoldfast(t *testing.T) {
 	ctlBin := dbtest.Command(t, "./cmd/holdfastctl")
 	ctl := func(args ...string) string {
 		t.Helper()
-		cmd := guarded(t, ctlBin, append([]string{"-addr", adminAddr}, args...)...)
+		cmd := holdfastctl(t, ctlBin, append([]string{"-addr", adminAddr}, args...)...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("holdfastctl %v: %v\n%s", args, err, out)

@@ -7,7 +7,7 @@ import (
 
 func TestAuthorityCommand(t *testing.T) {
 	a := newAdmin(t)
-	env := map[string]string{"HOLDFAST_ADMIN_ADDR": a.addr(), "HOLDFAST_ADMIN_TOKEN": "tok"}
+	env := map[string]string{"HOLDFAST_ADMIN_ADDR": a.addr(), "HOLDFAST_ADMIN_TOKEN": "tok", "HOLDFAST_CTL_BY": "alice"}
 	code, out, errOut := holdfastctl(env, "authority")
 	if code != 0 || !strings.Contains(out, "version 4: Redis decides every shop's reserves") {
 		t.Fatalf("show: %d %q %q", code, out, errOut)
@@ -16,7 +16,7 @@ func TestAuthorityCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "switched: authority switch version 5") {
 		t.Fatalf("set: %d %q %q", code, out, errOut)
 	}
-	if got := a.requests(); got[1] != "PUT /api/authority?authority=redis&percent=50&reason=x&shops=3 Bearer tok" {
+	if got := a.requests(); got[1] != "PUT /api/authority?authority=redis&by=alice&percent=50&reason=x&shops=3 Bearer tok" {
 		t.Fatalf("requests %q", got)
 	}
 	for _, args := range [][]string{

@@ -76,14 +76,25 @@ Commands:
       -percent N         with redis: shops whose CRC32(shop_id) % 100 < N are on holdfast
       -reason TEXT       recorded with the switch, e.g. incident-123
       -force             switch to redis although its counters are stale
+      -by NAME           as for drain
   help                   this text
 
 Global flags (before or after the command):
   -addr ADDR             holdfast's admin.listen, HOST:PORT or http(s)://HOST:PORT
                          (default $HOLDFAST_ADMIN_ADDR, else 127.0.0.1:6034)
-  -token TOKEN           holdfast's admin.token, sent as a bearer token (default
-                         $HOLDFAST_ADMIN_TOKEN; prefer it: flags show up in ps)
+  -token-file FILE       a file holding the token of one of holdfast's admin.credentials
+                         (default $HOLDFAST_ADMIN_TOKEN_FILE); changes need scope write
+  -token TOKEN           the token itself (default $HOLDFAST_ADMIN_TOKEN; prefer a
+                         file: flags show up in ps)
+                         With neither, on holdfast's own machine holdfastctl reads the
+                         local token holdfast writes (admin.local_token_path) when a
+                         command needs one and the file is readable.
+  -ca-file FILE          the PEM CA of holdfast's admin.tls certificate, for https://
+                         (default $HOLDFAST_ADMIN_CA_FILE; else the system's)
   -timeout D             limit on each request (default 5s)
+
+A change is recorded as made by the credential's name; with -by, as NAME/BY, BY
+being your word (shown as unverified).
 
 A TAG is 1-64 characters of [A-Za-z0-9_.:-]; one starting with '-' goes after --.
 Exit status: 0 done, 1 the admin API failed or could not be reached, 2 usage error.
@@ -98,22 +109,56 @@ func main() {
 
 // globals are the flags every command takes.
 type globals struct {
-	addr, token string
-	timeout     time.Duration
+	addr, token, tokenFile, caFile string
+	timeout                        time.Duration
 }
 
 func (g *globals) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // run prints errors and usage itself
 	fs.StringVar(&g.addr, "addr", g.addr, "holdfast's admin.listen")
-	fs.StringVar(&g.token, "token", g.token, "holdfast's admin.token")
+	fs.StringVar(&g.token, "token", g.token, "a credential's token")
+	fs.StringVar(&g.tokenFile, "token-file", g.tokenFile, "a file holding a credential's token")
+	fs.StringVar(&g.caFile, "ca-file", g.caFile, "the PEM CA of holdfast's admin.tls certificate")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "limit on each request")
 	return fs
 }
 
+// credential is the token the command line or the environment gives, and
+// where it came from: a flag wins over the environment, and one source
+// may give only one of a token and a token file.
+func (g *globals) credential(getenv func(string) string, flagToken, flagFile bool) (token, from string, err error) {
+	switch {
+	case flagToken && flagFile:
+		return "", "", &ctl.UsageError{Msg: "give -token or -token-file, not both"}
+	case flagFile:
+		return readToken(g.tokenFile, "-token-file "+g.tokenFile)
+	case flagToken:
+		return g.token, "-token", nil
+	}
+	envToken, envFile := getenv("HOLDFAST_ADMIN_TOKEN"), getenv("HOLDFAST_ADMIN_TOKEN_FILE")
+	switch {
+	case envToken != "" && envFile != "":
+		return "", "", &ctl.UsageError{Msg: "HOLDFAST_ADMIN_TOKEN and HOLDFAST_ADMIN_TOKEN_FILE are both set: set one"}
+	case envFile != "":
+		return readToken(envFile, "$HOLDFAST_ADMIN_TOKEN_FILE ("+envFile+")")
+	case envToken != "":
+		return envToken, "$HOLDFAST_ADMIN_TOKEN", nil
+	}
+	return "", "", nil
+}
+
+func readToken(path, from string) (string, string, error) {
+	tok, err := ctl.ReadTokenFile(path)
+	if err != nil {
+		return "", "", &ctl.UsageError{Msg: fmt.Sprintf("cannot read the token of %s: %v", from, err)}
+	}
+	return tok, from, nil
+}
+
 // run is holdfastctl with its environment passed in; it returns the exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	g := globals{addr: getenv("HOLDFAST_ADMIN_ADDR"), token: getenv("HOLDFAST_ADMIN_TOKEN"), timeout: 5 * time.Second}
+	g := globals{addr: getenv("HOLDFAST_ADMIN_ADDR"), caFile: getenv("HOLDFAST_ADMIN_CA_FILE"), timeout: 5 * time.Second}
 	if g.addr == "" {
 		g.addr = ctl.DefaultAddr
 	}
@@ -125,6 +170,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	global := fs // the flags before the command
 	cmd, args := fs.Arg(0), fs.Args()[1:]
 	fs = g.flagSet("holdfastctl " + cmd)
 	top := ctl.TopOptions{}
@@ -189,6 +235,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fs.StringVar(&shops, "shops", "", "")
 		fs.IntVar(&percent, "percent", 0, "")
 		fs.BoolVar(&force, "force", false, "")
+		fs.StringVar(&scope.By, "by", defaultBy(getenv), "")
 		want = []string{"[redis|holdfast]"}
 	default:
 		return done(&ctl.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, stdout, stderr)
@@ -203,9 +250,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(pos) != len(want) {
 		return done(&ctl.UsageError{Msg: strings.TrimSpace("usage: holdfastctl " + cmd + " " + strings.Join(want, " "))}, stdout, stderr)
 	}
-	client, err := ctl.NewClient(g.addr, g.token, g.timeout)
+	set := map[string]bool{}
+	for _, f := range []*flag.FlagSet{global, fs} {
+		f.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	}
+	token, from, err := g.credential(getenv, set["token"], set["token-file"])
 	if err != nil {
 		return done(err, stdout, stderr)
+	}
+	client, err := ctl.NewClient(g.addr, token, g.timeout)
+	if err != nil {
+		return done(err, stdout, stderr)
+	}
+	client.TokenFrom = from
+	if g.caFile != "" {
+		if err := client.TrustCA(g.caFile); err != nil {
+			return done(err, stdout, stderr)
+		}
 	}
 	if scope.For < 0 {
 		return done(&ctl.UsageError{Msg: "-for must be a positive duration such as 30m"}, stdout, stderr)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -169,7 +170,7 @@ func TestTopOnce(t *testing.T) {
 func TestAPIErrorsExit1(t *testing.T) {
 	a := newAdmin(t)
 	code, out, errOut := holdfastctl(map[string]string{"HOLDFAST_ADMIN_TOKEN": "wrong"}, "-addr", a.addr(), "tags")
-	if code != 1 || out != "" || !strings.Contains(errOut, "401 Unauthorized: bad token (the token was refused") {
+	if code != 1 || out != "" || !strings.Contains(errOut, "401 Unauthorized: bad token (the token from $HOLDFAST_ADMIN_TOKEN was refused") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 
@@ -183,5 +184,57 @@ func TestAPIErrorsExit1(t *testing.T) {
 	if code != 1 || !strings.HasPrefix(errOut, "holdfastctl: cannot reach holdfast's admin API at "+dead) ||
 		!strings.Contains(errOut, "admin.listen") || strings.Contains(errOut, "Run 'holdfastctl help'") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestCredentialSources: a token comes from -token-file, -token,
+// $HOLDFAST_ADMIN_TOKEN_FILE or $HOLDFAST_ADMIN_TOKEN, a flag winning over
+// the environment; two forms from one source, or a file that cannot be
+// read, are usage errors that send nothing.
+func TestCredentialSources(t *testing.T) {
+	a := newAdmin(t)
+	dir := t.TempDir()
+	file := dir + "/tok"
+	if err := os.WriteFile(file, []byte("filetok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		auth string
+	}{
+		{nil, []string{"-token-file", file, "tags"}, "Bearer filetok"},
+		{map[string]string{"HOLDFAST_ADMIN_TOKEN_FILE": file}, []string{"tags"}, "Bearer filetok"},
+		{map[string]string{"HOLDFAST_ADMIN_TOKEN": "envtok"}, []string{"tags"}, "Bearer envtok"},
+		{map[string]string{"HOLDFAST_ADMIN_TOKEN": "envtok"}, []string{"tags", "-token-file", file}, "Bearer filetok"},
+		{map[string]string{"HOLDFAST_ADMIN_TOKEN_FILE": file}, []string{"-token", "flagtok", "tags"}, "Bearer flagtok"},
+		{nil, []string{"tags"}, ""},
+	} {
+		before := len(a.requests())
+		code, _, errOut := holdfastctl(tc.env, append([]string{"-addr", a.addr()}, tc.args...)...)
+		reqs := a.requests()
+		if code != 0 || len(reqs) != before+1 || !strings.HasSuffix(reqs[len(reqs)-1], " "+tc.auth) {
+			t.Errorf("%v %v: exit %d (%s), requests %q, want %q", tc.env, tc.args, code, errOut, reqs[before:], tc.auth)
+		}
+	}
+	before := len(a.requests())
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"-token", "x", "-token-file", file, "tags"}, "give -token or -token-file, not both"},
+		{map[string]string{"HOLDFAST_ADMIN_TOKEN": "x", "HOLDFAST_ADMIN_TOKEN_FILE": file}, []string{"tags"}, "are both set: set one"},
+		{nil, []string{"-token-file", dir + "/missing", "drain", "checkout"}, "cannot read the token of -token-file " + dir + "/missing"},
+		{nil, []string{"-ca-file", dir + "/missing", "tags"}, "bad -ca-file"},
+		{nil, []string{"-ca-file", file, "tags"}, "no PEM certificate"},
+	} {
+		code, _, errOut := holdfastctl(tc.env, append([]string{"-addr", a.addr()}, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v %v: exit %d, stderr %q, want %q", tc.env, tc.args, code, errOut, tc.want)
+		}
+	}
+	if n := len(a.requests()); n != before {
+		t.Errorf("usage errors sent %d requests", n-before)
 	}
 }

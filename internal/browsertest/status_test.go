@@ -171,22 +171,38 @@ func traffic(t *testing.T, db *sql.DB, stop <-chan struct{}, drained *atomic.Boo
 	return &wg
 }
 
+// The credentials of the page's person: oncall may change the fleet,
+// grafana may only read.
+const (
+	oncallToken  = "oncall-0123456789abcdef"
+	oncallToken2 = "oncall-rotated-0123456789"
+	grafanaToken = "grafana-0123456789abcdef"
+)
+
 // TestStatusPageInBrowser drives two tags through a real holdfast, opens
 // its status page in headless Chromium and checks that both tags and a
-// live holder show; that a drain clicked on the page, once confirmed,
-// refuses the tag's next statement with 9001; that the same drain from a
-// page of another origin, or through a DNS-rebinding host name, is
-// refused; and that with a token the page asks for it once per tab.
+// live holder show, with no credential (reads on loopback); that a drain
+// clicked on the page, once confirmed, asks for a credential of scope
+// write (a read one is refused), is made once it is given, is recorded as
+// the credential's, and refuses the tag's next statement with 9001; that
+// the lift from the page works with the token kept; that the same drain
+// from a page of another origin, or through a DNS-rebinding host name, is
+// refused; and that after a reload rotates the token, the page forgets
+// the old one, asks again once, and keeps the new one for the tab.
 func TestStatusPageInBrowser(t *testing.T) {
 	ctx := browser(t, "MAP rebind.test 127.0.0.1")
 	addr, admin, database := dbtest.FreeAddr(t), dbtest.FreeAddr(t), dbtest.NewDatabase(t)
 	config := filepath.Join(t.TempDir(), "holdfast.yaml")
-	writeConfig := func(more string) {
+	writeConfig := func(oncall string) {
+		creds := "admin:\n  credentials:\n" +
+			"    - {name: " + holdfastproc.AdminCredential + ", scope: write, token: " + holdfastproc.AdminToken + "}\n" +
+			"    - {name: oncall, scope: write, token: " + oncall + "}\n" +
+			"    - {name: grafana, scope: read, token: " + grafanaToken + "}\n"
 		dbtest.WriteHoldfastConfig(t, config, holdfastproc.Config{Listen: addr, Admin: admin,
 			Users:   []holdfastproc.User{{Name: "app", Password: "app"}},
-			Backend: holdfastproc.Backend{Database: database}, YAML: "shutdown_grace: 20s\nlog:\n  level: debug\n" + more})
+			Backend: holdfastproc.Backend{Database: database}, YAML: "shutdown_grace: 20s\nlog:\n  level: debug\n" + creds})
 	}
-	writeConfig("")
+	writeConfig(oncallToken)
 	p := dbtest.StartHoldfast(t, holdfastproc.Options{Bin: dbtest.Command(t, "./cmd/holdfast"), Config: config, Listen: addr}, true)
 	db, err := sql.Open("mysql", fmt.Sprintf("app:app@tcp(%s)/%s", addr, database))
 	if err != nil {
@@ -259,11 +275,29 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatal("cancelling the dialog drained the tag")
 	}
 	drained.Store(true)
-	steps(t, ctx, "drain search from the page",
+	steps(t, ctx, "drain search from the page: a credential is asked for",
 		chromedp.Click(drainButton),
 		chromedp.WaitVisible(css(`#confirm-reason`)),
 		chromedp.SendKeys(css(`#confirm-reason`), "browser-test"),
 		chromedp.Click(css(`#confirm-ok`)),
+		chromedp.WaitVisible(css(`#token-input`)))
+	if why := value(t, ctx, "read why", chromedp.Text(css(`#token-why`))); !strings.Contains(why, "needs a credential of scope write") {
+		t.Errorf("the token form says %q", why)
+	}
+	if adminDrained(t, admin)["search"] {
+		t.Fatal("a drain without a credential went through")
+	}
+	steps(t, ctx, "give a read credential's token",
+		chromedp.SendKeys(css(`#token-input`), grafanaToken),
+		chromedp.Click(css(`#token-submit`)),
+		until(`document.getElementById("message").textContent.includes("has scope read")`),
+		chromedp.WaitVisible(css(`#token-input`)))
+	if adminDrained(t, admin)["search"] {
+		t.Fatal("a read credential drained search")
+	}
+	steps(t, ctx, "give a write credential's token",
+		chromedp.SendKeys(css(`#token-input`), oncallToken),
+		chromedp.Click(css(`#token-submit`)),
 		chromedp.WaitVisible(css(`#tags tbody tr[data-tag="search"] button[data-action="undrain"]`)))
 	if m := value(t, ctx, "read the message", chromedp.Text(css(`#message`))); m != "drained search" {
 		t.Errorf("message after the drain: %q", m)
@@ -277,7 +311,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// reason, and says how many instances share it.
 	steps(t, ctx, "the fleet's controls list the drain",
 		chromedp.WaitVisible(css(`#fleet-controls tbody tr[data-tag="search"][data-kind="drain"]`)))
-	if row := value(t, ctx, "read the fleet control", chromedp.Text(css(`#fleet-controls tbody tr[data-tag="search"]`))); !strings.Contains(row, "browser-test") || !strings.Contains(row, "drained") {
+	if row := value(t, ctx, "read the fleet control", chromedp.Text(css(`#fleet-controls tbody tr[data-tag="search"]`))); !strings.Contains(row, "browser-test") ||
+		!strings.Contains(row, "drained") || !strings.Contains(row, "oncall") {
 		t.Errorf("fleet control row: %q", row)
 	}
 	if card := value(t, ctx, "read the fleet card", chromedp.Text(css(`#card-fleet`))); !strings.Contains(card, "1 instance") || !strings.Contains(card, "controls read") {
@@ -301,6 +336,22 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("kept a copy: %s", keep)
+	}
+
+	// Lift the drain from the page, with the token it keeps.
+	steps(t, ctx, "undrain search from the page",
+		chromedp.Click(css(`#tags tbody tr[data-tag="search"] button[data-action="undrain"]`)),
+		chromedp.WaitVisible(css(`#confirm-ok`)),
+		chromedp.Click(css(`#confirm-ok`)),
+		chromedp.WaitVisible(drainButton))
+	if m := value(t, ctx, "read the message", chromedp.Text(css(`#message`))); m != "undrained search" {
+		t.Errorf("message after the undrain: %q", m)
+	}
+	if adminDrained(t, admin)["search"] {
+		t.Fatal("search is still drained after the lift")
+	}
+	if _, err := db.Exec("/* conn_tag:search */ SELECT 1"); err != nil {
+		t.Fatalf("search's next statement after the lift: %v", err)
 	}
 
 	// The same drain from a page of another origin: a form that posts to
@@ -345,14 +396,19 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatal("a DNS-rebinding page drained checkout")
 	}
 
-	// With a token (set by a reload), the page asks for it once and keeps
-	// it for the tab.
-	writeConfig("admin:\n  token: t0ken\n")
+	// A reload rotates oncall's token: the page forgets the old one, goes
+	// on showing what it may read, asks for a token at the next change,
+	// and keeps the new one for the tab.
+	steps(t, ctx, "back to the page", chromedp.Navigate(page),
+		chromedp.WaitVisible(css(`#tags tbody tr[data-tag="checkout"]`)))
+	writeConfig(oncallToken2)
 	if err := p.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	dbtest.Eventually(t, "the reload applies the token", func() bool {
-		resp, err := http.Get("http://" + admin + "/api/pool")
+	dbtest.Eventually(t, "the reload rotates the token", func() bool {
+		req, _ := http.NewRequest("GET", "http://"+admin+"/api/pool", nil)
+		req.Header.Set("Authorization", "Bearer "+oncallToken)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false
 		}
@@ -360,15 +416,29 @@ func TestStatusPageInBrowser(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusUnauthorized
 	})
-	steps(t, ctx, "give the page its token", chromedp.Navigate(page),
-		chromedp.WaitVisible(css(`#token-input`)),
-		chromedp.SendKeys(css(`#token-input`), "t0ken"),
-		chromedp.Click(css(`#token-submit`)),
-		chromedp.WaitVisible(css(`#tags tbody tr[data-tag="checkout"]`)),
-		chromedp.Reload(),
+	steps(t, ctx, "the page forgets the old token",
+		until(`document.getElementById("message").textContent.includes("The token was refused")`),
 		chromedp.WaitVisible(css(`#tags tbody tr[data-tag="checkout"]`)))
+	steps(t, ctx, "drain search again: asked for the new token",
+		chromedp.Click(drainButton),
+		chromedp.WaitVisible(css(`#confirm-ok`)),
+		chromedp.Click(css(`#confirm-ok`)),
+		chromedp.WaitVisible(css(`#token-input`)),
+		chromedp.SendKeys(css(`#token-input`), oncallToken2),
+		chromedp.Click(css(`#token-submit`)),
+		chromedp.WaitVisible(css(`#tags tbody tr[data-tag="search"] button[data-action="undrain"]`)))
+	steps(t, ctx, "reload the page, lift the drain without being asked",
+		chromedp.Reload(),
+		chromedp.WaitVisible(css(`#tags tbody tr[data-tag="search"] button[data-action="undrain"]`)),
+		chromedp.Click(css(`#tags tbody tr[data-tag="search"] button[data-action="undrain"]`)),
+		chromedp.WaitVisible(css(`#confirm-ok`)),
+		chromedp.Click(css(`#confirm-ok`)),
+		chromedp.WaitVisible(css(`#tags tbody tr[data-tag="search"] button[data-action="drain"]`)))
 	if hidden := value(t, ctx, "read the token form", chromedp.Evaluate[bool](`document.getElementById("token-form").hidden`)); !hidden {
 		t.Error("the page asked for the token again after a reload")
+	}
+	if adminDrained(t, admin)["search"] {
+		t.Fatal("search is still drained")
 	}
 	if err := holder.Commit(); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
 // The controls scenario: on-call controls change through the fleet's
@@ -215,6 +217,7 @@ func adminCall(ctx context.Context, hs []*holdfast, rng *rand.Rand, method, path
 	if err != nil {
 		return false
 	}
+	req.Header.Set("Authorization", "Bearer "+holdfastproc.AdminToken) // every change needs a write credential
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false

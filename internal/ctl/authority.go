@@ -62,6 +62,9 @@ func (c *Client) SetAuthority(ctx context.Context, ch AuthorityChange) (Authorit
 	if ch.Force {
 		q.Set("force", "true")
 	}
+	if c.Scope.By != "" {
+		q.Set("by", c.Scope.By)
+	}
 	var s AuthorityState
 	err := c.do(ctx, http.MethodPut, "/api/authority", q, &s, "version", "authority")
 	return s, err
@@ -132,7 +135,7 @@ func writeAuthority(w io.Writer, s AuthorityState, prefix string) error {
 		b.WriteString(", which holdfast decides\n")
 	}
 	if !s.ChangedAt.IsZero() {
-		fmt.Fprintf(&b, "changed %s by %s", s.ChangedAt.UTC().Format(time.RFC3339), clean(s.ChangedBy))
+		fmt.Fprintf(&b, "changed %s by %s", s.ChangedAt.UTC().Format(time.RFC3339), clean(SetByText(s.ChangedBy)))
 		if s.Reason != "" {
 			fmt.Fprintf(&b, " (%s)", clean(s.Reason))
 		}

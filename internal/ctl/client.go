@@ -3,15 +3,21 @@ package ctl
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -82,11 +88,38 @@ type Pool struct {
 	PinnedSessions  int     `json:"pinned_sessions"`
 }
 
+// Author is who made a change, as holdfast recorded it: the name of the
+// credential that made it, then "/" and the request's -by text, which is
+// the caller's word and not verified. An older holdfast sends neither.
+type Author struct {
+	SetBy        string `json:"set_by"`
+	ByUnverified string `json:"by_unverified"` // the part after the slash
+}
+
+// String is the author as holdfastctl prints it: "oncall", or
+// "oncall/alice (by unverified)".
+func (a Author) String() string {
+	if a.ByUnverified != "" {
+		return clean(a.SetBy) + " (by unverified)"
+	}
+	return clean(a.SetBy)
+}
+
+// SetByText is a control's set_by as holdfastctl prints it: marked when a
+// part after the credential's name is the caller's unverified word.
+func SetByText(setBy string) string {
+	if strings.Contains(setBy, "/") {
+		return setBy + " (by unverified)"
+	}
+	return setBy
+}
+
 // DrainState is the answer of POST and DELETE /api/tags/{tag}/drain.
 type DrainState struct {
 	Tag     string `json:"tag"`
 	Drained bool   `json:"drained"`
 	Scope   string `json:"scope"` // "fleet", or "local (why)"; "" from an older holdfast
+	Author
 }
 
 // LimitState is the answer of PUT and DELETE /api/tags/{tag}/limit.
@@ -97,6 +130,7 @@ type LimitState struct {
 	// InForceHere is this instance's share of a fleet-wide cap (or its own
 	// limit), when one is in force.
 	InForceHere *int `json:"in_force_here"`
+	Author
 }
 
 // MaxTxnState is the answer to setting a tag's max_transaction_time.
@@ -104,20 +138,36 @@ type MaxTxnState struct {
 	Tag     string  `json:"tag"`
 	Scope   string  `json:"scope"`
 	Seconds float64 `json:"max_transaction_seconds"` // 0: the tag has none of its own
+	Author
 }
 
-// Client calls holdfast's admin API. Build it with NewClient; it is safe
-// for concurrent use.
+// Client calls holdfast's admin API. Build it with NewClient and set its
+// exported fields before the first call; it is safe for concurrent use
+// from then on.
 type Client struct {
-	addr  string // as the user gave it, for messages
-	base  string // scheme://host[/prefix], no trailing slash
-	token string // "": send no Authorization header
-	hc    *http.Client
+	addr string // as the user gave it, for messages
+	base string // scheme://host[/prefix], no trailing slash
+	hc   *http.Client
+
+	mu        sync.Mutex // guards following
+	token     string     // "": send no Authorization header
+	tokenFrom string     // where token came from, for messages
+	localErr  error      // why holdfast's local token file could not be read
 
 	// Scope is where the control changes (drain, undrain, limit, max
 	// transaction time, class) go, and what is recorded with them.
 	Scope Scope
+	// TokenFrom says where NewClient's token came from ("-token-file
+	// /path", "$HOLDFAST_ADMIN_TOKEN"), for the message when it is
+	// refused; "" says "the token".
+	TokenFrom string
 }
+
+// Credential lookup: NewClient's token when not empty. Without one, a
+// request refused for want of a credential (401) whose answer names the
+// file of holdfast's local credential (admin.local_token_path; holdfast
+// names it only to a client on its own machine) is sent again once with
+// the token read from that file, and later requests send it too.
 
 // Scope says where a control change goes: the whole fleet (the default),
 // or this instance only (Local); For > 0 lifts a fleet control that long
@@ -165,6 +215,70 @@ func NewClient(addr, token string, timeout time.Duration) (*Client, error) {
 	}
 	base := u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/")
 	return &Client{addr: addr, base: base, token: token, hc: &http.Client{Timeout: timeout}}, nil
+}
+
+// TrustCA makes the client trust the certificates of the PEM file caFile
+// (as well as the system's) for an https:// address: the CA of holdfast's
+// admin.tls certificate. Call it before the first request.
+func (c *Client) TrustCA(caFile string) error {
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return usagef("bad -ca-file: %v", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return usagef("bad -ca-file %s: no PEM certificate in it", caFile)
+	}
+	c.hc.Transport = &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	return nil
+}
+
+// ReadTokenFile reads a token from a file: its content, one trailing
+// newline dropped (as holdfast reads token_file).
+func ReadTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if tok == "" {
+		return "", errors.New("the file is empty")
+	}
+	return tok, nil
+}
+
+func (c *Client) credential() (token, from string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	from = c.tokenFrom
+	if from == "" {
+		from = c.TokenFrom
+	}
+	return c.token, from
+}
+
+// useLocal reads holdfast's local token from path, once, and reports
+// whether the client now has it.
+func (c *Client) useLocal(path string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.token != "" || c.localErr != nil || path == "" || !filepath.IsAbs(path) {
+		return false
+	}
+	tok, err := ReadTokenFile(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is said below
+		}
+		c.localErr = fmt.Errorf("holdfast's local token file %s could not be read: %w", path, err)
+		return false
+	}
+	c.token, c.tokenFrom = tok, "holdfast's local token file "+path
+	return true
 }
 
 // Addr is the admin address as given to NewClient.
@@ -254,6 +368,7 @@ type ClassState struct {
 	Class        string `json:"class"`
 	ClassHereNow string `json:"class_here_now"`
 	Scope        string `json:"scope"`
+	Author
 }
 
 // SetClass puts the tags matching pattern in an overload class
@@ -270,6 +385,7 @@ type RouteState struct {
 	Route        string `json:"route"`
 	RouteHereNow string `json:"route_here_now"`
 	Scope        string `json:"scope"`
+	Author
 }
 
 // SetRoute gives the tags matching pattern a routing policy
@@ -386,33 +502,25 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 		target += "?" + q.Encode()
 	}
 	e := &Error{Addr: c.addr, Method: method, Path: path}
-	req, err := http.NewRequestWithContext(ctx, method, target, nil)
-	if err != nil {
-		e.Message, e.Err = "cannot build the request", err
-		return e
+	status, body, err := c.send(ctx, method, target)
+	if err == nil && status == http.StatusUnauthorized && c.useLocal(localTokenPath(body)) {
+		// Refused for want of a credential: nothing was done, so the
+		// request may be sent again with the local one.
+		status, body, err = c.send(ctx, method, target)
 	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "holdfastctl")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return c.networkError(e, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+		var be buildError
+		if errors.As(err, &be) {
+			e.Message, e.Err = "cannot build the request", be.error
+			return e
 		}
 		return c.networkError(e, err)
 	}
-	e.Status = resp.StatusCode
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	e.Status = status
+	if status < 200 || status > 299 {
 		return c.statusError(e, body)
 	}
 	if len(body) > maxBody {
@@ -441,6 +549,42 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 	return nil
 }
 
+// buildError is a request that could not be built.
+type buildError struct{ error }
+
+// send sends one request and reads its answer, bounded by maxBody+1.
+func (c *Client) send(ctx context.Context, method, target string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	if err != nil {
+		return 0, nil, buildError{err}
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "holdfastctl")
+	if tok, _ := c.credential(); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, body, nil
+}
+
+// localTokenPath is the file of holdfast's local credential that a 401
+// answer names ("" when it names none).
+func localTokenPath(body []byte) string {
+	var r struct {
+		Path string `json:"local_token_path"`
+	}
+	_ = json.Unmarshal(body, &r)
+	return r.Path
+}
+
 func (c *Client) networkError(e *Error, err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
@@ -454,6 +598,11 @@ func (c *Client) networkError(e *Error, err error) error {
 		e.Message = err.Error()
 	}
 	e.Hint = "is holdfast running with admin.listen set to " + c.addr + "? point -addr at it"
+	var ua x509.UnknownAuthorityError
+	var ve *tls.CertificateVerificationError
+	if errors.As(err, &ua) || errors.As(err, &ve) {
+		e.Hint = "holdfast's admin.tls certificate is not one this machine trusts: pass -ca-file (or set HOLDFAST_ADMIN_CA_FILE) to the PEM file of its CA"
+	}
 	return e
 }
 
@@ -469,14 +618,32 @@ func (c *Client) statusError(e *Error, body []byte) error {
 			e.Message = "(empty body)"
 		}
 	}
+	tok, from := c.credential()
+	theToken := "the token"
+	if from != "" {
+		theToken += " from " + from
+	}
+	change := e.Method != http.MethodGet && e.Method != http.MethodHead
+	const where = "set HOLDFAST_ADMIN_TOKEN_FILE (or -token-file FILE) to a file holding the token of a credential in holdfast's admin.credentials"
 	switch {
-	case e.Status == http.StatusUnauthorized && c.token == "":
-		e.Hint = "this admin API wants a token: pass -token or set HOLDFAST_ADMIN_TOKEN to holdfast's admin.token"
-	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden:
-		e.Hint = "the token was refused: check it against holdfast's admin.token"
+	case e.Status == http.StatusUnauthorized && tok == "" && change:
+		e.Hint = "this command changes the fleet: it needs a write credential; " + where + " with scope write"
+	case e.Status == http.StatusUnauthorized && tok == "":
+		e.Hint = "this admin listener is not on loopback: every command needs a credential; " + where + " (scope read or write)"
+	case e.Status == http.StatusUnauthorized:
+		e.Hint = theToken + " was refused: it is not one of holdfast's credentials (or a reload changed them)"
+	case e.Status == http.StatusForbidden && strings.Contains(e.Message, "has scope read"):
+		e.Hint = "this command changes the fleet: it needs a write credential, and " + theToken + " is a read credential's; " + where + " with scope write"
+	case e.Status == http.StatusBadRequest && strings.Contains(e.Message, "HTTPS server"):
+		e.Hint = "holdfast's admin listener speaks TLS (admin.tls): use -addr https://HOST:PORT"
 	case r.Error == nil && (e.Status == http.StatusNotFound || e.Status == http.StatusMethodNotAllowed):
 		e.Hint = "is " + c.addr + " holdfast's admin.listen, and is that holdfast new enough to serve " + e.Path + "?"
 	}
+	c.mu.Lock()
+	if e.Status == http.StatusUnauthorized && c.localErr != nil {
+		e.Hint += "; " + c.localErr.Error() + " (run holdfastctl as holdfast's user on its machine, or give a credential)"
+	}
+	c.mu.Unlock()
 	return e
 }
 

@@ -2,10 +2,14 @@ package ctl
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,9 +132,18 @@ func TestClientErrors(t *testing.T) {
 		notWant string
 	}{
 		{name: "401 without a token", route: "GET /api/tags", status: 401, body: `{"error":"missing bearer token"}`, call: tags,
-			want: []string{"GET /api/tags at 127.0.0.1:", "401 Unauthorized: missing bearer token", "pass -token or set HOLDFAST_ADMIN_TOKEN"}},
+			want: []string{"GET /api/tags at 127.0.0.1:", "401 Unauthorized: missing bearer token", "every command needs a credential",
+				"set HOLDFAST_ADMIN_TOKEN_FILE (or -token-file FILE)"}},
+		{name: "401 for a change without a token", route: "POST /api/tags/{tag}/drain", status: 401, body: `{"error":"admin: this request changes the fleet"}`, call: drain,
+			want: []string{"401 Unauthorized", "(this command changes the fleet: it needs a write credential; set HOLDFAST_ADMIN_TOKEN_FILE (or -token-file FILE) " +
+				"to a file holding the token of a credential in holdfast's admin.credentials with scope write)"}},
 		{name: "401 with a token", token: "wrong", route: "GET /api/tags", status: 401, body: `{"error":"bad token"}`, call: tags,
-			want: []string{"401 Unauthorized: bad token", "the token was refused: check it against holdfast's admin.token"}, notWant: "-token"},
+			want: []string{"401 Unauthorized: bad token", "the token was refused: it is not one of holdfast's credentials"}, notWant: "-token"},
+		{name: "403 with a read credential", token: "reader", route: "POST /api/tags/{tag}/drain", status: 403,
+			body: `{"error":"admin: credential 'prometheus' has scope read: this request changes the fleet and needs a credential of scope write"}`, call: drain,
+			want: []string{"403 Forbidden", "it needs a write credential, and the token is a read credential's"}},
+		{name: "400 plain HTTP to TLS", route: "GET /api/tags", status: 400, body: "Client sent an HTTP request to an HTTPS server.", call: tags,
+			want: []string{"use -addr https://HOST:PORT"}},
 		{name: "404 unknown tag", route: "POST /api/tags/{tag}/drain", status: 404, body: `{"error":"unknown tag \"nosuch\""}`, call: drain,
 			want: []string{"POST /api/tags/nosuch/drain at", `404 Not Found: unknown tag "nosuch"`}, notWant: "admin.listen"},
 		{name: "500 with a body", route: "GET /api/tags", status: 500, body: `{"error":"stats: internal failure"}`, call: tags,
@@ -266,5 +279,60 @@ func TestClientPathPrefix(t *testing.T) {
 	}
 	if got := f.requests(); len(got) != 1 || got[0].Tag != "holdfast:reserve" {
 		t.Errorf("requests = %+v", got)
+	}
+}
+
+// TestLocalToken: without a token, a request refused for want of one
+// whose answer names holdfast's local token file is sent again once with
+// the file's token, which later requests send too; a file that cannot be
+// read is said in the message; a given token is never replaced.
+func TestLocalToken(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "holdfast-admin.token")
+	if err := os.WriteFile(path, []byte("local-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(p string) string {
+		b, _ := json.Marshal(map[string]string{"error": "admin: this request changes the fleet", "local_token_path": p})
+		return string(b)
+	}
+	f := newFakeAdmin(t)
+	f.mu.Lock()
+	f.answers["POST /api/tags/{tag}/drain"] = func(n int) (int, string) {
+		if rs := f.requests(); rs[len(rs)-1].Auth != "Bearer local-secret" {
+			return 401, refused(path)
+		}
+		return 200, `{"tag":"checkout","drained":true,"scope":"fleet","set_by":"local"}`
+	}
+	f.mu.Unlock()
+	c := f.client(t, "")
+	s, err := c.Drain(ctx, "checkout", 0, "")
+	if err != nil || s.SetBy != "local" {
+		t.Fatalf("drain: %+v %v", s, err)
+	}
+	if _, err := c.Drain(ctx, "checkout", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	var auths []string
+	for _, r := range f.requests() {
+		auths = append(auths, r.Auth)
+	}
+	if want := []string{"", "Bearer local-secret", "Bearer local-secret"}; !slices.Equal(auths, want) {
+		t.Errorf("Authorization sent %q, want %q", auths, want)
+	}
+
+	// Unreadable, or a token given: no second try.
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct{ token, path, want string }{
+		{"", missing, "holdfast's local token file " + missing + " could not be read: no such file or directory (run holdfastctl as holdfast's user"},
+		{"mine", path, "the token was refused"},
+		{"", "relative/path", "this command changes the fleet"},
+	} {
+		f := newFakeAdmin(t)
+		f.answer("POST /api/tags/{tag}/drain", 401, refused(tc.path))
+		_, err := f.client(t, tc.token).Drain(ctx, "checkout", 0, "")
+		if err == nil || len(f.requests()) != 1 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("token %q, file %s: %d requests, %v", tc.token, tc.path, len(f.requests()), err)
+		}
 	}
 }

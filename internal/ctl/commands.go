@@ -161,21 +161,26 @@ func (c *CLI) Drain(ctx context.Context, tag string, grace time.Duration, reason
 	if reason != "" {
 		why = " (" + clean(reason) + ")"
 	}
-	_, err = fmt.Fprintf(c.Out, "drained %s%s: its new borrows fail fast, %s%s (undo: holdfastctl undrain %s)\n", name, why, holders, c.where(s.Scope), name)
+	_, err = fmt.Fprintf(c.Out, "drained %s%s: its new borrows fail fast, %s%s (undo: holdfastctl undrain %s)\n", name, why, holders, c.where(s.Scope, s.Author), name)
 	return err
 }
 
-// where says where a control change went, for the line a command prints.
-func (c *CLI) where(scope string) string {
+// where says where a control change went, and who holdfast recorded as
+// its author, for the line a command prints.
+func (c *CLI) where(scope string, by Author) string {
+	s := ""
 	switch {
 	case scope == "fleet" && c.Client.Scope.For > 0:
-		return fmt.Sprintf("; on every holdfast instance, for %v", c.Client.Scope.For)
+		s = fmt.Sprintf("; on every holdfast instance, for %v", c.Client.Scope.For)
 	case scope == "fleet":
-		return "; on every holdfast instance"
+		s = "; on every holdfast instance"
 	case scope != "":
-		return "; " + scope
+		s = "; " + scope
 	}
-	return ""
+	if by.SetBy != "" {
+		s += "; set by " + by.String()
+	}
+	return s
 }
 
 // Undrain lifts a drain. It prints one line.
@@ -191,7 +196,7 @@ func (c *CLI) Undrain(ctx context.Context, tag string) error {
 	if s.Drained {
 		return c.unexpected("undrain", name, "drained=true")
 	}
-	_, err = fmt.Fprintf(c.Out, "undrained %s: its new borrows proceed%s\n", name, c.where(s.Scope))
+	_, err = fmt.Fprintf(c.Out, "undrained %s: its new borrows proceed%s\n", name, c.where(s.Scope, s.Author))
 	return err
 }
 
@@ -215,14 +220,14 @@ func (c *CLI) Limit(ctx context.Context, tag, max, reason string) error {
 		return c.unexpected("limit", name, fmt.Sprintf("limit=%d", s.Limit))
 	}
 	if n == 0 {
-		_, err = fmt.Fprintf(c.Out, "lifted the limit on %s: it may hold any number of backend connections%s\n", name, c.where(s.Scope))
+		_, err = fmt.Fprintf(c.Out, "lifted the limit on %s: it may hold any number of backend connections%s\n", name, c.where(s.Scope, s.Author))
 		return err
 	}
 	here := ""
 	if s.Scope == "fleet" && s.InForceHere != nil {
 		here = fmt.Sprintf(" (this instance's share now: %d)", *s.InForceHere)
 	}
-	_, err = fmt.Fprintf(c.Out, "limited %s to %d backend connections: borrowers over the cap queue%s%s (lift: holdfastctl limit %s off)\n", name, n, c.where(s.Scope), here, name)
+	_, err = fmt.Fprintf(c.Out, "limited %s to %d backend connections: borrowers over the cap queue%s%s (lift: holdfastctl limit %s off)\n", name, n, c.where(s.Scope, s.Author), here, name)
 	return err
 }
 
@@ -246,10 +251,10 @@ func (c *CLI) MaxTxn(ctx context.Context, tag, d string) error {
 	}
 	name := answeredTag(s.Tag, tag)
 	if dur == 0 {
-		_, err = fmt.Fprintf(c.Out, "lifted %s's own max_transaction_time (sessions.max_transaction_time, if set, applies)%s\n", name, c.where(s.Scope))
+		_, err = fmt.Fprintf(c.Out, "lifted %s's own max_transaction_time (sessions.max_transaction_time, if set, applies)%s\n", name, c.where(s.Scope, s.Author))
 		return err
 	}
-	_, err = fmt.Fprintf(c.Out, "transactions of %s that hold a backend connection longer than %v are rolled back and their clients disconnected%s (lift: holdfastctl maxtxn %s off)\n", name, dur, c.where(s.Scope), name)
+	_, err = fmt.Fprintf(c.Out, "transactions of %s that hold a backend connection longer than %v are rolled back and their clients disconnected%s (lift: holdfastctl maxtxn %s off)\n", name, dur, c.where(s.Scope, s.Author), name)
 	return err
 }
 
@@ -273,14 +278,14 @@ func (c *CLI) Class(ctx context.Context, pattern, class, reason string) error {
 		return err
 	}
 	if class == "" {
-		_, err = fmt.Fprintf(c.Out, "lifted the class of %s%s (overload.classes applies; here now: %s)\n", pattern, c.where(s.Scope), s.ClassHereNow)
+		_, err = fmt.Fprintf(c.Out, "lifted the class of %s%s (overload.classes applies; here now: %s)\n", pattern, c.where(s.Scope, s.Author), s.ClassHereNow)
 		return err
 	}
 	if s.ClassHereNow != class && !strings.HasPrefix(s.Scope, "fleet") {
 		// A local class loses to the fleet's: say so rather than "done".
 		return c.unexpected("class", pattern, "class "+clean(s.ClassHereNow)+" in force there (a fleet class wins over a local one)")
 	}
-	_, err = fmt.Fprintf(c.Out, "%s is %s%s (lift: holdfastctl class %s off)\n", pattern, class, c.where(s.Scope), pattern)
+	_, err = fmt.Fprintf(c.Out, "%s is %s%s (lift: holdfastctl class %s off)\n", pattern, class, c.where(s.Scope, s.Author), pattern)
 	return err
 }
 
@@ -300,14 +305,14 @@ func (c *CLI) Route(ctx context.Context, pattern, policy, reason string) error {
 		return err
 	}
 	if policy == "" {
-		_, err = fmt.Fprintf(c.Out, "lifted the route of %s%s (routing.tags applies; here now: %s)\n", pattern, c.where(s.Scope), s.RouteHereNow)
+		_, err = fmt.Fprintf(c.Out, "lifted the route of %s%s (routing.tags applies; here now: %s)\n", pattern, c.where(s.Scope, s.Author), s.RouteHereNow)
 		return err
 	}
 	if s.RouteHereNow != policy && !strings.HasPrefix(s.Scope, "fleet") {
 		// A local route loses to the fleet's: say so rather than "done".
 		return c.unexpected("route", pattern, "route "+clean(s.RouteHereNow)+" in force there (a fleet route wins over a local one)")
 	}
-	_, err = fmt.Fprintf(c.Out, "%s reads: %s%s (here now: %s; lift: holdfastctl route %s off)\n", pattern, policy, c.where(s.Scope), s.RouteHereNow, pattern)
+	_, err = fmt.Fprintf(c.Out, "%s reads: %s%s (here now: %s; lift: holdfastctl route %s off)\n", pattern, policy, c.where(s.Scope, s.Author), s.RouteHereNow, pattern)
 	return err
 }
 
@@ -362,7 +367,7 @@ func writeControls(w io.Writer, cs Controls) error {
 	} else {
 		fmt.Fprintf(w, "%-24s %-8s %-8s %-20s %-20s %-20s %s\n", "TAG", "KIND", "VALUE", "SET BY", "SET AT (UTC)", "EXPIRES (UTC)", "REASON")
 		for _, fc := range cs.Controls {
-			fmt.Fprintf(w, "%-24s %-8s %-8s %-20s %-20s %-20s %s\n", clean(fc.Tag), clean(fc.Kind), controlValue(fc), clean(fc.SetBy),
+			fmt.Fprintf(w, "%-24s %-8s %-8s %-20s %-20s %-20s %s\n", clean(fc.Tag), clean(fc.Kind), controlValue(fc), clean(SetByText(fc.SetBy)),
 				fc.SetAt.UTC().Format("2006-01-02 15:04:05"), expiry(fc.Expires), clean(fc.Reason))
 		}
 	}

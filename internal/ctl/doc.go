@@ -21,7 +21,9 @@
 // ([A-Za-z0-9_.:-], at most 64 bytes) is restated here from the attribution
 // package's documentation rather than imported. It reads no configuration
 // and no environment; cmd/holdfastctl wires flags, the environment and the
-// terminal into it.
+// terminal into it. The only files it reads are those it is given (a CA,
+// a token file) and the local credential's token file that holdfast names
+// in a 401 answer (see Client).
 //
 // Everything from the server that reaches the terminal — tags, user names,
 // statement text, error messages — goes through clean first, so a statement

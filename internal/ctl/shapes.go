@@ -41,6 +41,7 @@ type ShapeState struct {
 	Limit       int    `json:"limit"`
 	InForceHere *int   `json:"in_force_here"`
 	Scope       string `json:"scope"`
+	Author
 }
 
 // SetShape blocks (what "block") or caps (what "limit", n > 0) a shape, or
@@ -119,10 +120,10 @@ func (c *CLI) Shape(ctx context.Context, action, shape, max, reason string) erro
 			return c.unexpected("shape "+action, shape, fmt.Sprintf("blocked=%v (another source may block it: holdfastctl controls)", s.Blocked))
 		}
 		if action == "unblock" {
-			_, err = fmt.Fprintf(c.Out, "unblocked shape %s%s\n", shape, c.where(s.Scope))
+			_, err = fmt.Fprintf(c.Out, "unblocked shape %s%s\n", shape, c.where(s.Scope, s.Author))
 			return err
 		}
-		_, err = fmt.Fprintf(c.Out, "blocked shape %s: its statements get error 9007, running ones finish%s (undo: holdfastctl shape unblock %s)\n", shape, c.where(s.Scope), shape)
+		_, err = fmt.Fprintf(c.Out, "blocked shape %s: its statements get error 9007, running ones finish%s (undo: holdfastctl shape unblock %s)\n", shape, c.where(s.Scope, s.Author), shape)
 		return err
 	case "limit":
 		n, err := ParseLimit(max)
@@ -134,7 +135,7 @@ func (c *CLI) Shape(ctx context.Context, action, shape, max, reason string) erro
 			return err
 		}
 		if n == 0 {
-			_, err = fmt.Fprintf(c.Out, "lifted the cap on shape %s%s\n", shape, c.where(s.Scope))
+			_, err = fmt.Fprintf(c.Out, "lifted the cap on shape %s%s\n", shape, c.where(s.Scope, s.Author))
 			return err
 		}
 		if s.Limit != n {
@@ -145,7 +146,7 @@ func (c *CLI) Shape(ctx context.Context, action, shape, max, reason string) erro
 			here = fmt.Sprintf(" (this instance's share now: %d)", *s.InForceHere)
 		}
 		_, err = fmt.Fprintf(c.Out, "capped shape %s at %d statements running at once: the others wait, then get error 9008%s%s (lift: holdfastctl shape limit %s off)\n",
-			shape, n, c.where(s.Scope), here, shape)
+			shape, n, c.where(s.Scope, s.Author), here, shape)
 		return err
 	}
 	return usagef("shape: want block, unblock or limit, got %q", action)

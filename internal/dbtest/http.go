@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/holdfast-db/holdfast/internal/holdfastproc"
 )
 
 // httpClient bounds every request: a hang guard, so that a Fetch inside
@@ -13,12 +15,17 @@ import (
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
 // Fetch sends a request without a body to url and returns the response's
-// body; a failed request or a status other than 200 fails t.
+// body; a failed request or a status other than 200 fails t. A change
+// (a method but GET and HEAD) carries holdfastproc.AdminToken, the write
+// credential of the holdfast processes tests run; a read carries none.
 func Fetch(t testing.TB, method, url string) []byte {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if method != http.MethodGet && method != http.MethodHead {
+		req.Header.Set("Authorization", "Bearer "+holdfastproc.AdminToken)
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {

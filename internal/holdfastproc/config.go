@@ -8,6 +8,17 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// The admin credential every configuration Render writes carries: a
+// credential of scope write, so that the tests, benchmarks and chaos
+// harness that run holdfast may change its controls. Their clients send
+// AdminToken as a bearer token with every change (dbtest.Fetch does).
+// Render turns the local credential (admin.local_token_path) off: the
+// harness's processes may share a directory.
+const (
+	AdminCredential = "harness"
+	AdminToken      = "holdfastproc-harness-0123456789abcdef"
+)
+
 // Config is a holdfast configuration file: the settings every caller
 // gives (addresses, accounts, the backend) as fields, and the rest as
 // YAML and settings applied over them. Whatever it leaves out is
@@ -16,7 +27,8 @@ type Config struct {
 	Listen string // listen: host:port for clients
 	Users  []User // users
 	// Admin is admin.listen (HTTP admin API and /metrics); "" disables the
-	// admin listener.
+	// admin listener. Its credentials are AdminCredential's alone, unless
+	// YAML sets admin.credentials.
 	Admin   string
 	Backend Backend
 	Fleet   Fleet
@@ -101,7 +113,8 @@ func (c Config) Render() ([]byte, error) {
 		"listen":  c.Listen,
 		"users":   users,
 		"backend": backend,
-		"admin":   mapping{"listen": c.Admin},
+		"admin": mapping{"listen": c.Admin, "local_token_path": "",
+			"credentials": []mapping{{"name": AdminCredential, "scope": "write", "token": AdminToken}}},
 	}
 	fleet := mapping{}
 	for k, v := range map[string]string{"database": c.Fleet.Database, "user": c.Fleet.User, "password": c.Fleet.Password} {

@@ -38,6 +38,10 @@ func TestConfigRender(t *testing.T) {
 		got.Fleet.Database != "shop_hf" || got.Fleet.User != "own" || got.Fleet.Password != "o: pw" || got.Fleet.TTL != 9*time.Second {
 		t.Fatalf("parsed back:\n%+v\nfrom\n%s", got, b)
 	}
+	if cs := got.Admin.AllCredentials(); len(cs) != 2 || cs[0] != (config.AdminCredential{Name: AdminCredential, Scope: "write", Token: AdminToken}) ||
+		got.Admin.LocalTokenPath != "" {
+		t.Fatalf("admin credentials %+v, local token %q\n%s", cs, got.Admin.LocalTokenPath, b)
+	}
 	if len(got.Users) != 1 || got.Users[0].Name != "app" || got.Users[0].DefaultTag != "web" {
 		t.Fatalf("users %+v\n%s", got.Users, b)
 	}
