@@ -64,7 +64,7 @@ func request(t *testing.T, method, url, token string) (int, string) {
 // "tag kind set_by".
 func controlsSetBy(t *testing.T, p *process) []string {
 	t.Helper()
-	rows, err := dbtest.Root(t).Query("SELECT tag, kind, set_by FROM `" + p.db + "`.holdfast_controls ORDER BY tag, kind")
+	rows, err := dbtest.Root(t).Query("SELECT tag, kind, set_by FROM `" + dbtest.TablesDB(p.db) + "`.holdfast_controls ORDER BY tag, kind")
 	if err != nil {
 		t.Fatal(err)
 	}
