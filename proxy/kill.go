@@ -386,12 +386,13 @@ const maxKillDepth = 4
 // smuggledKill reports whether a text with dynamicSQL may have the server
 // run a KILL: the literal text of an EXECUTE IMMEDIATE or PREPARE ...
 // FROM in it is or holds one (at any depth), or an expression's literal
-// parts hold the word KILL.
+// parts, joined as they are or with spaces (where values come between
+// them), read as one (CONCAT('KILL ', @id)).
 func smuggledKill(mode sqlscan.Mode, sql []byte, depth int) bool {
 	for _, d := range mode.AppendDynamic(nil, sql) {
 		if !d.Literal {
-			for _, part := range d.Parts {
-				if hasWordKill(part) {
+			for _, sep := range []string{"", " "} {
+				if mode.Scan(bytes.Join(d.Parts, []byte(sep))).Features&sqlscan.FeatKill != 0 {
 					return true
 				}
 			}
@@ -406,27 +407,6 @@ func smuggledKill(mode sqlscan.Mode, sql []byte, depth int) bool {
 		}
 	}
 	return false
-}
-
-// hasWordKill reports whether b holds KILL, in any letter case, not as the
-// end of a longer word.
-func hasWordKill(b []byte) bool {
-	low := bytes.ToLower(b)
-	for i := 0; ; {
-		j := bytes.Index(low[i:], []byte("kill"))
-		if j < 0 {
-			return false
-		}
-		j += i
-		if j == 0 || !isIdentByte(low[j-1]) {
-			return true
-		}
-		i = j + 4
-	}
-}
-
-func isIdentByte(c byte) bool {
-	return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 0x80
 }
 
 // killIn returns the KILL statement that text, one statement whose scan

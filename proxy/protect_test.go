@@ -255,6 +255,12 @@ func TestKillCannotBeSmuggled(t *testing.T) {
 			t.Fatalf("%s killed the pooled backend thread %s", tt.q, id)
 		}
 	}
+	// Dynamic statements that hold no KILL run as usual.
+	for _, q := range []string{"EXECUTE IMMEDIATE CONCAT('SELECT ', '''kill''', ', 1')", "EXECUTE IMMEDIATE 'SELECT ''KILL 1'''"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Errorf("%s: %v", q, err)
+		}
+	}
 	// Translated, it reaches holdfast's own client: EXECUTE IMMEDIATE
 	// 'KILL QUERY <client id>' interrupts that client's statement.
 	victim := p.conn(t)
