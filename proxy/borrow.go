@@ -136,7 +136,7 @@ func (s *session) release(reusable bool) {
 	if s.lease.bc == nil {
 		return
 	}
-	s.srv.give(&s.lease, reusable, s.tx.tag, s.id, s.lastSQL)
+	s.srv.give(&s.lease, reusable, s.tx.tag, s.id, s.lastSQL, s.lastMode)
 	s.tx.beginInFlight = false // a BEGIN sent ahead belongs to that connection
 	s.holding.Store(false)
 	s.mu.Lock()
@@ -183,13 +183,13 @@ func (s *session) stmtStart(tag *attribution.Tag, sql []byte) time.Time {
 		return time.Time{}
 	}
 	now := time.Now()
-	s.lease.stmtStart(now, s.lastSQL)
-	s.lastSQL = append(s.lastSQL[:0], sql[:min(len(sql), maxStmtCopy)]...)
+	s.lease.stmtStart(now, s.lastSQL, s.lastMode)
+	s.lastSQL, s.lastMode = append(s.lastSQL[:0], sql[:min(len(sql), maxStmtCopy)]...), s.mode
 	t := s.defaultTagFor(tag)
 	key := s.gateKey(t)
 	s.mu.Lock()
 	s.holdTag, s.holdKey = t.Name(), key
-	s.stmtText, s.stmtShape = append(s.stmtText[:0], s.lastSQL...), s.shape
+	s.stmtText, s.stmtShape, s.stmtMode = append(s.stmtText[:0], s.lastSQL...), s.shape, s.mode
 	s.mu.Unlock()
 	return now
 }
@@ -240,7 +240,7 @@ type slowLog struct {
 
 const slowLogEvery = 10 * time.Second
 
-func (s *Server) logSlowTransaction(tag string, client uint32, held, exec, idle time.Duration, stmt []byte) {
+func (s *Server) logSlowTransaction(tag string, client uint32, held, exec, idle time.Duration, stmt []byte, mode sqlscan.Mode) {
 	now := time.Now()
 	s.slow.mu.Lock()
 	if s.slow.last == nil {
@@ -258,5 +258,5 @@ func (s *Server) logSlowTransaction(tag string, client uint32, held, exec, idle 
 	s.log.Warn("transaction held its connection far longer than it executed",
 		"tag", tag, "client", client, "held", held.Round(time.Millisecond), "executing", exec.Round(time.Millisecond),
 		"idle_in_transaction", idle.Round(time.Millisecond),
-		"idle_after", string(sqlscan.AppendDigest(nil, stmt, 200)))
+		"idle_after", string(mode.AppendDigest(nil, stmt, 200)))
 }

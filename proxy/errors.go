@@ -37,6 +37,7 @@ const (
 	codeTagLimit         = 9002 // no slot under the tag's connection limit in time
 	codeShapeBlocked     = 9007 // the statement's shape is blocked by on-call
 	codeShapeLimit       = 9008 // no slot under the shape's cap in time
+	codeProtected        = 9009 // a client statement writes, locks or alters one of holdfast's tables
 )
 
 func newErr(code uint16, state, format string, a ...any) *mysqlwire.SQLError {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
-	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
 // What the server shows of itself for the admin API, holdfastctl and the
@@ -45,7 +44,7 @@ func (s *Server) Holders() []HolderInfo {
 		if !x.holdSince.IsZero() {
 			out = append(out, HolderInfo{ClientID: x.id, User: x.user.Name, Tag: x.holdTag,
 				HeldFor: now.Sub(x.holdSince).Seconds(), InTransaction: x.inTxn,
-				Statement: string(sqlscan.AppendDigest(nil, x.stmtText, 200)), Shape: shapeShown(x.stmtShape, s.attr)})
+				Statement: string(x.stmtMode.AppendDigest(nil, x.stmtText, 200)), Shape: shapeShown(x.stmtShape, s.attr)})
 		}
 		x.mu.Unlock()
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -15,8 +16,9 @@ import (
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
-// killText answers a statement text that holds a KILL. The KILL forms
-// holdfast can translate run in holdfast: their ids are holdfast's
+// killText answers a statement text that holds a KILL, also as the
+// literal text of EXECUTE IMMEDIATE or PREPARE (see killIn). The KILL
+// forms holdfast can translate run in holdfast: their ids are holdfast's
 // connection ids, and every client reaches the database as the one
 // backend account, so no KILL may reach the database as written. In a
 // multi-statement text each KILL runs in its place and the statements
@@ -25,7 +27,12 @@ import (
 func (s *session) killText(p []byte, info *sqlscan.Info, tag *attribution.Tag) bool {
 	switch {
 	case info.Statements <= 1:
-		return s.killStatement(info, false)
+		k, serr := s.killIn(p[1:], info)
+		if serr != nil {
+			s.writeErr(serr)
+			return true
+		}
+		return s.killStatement(k, false)
 	case !s.state.multiStmts:
 		// Multi-statements are off: the server refuses the whole text
 		// (1064) before running any of it, as MariaDB would.
@@ -76,8 +83,9 @@ func (s *session) killAmong(sql []byte, tag *attribution.Tag) bool {
 	}
 	var parts []part
 	for _, sp := range spans {
-		one := mode.Scan(sql[sp.Start:sp.End])
-		if one.Features&sqlscan.FeatKill == 0 {
+		text := sql[sp.Start:sp.End]
+		one := mode.Scan(text)
+		if one.Features&sqlscan.FeatKill == 0 && (one.Features&dynamicSQL == 0 || !smuggledKill(mode, text, 0)) {
 			if n := len(parts); n > 0 && parts[n-1].kill == nil {
 				parts[n-1].end = sp.End // the run of plain statements goes on
 			} else {
@@ -85,11 +93,15 @@ func (s *session) killAmong(sql []byte, tag *attribution.Tag) bool {
 			}
 			continue
 		}
-		if one.Kind != sqlscan.KindKill || !one.Kill.OK {
-			s.writeErr(errKillForm())
+		k, serr := s.killIn(text, &one)
+		if serr == nil && (k.Kind != sqlscan.KindKill || !k.Kill.OK) {
+			serr = errKillForm()
+		}
+		if serr != nil {
+			s.writeErr(serr)
 			return true
 		}
-		parts = append(parts, part{kill: &one})
+		parts = append(parts, part{kill: k})
 	}
 	for i, pt := range parts {
 		more := i < len(parts)-1
@@ -365,4 +377,74 @@ func (w *clientWatch) disarm() {
 		<-done
 		_ = w.s.nc.SetReadDeadline(time.Time{})
 	}
+}
+
+// maxKillDepth bounds the nesting of EXECUTE IMMEDIATE text searched for a
+// KILL.
+const maxKillDepth = 4
+
+// smuggledKill reports whether a text with dynamicSQL may have the server
+// run a KILL: the literal text of an EXECUTE IMMEDIATE or PREPARE ...
+// FROM in it is or holds one (at any depth), or an expression's literal
+// parts, joined as they are or with spaces (where values come between
+// them), read as one (CONCAT('KILL ', @id)).
+func smuggledKill(mode sqlscan.Mode, sql []byte, depth int) bool {
+	for _, d := range mode.AppendDynamic(nil, sql) {
+		if !d.Literal {
+			for _, sep := range []string{"", " "} {
+				if mode.Scan(bytes.Join(d.Parts, []byte(sep))).Features&sqlscan.FeatKill != 0 {
+					return true
+				}
+			}
+			continue
+		}
+		inner := mode.Scan(d.Text)
+		if inner.Features&sqlscan.FeatKill != 0 {
+			return true
+		}
+		if inner.Features&dynamicSQL != 0 && (depth >= maxKillDepth || smuggledKill(mode, d.Text, depth+1)) {
+			return true
+		}
+	}
+	return false
+}
+
+// killIn returns the KILL statement that text, one statement whose scan
+// is info, has the server run: info itself for a KILL; for EXECUTE
+// IMMEDIATE of a literal KILL (the whole statement, without USING), that
+// KILL, which holdfast runs in its place as it runs KILL itself. Any other
+// form that holds a KILL gets an error: PREPARE of a KILL (holdfast cannot
+// hold a prepared KILL for a later EXECUTE, which it does not see
+// through), and KILL text that is built by an expression or buried in a
+// larger statement.
+func (s *session) killIn(text []byte, info *sqlscan.Info) (*sqlscan.Info, *mysqlwire.SQLError) {
+	if info.Features&dynamicSQL == 0 || info.Kind == sqlscan.KindKill {
+		return info, nil
+	}
+	mode := s.scanMode()
+	for depth := 0; depth <= maxKillDepth; depth++ {
+		ds := mode.AppendDynamic(nil, text)
+		for _, d := range ds {
+			if d.Prepare && (d.Literal && mode.Scan(d.Text).Features&(sqlscan.FeatKill|dynamicSQL) != 0 || !d.Literal) {
+				return nil, errPreparedKill()
+			}
+		}
+		if len(ds) != 1 || !ds[0].Literal || !ds[0].Whole || ds[0].Using {
+			break
+		}
+		text = ds[0].Text
+		inner := mode.Scan(text)
+		if inner.Kind == sqlscan.KindKill && inner.Statements == 1 {
+			return &inner, nil
+		}
+		if inner.Kind != sqlscan.KindExecute {
+			break
+		}
+	}
+	return nil, newErr(codeNotSupported, "42000", "holdfast: a KILL run by EXECUTE IMMEDIATE must be its whole literal text, with a literal id (EXECUTE IMMEDIATE 'KILL [CONNECTION|QUERY] <connection id>'), as a statement of its own; holdfast translates KILL's connection ids, and in any other form the database would read them as its own")
+}
+
+// errPreparedKill is the answer to a KILL prepared through holdfast.
+func errPreparedKill() *mysqlwire.SQLError {
+	return newErr(codeUnsupportedPS, "HY000", "holdfast: KILL cannot be prepared through holdfast (its id is holdfast's connection id, which only a KILL statement, or EXECUTE IMMEDIATE of one, translates); send it as a statement")
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
@@ -42,6 +43,7 @@ type lease struct {
 	endInTxn  bool          // a transaction was open at lastEnd
 	longest   time.Duration // the longest idle gap inside a transaction
 	longStmt  []byte        // the statement after which it began
+	longMode  sqlscan.Mode  // ... and how it was lexed
 }
 
 // leaseState is the session state a lease's connection is brought to.
@@ -151,7 +153,7 @@ func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key
 		l.exec += time.Since(now)
 	}
 	if err != nil {
-		s.give(l, !isIOError(err), nil, 0, nil)
+		s.give(l, !isIOError(err), nil, 0, nil, 0)
 		return syncFailed{err}
 	}
 	return nil
@@ -203,7 +205,7 @@ func leaseErr(err error) *mysqlwire.SQLError {
 // stmtStart notes that a statement begins on the lease's connection at
 // now, lastSQL being the statement before it: the gap since that one
 // counts as idle in a transaction when one was open.
-func (l *lease) stmtStart(now time.Time, lastSQL []byte) {
+func (l *lease) stmtStart(now time.Time, lastSQL []byte, lastMode sqlscan.Mode) {
 	if l.lastEnd.IsZero() || !l.endInTxn {
 		return
 	}
@@ -211,7 +213,7 @@ func (l *lease) stmtStart(now time.Time, lastSQL []byte) {
 	l.idleInTxn += gap
 	if gap > l.longest {
 		l.longest = gap
-		l.longStmt = append(l.longStmt[:0], lastSQL...)
+		l.longStmt, l.longMode = append(l.longStmt[:0], lastSQL...), lastMode
 	}
 }
 
@@ -231,8 +233,8 @@ func (l *lease) txnState(inTxn bool) {
 // under when nil), the connection goes back to the pool (closed unless
 // reusable), and a slot taken under a limit is freed. clientID names the
 // borrower in the slow-transaction log (0: holdfast's own work), lastSQL
-// its last statement.
-func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID uint32, lastSQL []byte) {
+// its last statement (lexed under lastMode).
+func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID uint32, lastSQL []byte, lastMode sqlscan.Mode) {
 	if l.bc == nil {
 		return
 	}
@@ -241,7 +243,7 @@ func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID ui
 	}
 	now := time.Now()
 	if s.attr && tag != nil {
-		s.account(l, tag, now, clientID, lastSQL)
+		s.account(l, tag, now, clientID, lastSQL, lastMode)
 	}
 	if be := l.bc.be; be != nil {
 		be.holdNs.Add(int64(now.Sub(l.start)))
@@ -264,16 +266,16 @@ func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID ui
 }
 
 // account records a hold that ends at now under tag.
-func (s *Server) account(l *lease, tag *attribution.Tag, now time.Time, clientID uint32, lastSQL []byte) {
+func (s *Server) account(l *lease, tag *attribution.Tag, now time.Time, clientID uint32, lastSQL []byte, lastMode sqlscan.Mode) {
 	held := now.Sub(l.start)
 	if l.endInTxn && !l.lastEnd.IsZero() {
 		// The hold ends inside a transaction (the client left, or was
 		// killed): the time since its last statement was idle too.
-		l.stmtStart(now, lastSQL)
+		l.stmtStart(now, lastSQL, lastMode)
 	}
 	tag.Returned(held, l.exec, l.idleInTxn)
 	if l.hadTxn && held >= s.slowTxn() && l.exec*10 < held {
 		tag.SlowTransaction()
-		s.logSlowTransaction(tag.Name(), clientID, held, l.exec, l.idleInTxn, l.longStmt)
+		s.logSlowTransaction(tag.Name(), clientID, held, l.exec, l.idleInTxn, l.longStmt, l.longMode)
 	}
 }

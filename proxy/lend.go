@@ -82,7 +82,7 @@ func (c *EngineConn) Query(ctx context.Context, sql string) ([][][]byte, error) 
 
 func (c *EngineConn) run(ctx context.Context, sql string) (*textResult, error) {
 	now := time.Now()
-	c.lease.stmtStart(now, c.last)
+	c.lease.stmtStart(now, c.last, 0) // holdfast's own statements: the default sql_mode
 	c.last = append(c.last[:0], sql[:min(len(sql), maxStmtCopy)]...)
 	c.mu.Lock()
 	c.lastSQL = sql[:min(len(sql), maxStmtCopy)]
@@ -152,7 +152,7 @@ func (c *EngineConn) Release(broken bool) {
 	c.srv.engine.mu.Lock()
 	delete(c.srv.engine.conns, c)
 	c.srv.engine.mu.Unlock()
-	c.srv.give(&c.lease, !broken && !inTxn, nil, 0, c.last)
+	c.srv.give(&c.lease, !broken && !inTxn, nil, 0, c.last, 0)
 }
 
 func (s *Server) engineHolders(now time.Time) []HolderInfo {

@@ -176,7 +176,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	}
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey = turnAt, tag.Name(), s.gateKey(tag)
-	s.stmtText, s.stmtShape = append(s.stmtText[:0], text[:min(len(text), maxStmtCopy)]...), s.shape
+	s.stmtText, s.stmtShape, s.stmtMode = append(s.stmtText[:0], text[:min(len(text), maxStmtCopy)]...), s.shape, s.mode
 	s.mu.Unlock()
 	p.mu.Lock()
 	err := p.err
@@ -212,7 +212,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		d := now.Sub(turnAt)
 		tag.Statement(d, err != nil || rr.failed)
 		held.stmtEnd(now, d)
-		s.srv.account(&held, tag, now, s.id, nil)
+		s.srv.account(&held, tag, now, s.id, nil, 0)
 	}
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey = time.Time{}, "", ""

@@ -22,14 +22,19 @@ var initDBInfo = sqlscan.Info{Kind: sqlscan.KindUse, Statements: 1}
 
 func (s *session) comQuery(p []byte) bool {
 	sql := p[1:]
-	info := s.scanMode().Scan(sql)
+	mode := s.scanMode()
+	prot := s.srv.protected.Load()
+	info := mode.ScanProtected(sql, prot)
 	tag, tagged, serr := s.statementTag(sql, &info)
 	if serr != nil {
 		s.writeErr(serr)
 		return true
 	}
 	s.noteTag(tag, tagged)
-	s.shape = info.Shape
+	s.shape, s.mode = info.Shape, mode
+	if s.refuseProtected(mode, sql, &info, prot, s.state.db) {
+		return true
+	}
 	if s.srv.shapeGates.active.Load() != 0 {
 		counted, serr := s.admitShape(&info, tag)
 		if serr != nil {
@@ -43,10 +48,9 @@ func (s *session) comQuery(p []byte) bool {
 	switch {
 	case s.deferTransaction(sql, &info, tag, tagged):
 		return true
-	case info.Features&sqlscan.FeatKill != 0:
+	case info.Features&sqlscan.FeatKill != 0, info.Features&dynamicSQL != 0 && smuggledKill(mode, sql, 0):
 		return s.killText(p, &info, tag)
-	case info.LastInsertIDColumn != "" && s.lease.bc == nil:
-		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.state.lastInsertID, false)
+	case (info.LastInsertIDColumn != "" || info.RowCountColumn != "") && s.answerSessionValue(&info, false):
 		return true
 	case info.ConnectionIDColumn != "":
 		// The id clients KILL by is holdfast's, not a backend thread's.

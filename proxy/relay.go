@@ -66,6 +66,7 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 		case first[0] == mysqlwire.HeaderErr:
 			rr.sawErr(bc)
 			s.reply.err = true
+			s.state.rowCount = -1
 			return rr, s.stream(bc, n)
 		case first[0] == mysqlwire.HeaderOK && cmd != comFieldList:
 			more, err := s.relayOK(bc, n, &rr)
@@ -116,6 +117,7 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 	}
 	rr.status = ok.Status
 	rr.affected = ok.AffectedRows
+	s.state.rowCount = int64(ok.AffectedRows)
 	if ok.InsertID != 0 {
 		rr.insertID = ok.InsertID
 	}
@@ -227,6 +229,7 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 			if rr.status&mysqlwire.StatusSessionChanged != 0 {
 				rr.sc.NoteEOFChange()
 			}
+			s.state.rowCount = -1 // a result set's
 			s.clientEOF(p, rr.status)
 			s.clientWrote(s.w.WritePacket(p))
 			return rr.status&mysqlwire.StatusMoreResults != 0, nil
@@ -235,6 +238,7 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 			// or failing while it runs.
 			rr.sawErr(bc)
 			s.reply.err = true
+			s.state.rowCount = -1
 			return false, s.stream(bc, n)
 		}
 		if err := s.stream(bc, n); err != nil {
@@ -348,4 +352,5 @@ func (s *session) writeResultSet(rs *resultSet, binaryRows bool) {
 	}
 	s.out = mysqlwire.AppendEOF(s.out[:0], 0, st)
 	s.writePacket(s.out)
+	s.state.rowCount = -1
 }

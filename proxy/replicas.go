@@ -396,10 +396,21 @@ func (s *session) noteWrite(gtid string) {
 // replicaRead reports whether a statement may go to a replica: the
 // conditions of pipelining (an autocommit plain SELECT from a session that
 // keeps no connection), no variables named, one statement, no
-// /* holdfast:primary */ hint.
+// /* holdfast:primary */ hint, and nothing that only the primary or the
+// session's own connection knows (primaryOnly; plainSelect, in
+// unboundRead, rules these out today, and the routing must not depend on
+// that).
 func (s *session) replicaRead(info *sqlscan.Info) bool {
-	return s.srv.routing != nil && s.unboundRead(info) && info.Vars == 0 && !info.PrimaryHint
+	return s.srv.routing != nil && s.unboundRead(info) && info.Vars == 0 && !info.PrimaryHint && info.Features&primaryOnly == 0
 }
+
+// primaryOnly are the features of reads whose answer a replica does not
+// have: user-level locks (IS_FREE_LOCK, IS_USED_LOCK: a lock taken with
+// GET_LOCK exists on the primary only, so a replica finds every lock
+// free) and the values of the session's last statement (LAST_INSERT_ID(),
+// @@identity, ROW_COUNT(), FOUND_ROWS(), CONNECTION_ID()).
+const primaryOnly = sqlscan.FeatLockInfo | sqlscan.FeatLastInsertID | sqlscan.FeatRowCount |
+	sqlscan.FeatFoundRowsFunc | sqlscan.FeatConnectionID
 
 // replicaFor returns the replica a statement of info under tag goes to,
 // or nil for the primary (replicaRead, then routeRead).

@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
@@ -99,6 +100,9 @@ type Server struct {
 	stmtRefs     stmtRefs
 	slowHead     atomic.Int64  // nanoseconds; see defaultSlowHead
 	killDelay    time.Duration // tests: a pause before each kill is sent, widening its window
+	// protected is holdfast's own tables, which client statements may not
+	// write, lock or alter (ProtectTables); nil: none.
+	protected atomic.Pointer[sqlscan.Protected]
 
 	// Backend accounts (the pool keys' high bits), and the logins that
 	// reach them.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
@@ -75,6 +76,10 @@ type session struct {
 	tagRaw  []byte // the current statement's tag as it carries it (in tagBuf); nil when untagged
 	lastSQL []byte // the last statement, truncated (for holders and logs)
 	shape   uint64 // the shape of the statement running now (sqlscan.Info.Shape)
+	// mode is how the statement running now was lexed (its session's
+	// sql_mode; a prepared statement's, the prepare's), lastMode
+	// lastSQL's: the digests holders and logs show are made under it.
+	mode, lastMode sqlscan.Mode
 	// route is the replica the statement running now was routed to (nil:
 	// the primary); rywAfter is when the session's last CALL holdfast.*
 	// ended: until a replica has applied the primary's position of then,
@@ -136,7 +141,8 @@ type session struct {
 	holdKey   string    // ... and as the on-call controls know it (see gateKey)
 	inTxn     bool
 	stmtText  []byte
-	stmtShape uint64 // stmtText's shape
+	stmtShape uint64       // stmtText's shape
+	stmtMode  sqlscan.Mode // stmtText's lexing mode
 }
 
 // sessionState is what a client set of its session, restored on whichever
@@ -157,6 +163,10 @@ type sessionState struct {
 	// lastInsertID is the insert id of the client's last OK, as the
 	// backend reported it.
 	lastInsertID uint64
+	// rowCount is what ROW_COUNT() answers after the client's last
+	// statement: its OK's affected rows, -1 after a result set or an
+	// error.
+	rowCount int64
 }
 
 // preparedStmts is a client's binary-protocol prepared statements, by
@@ -451,7 +461,7 @@ func (s *session) resetSession() {
 	s.ps.stmts = map[uint32]*clientStmt{}
 	s.ps.cursors = nil
 	s.ps.lastStmt = 0
-	s.state.lastInsertID = 0
+	s.state.lastInsertID, s.state.rowCount = 0, 0
 	s.state.vars = nil
 	s.setKept(s.srv.keptBase())
 	s.state.multiStmts = s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
@@ -523,6 +533,7 @@ func (s *session) writePacket(p []byte) {
 
 func (s *session) writeErr(e *mysqlwire.SQLError) {
 	s.reply.err = true
+	s.state.rowCount = -1
 	s.out = mysqlwire.AppendErr(s.out[:0], e)
 	s.writePacket(s.out)
 }
@@ -538,6 +549,7 @@ func (s *session) writeOKMore(affected, insertID uint64, more bool) {
 	}
 	s.out = mysqlwire.AppendOK(s.out[:0], mysqlwire.OK{AffectedRows: affected, InsertID: insertID, Status: st}, s.sessionTrack())
 	s.writePacket(s.out)
+	s.state.rowCount = int64(affected)
 }
 
 // writeSingleValue answers a one-row, one-column result, in the binary

@@ -20,6 +20,7 @@ import (
 //	go test ./proxy -run '^$' -bench Statement -benchmem
 func BenchmarkStatement(b *testing.B) {
 	p := startProxy(b, func(c *config.Config) { c.Pool.Min, c.Pool.Max = 1, 1 })
+	p.srv.ProtectTables(p.db, holdfastTables) // as cmd/holdfast does
 	d := p.direct(b)
 	mustExec(b, d, "CREATE TABLE bench_t (id INT PRIMARY KEY, c CHAR(120) NOT NULL)")
 	for i := range 100 {
@@ -88,6 +89,7 @@ const maxStatementAllocs = 1
 // allocates nothing per statement).
 func TestStatementAllocs(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) { c.Pool.Min, c.Pool.Max = 1, 1 })
+	p.srv.ProtectTables(p.db, holdfastTables) // as cmd/holdfast does
 	c := rawLogin(t, p.addr, rawmysql.Options{User: "app", Password: "app", DB: p.db})
 	r := benchReader{c: c}
 	f := rawmysql.Frame(0, append([]byte{comQuery}, "SELECT 1, 'abc'"...))

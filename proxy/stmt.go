@@ -37,9 +37,11 @@ type clientStmt struct {
 	longData map[uint16][]byte
 	longSize int
 	info     sqlscan.Info
-	tag      *attribution.Tag // its own tag, when its text carries one
-	tagName  string           // ... as its text carries it (tag may be folded into other)
-	call     *sqlscan.Call    // CALL holdfast.*: answered by holdfast
+	mode     sqlscan.Mode       // how its text was lexed (the sql_mode of the prepare)
+	prot     *sqlscan.Protected // the tables it was checked against (ProtectTables)
+	tag      *attribution.Tag   // its own tag, when its text carries one
+	tagName  string             // ... as its text carries it (tag may be folded into other)
+	call     *sqlscan.Call      // CALL holdfast.*: answered by holdfast
 }
 
 // backendStmt is a statement prepared on one backend connection, with the
@@ -216,12 +218,17 @@ func (bc *backendConn) initDB(db string) (errPkt []byte, err error) {
 }
 
 func (s *session) stmtPrepare(p []byte) bool {
-	info := s.scanMode().Scan(p[1:])
+	mode := s.scanMode()
+	prot := s.srv.protected.Load()
+	info := mode.ScanProtected(p[1:], prot)
 	if s.stmtLimitReached() || s.prepareProcedure(p, &info) {
 		return true
 	}
-	if info.Features&sqlscan.FeatKill != 0 {
-		s.writeErr(newErr(codeUnsupportedPS, "HY000", "holdfast: KILL cannot be prepared through holdfast (its id is holdfast's connection id, which only a plain KILL statement translates); send it as a statement"))
+	if info.Features&sqlscan.FeatKill != 0 || info.Features&dynamicSQL != 0 && smuggledKill(mode, p[1:], 0) {
+		s.writeErr(errPreparedKill())
+		return true
+	}
+	if s.refuseProtected(mode, p[1:], &info, prot, s.state.db) {
 		return true
 	}
 	text := p[1:]
@@ -259,7 +266,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 		return true
 	}
 	s.ps.nextStmt++
-	cs := &clientStmt{id: s.ps.nextStmt, query: query, db: s.state.db, params: bs.params, columns: bs.columns, info: info}
+	cs := &clientStmt{id: s.ps.nextStmt, query: query, db: s.state.db, params: bs.params, columns: bs.columns, info: info, mode: mode, prot: prot}
 	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
 	cs.parse = parse
 	cs.key = key
@@ -343,10 +350,19 @@ func (s *session) stmtExecute(p []byte) bool {
 		cs.longData, cs.longSize = nil, 0
 		return true
 	}
+	if prot := s.srv.protected.Load(); prot != cs.prot {
+		// Prepared before holdfast's tables were set as they are now.
+		q := []byte(cs.query)
+		info := cs.mode.ScanProtected(q, prot)
+		if s.refuseProtected(cs.mode, q, &info, prot, cs.db) {
+			cs.longData, cs.longSize = nil, 0
+			return true
+		}
+		cs.prot = prot
+	}
 	if s.lease.bc == nil && cs.params == 0 {
 		switch {
-		case cs.info.LastInsertIDColumn != "":
-			s.writeSingleValue(lastInsertIDCol(cs.info.LastInsertIDColumn), s.state.lastInsertID, true)
+		case (cs.info.LastInsertIDColumn != "" || cs.info.RowCountColumn != "") && s.answerSessionValue(&cs.info, true):
 			return true
 		case cs.info.ConnectionIDColumn != "":
 			s.writeSingleValue(connectionIDCol(cs.info.ConnectionIDColumn), uint64(s.id), true)
@@ -364,7 +380,7 @@ func (s *session) stmtExecute(p []byte) bool {
 	} else {
 		tag = s.defaultTag()
 	}
-	s.shape = cs.info.Shape
+	s.shape, s.mode = cs.info.Shape, cs.mode
 	if s.srv.shapeGates.active.Load() != 0 {
 		counted, serr := s.admitShape(&cs.info, tag)
 		if serr != nil {
@@ -443,6 +459,7 @@ func (s *session) stmtExecute(p []byte) bool {
 	}
 	if errPkt != nil {
 		s.writePacket(errPkt)
+		s.state.rowCount = -1
 		s.maybeRelease()
 		return true
 	}

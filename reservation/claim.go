@@ -310,11 +310,11 @@ func (e *Engine) claimOnce(ctx context.Context, callID, id uint64) (int, *header
 		return claimDuplicate, h, nil
 	case errors.Is(err, ErrGuardViolated):
 		e.log.Error("reservation: claim refused by the ledger guard although the units were reserved, refund needed",
-			"token", tok, "shop_id", h.shop, "reason", short)
+			"token_ref", TokenRef(tok), "shop_id", h.shop, "reason", short)
 		return 0, nil, err
 	case errors.Is(err, ErrExpired):
 		e.log.Error("reservation: claim after expiry: forced deduction FAILED, refund needed",
-			"token", tok, "shop_id", h.shop, "expired_at", expiredAt, "reason", short)
+			"token_ref", TokenRef(tok), "shop_id", h.shop, "expired_at", expiredAt, "reason", short)
 		return 0, nil, newError(CodeExpired, "45000",
 			"holdfast.claim: reservation %s expired at %s and the forced deduction failed: %s; nothing was deducted, refund the payment",
 			tok, expiredAt.Format(time.RFC3339), short)
@@ -379,10 +379,10 @@ func (e *Engine) claimed(ctx context.Context, outcome int, h *header) {
 	switch outcome {
 	case claimLate:
 		e.log.Warn("reservation: claim after expiry: units were still held, claimed; TTL is too short for the payment flow",
-			"token", tok, "shop_id", h.shop, "expired_at", h.expiresAt)
+			"token_ref", TokenRef(tok), "shop_id", h.shop, "expired_at", h.expiresAt)
 	case claimForced:
 		e.log.Error("reservation: claim after expiry: forced deduction succeeded; pool + reserved may exceed on_hand until the refiller shrinks the pool",
-			"token", tok, "shop_id", h.shop, "expired_at", h.expiresAt, "released", h.state == "released")
+			"token_ref", TokenRef(tok), "shop_id", h.shop, "expired_at", h.expiresAt, "released", h.state == "released")
 		for _, k := range headerPools(h) {
 			if err := e.refiller.RefillNow(ctx, k); err != nil {
 				e.log.Error("reservation: refill after forced claim failed", "pool", k.String(), "err", err)

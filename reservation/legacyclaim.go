@@ -95,7 +95,7 @@ func (e *Engine) claimLegacyOnce(ctx context.Context, callID, id uint64, leg *Le
 			continue
 		case errors.Is(err, ErrGuardViolated):
 			e.log.Error("reservation: claim of a reservation made by the legacy counter refused by the ledger guard, refund needed",
-				"token", formatToken(id), "shop_id", h.shop, "reason", short)
+				"token_ref", TokenRef(formatToken(id)), "shop_id", h.shop, "reason", short)
 		}
 		return 0, nil, err
 	}

@@ -82,6 +82,7 @@ func startTables(life context.Context, cfg config.Config, srv *proxy.Server, reg
 	// them here.
 	t.onChange(func(schema string) {
 		srv.SetTablesSchema(schema)
+		protectTables(srv, schema)
 	})
 	ctx, cancel := context.WithTimeout(life, cfg.Backend.DialTimeout)
 	defer cancel()

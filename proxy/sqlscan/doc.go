@@ -19,7 +19,11 @@
 //     arguments of CALL holdfast.*; Split gives the statements of a text
 //     that holds a KILL among others; SetVariables and StatementVariables
 //     name what a SET assigns; AppendConnectionID rewrites CONNECTION_ID();
-//     AppendDigest normalizes a statement for the holders view and logs.
+//     AppendDigest normalizes a statement for the holders view and logs;
+//     CheckProtected decides whether a text that names a protected table
+//     (Info.NamesProtected, from ScanProtected) writes, locks or alters it;
+//     AppendDynamic reads the statement text of EXECUTE IMMEDIATE and
+//     PREPARE ... FROM.
 //
 // It is pure: no I/O, no state, safe for concurrent use. It must never
 // modify the bytes it is given, never keep a reference to them, never

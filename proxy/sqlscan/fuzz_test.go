@@ -42,6 +42,13 @@ func FuzzScan(f *testing.F) {
 			info.Features != FeatLastInsertID) {
 			t.Errorf("LastInsertIDColumn %q with %+v", info.LastInsertIDColumn, info)
 		}
+		if info.RowCountColumn != "" && (info.Kind != KindSelect || info.Statements != 1 ||
+			info.Features != FeatRowCount || info.LastInsertIDColumn != "") {
+			t.Errorf("RowCountColumn %q with %+v", info.RowCountColumn, info)
+		}
+		if info.LastInsertIDVar && info.LastInsertIDColumn == "" || info.NamesProtected {
+			t.Errorf("LastInsertIDVar or NamesProtected in %+v", info)
+		}
 		// Split agrees with Scan's count, and its spans are in order,
 		// inside the text, and apart.
 		spans, _ := m.Split(sql, nil)

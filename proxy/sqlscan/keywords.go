@@ -107,6 +107,9 @@ const (
 	kwView
 	kwShare
 	kwMode
+	kwRowCount
+	kwIsFreeLock
+	kwIsUsedLock
 )
 
 // kwWords are the words of the kw values, in lower case.
@@ -211,6 +214,9 @@ var kwWords = [...]string{
 	kwView:             "view",
 	kwShare:            "share",
 	kwMode:             "mode",
+	kwRowCount:         "row_count",
+	kwIsFreeLock:       "is_free_lock",
+	kwIsUsedLock:       "is_used_lock",
 }
 
 // kwHashTable is an open-addressing hash table of the kw values, indexed by

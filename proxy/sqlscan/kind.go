@@ -102,7 +102,9 @@ const (
 	// FOR EXPORT, and the instance-wide session locks LOCK INSTANCE FOR
 	// BACKUP and MariaDB's BACKUP LOCK.
 	FeatLockTables
-	// FeatSQLPrepare: SQL-level PREPARE name FROM ....
+	// FeatSQLPrepare: SQL-level PREPARE name FROM ..., wherever it stands
+	// (a handler's body too). Scan does not read the statement text it
+	// prepares (see Mode.AppendDynamic).
 	FeatSQLPrepare
 	// FeatCalcFoundRows: SQL_CALC_FOUND_ROWS.
 	FeatCalcFoundRows
@@ -124,7 +126,9 @@ const (
 	FeatSetTransaction
 	// FeatLocalInfile: LOAD DATA / LOAD XML ... LOCAL.
 	FeatLocalInfile
-	// FeatLastInsertID: a LAST_INSERT_ID( function call.
+	// FeatLastInsertID: a LAST_INSERT_ID( function call, or @@identity or
+	// @@last_insert_id (the same value), with or without a session or
+	// local scope.
 	FeatLastInsertID
 	// FeatFoundRowsFunc: a FOUND_ROWS( function call.
 	FeatFoundRowsFunc
@@ -155,6 +159,17 @@ const (
 	// SETVAL(, LASTVAL(, NEXT VALUE FOR and PREVIOUS VALUE FOR, and INTO
 	// OUTFILE / INTO DUMPFILE (a file on the server).
 	FeatSideEffect
+	// FeatExecImmediate: MariaDB's EXECUTE IMMEDIATE, wherever it stands,
+	// which runs the statement text its argument gives (Scan does not read
+	// it: see Mode.AppendDynamic).
+	FeatExecImmediate
+	// FeatRowCount: a ROW_COUNT( function call, which reads what the
+	// connection's previous statement did.
+	FeatRowCount
+	// FeatLockInfo: an IS_FREE_LOCK( or IS_USED_LOCK( function call, which
+	// reads the server's user-level locks (GET_LOCK's): the primary's, never
+	// a replica's.
+	FeatLockInfo
 	numFeatures = iota
 )
 
@@ -163,6 +178,7 @@ var featureNames = [numFeatures]string{
 	"sql_prepare", "calc_found_rows", "handler", "xa", "set_session", "set_global",
 	"set_transaction", "local_infile", "last_insert_id", "found_rows_func", "set_statement",
 	"set_names", "kill", "connection_id", "func_call", "locking", "side_effect",
+	"exec_immediate", "row_count", "lock_info",
 }
 
 // String returns the set's names joined by '|' ("user_var_ref|get_lock"), or

@@ -41,13 +41,20 @@ type Info struct {
 	// Kill is filled when Kind is KindKill (the zero Kill otherwise).
 	Kill Kill
 	// LastInsertIDColumn is set only when the whole text is exactly
-	// SELECT LAST_INSERT_ID() with an optional alias (AS x, x, AS `x`,
-	// AS 'x', AS "x"), in any letter case, with optional whitespace, comments
-	// and one trailing ';'. It is the column name MySQL reports: the alias,
-	// or the expression as written ("last_insert_id()").
+	// SELECT LAST_INSERT_ID() (or SELECT @@identity, SELECT
+	// @@last_insert_id, with an optional SESSION or LOCAL scope: the same
+	// value) with an optional alias (AS x, x, AS `x`, AS 'x', AS "x"), in
+	// any letter case, with optional whitespace, comments and one trailing
+	// ';'. It is the column name MySQL reports: the alias, or the
+	// expression as written ("last_insert_id()", "@@IDENTITY").
 	LastInsertIDColumn string
+	// LastInsertIDVar is set with LastInsertIDColumn when the value is
+	// read as @@identity or @@last_insert_id (a column that may be NULL).
+	LastInsertIDVar bool
 	// ConnectionIDColumn is the same for SELECT CONNECTION_ID().
 	ConnectionIDColumn string
+	// RowCountColumn is the same for SELECT ROW_COUNT().
+	RowCountColumn string
 	// TagComments holds the bodies (the text between /* and */, or after #
 	// or -- to the end of the line) of the first NTagComments ordinary
 	// comments that mention conn_tag, in order; comments inside literals
@@ -80,6 +87,14 @@ type Info struct {
 	// literal, not an executable one) holds "holdfast:primary", as in
 	// /* holdfast:primary */: the statement must not go to a replica.
 	PrimaryHint bool
+	// NamesProtected is set, by ScanProtected only, when a word or quoted
+	// identifier of the text, anywhere outside literals and ordinary
+	// comments, is the name of one of the protected tables (in any letter
+	// case, qualified or not), or when a statement of the text drops a
+	// database. A text without it, and without FeatExecImmediate and
+	// FeatSQLPrepare (whose literal text Scan does not read), writes none
+	// of those tables; one with it may, and Mode.CheckProtected tells.
+	NamesProtected bool
 }
 
 // MaxTagComments is how many tag comments Info keeps.
@@ -136,8 +151,12 @@ func Scan(sql []byte) Info { return Mode(0).Scan(sql) }
 // panics, runs in time linear in len(sql) and does not allocate, except that
 // a LastInsertIDColumn other than the common spellings LAST_INSERT_ID() and
 // last_insert_id() is a new string (the result never aliases sql).
-func (m Mode) Scan(sql []byte) Info {
-	s := scanner{lx: lexer{src: sql, mode: m}, dg: digester{src: sql, out: digestOut{hashing: true, h: fnvOffset}}}
+func (m Mode) Scan(sql []byte) Info { return m.ScanProtected(sql, nil) }
+
+// ScanProtected is Scan that also sets Info.NamesProtected for the tables
+// of p (nil: none), at the cost of one length and letter test per word.
+func (m Mode) ScanProtected(sql []byte, p *Protected) Info {
+	s := scanner{lx: lexer{src: sql, mode: m}, dg: digester{src: sql, out: digestOut{hashing: true, h: fnvOffset}}, prot: p}
 	for {
 		t := s.lx.next()
 		if t.kind == tEOF {
@@ -164,6 +183,7 @@ type scanner struct {
 	info Info
 	ntok int // tokens before the current one, in the whole text
 	st   stmt
+	prot *Protected // the tables NamesProtected looks for; nil: none
 }
 
 // stmt is the state of the current statement; the zero stmt is its start.
@@ -215,6 +235,9 @@ func (s *scanner) word(t token) kw {
 func (s *scanner) step(t token) {
 	st := &s.st
 	st.nonEmpty = true
+	if s.prot != nil && (t.kind == tWord || t.kind == tQuoted) && !s.info.NamesProtected {
+		s.info.NamesProtected = s.prot.names(s.lx.src, t)
+	}
 	qualified := st.prevDot
 	w := kwNone
 	if !qualified {
@@ -250,7 +273,11 @@ func (s *scanner) step(t token) {
 
 	switch t.kind {
 	case tSysVar:
-		s.info.Vars |= varKindOf(s.lx.src[t.start+2 : t.end])
+		name := s.lx.src[t.start+2 : t.end]
+		s.info.Vars |= varKindOf(name)
+		if isLastInsertIDVar(name) {
+			s.info.Features |= FeatLastInsertID
+		}
 	case tUserVar:
 		s.info.Features |= FeatUserVarRef
 		if st.callExec {
@@ -290,8 +317,14 @@ func (s *scanner) step(t token) {
 			st.pending = FeatLastInsertID
 		case kwFoundRows:
 			st.pending = FeatFoundRowsFunc
+		case kwRowCount:
+			st.pending = FeatRowCount
+		case kwIsFreeLock, kwIsUsedLock:
+			st.pending = FeatLockInfo
 		case kwConnectionID:
 			st.pending = FeatConnectionID
+		case kwExecute, kwPrepare, kwDrop:
+			s.dynamicOrDrop(w)
 		}
 	}
 
@@ -309,6 +342,33 @@ func (s *scanner) step(t token) {
 	case kwDo, kwBegin:
 		if !wantHead {
 			st.subHead, st.subMain = true, false
+		}
+	}
+}
+
+// dynamicOrDrop looks after the word w just read, EXECUTE, PREPARE or
+// DROP, wherever it stands (inside a compound statement or a handler too):
+// EXECUTE IMMEDIATE and PREPARE name FROM run statement text Scan does not
+// read (FeatExecImmediate, FeatSQLPrepare), and DROP DATABASE may drop the
+// protected tables' schema (NamesProtected).
+func (s *scanner) dynamicOrDrop(w kw) {
+	p := s.lx
+	n := p.next()
+	src := s.lx.src
+	switch w {
+	case kwExecute:
+		if n.kind == tWord && eqFold(src[n.start:n.end], "immediate") {
+			s.info.Features |= FeatExecImmediate
+		}
+	case kwPrepare:
+		if n.kind == tWord || n.kind == tQuoted {
+			if f := p.next(); f.kind == tWord && eqFold(src[f.start:f.end], "from") {
+				s.info.Features |= FeatSQLPrepare
+			}
+		}
+	case kwDrop:
+		if s.prot != nil && n.kind == tWord && (eqFold(src[n.start:n.end], "database") || eqFold(src[n.start:n.end], "schema")) {
+			s.info.NamesProtected = true // which database, CheckProtected reads
 		}
 	}
 }
@@ -364,8 +424,7 @@ func (s *scanner) head(t token, w kw, main, exact bool) {
 	case kwSelect:
 		k = KindSelect
 		if exact {
-			s.info.LastInsertIDColumn = s.singleCall(p, kwLastInsertID)
-			s.info.ConnectionIDColumn = s.singleCall(p, kwConnectionID)
+			s.selectOne(p)
 		}
 	case kwValues, kwTable:
 		k = KindSelect
@@ -625,10 +684,49 @@ func unquote(b []byte) string {
 	return string(bytes.ReplaceAll(in, []byte{q, q}, []byte{q}))
 }
 
+// selectOne fills the Info's column of a text that is SELECT of one value
+// holdfast knows (LastInsertIDColumn, ConnectionIDColumn, RowCountColumn),
+// p being just after the SELECT.
+func (s *scanner) selectOne(p lexer) {
+	q := p
+	switch t := q.next(); t.kind {
+	case tWord:
+		switch fn := s.word(t); fn {
+		case kwLastInsertID:
+			s.info.LastInsertIDColumn = s.singleCall(p, fn)
+		case kwConnectionID:
+			s.info.ConnectionIDColumn = s.singleCall(p, fn)
+		case kwRowCount:
+			s.info.RowCountColumn = s.singleCall(p, fn)
+		}
+	case tSysVar:
+		if isLastInsertIDVar(s.lx.src[t.start+2 : t.end]) {
+			s.info.LastInsertIDColumn = s.singleValue(q, t.start, t.end)
+			s.info.LastInsertIDVar = s.info.LastInsertIDColumn != ""
+		}
+	}
+}
+
+// isLastInsertIDVar reports whether name (after "@@") is the session's
+// last insert id: identity or last_insert_id, with an optional session or
+// local scope.
+func isLastInsertIDVar(name []byte) bool {
+	if len(name) < 8 || len(name) > 26 {
+		return false
+	}
+	if dot := bytes.IndexByte(name, '.'); dot >= 0 {
+		if scope := bytes.Trim(name[:dot], "`"); !eqFold(scope, "session") && !eqFold(scope, "local") {
+			return false
+		}
+		name = name[dot+1:]
+	}
+	name = bytes.Trim(name, "`")
+	return eqFold(name, "identity") || eqFold(name, "last_insert_id")
+}
+
 // singleCall returns the column name when p is at "FN() [[AS] alias] [;]"
 // and the end of the text, fn being FN's keyword, else "".
 func (s *scanner) singleCall(p lexer, fn kw) string {
-	src := s.lx.src
 	t := p.next()
 	if s.word(t) != fn || !p.next().is('(') {
 		return ""
@@ -637,8 +735,15 @@ func (s *scanner) singleCall(p lexer, fn kw) string {
 	if t = p.next(); !t.is(')') {
 		return ""
 	}
-	end := t.end
-	t = p.next()
+	return s.singleValue(p, start, t.end)
+}
+
+// singleValue returns the column name when the value src[start:end] is
+// followed by "[[AS] alias] [;]" and the end of the text (p being just
+// after the value), else "".
+func (s *scanner) singleValue(p lexer, start, end int) string {
+	src := s.lx.src
+	t := p.next()
 	var alias token
 	if s.word(t) == kwAs {
 		alias = p.next()
@@ -673,6 +778,14 @@ func (s *scanner) singleCall(p lexer, fn kw) string {
 		return "CONNECTION_ID()"
 	case "connection_id()":
 		return "connection_id()"
+	case "ROW_COUNT()":
+		return "ROW_COUNT()"
+	case "row_count()":
+		return "row_count()"
+	case "@@identity":
+		return "@@identity"
+	case "@@IDENTITY":
+		return "@@IDENTITY"
 	default:
 		return string(b)
 	}

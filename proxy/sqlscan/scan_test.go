@@ -269,6 +269,18 @@ var scanTests = []struct {
 	{"SELECT found_rows FROM t", KindSelect, 1, 0},
 	{"SELECT LAST_INSERT_ID()", KindSelect, 1, FeatLastInsertID},
 	{"INSERT INTO t VALUES (last_insert_id(5))", KindInsert, 1, FeatLastInsertID},
+	{"SELECT @@identity + 1", KindSelect, 1, FeatLastInsertID},
+	{"SELECT @@session.last_insert_id, @@IDENTITY", KindSelect, 1, FeatLastInsertID},
+	{"SELECT @@identity_x, @@global.identity, '@@identity'", KindSelect, 1, 0},
+	{"SELECT ROW_COUNT() > 0", KindSelect, 1, FeatRowCount},
+	{"SELECT row_count FROM t", KindSelect, 1, 0},
+	{"SELECT IS_FREE_LOCK('j')", KindSelect, 1, FeatLockInfo},
+	{"select is_used_lock('j') IS NULL", KindSelect, 1, FeatLockInfo},
+	{"SELECT is_free_lock FROM t", KindSelect, 1, 0},
+	{"EXECUTE IMMEDIATE 'SELECT 1'", KindExecute, 1, FeatExecImmediate},
+	{"execute immediate concat('SELECT ', 1)", KindExecute, 1, FeatExecImmediate},
+	{"BEGIN NOT ATOMIC EXECUTE IMMEDIATE 'KILL 1'; END", KindOther, 2, FeatExecImmediate},
+	{"SELECT 'EXECUTE IMMEDIATE ''KILL 1'''", KindSelect, 1, 0},
 
 	// Several statements.
 	{"SELECT 1; SELECT 2", KindSelect, 2, 0},
@@ -409,11 +421,44 @@ func TestScanLastInsertID(t *testing.T) {
 		{"SELECT LAST_INSERT_ID() + 1", ""},
 		{"SELECT x.LAST_INSERT_ID()", ""},
 		{"SELECT SQL_NO_CACHE LAST_INSERT_ID()", ""},
-		{"SELECT @@identity", ""},
+		{"SELECT @@identity", "@@identity"},
+		{"SELECT @@IDENTITY AS id", "id"},
+		{"select @@Last_Insert_Id;", "@@Last_Insert_Id"},
+		{"SELECT @@session.identity", "@@session.identity"},
+		{"SELECT @@LOCAL.last_insert_id", "@@LOCAL.last_insert_id"},
+		{"SELECT @@global.identity", ""},
+		{"SELECT @@identity + 1", ""},
+		{"SELECT @@identity, 1", ""},
+		{"SELECT @@identities", ""},
 	}
 	for _, tt := range tests {
-		if got := Scan([]byte(tt.sql)).LastInsertIDColumn; got != tt.want {
-			t.Errorf("Scan(%q).LastInsertIDColumn = %q, want %q", tt.sql, got, tt.want)
+		got := Scan([]byte(tt.sql))
+		if got.LastInsertIDColumn != tt.want {
+			t.Errorf("Scan(%q).LastInsertIDColumn = %q, want %q", tt.sql, got.LastInsertIDColumn, tt.want)
+		}
+		if isVar := strings.Contains(tt.sql, "@@") && tt.want != ""; got.LastInsertIDVar != isVar {
+			t.Errorf("Scan(%q).LastInsertIDVar = %v", tt.sql, got.LastInsertIDVar)
+		}
+	}
+}
+
+func TestScanRowCount(t *testing.T) {
+	tests := []struct{ sql, want string }{
+		{"SELECT ROW_COUNT()", "ROW_COUNT()"},
+		{"select row_count();", "row_count()"},
+		{"SELECT Row_Count() AS n", "n"},
+		{"SELECT ROW_COUNT() + 1", ""},
+		{"SELECT ROW_COUNT(), 1", ""},
+		{"SELECT ROW_COUNT(); SELECT 1", ""},
+		{"SELECT db.ROW_COUNT()", ""},
+	}
+	for _, tt := range tests {
+		got := Scan([]byte(tt.sql))
+		if got.RowCountColumn != tt.want {
+			t.Errorf("Scan(%q).RowCountColumn = %q, want %q", tt.sql, got.RowCountColumn, tt.want)
+		}
+		if tt.want != "" && (got.Features != FeatRowCount || got.LastInsertIDColumn != "") {
+			t.Errorf("Scan(%q) = %+v", tt.sql, got)
 		}
 	}
 }

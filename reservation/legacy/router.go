@@ -145,10 +145,10 @@ func (r *Router) write(ctx context.Context) (context.Context, context.CancelFunc
 func (r *Router) redisFailed(op string, err error, stale bool, attrs ...any) {
 	r.m.redisErrors.inc(op)
 	if stale {
-		r.sw.MarkStale(op+": "+err.Error(), 5*time.Second)
+		r.sw.MarkStale(reservation.RedactTokens(op+": "+err.Error()), 5*time.Second)
 	}
 	if ok, n := r.fail.due(r.now()); ok {
-		r.log.Warn("legacy: redis command failed", append([]any{"op", op, "err", err, "stale", stale, "not_logged_since_last", n}, attrs...)...)
+		r.log.Warn("legacy: redis command failed", append([]any{"op", op, "err", reservation.RedactTokens(err.Error()), "stale", stale, "not_logged_since_last", n}, attrs...)...)
 	}
 }
 
@@ -265,7 +265,7 @@ func (r *Router) reserveRedis(ctx context.Context, args []any, req *reservation.
 				_, _, rerr := r.eng.Call(wctx, "release", []any{tok})
 				cancel()
 				if rerr != nil {
-					r.log.Warn("legacy: releasing a shadow reservation that Redis refused failed; it expires", "token", tok, "err", rerr)
+					r.log.Warn("legacy: releasing a shadow reservation that Redis refused failed; it expires", "token_ref", reservation.TokenRef(tok), "err", reservation.RedactTokens(rerr.Error()))
 				}
 			}
 		}
@@ -294,7 +294,7 @@ func (r *Router) reserveRedis(ctx context.Context, args []any, req *reservation.
 		if eerr == nil && readReserved(rows).token != d.Token {
 			hc = "other_reservation"
 		}
-		r.cmp.add("reserve", "ok", hc, append(firstPool(req, d.Lines), "token", d.Token)...)
+		r.cmp.add("reserve", "ok", hc, append(firstPool(req, d.Lines), "token_ref", reservation.TokenRef(d.Token))...)
 	}
 	return reservation.ReserveColumns, reserveRows(d.Token, d.ExpiresAt, d.Lines, state, replayed), nil
 }
@@ -322,10 +322,10 @@ func (r *Router) reserveHoldfast(ctx context.Context, args []any, req *reservati
 		r.m.observe("reserve", "redis", time.Since(t1))
 		switch {
 		case merr != nil:
-			r.redisFailed("mirror", merr, true, append(firstPool(req, got.lines), "token", got.token)...)
+			r.redisFailed("mirror", merr, true, append(firstPool(req, got.lines), "token_ref", reservation.TokenRef(got.token))...)
 			r.cmp.add("reserve", "error", "ok")
 		case would != "exists":
-			r.cmp.add("reserve", would, "ok", append(firstPool(req, got.lines), "token", got.token)...)
+			r.cmp.add("reserve", would, "ok", append(firstPool(req, got.lines), "token_ref", reservation.TokenRef(got.token))...)
 		}
 		return cols, rows, nil
 	case errors.Is(err, reservation.ErrInsufficientStock):
@@ -383,7 +383,7 @@ func (r *Router) claim(ctx context.Context, args []any) ([]string, [][]any, erro
 		rec, recErr = r.st.Get(ctx, tok)
 		r.m.observe("claim", "redis", time.Since(t0))
 		if recErr != nil {
-			r.redisFailed("get", recErr, false, "token", tok)
+			r.redisFailed("get", recErr, false, "token_ref", reservation.TokenRef(tok))
 		}
 	}
 	var ch *reservation.Change
@@ -403,7 +403,7 @@ func (r *Router) claim(ctx context.Context, args []any) ([]string, [][]any, erro
 		o, _ := rows[0][1].(string)
 		hc = claimClass(o)
 	}
-	attrs := []any{"token", tok}
+	attrs := []any{"token_ref", reservation.TokenRef(tok)}
 	if ch != nil {
 		if len(ch.Lines) > 0 {
 			attrs = append(attrs, "shop_id", ch.Shop, "inventory_item_id", ch.Lines[0].Item, "inventory_group_id", ch.Lines[0].Group)
@@ -450,14 +450,14 @@ func (r *Router) release(ctx context.Context, args []any) ([]string, [][]any, er
 		r.m.observe("release", "redis", time.Since(t0))
 		switch {
 		case rerr != nil:
-			r.redisFailed("release", rerr, false, "token", tok)
+			r.redisFailed("release", rerr, false, "token_ref", reservation.TokenRef(tok))
 		case out == "absent" || out == "resynced":
 			told = true // it has nothing of this reservation to give back
 		default:
 			t1 := time.Now()
 			_, erows, eerr := r.eng.Call(ctx, "release", args)
 			r.m.observe("release", "holdfast", time.Since(t1))
-			r.cmp.add("release", out, releaseClass(erows, eerr), "token", tok)
+			r.cmp.add("release", out, releaseClass(erows, eerr), "token_ref", reservation.TokenRef(tok))
 			return reservation.ReleaseColumns, [][]any{{tok, out, qty}}, nil
 		}
 	}
@@ -472,9 +472,9 @@ func (r *Router) release(ctx context.Context, args []any) ([]string, [][]any, er
 			cancel()
 			r.m.observe("release", "redis", time.Since(t2))
 			if merr != nil {
-				r.redisFailed("release", merr, true, "token", tok)
+				r.redisFailed("release", merr, true, "token_ref", reservation.TokenRef(tok))
 			} else if out != "absent" {
-				r.cmp.add("release", out, o, "token", tok)
+				r.cmp.add("release", out, o, "token_ref", reservation.TokenRef(tok))
 			}
 		}
 	}
@@ -501,14 +501,14 @@ func (r *Router) extend(ctx context.Context, args []any) ([]string, [][]any, err
 		out, exp, rerr := r.st.Extend(ctx, tok, ttl)
 		r.m.observe("extend", "redis", time.Since(t0))
 		if rerr != nil {
-			r.redisFailed("extend", rerr, false, "token", tok)
+			r.redisFailed("extend", rerr, false, "token_ref", reservation.TokenRef(tok))
 			return nil, nil, r.legacyUnreachable("extend", rerr)
 		}
 		if out != "absent" && out != "resynced" {
 			t1 := time.Now()
 			_, _, eerr := r.eng.Call(ctx, "extend", args)
 			r.m.observe("extend", "holdfast", time.Since(t1))
-			r.cmp.add("extend", extendClass(out), engineClass(eerr), "token", tok)
+			r.cmp.add("extend", extendClass(out), engineClass(eerr), "token_ref", reservation.TokenRef(tok))
 			if out == "ok" {
 				return reservation.ExtendColumns, [][]any{{tok, exp}}, nil
 			}
@@ -527,9 +527,9 @@ func (r *Router) extend(ctx context.Context, args []any) ([]string, [][]any, err
 		cancel()
 		r.m.observe("extend", "redis", time.Since(t2))
 		if merr != nil {
-			r.redisFailed("extend", merr, true, "token", tok)
+			r.redisFailed("extend", merr, true, "token_ref", reservation.TokenRef(tok))
 		} else if out != "absent" {
-			r.cmp.add("extend", extendClass(out), "ok", "token", tok)
+			r.cmp.add("extend", extendClass(out), "ok", "token_ref", reservation.TokenRef(tok))
 		}
 	}
 	return cols, rows, err
