@@ -320,7 +320,7 @@ func TestFleetIgnoresBadControlRows(t *testing.T) {
 		"('report_x', 'class', 7, 'by-hand', '', NOW(6), NULL)",
 		"('search', 'drain', 0, 'by-hand', 'real', NOW(6), NULL)",
 	} {
-		if _, err := root.Exec("INSERT INTO `" + m.db + "`.holdfast_controls (tag, kind, value, set_by, reason, set_at, expires_at) VALUES " + row); err != nil {
+		if _, err := root.Exec("INSERT INTO `" + dbtest.TablesDB(m.db) + "`.holdfast_controls (tag, kind, value, set_by, reason, set_at, expires_at) VALUES " + row); err != nil {
 			t.Fatal(err)
 		}
 	}
