@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/controls"
 )
 
 // Overload classes. Each tag has a class: critical (the flow that earns
@@ -39,29 +40,21 @@ import (
 // configuration. With no class anywhere, finding a borrow's class is one
 // atomic load; every borrow's wait is still counted under its class.
 
-type class uint8
+// class is an overload class (package controls).
+type class = controls.Class
 
 const (
-	classCritical class = iota
-	classNormal
-	classBackground
-	numClasses
+	classCritical   = controls.Critical
+	classNormal     = controls.Normal
+	classBackground = controls.Background
+	numClasses      = controls.NumClasses
 )
 
 // classNames are config's class names, in class order.
 var classNames = [numClasses]string(config.OverloadClasses)
 
-func (c class) String() string { return classNames[c] }
-
 // parseClass returns the class named s.
-func parseClass(s string) (class, bool) {
-	for i, n := range classNames {
-		if n == s {
-			return class(i), true
-		}
-	}
-	return 0, false
-}
+func parseClass(s string) (class, bool) { return controls.ParseClass(s) }
 
 // codeShed is the error of a borrow shed under overload.
 const codeShed = 9006

@@ -44,8 +44,8 @@ func (c tagControl) empty() bool {
 	return !c.drained && c.limit == noLimit && c.maxTxn == 0 && !c.undrain && !c.unlimit && !c.unbound
 }
 
-// controls holds every source's controls. The zero value is ready to use.
-type controls struct {
+// controlSources holds every source's controls. The zero value is ready to use.
+type controlSources struct {
 	mu  sync.Mutex // guards src; held while the merged controls are put in force
 	src [numSources]map[string]tagControl
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/controls"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
@@ -50,23 +51,18 @@ import (
 // before it goes to the primary instead.
 const replicaAcquireBudget = 100 * time.Millisecond
 
-// Routing policies.
-type policy uint8
+// Routing policies (package controls).
+type policy = controls.Route
 
 const (
-	policyPrimary policy = iota
-	policyReplica
-	policyStaleOK
+	policyPrimary = controls.RoutePrimary
+	policyReplica = controls.RouteReplica
+	policyStaleOK = controls.RouteReplicaStaleOK
 )
 
 func parsePolicy(s string) policy {
-	switch s {
-	case "replica":
-		return policyReplica
-	case "replica_stale_ok":
-		return policyStaleOK
-	}
-	return policyPrimary
+	p, _ := controls.ParseRoute(s)
+	return p
 }
 
 // replica is one of backend.replicas.

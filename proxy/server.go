@@ -89,7 +89,7 @@ type Server struct {
 	primary backend
 	routing *routing // nil without backend.replicas
 	// ctrl is the on-call controls by source (controls.go).
-	ctrl       controls
+	ctrl       controlSources
 	nextConnID atomic.Uint32
 	salt       func() []byte // nil: random salts (tests fix them)
 	clock      atomic.Int64  // UnixNano, advanced by the janitor (see now)
