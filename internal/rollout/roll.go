@@ -20,10 +20,10 @@ func (r *run) run(ctx context.Context) error {
 	fmt.Fprintf(o.Out, "rollout: work directory %s\n", r.dir)
 	start := time.Now()
 	var err error
-	if r.old, res.BaseHash, err = BuildBase(ctx, o.Go, o.Repo, o.Base); err != nil {
+	if r.oldBin, res.BaseHash, err = BuildBase(ctx, o.Go, o.Repo, o.Base); err != nil {
 		return err
 	}
-	if r.new, err = newBinary(o); err != nil {
+	if r.newBin, err = newBinary(o); err != nil {
 		return err
 	}
 	res.Build = time.Since(start)
@@ -71,7 +71,7 @@ func (r *run) setup(ctx context.Context) error {
 		}
 	}
 	for i := range o.Instances {
-		in, err := newInstance(i, versionOld, r.old, r.dir, r.srv.Addr, o, answersCall)
+		in, err := newInstance(i, versionOld, r.oldBin, r.dir, r.srv.Addr, o, answersCall)
 		if err != nil {
 			return err
 		}
@@ -193,7 +193,7 @@ func (r *run) roll(ctx context.Context) error {
 	sleep(ctx, o.Phase)
 	// N's migrate, on the first N instance's configuration, with the
 	// N−1 fleet running.
-	n0, err := newInstance(o.Instances, versionNew, r.new, r.dir, r.srv.Addr, o, readyWithControls)
+	n0, err := newInstance(o.Instances, versionNew, r.newBin, r.dir, r.srv.Addr, o, readyWithControls)
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func (r *run) roll(ctx context.Context) error {
 	for i, old := range r.olds {
 		nu := n0
 		if i > 0 {
-			if nu, err = newInstance(o.Instances+i, versionNew, r.new, r.dir, r.srv.Addr, o, readyWithControls); err != nil {
+			if nu, err = newInstance(o.Instances+i, versionNew, r.newBin, r.dir, r.srv.Addr, o, readyWithControls); err != nil {
 				return err
 			}
 		}

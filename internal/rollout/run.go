@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -22,12 +23,12 @@ import (
 // share bal, t, sampler and the engine clients' journals (read after they
 // end).
 type run struct {
-	o        *Options
-	dir      string
-	srv      *dbtest.Private
-	root     *sql.DB // the private server, as root, in appDB
-	old, new string  // binaries
-	res      *Result
+	o              *Options
+	dir            string
+	srv            *dbtest.Private
+	root           *sql.DB // the private server, as root, no database
+	oldBin, newBin string  // N−1's and N's binaries
+	res            *Result
 
 	olds, news []*instance
 	bal        balancer
@@ -38,7 +39,7 @@ type run struct {
 	checkouts  []*checkout
 	initial    map[chaos.PoolKey]int64
 
-	invMu      sync.Mutex // guards invariant
+	invMu      sync.Mutex // guards following
 	invariant  []chaos.Violation
 	invSamples int
 }
@@ -77,11 +78,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	r := &run{o: &o, dir: dir, res: &Result{Base: o.Base, Instances: o.Instances, Cap: o.Cap, Drained: map[string]int{}}}
 	defer r.close()
 	err := r.run(ctx)
-	if err != nil || len(r.res.Violations) > 0 {
+	switch {
+	case errors.Is(err, ErrNoBase):
+		return nil, err
+	case err != nil:
 		keep = true
-	}
-	if err != nil {
 		return nil, fmt.Errorf("%w (work directory %s kept)", err, dir)
+	case len(r.res.Violations) > 0:
+		keep = true
 	}
 	r.res.print(o.Out)
 	return r.res, nil
