@@ -579,12 +579,16 @@ func (a *Admin) apiControls(w http.ResponseWriter, _ *http.Request) {
 	if st.Caps == nil {
 		st.Caps = []fleet.CapShares{}
 	}
+	if st.NotEverywhere == nil {
+		st.NotEverywhere = []fleet.Unapplied{}
+	}
 	// controls are in force here; ignored are rows this instance does not
 	// apply (invalid, or of a kind it does not know), never in force;
-	// caps are the fleet-wide caps' splits among the instances.
+	// caps are the fleet-wide caps' splits among the instances;
+	// not_everywhere the controls some live instances cannot apply.
 	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "instance_id": st.Instance, "known": st.Known, "stale": st.Stale, "no_schema": st.NoSchema,
 		"error": st.Error, "last_read": st.LastRead, "controls": st.Controls, "ignored": st.Ignored, "truncated": st.Truncated,
-		"caps": st.Caps, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
+		"caps": st.Caps, "not_everywhere": st.NotEverywhere, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
 }
 
 // apiFleet lists the live instances and what this one knows of the fleet.
@@ -596,6 +600,9 @@ func (a *Admin) apiFleet(w http.ResponseWriter, _ *http.Request) {
 	st := a.o.Fleet.Status()
 	if st.Members == nil {
 		st.Members = []fleet.Member{}
+	}
+	if st.NotEverywhere == nil {
+		st.NotEverywhere = []fleet.Unapplied{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "status": st})
 }

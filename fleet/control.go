@@ -31,6 +31,12 @@ const (
 	KindRoute Kind = "route"
 )
 
+// KnownKinds are the kinds of control this version applies: Validate
+// accepts these and no others, and each instance's heartbeat records
+// them (Member.Kinds), so that the others can tell which controls it
+// cannot apply.
+func KnownKinds() []Kind { return []Kind{KindDrain, KindLimit, KindMaxTxn, KindClass, KindRoute} }
+
 // Routes are the routing policies, by the Value of a KindRoute control.
 var Routes = []string{"primary", "replica", "replica_stale_ok"}
 

@@ -110,6 +110,9 @@ func New(o Options) *Fleet {
 		o.TTL = DefaultTTL
 	}
 	o.TTL = max(o.TTL, 2*o.Poll)
+	if o.Self.Kinds == nil {
+		o.Self.Kinds = KnownKinds()
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -502,6 +505,12 @@ type Status struct {
 	// Status that knows ("" and false: not known).
 	Tables       string `json:"tables_schema,omitempty"`
 	TablesLegacy bool   `json:"tables_legacy,omitempty"`
+	// NotEverywhere are the controls in force that some live instances
+	// cannot apply (of a kind they do not know: a mixed fleet).
+	// MembersUnrecorded: the database is at a schema version before 6,
+	// so no instance records its schema range or control kinds yet.
+	NotEverywhere     []Unapplied `json:"not_everywhere"`
+	MembersUnrecorded bool        `json:"members_unrecorded,omitempty"`
 }
 
 // Status returns what this instance knows of the fleet now.
@@ -517,6 +526,8 @@ func (f *Fleet) Status() Status {
 		st.Error = f.lastErr.Error()
 		st.Stale = !f.noSchema
 	}
+	st.NotEverywhere = notEverywhere(st.Controls, st.Ignored, st.Members)
+	st.MembersUnrecorded = f.o.Store != nil && !f.o.Store.MembersRecorded()
 	now := time.Now()
 	for d, until := range f.duties {
 		if now.Before(until) {

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/proxy"
+	"github.com/holdfast-db/holdfast/reservation"
 )
 
 // startFleet joins this instance to the fleet of holdfast instances in
@@ -36,7 +37,8 @@ func startFleet(ctx context.Context, cfg config.Config, srv *proxy.Server, t *ta
 	db := followDB(dc, t)
 	db.SetMaxOpenConns(fleet.MaxConns)
 	db.SetMaxIdleConns(fleet.MaxConns)
-	self := fleet.Member{ID: instanceID(), Address: advertised(cfg.Listen), Version: buildVersion(), PoolMax: cfg.Pool.Max}
+	self := fleet.Member{ID: instanceID(), Address: advertised(cfg.Listen), Version: buildVersion(), PoolMax: cfg.Pool.Max,
+		SchemaMin: reservation.SchemaMin, SchemaMax: reservation.SchemaVersion(), Kinds: fleet.KnownKinds()}
 	f := fleet.New(fleet.Options{Store: fleet.NewStore(db), Applier: srv, Self: self,
 		Poll: cfg.Fleet.PollInterval, TTL: cfg.Fleet.TTL, Duties: duties, StmtBudget: srv.StatementBudget,
 		ConnReserve: cfg.Fleet.ConnectionReserve, StmtShare: cfg.Sessions.PreparedStatementShare, Log: log})

@@ -2,7 +2,7 @@
 // pools backend connections and attributes their hold time by tag.
 //
 //	holdfast [serve] [-config FILE]                   run the sidecar
-//	holdfast migrate [-config FILE] [-move-tables] [-user NAME]  create or upgrade holdfast's schema
+//	holdfast migrate [-config FILE] [-move-tables] [-user NAME] [-force]  create or upgrade holdfast's schema
 //	holdfast migrate [-config FILE] -print-grants [-dialect mysql]  print the grants that keep applications off it
 //	holdfast check-config [-config FILE] [-print-listen | -print-admin-listen]  validate a configuration
 //	holdfast check-backend [-config FILE] [-print-address]  connect to the backend once
@@ -53,7 +53,7 @@ func run(args []string) error {
 	printAdmin := fs.Bool("print-admin-listen", false, "check-config: print only admin.listen (empty: none)")
 	printAddr := fs.Bool("print-address", false, "check-backend: print the configured backend address and exit")
 	resync := resyncFlags(fs)
-	mig := migrateFlags(fs)
+	mig := migrateFlags(fs, resync.force)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
