@@ -33,9 +33,13 @@ func startFleet(ctx context.Context, cfg config.Config, srv *proxy.Server, t *ta
 	// DATETIMEs are read as UTC: they are compared only with the
 	// database's own NOW(6), never with this host's clock.
 	dc.ParseTime = true
-	db := followDB(dc, t)
+	db := followDB(dc, t, srv)
 	db.SetMaxOpenConns(fleet.MaxConns)
 	db.SetMaxIdleConns(fleet.MaxConns)
+	// After a switchover its connections go to the new primary: those to
+	// the former one close (idle ones at once) rather than answer every
+	// write with 1290 for as long as they live.
+	closeIdleOnChange(srv, db, fleet.MaxConns)
 	self := fleet.Member{ID: instanceID(), Address: advertised(cfg.Listen), Version: buildVersion(), PoolMax: cfg.Pool.Max}
 	f := fleet.New(fleet.Options{Store: fleet.NewStore(db), Applier: srv, Self: self,
 		Poll: cfg.Fleet.PollInterval, TTL: cfg.Fleet.TTL, Duties: duties, StmtBudget: srv.StatementBudget,

@@ -137,7 +137,7 @@ func serve(path string, cfg config.Config) error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()), srv.ClassCollector(), srv.ReplicaCollector())
+	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()), srv.ClassCollector(), srv.ReplicaCollector(), srv.TopologyCollector())
 	reg.MustRegister(processCollectors()...)
 	// The fleet first: the engine's background loops run the fleet duties
 	// this instance holds.
