@@ -153,6 +153,16 @@ func TestSwitchoverRetiresFormerPrimary(t *testing.T) {
 		return tp.State == "primary" && slices.Equal(tp.PrimaryAddresses, []string{p.vip.Addr().String()})
 	})
 	former := p.srv.Topology().Primary
+	// What holdfast learns of the primary is learned again from the new
+	// one: a statement limit of its own tells which it learned.
+	rdb := p.replica.Open("")
+	defer rdb.Close()
+	if _, err := rdb.Exec("SET GLOBAL max_prepared_stmt_count = 4321"); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.srv.primary.maxPrepared.Load(); n == 4321 {
+		t.Fatal("the limit was learned from the replica before the switchover")
+	}
 	var next atomic.Int64
 	stop := make(chan struct{})
 	collect := writers(t, db, 6, stop, &next)
@@ -215,6 +225,7 @@ func TestSwitchoverRetiresFormerPrimary(t *testing.T) {
 	if tp.PrimaryChanges != 1 || !slices.Equal(tp.PrimaryAddresses, []string{p.vip.Addr().String()}) || !slices.Contains(tp.Retired, former) {
 		t.Fatalf("topology after the switchover: %+v", tp)
 	}
+	waitFor(t, "the new primary's statement limit learned", func() bool { return p.srv.primary.maxPrepared.Load() == 4321 })
 	// Nothing of the application's account is left on the former primary:
 	// idle connections closed at once, busy ones on release.
 	odb := p.primary.Open("")

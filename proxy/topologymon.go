@@ -430,8 +430,8 @@ func (m *topoMonitor) apply(d decision, obs []serverObs, now time.Time) {
 			t.primaryChanges.Add(1)
 			// What was learned of the former primary is learned again
 			// from the new one: its defaults, version, capabilities,
-			// statement limit at its pool's next dial, and the positions
-			// replica lag is measured against.
+			// statement limit at its pool's next dial (see also below),
+			// and the positions replica lag is measured against.
 			s.pool.Relearn()
 			if s.routing != nil {
 				s.routing.mu.Lock()
@@ -472,6 +472,12 @@ func (m *topoMonitor) apply(d decision, obs []serverObs, now time.Time) {
 	t.retired.Store(&r)
 	t.gen.Add(1)
 	s.pool.Retire(func(bc *backendConn) bool { return bc.server != "" && r[bc.server] })
+	if m.last != "" && r[m.last] {
+		// The pool's next dial reaches a server not retired (a dial that
+		// reaches a retired one is refused before it learns anything):
+		// it learns that server, the new primary as a rule, at once.
+		s.pool.Relearn()
+	}
 	s.log.Warn("servers retired: connections to them are no longer lent, idle ones closed, in-use ones closed on release", "retired", setString(r))
 	t.hooksMu.Lock()
 	hooks := slices.Clone(t.hooks)
