@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -306,22 +308,10 @@ func (k *killer) killQuery(srv *Server, be *backend, target *backendConn) error 
 			k.bc = nil
 		}
 		if k.bc == nil {
-			bs := be.settings(srv.ownSettings())
-			if ra := target.remoteAddr(); ra != "" {
-				bs.Address = ra
-			}
-			if k.bc, err = dialBackend(ctx, bs, 0); err != nil {
-				k.bc = nil
+			if k.bc, err = k.dialServer(ctx, srv, be, target); err != nil {
 				// Not sent: nothing can land. A dial failure is no I/O
 				// error on the target's connection.
 				return &mysqlwire.SQLError{Code: codeConnectFailed, State: "HY000", Msg: err.Error()}
-			}
-			if k.bc.server != target.server {
-				msg := fmt.Sprintf("holdfast: KILL QUERY not sent: the address %s now leads to server %s, and the statement runs on %s (a switchover moved it)", bs.Address, k.bc.server, target.server)
-				k.bc.close()
-				k.bc = nil
-				srv.log.Warn("KILL QUERY not sent: the target's server cannot be reached any more", "backend_thread", tid, "server", target.server, "reached", bs.Address)
-				return &mysqlwire.SQLError{Code: codeConnectFailed, State: "HY000", Msg: msg}
 			}
 		}
 		_, err = k.bc.query(ctx, "KILL QUERY "+strconv.FormatUint(uint64(tid), 10))
@@ -332,6 +322,42 @@ func (k *killer) killQuery(srv *Server, be *backend, target *backendConn) error 
 		k.bc = nil
 	}
 	return err
+}
+
+// dialServer opens a kill connection to the server target is open to:
+// at the address target is open to, else (a VIP that moved since) at the
+// addresses the topology check last reached that server at. It fails when
+// none leads to that server.
+func (k *killer) dialServer(ctx context.Context, srv *Server, be *backend, target *backendConn) (*backendConn, error) {
+	bs := be.settings(srv.ownSettings())
+	addrs := []string{bs.Address}
+	if ra := target.remoteAddr(); ra != "" {
+		addrs[0] = ra
+	}
+	if v := srv.topo.view.Load(); v != nil && target.server != "" {
+		for _, o := range v.obs {
+			if o.id == target.server && !slices.Contains(addrs, o.addr) {
+				addrs = append(addrs, o.addr)
+			}
+		}
+	}
+	var reached []string
+	for _, a := range addrs {
+		bs.Address = a
+		bc, err := dialBackend(ctx, bs, 0)
+		if err != nil {
+			reached = append(reached, a+": "+err.Error())
+			continue
+		}
+		if bc.server == target.server {
+			return bc, nil
+		}
+		reached = append(reached, a+" leads to "+string(bc.server))
+		bc.close()
+	}
+	srv.log.Warn("KILL QUERY not sent: the server the statement runs on cannot be reached (a switchover moved its address)",
+		"backend_thread", target.threadID, "server", target.server, "tried", strings.Join(reached, "; "))
+	return nil, fmt.Errorf("holdfast: KILL QUERY not sent: the statement runs on server %s, which no address leads to now (%s)", target.server, strings.Join(reached, "; "))
 }
 
 // remoteAddr is the address bc is open to ("" when unknown).

@@ -3,6 +3,7 @@ package proxy
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
@@ -28,7 +29,7 @@ type switchoverProxy struct {
 	vip              *netrelay.Relay
 }
 
-func startSwitchoverProxy(t *testing.T) *switchoverProxy {
+func startSwitchoverProxy(t *testing.T, mutate ...func(c *config.Config, primary, replica *dbtest.Private)) *switchoverProxy {
 	t.Helper()
 	primary, replica := dbtest.StartReplicaPair(t)
 	pdb := primary.Open("")
@@ -54,6 +55,9 @@ func startSwitchoverProxy(t *testing.T) *switchoverProxy {
 	// Longer than the switchover: a borrower that finds only the former
 	// primary behind the address waits for it to move.
 	cfg.Pool.AcquireTimeout = 30 * time.Second
+	for _, m := range mutate {
+		m(&cfg, primary, replica)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -265,4 +269,51 @@ func TestSwitchoverRetiresFormerPrimary(t *testing.T) {
 	t.Logf("%d inserts, answers by code %v; switch %v (read-only to VIP moved), retired %v after read-only, new primary known %v after the VIP moved; %d retired connections, %d retired dials",
 		len(answers), codes, steps.Moved.Sub(steps.Start).Round(time.Millisecond), retired.Sub(steps.ReadOnly).Round(time.Millisecond),
 		end.Sub(steps.Moved).Round(time.Millisecond), tp.RetiredConnections, tp.RetiredDials)
+}
+
+// A KILL QUERY for a statement still running on the former primary after
+// the VIP moved reaches it there: the VIP now leads to the new primary,
+// whose thread of that id must not be killed, so holdfast dials the
+// address its topology check reached the former primary at (here
+// backend.replicas lists both servers).
+func TestKillReachesFormerPrimaryAfterSwitchover(t *testing.T) {
+	p := startSwitchoverProxy(t, func(c *config.Config, primary, replica *dbtest.Private) {
+		c.Backend.Replicas = []config.Replica{{Address: primary.Addr}, {Address: replica.Addr}}
+	})
+	waitFor(t, "the primary known", func() bool { return p.srv.Topology().State == "primary" })
+	db := p.open(t)
+	sleeper, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Close()
+	var id int64
+	if err := sleeper.QueryRowContext(t.Context(), "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := sleeper.ExecContext(t.Context(), "/* holdfast:primary */ SELECT SLEEP(30)")
+		done <- err
+	}()
+	odb := p.primary.Open("")
+	defer odb.Close()
+	waitFor(t, "the sleep running on the primary", func() bool {
+		var n int
+		return odb.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%SLEEP(30)%' AND INFO NOT LIKE '%PROCESSLIST%'").Scan(&n) == nil && n == 1
+	})
+	if _, err := dbtest.Switchover(t.Context(), p.primary, p.replica, func() { p.vip.Retarget(p.replica.Addr) }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new primary known", func() bool { return p.srv.Topology().PrimaryChanges == 1 })
+	if _, err := db.ExecContext(t.Context(), fmt.Sprintf("KILL QUERY %d", id)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Logf("the sleep ended after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the KILL QUERY did not reach the statement on the former primary")
+	}
 }

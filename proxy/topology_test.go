@@ -140,6 +140,7 @@ func TestReplicationOf(t *testing.T) {
 		{"source down: IO connecting", maria, [][][]byte{row("", "10.0.0.1", "3306", "Connecting", "Yes", "1")}, true, "1", "10.0.0.1:3306"},
 		{"stopped (STOP SLAVE without RESET)", maria, [][][]byte{row("", "10.0.0.1", "3306", "No", "No", "1")}, false, "", ""},
 		{"multi-source: the second runs", maria, [][][]byte{row("a", "h1", "1", "No", "No", "7"), row("b", "h2", "2", "Yes", "Yes", "8")}, true, "8", "h2:2"},
+		{"started, not connected yet: source not known", maria, [][][]byte{row("", "10.0.0.1", "3306", "Connecting", "Yes", "0")}, true, "", "10.0.0.1:3306"},
 		{"MySQL channel", mysql, [][][]byte{row("10.0.0.2", "3307", "Yes", "Yes", "2")}, true, "2", "10.0.0.2:3307"},
 	} {
 		r := *tc.r

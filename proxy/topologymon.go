@@ -379,7 +379,11 @@ func replicationOf(r *textResult) (replicating bool, sourceNum, sourceAddr strin
 			if p := get(row, portCol); src != "" && p != "" {
 				src = net.JoinHostPort(src, p)
 			}
-			return true, get(row, idCol), src
+			id := get(row, idCol)
+			if id == "0" {
+				id = "" // not known until the IO thread has connected
+			}
+			return true, id, src
 		}
 	}
 	return false, "", ""
