@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Servers of the tables below: identities as the check reads them.
@@ -149,5 +152,38 @@ func TestReplicationOf(t *testing.T) {
 		if repl != tc.repl || num != tc.num || src != tc.src {
 			t.Errorf("%s: %v %q %q; want %v %q %q", tc.name, repl, num, src, tc.repl, tc.num, tc.src)
 		}
+	}
+}
+
+// waitPrimary returns at once before the first check and while a primary
+// is known; with none it waits until one is, or its context ends.
+func TestWaitPrimary(t *testing.T) {
+	tp := newTopology(time.Second)
+	ctx := context.Background()
+	if err := tp.waitPrimary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tp.setPrimary(true)
+	if err := tp.waitPrimary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tp.setPrimary(false)
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := tp.waitPrimary(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("with no primary: %v, want the context's end", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- tp.waitPrimary(ctx) }()
+	time.Sleep(10 * time.Millisecond)
+	tp.setPrimary(false) // still none: nothing happens
+	tp.setPrimary(true)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiter was not woken when the primary became known")
 	}
 }

@@ -54,6 +54,9 @@ type topology struct {
 
 	hooksMu sync.Mutex // guards hooks
 	hooks   []func()
+
+	waitMu sync.Mutex  // guards wait
+	wait   primaryWait // zero until the first check: nothing to wait for
 }
 
 // topoView is one check's outcome.
@@ -71,11 +74,48 @@ func newTopology(interval time.Duration) *topology {
 	return &topology{interval: interval, kick: make(chan struct{}, 1)}
 }
 
-// isRetired reports whether a connection to server id must not be used
-// for the primary's work.
-func (t *topology) isRetired(id serverID) bool {
-	m := t.retired.Load()
-	return m != nil && id != "" && (*m)[id]
+// primaryWait is what waitPrimary waits on: closed when a primary is known
+// (state primary), replaced by an open one when it no longer is.
+type primaryWait struct {
+	known bool
+	ch    chan struct{}
+}
+
+// setPrimary records whether a primary is known now. Only the monitor
+// calls it.
+func (t *topology) setPrimary(known bool) {
+	t.waitMu.Lock()
+	defer t.waitMu.Unlock()
+	if t.wait.ch == nil {
+		t.wait.ch = make(chan struct{})
+	}
+	switch {
+	case known && !t.wait.known:
+		close(t.wait.ch)
+	case !known && t.wait.known:
+		t.wait.ch = make(chan struct{})
+	}
+	t.wait.known = known
+}
+
+// waitPrimary returns at once while a primary is known, or before the
+// first check; otherwise (no primary, a split brain) it waits until one is
+// known or ctx ends (its error then). The statement path may call it
+// before borrowing a connection for the primary's work, so that a
+// statement waits out a switchover holding no backend connection.
+func (t *topology) waitPrimary(ctx context.Context) error {
+	t.waitMu.Lock()
+	known, ch := t.wait.known || t.wait.ch == nil, t.wait.ch
+	t.waitMu.Unlock()
+	if known {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // NoteReadOnly tells holdfast that a statement was answered 1290 ("the
@@ -468,6 +508,7 @@ func (m *topoMonitor) apply(d decision, obs []serverObs, now time.Time) {
 		t.badSince.Store(0)
 	}
 	m.retired = retired
+	t.setPrimary(d.state == topoPrimary)
 	t.view.Store(&topoView{at: now, state: d.state, since: m.since, primary: d.primary, obs: obs, roles: d.roles, retired: retired})
 	if !changedRetired {
 		return
