@@ -40,9 +40,8 @@ type topology struct {
 	// gen counts the changes of the retired set (a primary that changed,
 	// turned read-only, or a split brain): connections made before a
 	// change may be to a server no longer to be used.
-	gen     atomic.Uint64
-	view    atomic.Pointer[topoView]
-	retired atomic.Pointer[map[serverID]bool] // nil: none
+	gen  atomic.Uint64
+	view atomic.Pointer[topoView]
 
 	// Since start.
 	checks, primaryChanges, splitBrains, readOnlyAnswers atomic.Uint64
@@ -514,7 +513,6 @@ func (m *topoMonitor) apply(d decision, obs []serverObs, now time.Time) {
 		return
 	}
 	r := retired
-	t.retired.Store(&r)
 	t.gen.Add(1)
 	s.pool.Retire(func(bc *backendConn) bool { return bc.server != "" && r[bc.server] })
 	if m.last != "" && r[m.last] {
