@@ -4,7 +4,7 @@ GO        ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 FUZZTIME  ?= 60s
 
-.PHONY: run test build install image image-run vet fmt fuzz bench-proxy bench-attribution bench-overload bench-reserve bench-rollout soak load-data-big client-memory chaos clean
+.PHONY: run test build install image image-run vet fmt fuzz bench-proxy bench-attribution bench-overload bench-reserve bench-rollout bench-switchover soak load-data-big client-memory chaos clean
 
 ## run: build holdfast and holdfastctl into bin/ and start holdfast on the local default
 ## (starts a private MariaDB when none answers)
@@ -105,6 +105,12 @@ bench-reserve:
 ## a fleet-wide cap in force, after this version's migrate; checks every answer and both controls (~2 min)
 bench-rollout:
 	@scripts/mariadb-up.sh >/dev/null && $(GO) run ./cmd/holdfast-rollout -go $(GO) $(ROLLOUT_FLAGS)
+
+## bench-switchover: 32 writers through holdfast and 32 straight to a VIP, on two private MariaDB servers
+## with GTID replication: a planned switchover at 10 s of 40 s, then the primary killed and its replica
+## promoted 2 s later; errors by code, writes lost, latency, and issue 45's acceptance checks (~3 min)
+bench-switchover:
+	$(GO) run ./cmd/holdfast-bench-switchover -go $(GO) $(BENCH_FLAGS)
 
 ## soak: the reservation engine's concurrency tests for a minute each (reserve, claim,
 ## release, expiry, refill together; no deadlock or lock-wait timeout at REPEATABLE READ)

@@ -238,6 +238,7 @@ func (a *Admin) routes() http.Handler {
 	api.HandleFunc("PUT /api/tags/{tag}/route", a.apiRoute)
 	api.HandleFunc("DELETE /api/tags/{tag}/route", a.apiUnroute)
 	api.HandleFunc("GET /api/replicas", a.apiReplicas)
+	api.HandleFunc("GET /api/topology", a.apiTopology)
 	api.HandleFunc("GET /api/shapes", a.apiShapes)
 	api.HandleFunc("PUT /api/shapes/{shape}/block", a.apiShapeBlock)
 	api.HandleFunc("DELETE /api/shapes/{shape}/block", a.apiShapeUnblock)

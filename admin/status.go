@@ -131,6 +131,8 @@ type statusJSON struct {
 	Classes []proxy.ClassStat `json:"classes"`
 	// Replicas are backend.replicas and their state (empty: none).
 	Replicas []proxy.ReplicaState `json:"replicas"`
+	// Topology is which server is the primary (null: not checked).
+	Topology *proxy.Topology `json:"topology"`
 }
 
 // fleetJSON is what this instance knows of the fleet: whether its
@@ -318,6 +320,9 @@ func (a *Admin) status() statusJSON {
 	st.Classes = a.srv.ClassStats()
 	if st.Replicas = a.srv.Replicas(); st.Replicas == nil {
 		st.Replicas = []proxy.ReplicaState{}
+	}
+	if t, ok := a.topologyOf(); ok {
+		st.Topology = &t
 	}
 	return st
 }

@@ -320,8 +320,9 @@ type Routing struct {
 	// GTID position: how long ago the primary had the position the
 	// replica has applied) gets no reads until it catches up.
 	MaxReplicaLag time.Duration `yaml:"max_replica_lag"`
-	// CheckInterval is how often holdfast reads each server's GTID
-	// position (and finds a replica down or back).
+	// CheckInterval is how often holdfast checks each server, with or
+	// without replicas: which one is the primary (read_only, whom it
+	// replicates from), its GTID position, a replica down or back.
 	CheckInterval time.Duration `yaml:"check_interval"`
 }
 

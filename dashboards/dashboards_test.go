@@ -101,16 +101,18 @@ func loadDashboard(t *testing.T) dashboard {
 }
 
 // The rule groups: the tag and pool alerts, the engine's and fleet's,
-// overload protection's, and the replicas'.
+// overload protection's, the replicas', and the topology's.
 const (
 	tagGroup      = "holdfast"
 	engineGroup   = "holdfast-engine"
 	overloadGroup = "holdfast-overload"
 	replicaGroup  = "holdfast-replicas"
+	failoverGroup = "holdfast-failover"
 )
 
 // loadGroups returns the rule groups of AlertsFile by name, which must be
-// exactly tagGroup, engineGroup, overloadGroup and replicaGroup.
+// exactly tagGroup, engineGroup, overloadGroup, replicaGroup and
+// failoverGroup.
 func loadGroups(t *testing.T) map[string][]rule {
 	t.Helper()
 	raw, err := Files.ReadFile(AlertsFile)
@@ -125,8 +127,8 @@ func loadGroups(t *testing.T) map[string][]rule {
 	for _, g := range f.Groups {
 		out[g.Name] = g.Rules
 	}
-	if len(f.Groups) != 4 || out[tagGroup] == nil || out[engineGroup] == nil || out[overloadGroup] == nil || out[replicaGroup] == nil {
-		t.Fatalf("%s: want exactly the rule groups %s, %s, %s and %s", AlertsFile, tagGroup, engineGroup, overloadGroup, replicaGroup)
+	if len(f.Groups) != 5 || out[tagGroup] == nil || out[engineGroup] == nil || out[overloadGroup] == nil || out[replicaGroup] == nil || out[failoverGroup] == nil {
+		t.Fatalf("%s: want exactly the rule groups %s, %s, %s, %s and %s", AlertsFile, tagGroup, engineGroup, overloadGroup, replicaGroup, failoverGroup)
 	}
 	return out
 }
@@ -214,7 +216,7 @@ func TestAlertRulesShape(t *testing.T) {
 	t.Parallel()
 	groups := loadGroups(t)
 	names := map[string]bool{}
-	for _, r := range slices.Concat(groups[engineGroup], groups[overloadGroup], groups[replicaGroup]) {
+	for _, r := range slices.Concat(groups[engineGroup], groups[overloadGroup], groups[replicaGroup], groups[failoverGroup]) {
 		if r.Alert == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 			t.Errorf("engine rule %q: want an alert with a severity, a summary and a description", r.Alert+r.Record)
 		}
@@ -606,8 +608,8 @@ func checkRuleHealth(t *testing.T, prom prometheus, firing map[string]bool) {
 			tagRules = append(tagRules, i)
 		}
 	}
-	if len(r.Groups) != 4 || len(tagRules) != 1 {
-		t.Fatalf("prometheus loaded rule groups %+v, want %s, %s, %s and %s", r.Groups, tagGroup, engineGroup, overloadGroup, replicaGroup)
+	if len(r.Groups) != 5 || len(tagRules) != 1 {
+		t.Fatalf("prometheus loaded rule groups %+v, want %s, %s, %s, %s and %s", r.Groups, tagGroup, engineGroup, overloadGroup, replicaGroup, failoverGroup)
 	}
 	tags := []string{"fast_flow", "slow_flow", "batch_flow", "pin_flow"}
 	for _, rule := range r.Groups[tagRules[0]].Rules {

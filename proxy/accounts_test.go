@@ -59,10 +59,11 @@ func TestBackendAccounts(t *testing.T) {
 			config.User{Name: "wr", Password: "wr", BackendUser: writer, BackendPassword: "w-secret"},
 			config.User{Name: "wr2", Password: "wr2", BackendUser: writer, BackendPassword: "w-secret"})
 		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 3, 3
+		ownAccount(t, c) // the topology check's and the kills' connections are not the pool's
 	})
-	// The kill connection is the service account's: it may kill other
+	// The kill connection is holdfast's own account's: it may kill other
 	// accounts' threads, which they themselves may not.
-	mustExec(t, dbtest.Root(t), "GRANT CONNECTION ADMIN ON *.* TO '"+p.user+"'@'%'")
+	mustExec(t, dbtest.Root(t), "GRANT CONNECTION ADMIN ON *.* TO '"+p.cfg.Fleet.User+"'@'%'")
 	open := func(user string) *sql.DB {
 		db, err := sql.Open("mysql", p.dsn(user, user))
 		if err != nil {

@@ -131,6 +131,9 @@ type backendConn struct {
 	w        mysqlwire.Writer
 	variant  variant // capabilities negotiated that clients see (a pool key)
 	info     backendInfo
+	// server is the server the dial reached (topology.go), read at the
+	// dial; "" when unknown. It does not change.
+	server serverID
 
 	// Session state on this connection as holdfast last set or observed it.
 	vars       *varstate.State
@@ -236,7 +239,7 @@ func dialBackend(ctx context.Context, s BackendSettings, v variant) (*backendCon
 		bc.raw, _ = sc.SyscallConn() // the TCP socket, under TLS too
 		bc.peek = bc.peekFD
 	}
-	if _, err := bc.query(ctx, backendInitSQL); err != nil {
+	if err := bc.initDialed(ctx); err != nil {
 		bc.close()
 		return nil, fmt.Errorf("proxy: initialise backend connection: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -314,4 +315,27 @@ func nativeScrambleHash(salt, hash []byte) []byte {
 		out[i] ^= hash[i]
 	}
 	return out
+}
+
+// dialInitSQL is backendInitSQL and, in the same round trip, what names
+// the server a new connection reached (a name or a VIP may lead to
+// another server than the last dial's; see topology.go). SHOW, not
+// SELECT: a dial does not count as a read (Com_select).
+const dialInitSQL = backendInitSQL + "; SHOW GLOBAL VARIABLES WHERE Variable_name IN ('hostname', 'port', 'server_id')"
+
+// initDialed initialises a new connection (backendInitSQL) and reads
+// which server it reached.
+func (bc *backendConn) initDialed(ctx context.Context) error {
+	res, err := bc.query(ctx, dialInitSQL)
+	if err != nil {
+		return err
+	}
+	vars := make(map[string]string, 3)
+	for _, r := range res.rows {
+		if len(r) == 2 {
+			vars[strings.ToLower(string(r[0]))] = string(r[1])
+		}
+	}
+	bc.server = serverIDOf(vars)
+	return nil
 }

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -251,7 +254,7 @@ func (s *session) interrupt() {
 	if be == nil {
 		be = &s.srv.primary
 	}
-	err := be.killer.killQuery(s.srv, be, bc.threadID)
+	err := be.killer.killQuery(s.srv, be, bc)
 	if err != nil && isIOError(err) {
 		s.srv.log.Warn("KILL QUERY on backend failed", "client", s.id, "backend_thread", bc.threadID, "err", err)
 	}
@@ -276,24 +279,36 @@ func (s *session) terminate() {
 // killer sends KILL QUERY over a backend connection of its own, kept open
 // between kills so that a kill is quick (the pool may be exhausted, and a
 // dial takes a round trip or three). Kills are sent one at a time.
+//
+// Thread ids are per server, and the server behind an address changes (a
+// switchover moves a name or a VIP): a kill goes to the address the
+// target's connection is open to, and only over a connection to the same
+// server (backendConn.server); when no such connection can be had, the
+// kill is not sent, rather than end whatever another server runs under
+// that thread id.
 type killer struct {
 	mu sync.Mutex // guards bc; held while a kill is sent
 	bc *backendConn
 }
 
-// killQuery sends KILL QUERY tid. A *mysqlwire.SQLError means the server answered
-// (an unknown thread, say); any other error that the kill's fate is
+// killQuery sends KILL QUERY for the statement target runs. A
+// *mysqlwire.SQLError means the server answered (an unknown thread, say)
+// or the kill was not sent; any other error that the kill's fate is
 // unknown.
-func (k *killer) killQuery(srv *Server, be *backend, tid uint32) error {
+func (k *killer) killQuery(srv *Server, be *backend, target *backendConn) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	ctx, cancel := context.WithTimeout(srv.ctx, 5*time.Second)
 	defer cancel()
+	tid := target.threadID
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
+		if k.bc != nil && k.bc.server != target.server {
+			k.bc.close() // open to another server than the target's
+			k.bc = nil
+		}
 		if k.bc == nil {
-			if k.bc, err = dialBackend(ctx, be.settings(srv.ownSettings()), 0); err != nil {
-				k.bc = nil
+			if k.bc, err = k.dialServer(ctx, srv, be, target); err != nil {
 				// Not sent: nothing can land. A dial failure is no I/O
 				// error on the target's connection.
 				return &mysqlwire.SQLError{Code: codeConnectFailed, State: "HY000", Msg: err.Error()}
@@ -307,6 +322,50 @@ func (k *killer) killQuery(srv *Server, be *backend, tid uint32) error {
 		k.bc = nil
 	}
 	return err
+}
+
+// dialServer opens a kill connection to the server target is open to:
+// at the address target is open to, else (a VIP that moved since) at the
+// addresses the topology check last reached that server at. It fails when
+// none leads to that server.
+func (k *killer) dialServer(ctx context.Context, srv *Server, be *backend, target *backendConn) (*backendConn, error) {
+	bs := be.settings(srv.ownSettings())
+	addrs := []string{bs.Address}
+	if ra := target.remoteAddr(); ra != "" {
+		addrs[0] = ra
+	}
+	if v := srv.topo.view.Load(); v != nil && target.server != "" {
+		for _, o := range v.obs {
+			if o.id == target.server && !slices.Contains(addrs, o.addr) {
+				addrs = append(addrs, o.addr)
+			}
+		}
+	}
+	var reached []string
+	for _, a := range addrs {
+		bs.Address = a
+		bc, err := dialBackend(ctx, bs, 0)
+		if err != nil {
+			reached = append(reached, a+": "+err.Error())
+			continue
+		}
+		if bc.server == target.server {
+			return bc, nil
+		}
+		reached = append(reached, a+" leads to "+string(bc.server))
+		bc.close()
+	}
+	srv.log.Warn("KILL QUERY not sent: the server the statement runs on cannot be reached (a switchover moved its address)",
+		"backend_thread", target.threadID, "server", target.server, "tried", strings.Join(reached, "; "))
+	return nil, fmt.Errorf("holdfast: KILL QUERY not sent: the statement runs on server %s, which no address leads to now (%s)", target.server, strings.Join(reached, "; "))
+}
+
+// remoteAddr is the address bc is open to ("" when unknown).
+func (bc *backendConn) remoteAddr() string {
+	if bc.nc == nil || bc.nc.RemoteAddr() == nil {
+		return ""
+	}
+	return bc.nc.RemoteAddr().String()
 }
 
 // close closes the kill connection (at shutdown).

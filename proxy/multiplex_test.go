@@ -56,6 +56,7 @@ func TestMultiplexing(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) {
 		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, maxBackends, maxBackends
 		c.Pool.AcquireTimeout = 60 * time.Second
+		ownAccount(t, c) // the topology check's connection is not the pool's
 	})
 	mustExec(t, p.direct(t), "CREATE TABLE t (client INT, seq INT, PRIMARY KEY (client, seq))")
 	db := p.open(t)

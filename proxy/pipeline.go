@@ -282,7 +282,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*ba
 	bestLen := depth
 	for _, x := range srv.pipes.open {
 		x.mu.Lock()
-		if !x.closed && x.killing == 0 && x.class == cl && s.fitsPipe(x.bc, cs) {
+		if !x.closed && x.killing == 0 && x.class == cl && s.fitsPipe(x.bc, cs) && !srv.pool.Retired(x.bc) { // a retired server's pipe takes no newcomers
 			wait = true
 			if open && len(x.queue) < bestLen && now.Sub(x.headSince) < time.Duration(srv.slowHead.Load()) {
 				best, bestLen = x, len(x.queue)

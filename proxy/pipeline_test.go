@@ -19,6 +19,7 @@ func TestPipelinedSelects(t *testing.T) {
 	p := startProxy(t, func(c *config.Config) {
 		c.Pool.Min, c.Pool.Max, c.Pool.MaxIdle = 0, 2, 2
 		c.Pool.PipelineDepth = 8
+		ownAccount(t, c) // the topology check's connection is not the pool's
 	})
 	mustExec(t, p.direct(t), "CREATE TABLE kv (k INT PRIMARY KEY, v VARCHAR(20))")
 	for i := 0; i < 64; i++ {

@@ -65,6 +65,7 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 			return rr, s.stream(bc, n)
 		case first[0] == mysqlwire.HeaderErr:
 			rr.sawErr(bc)
+			s.srv.noteBackendErr(rr.errCode) // a 1290 (read-only): the topology is checked again at once
 			s.reply.err = true
 			s.state.rowCount = -1
 			return rr, s.stream(bc, n)

@@ -33,12 +33,15 @@ import (
 //     commits), only to a replica that has applied that write; else the
 //     primary.
 //
-// Lag is measured by GTID position: every routing.check_interval holdfast
-// reads the primary's gtid_binlog_pos and each replica's gtid_slave_pos; a
-// replica's lag is how long ago the primary had the first position the
-// replica has not applied. A replica that cannot be read, lags past the
-// bound, or whose session defaults differ from the primary's gets no reads
-// until that changes (each change is logged and counted). A read whose
+// Lag is measured by GTID position: every routing.check_interval the
+// topology check (topologymon.go) reads the primary's gtid_binlog_pos and
+// each replica's gtid_slave_pos; a replica's lag is how long ago the
+// primary had the first position the replica has not applied. A replica
+// that cannot be read, lags past the bound, replicates from no one or
+// from another server than the primary, is the primary itself, or whose
+// session defaults differ from the primary's gets no reads until that
+// changes (each change is logged and counted); so does every replica
+// while no primary is known. A read whose
 // replica connection fails before any byte of its answer reached the client
 // is run again on the primary: the one case where holdfast sends a
 // statement twice. Everything else goes to the primary.
@@ -432,111 +435,6 @@ func (rt *routing) sampleAfter(t time.Time) (gtidPos, bool) {
 		}
 	}
 	return nil, false
-}
-
-// monitor checks the primary's and the replicas' positions every interval
-// until the server stops.
-func (s *Server) monitor() {
-	defer s.wg.Done()
-	rt := s.routing
-	conns := make([]*backendConn, len(rt.replicas)+1) // [0] the primary's
-	defer func() {
-		for _, bc := range conns {
-			if bc != nil {
-				bc.close()
-			}
-		}
-	}()
-	t := time.NewTicker(rt.interval)
-	defer t.Stop()
-	for {
-		s.checkReplicas(conns)
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// position reads a server's GTID position (variable name) on *bc, dialing
-// it first when needed; a failed connection is closed and dropped.
-func (s *Server) position(bc **backendConn, be *backend, name string) (gtidPos, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, max(s.routing.interval, time.Second))
-	defer cancel()
-	if *bc == nil {
-		c, err := dialBackend(ctx, be.settings(s.ownSettings()), 0)
-		if err != nil {
-			return nil, err
-		}
-		*bc = c
-	}
-	// SHOW, not SELECT: the check does not count as a read (Com_select).
-	res, err := (*bc).query(ctx, "SHOW GLOBAL VARIABLES LIKE '"+name+"'")
-	if err != nil {
-		(*bc).close()
-		*bc = nil
-		return nil, err
-	}
-	if len(res.rows) != 1 || len(res.rows[0]) != 2 {
-		return nil, fmt.Errorf("no %s: replica routing needs MariaDB's GTIDs", name)
-	}
-	pos, ok := parseGTIDPos(string(res.rows[0][1]))
-	if !ok {
-		return nil, fmt.Errorf("cannot read %s %q", name, res.rows[0][1])
-	}
-	return pos, nil
-}
-
-// checkReplicas runs one check: the primary's position, then each
-// replica's, its lag, and whether it is in service.
-func (s *Server) checkReplicas(conns []*backendConn) {
-	rt := s.routing
-	now := time.Now()
-	ppos, perr := s.position(&conns[0], &s.primary, "gtid_binlog_pos")
-	if perr == nil {
-		rt.mu.Lock()
-		keep := 2*rt.maxLag + 2*rt.interval
-		i := 0
-		for i < len(rt.history) && now.Sub(rt.history[i].at) > keep {
-			i++
-		}
-		rt.history = append(rt.history[i:], posSample{at: now, pos: ppos})
-		rt.mu.Unlock()
-	}
-	for i, r := range rt.replicas {
-		st := &replicaState{}
-		pos, err := s.position(&conns[i+1], &r.be, "gtid_slave_pos")
-		switch {
-		case err != nil:
-			st.reason = "cannot read its position: " + err.Error()
-		case perr != nil:
-			// Without the primary's position the lag is unknown.
-			st.pos, st.reason = pos, "cannot read the primary's position: "+perr.Error()
-		default:
-			st.pos = pos
-			var known bool
-			st.lag, known = rt.lagOf(pos, now)
-			st.up = known && st.lag <= rt.maxLag
-			switch {
-			case !known:
-				st.reason = fmt.Sprintf("catching up: it lacks the oldest position holdfast has seen on the primary, %v ago (lag not known yet)", st.lag.Round(time.Millisecond))
-			case !st.up:
-				st.reason = fmt.Sprintf("lags %v behind the primary (routing.max_replica_lag %v)", st.lag.Round(time.Millisecond), rt.maxLag)
-			}
-		}
-		prev := r.state.Swap(st)
-		switch {
-		case st.up && (prev == nil || !prev.up):
-			rt.changes.Add(1)
-			s.log.Info("replica in service", "replica", r.be.addr, "lag", st.lag)
-		case !st.up && (prev == nil || prev.up || prev.reason != st.reason && !strings.HasPrefix(st.reason, "lags")):
-			if prev != nil && prev.up {
-				rt.changes.Add(1)
-			}
-			s.log.Warn("replica out of service: its reads go to the primary", "replica", r.be.addr, "reason", st.reason)
-		}
-	}
 }
 
 // lagOf is how long ago the primary had the first sampled position pos

@@ -296,6 +296,10 @@ func TestReplicaLagging(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// While its replication was stopped it replicated from no one: out of
+	// service until a check sees it running again.
+	checks := p.srv.Topology().Checks
+	waitFor(t, "the replica in service again", func() bool { return p.srv.Topology().Checks >= checks+2 && p.srv.Replicas()[0].Up })
 	writer := p.open(t)
 	writer.SetMaxOpenConns(1)
 	other := p.open(t)

@@ -88,6 +88,8 @@ type Server struct {
 	// but the reads routing sends to a replica.
 	primary backend
 	routing *routing // nil without backend.replicas
+	// topo is which server is the primary (topology.go); never nil.
+	topo *topology
 	// ctrl is the on-call controls by source (controls.go).
 	ctrl       controlSources
 	nextConnID atomic.Uint32
@@ -183,6 +185,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		pipes:      newPipes(),
 		backendTLS: btls,
 		shapeGates: gates{shapes: true},
+		topo:       newTopology(cfg.Routing.CheckInterval),
 	}
 	s.st.Pins = map[string]uint64{}
 	s.rec = attribution.NewRecorder(attribution.Options{MaxTags: cfg.Attribution.MaxTags, RetireIdle: cfg.Attribution.RetireIdle})
@@ -417,9 +420,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		for _, r := range s.routing.replicas {
 			r.be.pool.Start()
 		}
-		s.wg.Add(1)
-		go s.monitor()
 	}
+	s.wg.Add(1)
+	go s.monitor() // the topology and replica checks (topologymon.go)
 	if err := s.warm(); err != nil {
 		_ = ln.Close()
 		return err

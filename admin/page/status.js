@@ -127,6 +127,26 @@
     renderFleet(s);
     renderOverload(s);
     renderReplicas(s);
+    renderTopology(s);
+  }
+
+  // Which server is the primary: its address, or no primary / split brain,
+  // each server's role, and the switchovers seen.
+  function renderTopology(s) {
+    const t = s.topology;
+    $("card-topology").hidden = !t;
+    if (!t) return;
+    const since = t.since && !t.since.startsWith("0001") ? " since " + new Date(t.since).toLocaleTimeString() : "";
+    $("topology-state").textContent =
+      t.state === "primary" ? (t.primary_addresses || []).join(", ") :
+      t.state === "no_primary" ? "no primary" + since :
+      t.state === "split_brain" ? "SPLIT BRAIN" + since : "not checked yet";
+    $("card-topology").className = "card " + (t.state === "split_brain" ? "bad" : t.state === "no_primary" ? "bad" : "");
+    $("topology-detail").textContent = (t.servers || []).map((x) => x.address + ": " + x.role.replace("_", " ") +
+      (x.retired ? " (retired)" : "") + (x.replicates_from ? " from " + x.replicates_from : "") +
+      (x.error && !x.reachable ? " — " + x.error : "")).join(" · ") +
+      " · " + t.primary_changes + " switchovers seen, " + fmtSec(t.no_primary_seconds) + " without a primary, " +
+      t.retired_connections + " connections retired";
   }
 
   // backend.replicas: how many get reads, each one's lag and reads.

@@ -54,7 +54,8 @@ func newEngine(cfg config.Config, srv *proxy.Server, t *tables, duties lifecycle
 		if err != nil {
 			return nil, fmt.Errorf("reservation.replica_dsn: %w", err)
 		}
-		e.replica = followDB(dsn, t)
+		e.replica = followDB(dsn, t, srv)
+		closeIdleOnChange(srv, e.replica, 2)
 		replica = reservation.SQLConns(e.replica)
 	}
 	e.eng, err = reservation.New(rc.Engine, reservation.Options{Conns: conns, ReplicaConns: replica, Refiller: ref, Logger: log, Duties: duties})

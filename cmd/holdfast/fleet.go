@@ -36,9 +36,13 @@ func newFleet(cfg config.Config, srv *proxy.Server, t *tables, duties []string, 
 	// DATETIMEs are read as UTC: they are compared only with the
 	// database's own NOW(6), never with this host's clock.
 	dc.ParseTime = true
-	db := followDB(dc, t)
+	db := followDB(dc, t, srv)
 	db.SetMaxOpenConns(fleet.MaxConns)
 	db.SetMaxIdleConns(fleet.MaxConns)
+	// After a switchover its connections go to the new primary: those to
+	// the former one close (idle ones at once) rather than answer every
+	// write with 1290 for as long as they live.
+	closeIdleOnChange(srv, db, fleet.MaxConns)
 	self := fleet.Member{ID: instanceID(), Address: advertised(cfg.Listen), Version: buildVersion(), PoolMax: cfg.Pool.Max,
 		SchemaMin: reservation.SchemaMin, SchemaMax: reservation.SchemaVersion(), Kinds: fleet.KnownKinds()}
 	f := fleet.New(fleet.Options{Store: fleet.NewStore(db), Applier: srv, Self: self,

@@ -47,10 +47,8 @@ func printGrants(w io.Writer, cfg config.Config, dialect string) error {
 	fmt.Fprintf(w, "GRANT ALL PRIVILEGES ON %s.* TO %s;\n", fleetDB, acct)
 	fmt.Fprintf(w, "-- Kills: a client's KILL QUERY ends its statement on a connection of the application's account.\n")
 	fmt.Fprintf(w, "GRANT %s ON *.* TO %s;\n", connAdmin, acct)
-	if len(cfg.Backend.Replicas) > 0 {
-		fmt.Fprintf(w, "-- The replica checks (backend.replicas).\n")
-		fmt.Fprintf(w, "GRANT %s ON *.* TO %s;\n", monitor, acct)
-	}
+	fmt.Fprintf(w, "-- The topology and replica checks: which server is the primary, whom each replicates from.\n")
+	fmt.Fprintf(w, "GRANT %s ON *.* TO %s;\n", monitor, acct)
 
 	apps := appAccounts(cfg)
 	fmt.Fprintf(w, "\n-- Application accounts (backend.user and users[].backend_user): what the application needs\n")

@@ -143,7 +143,7 @@ func serve(path string, cfg config.Config) error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()), srv.ClassCollector(), srv.ReplicaCollector())
+	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()), srv.ClassCollector(), srv.ReplicaCollector(), srv.TopologyCollector())
 	reg.MustRegister(processCollectors()...)
 
 	// Built first, started below once the admin listener serves: nothing

@@ -22,14 +22,37 @@ import (
 // followDB opens database/sql whose connections open with the tables'
 // schema (t.Schema, when each connection opens) as their current database,
 // and follow the tables when they move (followConn). base is the driver's
-// configuration otherwise (its DBName is ignored).
-func followDB(base *mysql.Config, t *tables) *sql.DB {
-	return sql.OpenDB(&followConnector{base: base.Clone(), t: t})
+// configuration otherwise (its DBName is ignored). With topo (nil: none),
+// they also follow the primary: a connection opened before the topology
+// changed (a switchover, the primary turned read-only), or that was
+// answered 1290 (read-only), is not used again, and a 1290 has the
+// servers checked at once.
+func followDB(base *mysql.Config, t *tables, topo topologyWatch) *sql.DB {
+	return sql.OpenDB(&followConnector{base: base.Clone(), t: t, topo: topo})
+}
+
+// topologyWatch is what followDB needs of the proxy's topology check
+// (*proxy.Server).
+type topologyWatch interface {
+	TopologyGeneration() uint64
+	NoteReadOnly()
 }
 
 type followConnector struct {
 	base *mysql.Config
 	t    *tables
+	topo topologyWatch // nil: none
+}
+
+// closeIdleOnChange closes db's idle connections whenever srv's topology
+// changes (OnTopologyChange): go-sql-driver would otherwise keep lending
+// them to a server that is no longer the primary. idle is db's
+// SetMaxIdleConns, restored at once.
+func closeIdleOnChange(srv *proxy.Server, db *sql.DB, idle int) {
+	srv.OnTopologyChange(func() {
+		db.SetMaxIdleConns(0)
+		db.SetMaxIdleConns(idle)
+	})
 }
 
 func (c *followConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -46,7 +69,11 @@ func (c *followConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &followConn{Conn: dc, db: cfg.DBName, t: c.t}, nil
+	fc := &followConn{Conn: dc, db: cfg.DBName, t: c.t, topo: c.topo}
+	if c.topo != nil {
+		fc.gen = c.topo.TopologyGeneration()
+	}
+	return fc, nil
 }
 
 func connect(ctx context.Context, cfg *mysql.Config) (driver.Conn, error) {
@@ -71,7 +98,33 @@ type followConn struct {
 	driver.Conn
 	db string // its current database; "": none, the schema did not exist
 	t  *tables
+	// topo, when not nil, is the topology the connection follows: gen is
+	// its generation when the connection opened, and readOnly is set once
+	// a statement was answered 1290. Either retires the connection.
+	topo     topologyWatch
+	gen      uint64
+	readOnly bool
 }
+
+// stale reports whether the connection must not be used again: the
+// topology changed since it opened, or it was answered read-only.
+func (c *followConn) stale() bool {
+	return c.topo != nil && (c.readOnly || c.topo.TopologyGeneration() != c.gen)
+}
+
+// noteErr notes a 1290 (read-only) answer: the connection is retired, and
+// the servers are checked at once.
+func (c *followConn) noteErr(err error) {
+	var me *mysql.MySQLError
+	if c.topo != nil && errors.As(err, &me) && me.Number == codeReadOnly {
+		c.readOnly = true
+		c.topo.NoteReadOnly()
+	}
+}
+
+// codeReadOnly is ER_OPTION_PREVENTS_STATEMENT (--read-only, among other
+// options).
+const codeReadOnly = 1290
 
 // use makes schema c's current database.
 func (c *followConn) use(ctx context.Context, schema string) error {
@@ -119,6 +172,7 @@ func (c *followConn) QueryContext(ctx context.Context, query string, args []driv
 	if c.follow(ctx, err) {
 		rows, err = q.QueryContext(ctx, query, args)
 	}
+	c.noteErr(err)
 	return rows, err
 }
 
@@ -131,6 +185,7 @@ func (c *followConn) ExecContext(ctx context.Context, query string, args []drive
 	if c.follow(ctx, err) {
 		res, err = e.ExecContext(ctx, query, args)
 	}
+	c.noteErr(err)
 	return res, err
 }
 
@@ -143,6 +198,7 @@ func (c *followConn) PrepareContext(ctx context.Context, query string) (driver.S
 	if c.follow(ctx, err) {
 		st, err = p.PrepareContext(ctx, query)
 	}
+	c.noteErr(err)
 	return st, err
 }
 
@@ -154,11 +210,16 @@ func (c *followConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver
 
 func (c *followConn) Ping(ctx context.Context) error { return c.Conn.(driver.Pinger).Ping(ctx) }
 
+// ResetSession runs before database/sql lends the connection again, and
+// IsValid as it comes back: a stale one (see stale) is closed instead.
 func (c *followConn) ResetSession(ctx context.Context) error {
+	if c.stale() {
+		return driver.ErrBadConn
+	}
 	return c.Conn.(driver.SessionResetter).ResetSession(ctx)
 }
 
-func (c *followConn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
+func (c *followConn) IsValid() bool { return !c.stale() && c.Conn.(driver.Validator).IsValid() }
 
 func (c *followConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return c.Conn.(driver.NamedValueChecker).CheckNamedValue(nv)
@@ -173,7 +234,7 @@ func engineConns(srv *proxy.Server, t *tables, log *slog.Logger) reservation.Con
 		if err != nil {
 			return nil, err
 		}
-		return &followEngine{c: c, t: t, log: log}, nil
+		return &followEngine{c: c, t: t, log: log, srv: srv}, nil
 	})
 }
 
@@ -188,6 +249,7 @@ type followEngine struct {
 	c   *proxy.EngineConn
 	t   *tables
 	log *slog.Logger
+	srv *proxy.Server
 }
 
 func (f *followEngine) Exec(ctx context.Context, sql string) (uint64, uint64, error) {
@@ -204,6 +266,9 @@ func (f *followEngine) Release(broken bool) { f.c.Release(broken) }
 
 func (f *followEngine) follow(ctx context.Context, err error) error {
 	var se *mysqlwire.SQLError
+	if errors.As(err, &se) && se.Code == codeReadOnly {
+		f.srv.NoteReadOnly() // the servers are checked at once
+	}
 	if !errors.As(err, &se) || se.Code != 1146 {
 		return err
 	}

@@ -183,9 +183,9 @@ func TestOwnAccountConnectionsSurviveApplicationKills(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("KILL QUERY through holdfast did not end the SLEEP: holdfast's account may not kill the application's statement")
 	}
-	// Which is which: the kill connection has no database; the others
-	// are in fleet.database, the engine's being the pool's connections
-	// that are not the application's.
+	// Which is which: the kill connection and the topology check's have
+	// no database; the others are in fleet.database, the engine's being
+	// the pool's connections that are not the application's.
 	own := threadsOf(t, s.fleet)
 	var ids, killConn []int64
 	inTables := 0
@@ -203,11 +203,11 @@ func TestOwnAccountConnectionsSurviveApplicationKills(t *testing.T) {
 	inUse, _ := s.metric(t, `holdfast_pool_connections{state="in_use"}`)
 	idle, _ := s.metric(t, `holdfast_pool_connections{state="idle"}`)
 	engine := int(inUse+idle) - len(threadsOf(t, s.app))
-	if len(killConn) != 1 || engine < 1 || inTables-engine < 1 {
-		t.Fatalf("threads of %s: %v; want the kill connection (no database), the engine's (%d: the pool's %v less the application's) and the fleet's in %s",
+	if len(killConn) != 2 || engine < 1 || inTables-engine < 1 {
+		t.Fatalf("threads of %s: %v; want the kill connection and the topology check's (no database), the engine's (%d: the pool's %v less the application's) and the fleet's in %s",
 			s.fleet, own, engine, inUse+idle, s.tables)
 	}
-	t.Logf("holdfast's own threads: %d of the fleet, %d of the engine, kill connection %d", inTables-engine, engine, killConn[0])
+	t.Logf("holdfast's own threads: %d of the fleet, %d of the engine, kill and topology check connections %v", inTables-engine, engine, killConn)
 
 	// Now the application aims at every one of them, in a form holdfast
 	// cannot read (it refuses CONCAT('KI','LL ', id) itself, 1235).

@@ -66,6 +66,8 @@ Commands:
       -for D             lift the control by itself after D (e.g. 30m), everywhere (not with -local)
       -local             act on the instance asked only, not the fleet
       -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)
+  topology               which server is the primary, each server's role (replica,
+                         read-only, split brain, unreachable), the switchovers seen
   controls               the fleet's controls in force: who set them, when, why, until when
   fleet                  the live holdfast instances on the database, their versions and
                          pool sizes
@@ -235,7 +237,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if len(args) > 0 && args[0] == "limit" {
 			want = append(want, "N")
 		}
-	case "controls", "fleet", "status", "reload":
+	case "controls", "fleet", "status", "reload", "topology":
 	case "authority":
 		fs.StringVar(&reason, "reason", "", "")
 		fs.StringVar(&shops, "shops", "", "")
@@ -320,6 +322,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = c.Status(ctx)
 	case "reload":
 		err = c.Reload(ctx)
+	case "topology":
+		err = c.Topology(ctx)
 	case "authority":
 		if len(pos) == 0 {
 			err = c.ShowAuthority(ctx)

@@ -55,7 +55,7 @@ var patterns = []string{
 	"GET /api/tags", "GET /api/holders", "GET /api/pool",
 	"POST /api/tags/{tag}/drain", "DELETE /api/tags/{tag}/drain",
 	"PUT /api/tags/{tag}/limit", "DELETE /api/tags/{tag}/limit",
-	"GET /api/authority", "PUT /api/authority", "GET /api/fleet",
+	"GET /api/authority", "PUT /api/authority", "GET /api/fleet", "GET /api/topology",
 }
 
 func newFakeAdmin(t *testing.T) *fakeAdmin {

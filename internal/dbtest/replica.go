@@ -128,3 +128,101 @@ func ComSelect(t testing.TB, db *sql.DB) int {
 	}
 	return int(n)
 }
+
+// SetReadOnly sets p's read_only (as an HA tool demotes a primary first:
+// accounts without SUPER or READ ONLY ADMIN then get 1290 for writes).
+func (p *Private) SetReadOnly(ctx context.Context, on bool) error {
+	db, err := p.open("")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	v := "0"
+	if on {
+		v = "1"
+	}
+	if _, err := db.ExecContext(ctx, "SET GLOBAL read_only = "+v); err != nil {
+		return fmt.Errorf("dbtest: %s: read_only=%s: %w", p.Addr, v, err)
+	}
+	return nil
+}
+
+// Promote makes p, a replica, a primary, as an HA tool does: it stops
+// replicating, forgets its source, and takes writes (STOP SLAVE; RESET
+// SLAVE ALL; SET GLOBAL read_only=0).
+func (p *Private) Promote(ctx context.Context) error {
+	db, err := p.open("")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, q := range []string{"STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = 0"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("dbtest: promote %s: %s: %w", p.Addr, q, err)
+		}
+	}
+	return nil
+}
+
+// FollowDemoted makes p, a former primary, replicate from primary (its
+// promoted replica) from where p's own binary log ends: its gtid_slave_pos
+// becomes its gtid_binlog_pos, then Follow (MASTER_USE_GTID=slave_pos).
+func (p *Private) FollowDemoted(primary *Private) error {
+	db, err := p.open("")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, q := range []string{"STOP SLAVE", "SET GLOBAL gtid_slave_pos = @@global.gtid_binlog_pos"} {
+		if _, err := db.Exec(q); err != nil {
+			return fmt.Errorf("dbtest: demote %s: %s: %w", p.Addr, q, err)
+		}
+	}
+	return p.Follow(primary)
+}
+
+// SwitchoverSteps are when each step of Switchover ended.
+type SwitchoverSteps struct {
+	Start, ReadOnly, CaughtUp, Promoted, Repointed, Moved time.Time
+}
+
+// Switchover moves the primary from old to its replica next as an HA tool
+// does a planned switchover (MaxScale's switchover, orchestrator's
+// graceful-master-takeover): old read-only; wait until next has applied
+// everything old has (GTID, up to 30 s); promote next (Promote); old
+// replicates from next (FollowDemoted); then move (nil: nothing), which
+// moves the name or VIP clients reach the primary at.
+func Switchover(ctx context.Context, old, next *Private, move func()) (SwitchoverSteps, error) {
+	st := SwitchoverSteps{Start: time.Now()}
+	if err := old.SetReadOnly(ctx, true); err != nil {
+		return st, err
+	}
+	st.ReadOnly = time.Now()
+	odb, err := old.open("")
+	if err != nil {
+		return st, err
+	}
+	defer odb.Close()
+	ndb, err := next.open("")
+	if err != nil {
+		return st, err
+	}
+	defer ndb.Close()
+	if err := CaughtUp(ctx, odb, ndb, 30*time.Second); err != nil {
+		return st, err
+	}
+	st.CaughtUp = time.Now()
+	if err := next.Promote(ctx); err != nil {
+		return st, err
+	}
+	st.Promoted = time.Now()
+	if err := old.FollowDemoted(next); err != nil {
+		return st, err
+	}
+	st.Repointed = time.Now()
+	if move != nil {
+		move()
+	}
+	st.Moved = time.Now()
+	return st, nil
+}

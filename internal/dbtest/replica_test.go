@@ -1,8 +1,12 @@
 package dbtest
 
 import (
+	"database/sql"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 func TestReplicaPairStarts(t *testing.T) {
@@ -19,5 +23,48 @@ func TestReplicaPairStarts(t *testing.T) {
 	var n int
 	if err := rdb.QueryRow("SELECT COUNT(*) FROM rp.t").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("replica has %d rows, %v", n, err)
+	}
+}
+
+// Switchover leaves the replica the primary and the former primary its
+// replica: a write on the new primary reaches the old one, and the old one
+// refuses an ordinary account's writes.
+func TestSwitchover(t *testing.T) {
+	p, r := StartReplicaPair(t)
+	pdb, rdb := p.Open(""), r.Open("")
+	defer pdb.Close()
+	defer rdb.Close()
+	for _, q := range []string{"CREATE DATABASE sw", "CREATE TABLE sw.t (id INT PRIMARY KEY)", "INSERT INTO sw.t VALUES (1)",
+		"CREATE USER app IDENTIFIED BY 'app'", "GRANT INSERT, SELECT ON sw.* TO app"} {
+		if _, err := pdb.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := false
+	st, err := Switchover(t.Context(), p, r, func() { moved = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !moved || st.Moved.Before(st.Repointed) || st.Promoted.Before(st.CaughtUp) {
+		t.Fatalf("steps %+v, moved %v", st, moved)
+	}
+	if _, err := rdb.Exec("INSERT INTO sw.t VALUES (2)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := CaughtUp(t.Context(), rdb, pdb, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pdb.QueryRow("SELECT COUNT(*) FROM sw.t").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("the old primary has %d rows, %v; want 2", n, err)
+	}
+	app, err := sql.Open("mysql", "app:app@tcp("+p.Addr+")/sw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	var me *mysql.MySQLError
+	if _, err := app.Exec("INSERT INTO t VALUES (3)"); !errors.As(err, &me) || me.Number != 1290 {
+		t.Fatalf("an ordinary account's write on the old primary: %v, want 1290", err)
 	}
 }

@@ -45,9 +45,10 @@ import (
 // runtime then runs the deadline timer that is due. No thread sleeps and
 // nothing spins. Stats.Late shows how late chunks still went out.
 //
-// Set the fields before Start or Serve; they must not change afterwards.
-// Serve (or Start) may be called once. Cut, Up, Stall, Resume, Stats and
-// Close may be called at any time, from any goroutine; Close more than
+// Set the fields before Start or Serve; they must not change afterwards
+// (Retarget moves Target for the connections that come after it).
+// Serve (or Start) may be called once. Cut, Up, Stall, Resume, Retarget,
+// Stats and Close may be called at any time, from any goroutine; Close more than
 // once. A Relay must not be copied after first use.
 type Relay struct {
 	// Target is the address every accepted connection is relayed to.
@@ -77,6 +78,8 @@ type Relay struct {
 	// without mu: a Stall sets it before poking their read deadlines, and
 	// a loop checks it after setting its own, so neither misses the other.
 	stalled atomic.Bool
+
+	moved atomic.Pointer[string] // Retarget's target; nil: Target
 
 	accepted  atomic.Int64
 	refused   atomic.Int64
@@ -221,6 +224,20 @@ func (r *Relay) Serve(ln net.Listener) error {
 		}
 		go r.handle(c)
 	}
+}
+
+// Retarget sends the connections accepted from now on to target instead
+// of Target (or the last Retarget's); connections already relayed stay
+// with the server they reached, as after a DNS name moved. Safe at any
+// time, from any goroutine.
+func (r *Relay) Retarget(target string) { r.moved.Store(&target) }
+
+// target is where a connection accepted now goes.
+func (r *Relay) target() string {
+	if t := r.moved.Load(); t != nil {
+		return *t
+	}
+	return r.Target
 }
 
 // Cut drops every relayed connection and refuses new ones (each is
@@ -378,11 +395,12 @@ func (r *Relay) handle(client net.Conn) {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	target, err := net.DialTimeout("tcp", r.Target, timeout)
+	to := r.target()
+	target, err := net.DialTimeout("tcp", to, timeout)
 	if err != nil {
 		r.dialFails.Add(1)
 		if r.Log != nil {
-			r.Log.Warn("netrelay: dial failed", "target", r.Target, "err", err)
+			r.Log.Warn("netrelay: dial failed", "target", to, "err", err)
 		}
 		return
 	}

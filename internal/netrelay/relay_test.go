@@ -427,3 +427,45 @@ func listen(t *testing.T) net.Listener {
 	t.Cleanup(func() { ln.Close() })
 	return ln
 }
+
+// nameServer answers every connection with name, then closes it.
+func nameServer(t *testing.T, name string) string {
+	t.Helper()
+	ln := listen(t)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte(name))
+			_ = c.(*net.TCPConn).CloseWrite()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestRelayRetarget: connections accepted after Retarget reach the new
+// target; one relayed before stays with the old, as after a DNS move.
+func TestRelayRetarget(t *testing.T) {
+	a, b := nameServer(t, "a"), nameServer(t, "b")
+	r := startRelay(t, a, 0)
+	old := dial(t, r.Addr().String())
+	r.Retarget(b)
+	if got := readAll(t, dial(t, r.Addr().String())); got != "b" {
+		t.Fatalf("a connection after Retarget reached %q, want b", got)
+	}
+	if got := readAll(t, old); got != "a" {
+		t.Fatalf("a connection from before reached %q, want a", got)
+	}
+}

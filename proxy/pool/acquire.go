@@ -270,6 +270,22 @@ func (p *Pool[K, C]) dialSlot(ctx context.Context, key K) (C, error) {
 		c.Close()
 		err = fmt.Errorf("pool: Dial for key %v returned a connection of key %v", key, c.Key())
 	}
+	if err == nil && p.isRetired(c) {
+		// The address still leads to a retired server: nothing is learned
+		// of it, and its slot goes back.
+		now := p.now()
+		p.mu.Lock()
+		err = p.retiredDialLocked(p.keyLocked(key), now)
+		toClose := p.serveLocked(now, []C{c})
+		free := p.open < p.lim.Max
+		closed := p.closed
+		p.mu.Unlock()
+		p.finish(toClose, free)
+		if closed {
+			return zero, ErrClosed
+		}
+		return zero, err
+	}
 	if err == nil && !p.firstDone.Load() {
 		if err = p.runFirstDial(c); err != nil {
 			c.Close()

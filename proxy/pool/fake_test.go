@@ -21,10 +21,11 @@ type key uint8
 // makes Ping fail, pingGate (when set before the connection is lent) makes
 // Ping wait for it.
 type fakeConn struct {
-	key  key
-	n    int // dial order, from 1
-	d    *fakeDialer
-	slot Slot
+	key    key
+	n      int   // dial order, from 1
+	server int32 // the server it reached (fakeDialer.server at its dial)
+	d      *fakeDialer
+	slot   Slot
 
 	dead     atomic.Bool
 	pingErr  atomic.Bool
@@ -71,6 +72,7 @@ type fakeDialer struct {
 	live     atomic.Int64 // dialed and not closed
 	calls    atomic.Int64
 	failRate atomic.Int32
+	server   atomic.Int32 // the server the address leads to now (0 at first)
 
 	mu      sync.Mutex // guards following
 	conns   []*fakeConn
@@ -105,7 +107,7 @@ func (d *fakeDialer) dial(ctx context.Context, k key) (*fakeConn, error) {
 	if r := d.failRate.Load(); r > 0 && int32(n*7919%1000) < r {
 		return nil, errDial
 	}
-	c := &fakeConn{key: k, n: len(d.conns) + 1, d: d}
+	c := &fakeConn{key: k, n: len(d.conns) + 1, d: d, server: d.server.Load()}
 	d.conns = append(d.conns, c)
 	d.live.Add(1)
 	return c, nil

@@ -123,10 +123,11 @@ const (
 	CloseSwap                         // made room for a connection of another key
 	CloseShrink                       // over Max or its key's Max after SetLimits lowered them
 	CloseShutdown                     // the pool closed
+	CloseRetired                      // open to a server Retire took out of service
 	NumCloseReasons
 )
 
-var closeReasonNames = [NumCloseReasons]string{"broken", "unhealthy", "lifetime", "idle", "swap", "shrink", "shutdown"}
+var closeReasonNames = [NumCloseReasons]string{"broken", "unhealthy", "lifetime", "idle", "swap", "shrink", "shutdown", "retired"}
 
 // String returns the reason as a metric label value.
 func (r CloseReason) String() string {
@@ -155,8 +156,11 @@ type Stats struct {
 	Timeouts   uint64        // acquisitions that ran out of time (not counting cancellations)
 	Rejected   uint64        // acquisitions refused at MaxWaiters
 	Dials      uint64        // dials completed, successful or not (not those cut short by their borrower or Close)
-	DialErrors uint64
-	Closed     [NumCloseReasons]uint64 // connections closed, by reason
+	DialErrors uint64        // ... that failed, RetiredDials included
+	// RetiredDials counts dials that reached a retired server (see
+	// Retire): closed at once, and failed with ErrRetired.
+	RetiredDials uint64
+	Closed       [NumCloseReasons]uint64 // connections closed, by reason
 }
 
 // ClosedTotal sums Closed.

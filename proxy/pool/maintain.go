@@ -56,6 +56,8 @@ func (p *Pool[K, C]) expire() {
 			switch {
 			case !s.expires.IsZero() && !now.Before(s.expires):
 				why = CloseLifetime
+			case p.isRetired(c):
+				why = CloseRetired
 			case p.lim.IdleTimeout > 0 && now.Sub(s.idleSince) > p.lim.IdleTimeout && p.open > p.lim.Min && ks.open > ks.lim.Min:
 				why = CloseIdle
 			}
@@ -128,6 +130,8 @@ func (p *Pool[K, C]) checkIdle() {
 				p.dropLocked(c, CloseShutdown)
 			case dead[i]:
 				p.dropLocked(c, CloseUnhealthy)
+			case p.isRetired(c):
+				p.dropLocked(c, CloseRetired)
 			default:
 				c.PoolSlot().state = stateIdle
 				back = append(back, c)

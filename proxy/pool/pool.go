@@ -32,10 +32,14 @@
 // last Unhold (after the kill completed) finishes the Release, or closes the
 // connection when the kill left it in doubt.
 //
-// Who calls what: Acquire, TryAcquire, CanDial, Waiting and Stats anyone;
+// Retirement. Retire takes the connections open to a server out of
+// service when that server stops being the one to use (a primary
+// switchover): see retire.go.
+//
+// Who calls what: Acquire, TryAcquire, CanDial, Waiting, Retired and Stats anyone;
 // Release only the borrower, once per lend; Hold and Unhold whoever must
-// keep a lent connection from being lent on (see Hold); SetLimits, Start and
-// Close the owner.
+// keep a lent connection from being lent on (see Hold); SetLimits, Retire,
+// Relearn, Start and Close the owner.
 //
 // Lock order: Pool.mu, then the wait queue's lock. Conn methods, Dial,
 // OnFirstDial and OnFree run without either.
@@ -112,6 +116,8 @@ type Pool[K comparable, C Conn[K]] struct {
 	firstMu   sync.Mutex // serialises OnFirstDial
 	firstDone atomic.Bool
 
+	retired atomic.Pointer[func(C) bool] // Retire's test; nil: none
+
 	mu        sync.Mutex // guards following, and every Slot of this pool
 	lim       Limits[K]
 	keys      map[K]*keyState[C]
@@ -127,7 +133,9 @@ type Pool[K comparable, C Conn[K]] struct {
 	lastErrAt time.Time
 	dials     uint64
 	dialErrs  uint64
-	closes    [NumCloseReasons]uint64
+	// retiredDials counts dials that reached a retired server.
+	retiredDials uint64
+	closes       [NumCloseReasons]uint64
 }
 
 // keyState is one key's share of the pool.
@@ -270,7 +278,7 @@ func (p *Pool[K, C]) Stats() Stats {
 		Waiting: p.q.Len(), Max: p.lim.Max,
 		Acquired: p.acquired.Load(), Waited: p.waited.Load(), WaitTime: time.Duration(p.waitNanos.Load()),
 		Timeouts: p.timeouts.Load(), Rejected: p.rejected.Load(),
-		Dials: p.dials, DialErrors: p.dialErrs, Closed: p.closes,
+		Dials: p.dials, DialErrors: p.dialErrs, RetiredDials: p.retiredDials, Closed: p.closes,
 	}
 }
 

@@ -3,8 +3,8 @@ package pool
 import "time"
 
 // Release returns a lent connection. reusable false (an I/O error, state
-// unknown) closes it; so do a closed pool, an expired lifetime and a lower
-// Max. Otherwise it goes to the oldest queued borrower that can use it, or
+// unknown) closes it; so do a closed pool, a retired server (Retire), an
+// expired lifetime and a lower Max. Otherwise it goes to the oldest queued borrower that can use it, or
 // back to the idle list. A held connection (Hold) stays out of circulation
 // until its last Unhold. Only the borrower calls Release, once per lend.
 func (p *Pool[K, C]) Release(c C, reusable bool) {
@@ -104,6 +104,8 @@ func (p *Pool[K, C]) returnLocked(c C, reusable bool, now, idleSince time.Time) 
 		why = CloseShutdown
 	case !reusable || s.spoiled:
 		why = CloseBroken
+	case p.isRetired(c):
+		why = CloseRetired
 	case !s.expires.IsZero() && !now.Before(s.expires):
 		why = CloseLifetime
 	case p.open > p.lim.Max || (ks.lim.Max > 0 && ks.open > ks.lim.Max):
@@ -126,4 +128,10 @@ func (p *Pool[K, C]) returnLocked(c C, reusable bool, now, idleSince time.Time) 
 	}
 	free := s.state == stateIdle || p.open < p.lim.Max
 	return toClose, free
+}
+
+// isRetired is Retired for the pool's own paths.
+func (p *Pool[K, C]) isRetired(c C) bool {
+	r := p.retired.Load()
+	return r != nil && (*r)(c)
 }

@@ -61,16 +61,16 @@ func (p *Pool[K, C]) takeLocked(ks *keyState[C], key K, now time.Time, toClose *
 }
 
 // popIdleLocked lends the newest idle connection of ks that fit accepts
-// (nil: any), closing expired ones on the way. unfit, when not nil, is set
+// (nil: any), closing expired and retired ones on the way. unfit, when not nil, is set
 // if fit refused one.
 func (p *Pool[K, C]) popIdleLocked(ks *keyState[C], now time.Time, fit func(C) bool, unfit *bool, toClose *[]C) (grant[K, C], bool) {
 	for i := len(ks.idle) - 1; i >= 0; i-- {
 		c := ks.idle[i]
 		s := c.PoolSlot()
-		if !s.expires.IsZero() && !now.Before(s.expires) {
+		if why := p.staleLocked(c, now); why != NumCloseReasons {
 			ks.idle = slices.Delete(ks.idle, i, i+1)
 			p.idle--
-			p.dropLocked(c, CloseLifetime)
+			p.dropLocked(c, why)
 			*toClose = append(*toClose, c)
 			continue
 		}
@@ -159,4 +159,17 @@ func (p *Pool[K, C]) dropLocked(c C, why CloseReason) {
 	p.open--
 	p.keyLocked(c.Key()).open--
 	p.closes[why]++
+}
+
+// staleLocked says why an idle connection must close rather than be lent
+// (past its lifetime, or retired), or NumCloseReasons when it need not.
+func (p *Pool[K, C]) staleLocked(c C, now time.Time) CloseReason {
+	s := c.PoolSlot()
+	switch {
+	case !s.expires.IsZero() && !now.Before(s.expires):
+		return CloseLifetime
+	case p.isRetired(c):
+		return CloseRetired
+	}
+	return NumCloseReasons
 }

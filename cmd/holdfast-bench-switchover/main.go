@@ -1,0 +1,43 @@
+// Command holdfast-bench-switchover is the harness of `make
+// bench-switchover`: a primary switchover and a primary killed, under a
+// write load through holdfast and, in the same run, straight to the VIP,
+// on two private MariaDB servers with GTID replication. See
+// internal/bench/switchover.go.
+//
+//	holdfast-bench-switchover [-scenarios planned,kill] [-time 40s] [-switch-at 10s] ...
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/holdfast-db/holdfast/internal/bench"
+)
+
+func main() {
+	o := bench.DefaultSwitchoverOptions()
+	scenarios := flag.String("scenarios", strings.Join(o.Scenarios, ","), "scenarios to run, in order: planned (a switchover as an HA tool does it), kill (the primary killed, the replica promoted -promote-after later)")
+	flag.StringVar(&o.Repo, "repo", o.Repo, "holdfast repository root (./cmd/holdfast is built from it)")
+	flag.StringVar(&o.Go, "go", o.Go, "go command used to build holdfast")
+	flag.DurationVar(&o.Duration, "time", o.Duration, "load per scenario")
+	flag.DurationVar(&o.SwitchAt, "switch-at", o.SwitchAt, "when the fault comes, into the load")
+	flag.DurationVar(&o.PromoteAfter, "promote-after", o.PromoteAfter, "kill: how long after the kill the replica is promoted and the VIP moved")
+	flag.IntVar(&o.Autocommit, "autocommit", o.Autocommit, "clients per path running autocommit INSERTs")
+	flag.IntVar(&o.Txn, "txn", o.Txn, "clients per path running short transactions (BEGIN, two INSERTs, COMMIT)")
+	flag.DurationVar(&o.Pace, "pace", o.Pace, "each client's pause between two operations")
+	flag.BoolVar(&o.Keep, "keep", false, "keep the scratch directory (binary, configuration, holdfast's log, the servers' data)")
+	flag.Parse()
+	o.Scenarios = strings.Split(*scenarios, ",")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := bench.RunSwitchover(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "holdfast-bench-switchover:", err)
+		stop()
+		os.Exit(1)
+	}
+}
