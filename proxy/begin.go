@@ -5,7 +5,6 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
-	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
 // Deferred BEGIN: a plain BEGIN outside a transaction (typed, or a prepared
@@ -17,43 +16,33 @@ import (
 // a driver sends) decides its tag before a connection is borrowed, and hold
 // time starts when work does.
 
-// deferTransaction answers a BEGIN / COMMIT / ROLLBACK (typed, or a
-// prepared statement's text) locally when no backend work is involved; it
-// reports whether it did. A deferred BEGIN is kept as the COM_QUERY to send.
-func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribution.Tag, tagged bool) bool {
-	if info.Statements != 1 || s.lease.bc != nil {
-		return false
+// deferBegin answers a plain BEGIN (typed, or a prepared statement's
+// text) locally, and keeps it as the COM_QUERY to send with the
+// transaction's first statement; a tagged BEGIN's tag is the
+// transaction's.
+func (s *session) deferBegin(sql []byte, tag *attribution.Tag, tagged bool) {
+	s.tx.pendingBegin = append(append(s.tx.pendingBegin[:0], comQuery), sql...)
+	s.state.status |= mysqlwire.StatusInTrans
+	if tagged {
+		s.setTxnTag(tag)
 	}
-	switch {
-	case info.Kind == sqlscan.KindBegin && s.state.status&mysqlwire.StatusInTrans == 0:
-		if !info.Plain {
-			return false
-		}
-		s.tx.pendingBegin = append(append(s.tx.pendingBegin[:0], comQuery), sql...)
-		s.state.status |= mysqlwire.StatusInTrans
-		if tagged {
-			s.setTxnTag(tag)
-		}
-		s.writeOK(0, 0)
-		return true
-	case (info.Kind == sqlscan.KindCommit || info.Kind == sqlscan.KindRollback) && s.tx.pendingBegin != nil:
-		if !info.Plain {
-			return false
-		}
-		s.tx.pendingBegin = nil
-		s.state.status &^= mysqlwire.StatusInTrans
-		s.setTxnTag(nil)
-		s.writeOK(0, 0)
-		return true
-	}
-	return false
+	s.writeOK(0, 0)
+}
+
+// endDeferred answers a plain COMMIT or ROLLBACK of a transaction whose
+// deferred BEGIN was never sent: nothing reached the backend.
+func (s *session) endDeferred() {
+	s.tx.pendingBegin = nil
+	s.state.status &^= mysqlwire.StatusInTrans
+	s.setTxnTag(nil)
+	s.writeOK(0, 0)
 }
 
 // startDeferredBegin sends the deferred BEGIN on a freshly borrowed
 // connection. With ahead, it only buffers it: the statement written next
 // goes out in the same write (one round trip for both), and readBeginAhead
 // reads BEGIN's OK before that statement's response. Only a single SELECT
-// may ride along so (see plainSelect): should BEGIN fail (a plain
+// may ride along so (see policy.PlainSelect): should BEGIN fail (a plain
 // BEGIN practically never does), the SELECT has run on its own, which for
 // a read changes nothing (a locking read's locks end with it), and the
 // transaction is lost (see beginLost).
@@ -94,13 +83,6 @@ func (s *session) beginLost(err error) *mysqlwire.SQLError {
 		return newErr(se.Code, se.State, "holdfast: the transaction could not start on the backend (BEGIN failed: %s); nothing in it took effect. The connection is closed; reconnect and retry.", se.Msg)
 	}
 	return newErr(codeServerLost, "HY000", "holdfast: lost the backend connection while starting the transaction; nothing in it took effect. The connection is closed; reconnect and retry.")
-}
-
-// plainSelect reports whether info describes a single SELECT that touches
-// no variables and nothing else of the session: one that may be pipelined,
-// and that a deferred BEGIN may ride along with.
-func plainSelect(info *sqlscan.Info) bool {
-	return info.Kind == sqlscan.KindSelect && info.Statements == 1 && info.Features == 0 && info.LastInsertIDColumn == ""
 }
 
 // readBeginAhead reads the OK of a BEGIN sent ahead of the statement just

@@ -19,7 +19,7 @@ import (
 const maxStmtCopy = 512
 
 // setTxnTag makes tag the open transaction's (nil: none), with the name
-// the statement carried when accounting folded it (see gateKey).
+// the statement carried when accounting folded it (see policy.Key).
 func (s *session) setTxnTag(tag *attribution.Tag) {
 	s.tx.tag, s.tx.raw = tag, ""
 	if tag != nil && tag.Name() == attribution.Other && len(s.tagRaw) > 0 && string(s.tagRaw) != attribution.Other {
@@ -43,22 +43,22 @@ func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
 	}
 }
 
-// borrow returns the held backend connection, or takes a lease (admitted
-// through the tag's on-call controls, acquired, brought to the session's
-// state) and starts a deferred BEGIN on it (with ahead, in the same write
-// as the statement the caller sends next, see startDeferredBegin).
-func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *mysqlwire.SQLError) {
+// borrow returns the held backend connection, or takes a lease for tag
+// (admitted through the on-call controls of key, in class cl, acquired,
+// brought to the session's state) and starts a deferred BEGIN on it (with
+// ahead, in the same write as the statement the caller sends next, see
+// startDeferredBegin).
+func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool) (*backendConn, *mysqlwire.SQLError) {
 	if s.lease.bc != nil {
 		s.waitKills()
 		return s.lease.bc, nil
 	}
 	// The session's state is restored once the hold is visible to the
 	// janitor and to kills: take without sync, then sync below.
-	key := s.gateKey(tag)
 	if r := s.route; r != nil {
 		// A read routed to a replica: a replica that cannot lend a
 		// connection sends it to the primary instead (replicas.go).
-		err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, s.srv.classOf(key), s.state.variant, leaseState{}, &r.be)
+		err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, cl, s.state.variant, leaseState{}, &r.be)
 		switch {
 		case err == nil:
 		case errors.Is(err, errTagDrained), errors.Is(err, errTagLimit), errors.Is(err, errShed):
@@ -76,7 +76,7 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *mysql
 		}
 	}
 	if s.lease.bc == nil {
-		if err := s.srv.take(s.srv.ctx, &s.lease, tag, key, s.state.variant, leaseState{}); err != nil {
+		if err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, cl, s.state.variant, leaseState{}, &s.srv.primary); err != nil {
 			if errors.Is(err, errShed) && s.tx.pendingBegin != nil {
 				// Shedding answers "transaction rolled back" (40001): the
 				// deferred BEGIN never reached the backend, so it ends here.
@@ -145,35 +145,9 @@ func (s *session) release(reusable bool) {
 }
 
 // controlsByTag reports whether some on-call control or overload class is
-// in force, so that the tag a statement carries matters (see gateKey).
+// in force, so that the tag a statement carries matters (see policy.Key).
 func (s *Server) controlsByTag() bool {
 	return s.gates.active.Load() != 0 || s.classes.table.Load() != nil
-}
-
-// gateKey is the name a borrow for tag passes the on-call controls and
-// gets its overload class under:
-// the tag the statement (or its transaction) carries, even when
-// accounting folded it into other (attribution.max_tags reached) or does
-// not look at tags (attribution.disabled), so that a drain, a limit or a
-// max_transaction_time of that tag applies to it.
-func (s *session) gateKey(tag *attribution.Tag) string {
-	name := tag.Name()
-	if !s.srv.controlsByTag() {
-		return name
-	}
-	if !s.srv.attr && len(s.tagRaw) > 0 {
-		return string(s.tagRaw) // attribution.disabled: tags are not accounted, but gated
-	}
-	if name != attribution.Other {
-		return name
-	}
-	if tag == s.tx.tag && s.tx.raw != "" {
-		return s.tx.raw
-	}
-	if len(s.tagRaw) > 0 && string(s.tagRaw) != attribution.Other {
-		return string(s.tagRaw)
-	}
-	return name
 }
 
 // stmtStart begins timing a statement on the held connection: the gap since
@@ -186,7 +160,7 @@ func (s *session) stmtStart(tag *attribution.Tag, sql []byte) time.Time {
 	s.lease.stmtStart(now, s.lastSQL, s.lastMode)
 	s.lastSQL, s.lastMode = append(s.lastSQL[:0], sql[:min(len(sql), maxStmtCopy)]...), s.mode
 	t := s.defaultTagFor(tag)
-	key := s.gateKey(t)
+	key := s.keyOf(t)
 	s.mu.Lock()
 	s.holdTag, s.holdKey = t.Name(), key
 	s.stmtText, s.stmtShape, s.stmtMode = append(s.stmtText[:0], s.lastSQL...), s.shape, s.mode

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
@@ -39,6 +40,22 @@ func (s *session) putKept(bc *backendConn) (string, error) {
 		return "", err
 	}
 	return varstate.KeptSQL(hf, s.state.kept.Values(), nil), nil
+}
+
+// keptKey is a backend statement cache key for a statement that reads
+// the kept variables: key with the client's values of them, which decide
+// the statement's columns (a variable's length).
+func (s *session) keptKey(key string) string {
+	if s.state.kept == nil {
+		return key
+	}
+	var b strings.Builder
+	b.WriteString(key)
+	for _, n := range varstate.KeptNames {
+		b.WriteByte(0)
+		b.WriteString(s.state.kept.Get(n))
+	}
+	return b.String()
 }
 
 // syncKept reads the kept variables back from bc after a statement that

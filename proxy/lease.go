@@ -55,7 +55,7 @@ type leaseState struct {
 
 // admit passes a borrow for tag through the on-call controls of key (the
 // tag the statement carries, which is tag's name unless accounting folded
-// it: see session.gateKey), waiting up to the pool's acquire timeout
+// it: see policy.Key), waiting up to the pool's acquire timeout
 // (within ctx) for a slot under a limit. It reports the key counted under
 // a limit ("" if none), which the borrow must exit; a refusal wraps
 // errTagDrained or errTagLimit, and is counted under tag.

@@ -8,11 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/internal/waitq"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	plan "github.com/holdfast-db/holdfast/proxy/policy"
 	"github.com/holdfast-db/holdfast/proxy/pool"
-	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
 // Pipelining: the MySQL protocol lets a client send several commands
@@ -83,46 +82,18 @@ func (s *session) ensureVars() {
 	}
 }
 
-// unboundRead reports whether a statement of info is a plain SELECT the
-// session may run on any connection: it holds none and is in no
-// transaction, pinned or pending state, and its variables are known.
-func (s *session) unboundRead(info *sqlscan.Info) bool {
-	return s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil && s.state.pinReason == "" && !s.tx.holdNext &&
-		s.state.status&mysqlwire.StatusInTrans == 0 && s.state.status&mysqlwire.StatusAutocommit != 0 && plainSelect(info)
-}
-
-// pipelinable reports whether a statement of tag may be pipelined, and its
-// overload class. A
-// pipelined statement takes no lease, so passes no control: a drained or
-// limited tag's statements borrow instead (and are refused or counted
-// there), as do background ones while the background cap is in force;
-// the other tags' pipeline as usual.
-func (s *session) pipelinable(info *sqlscan.Info, size int, tag *attribution.Tag) (class, bool) {
-	s.ensureVars()
-	if !(s.unboundRead(info) && size < 1<<16 && s.srv.pipelineDepth() > 0) {
-		return 0, false
-	}
-	key := s.gateKey(tag)
-	if !s.srv.gates.free(key) {
-		return 0, false
-	}
-	t := s.srv.classes.table.Load()
-	if t == nil {
-		return classNormal, true
-	}
-	// Background statements borrow, under the background cap (classes.go).
-	cl := t.lookup(key)
-	return cl, !t.background || cl != classBackground
-}
-
-// runPipelined runs a statement on a pipe. handled is false when no pipe
-// could take it (the caller then borrows a connection as usual).
-func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution.Tag, cl class, cs *clientStmt, text []byte) (handled, keep bool) {
+// runPipelined runs command c on a pipe, as plan pl allows (policy: an
+// autocommit plain SELECT, of a tag under no admission control, not of
+// the background class while it is capped). A pipelined statement takes
+// no lease of its own, so passes no control. handled is false when no
+// pipe could take it (the caller then borrows a connection as usual).
+func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
+	tag, cl, text := c.base().tag, pl.Class, c.text()
 	start := time.Now()
 	q := s.srv.pipes.waiters
 	var w *waitq.Waiter[struct{}, struct{}]
 	var ctx context.Context
-	p, turn, cmd, wait := s.srv.joinPipe(s, cs, cl, build)
+	p, turn, cmd, wait := s.srv.joinPipe(s, c, cl)
 	for p == nil && wait {
 		// A pipe fit for us exists but cannot take us now (full, busy with
 		// a slow statement, or closed to newcomers while transactions wait
@@ -141,7 +112,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 			return true, true
 		}
 		// A place may have opened between the failed try and queueing.
-		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, cl, build); p != nil || !wait {
+		if p, turn, cmd, wait = s.srv.joinPipe(s, c, cl); p != nil || !wait {
 			if _, handed := q.Leave(w); handed {
 				q.GiveBack(struct{}{}) // a wake-up we no longer need
 			}
@@ -155,7 +126,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 			}
 			return true, true
 		}
-		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, cl, build); p == nil && !wait {
+		if p, turn, cmd, wait = s.srv.joinPipe(s, c, cl); p == nil && !wait {
 			// Woken, but off to borrow a connection instead: the place
 			// we were woken for goes to the next waiter.
 			q.GiveBack(struct{}{})
@@ -175,7 +146,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		tag.Borrowed(turnAt.Sub(start))
 	}
 	s.mu.Lock()
-	s.holdSince, s.holdTag, s.holdKey = turnAt, tag.Name(), s.gateKey(tag)
+	s.holdSince, s.holdTag, s.holdKey = turnAt, tag.Name(), pl.Key
 	s.stmtText, s.stmtShape, s.stmtMode = append(s.stmtText[:0], text[:min(len(text), maxStmtCopy)]...), s.shape, s.mode
 	s.mu.Unlock()
 	p.mu.Lock()
@@ -238,18 +209,19 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	return true, true
 }
 
-// joinPipe queues cmd on a pipe matching the session's state, or on a new
-// pipe over an idle connection, and writes it (with whatever else is
-// queued) unless another sender is writing. It returns the pipe and the
-// channel that signals this statement's turn to read its response; a nil
-// pipe when neither is possible without waiting.
-func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
+// joinPipe queues command c on a pipe matching the session's state, or
+// on a new pipe over an idle connection, and writes it (with whatever
+// else is queued) unless another sender is writing. It returns the pipe,
+// the channel that signals this statement's turn to read its response,
+// and the command's bytes; a nil pipe when neither is possible without
+// waiting.
+func (srv *Server) joinPipe(s *session, c command, cl class) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
 	if s.turn == nil {
 		s.turn = make(chan struct{}, 1)
 	}
 	turn = s.turn
 	// An idle connection first: no statement waits behind another then.
-	bc, ok, other := srv.pool.TryAcquire(s.state.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, cs) })
+	bc, ok, other := srv.pool.TryAcquire(s.state.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, c) })
 	if ok {
 		if bc.vars == nil {
 			bc.vars = srv.baseVars()
@@ -261,7 +233,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*ba
 		srv.pipes.mu.Lock()
 		srv.pipes.open = append(srv.pipes.open, p)
 		srv.pipes.mu.Unlock()
-		cmd = build(bc)
+		cmd = c.wire(s, bc)
 		p.enqueueLocked(turn, cmd)
 		return p, turn, cmd, false
 	}
@@ -282,7 +254,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*ba
 	bestLen := depth
 	for _, x := range srv.pipes.open {
 		x.mu.Lock()
-		if !x.closed && x.killing == 0 && x.class == cl && s.fitsPipe(x.bc, cs) && !srv.pool.Retired(x.bc) { // a retired server's pipe takes no newcomers
+		if !x.closed && x.killing == 0 && x.class == cl && s.fitsPipe(x.bc, c) && !srv.pool.Retired(x.bc) { // a retired server's pipe takes no newcomers
 			wait = true
 			if open && len(x.queue) < bestLen && now.Sub(x.headSince) < time.Duration(srv.slowHead.Load()) {
 				best, bestLen = x, len(x.queue)
@@ -305,7 +277,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*ba
 		best.mu.Unlock()
 		return nil, nil, nil, true
 	}
-	cmd = build(best.bc)
+	cmd = c.wire(s, best.bc)
 	best.enqueueLocked(turn, cmd)
 	return best, turn, cmd, false
 }
@@ -322,10 +294,11 @@ func (ps *pipes) wakeAll() { ps.waiters.HandOffAll(struct{}{}) }
 // value in force (tests change it).
 const defaultSlowHead = 20 * time.Millisecond
 
-// fitsPipe reports whether bc's session state is the session's, and (for a
-// prepared statement) whether bc has it prepared: a pipe cannot restore or
-// prepare without delaying the statements queued on it.
-func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
+// fitsPipe reports whether bc's session state is the session's, and
+// whether bc has what command c needs (a prepared statement, prepared):
+// a pipe cannot restore or prepare without delaying the statements queued
+// on it.
+func (s *session) fitsPipe(bc *backendConn, c command) bool {
 	vars := bc.vars
 	if vars == nil {
 		vars = s.srv.baseVars()
@@ -338,7 +311,7 @@ func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
 	// does one prepared in another database than the session's, whose run
 	// switches the database and back, which the server reports as a
 	// session state change (see afterStatement).
-	return cs == nil || cs.db == s.state.db && fitsExecute(bc, cs)
+	return c.fits(s, bc)
 }
 
 // enqueueLocked (p.mu held; released here) queues a command and its turn

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	plan "github.com/holdfast-db/holdfast/proxy/policy"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -30,38 +30,24 @@ const (
 	codeParseError = 1064
 )
 
-// isHoldfastCall reports whether a CALL statement, as the lexing pass saw
-// it, names a routine of the holdfast schema (in any letter case, quoted
-// or not).
-func isHoldfastCall(sql []byte, info *sqlscan.Info) bool {
-	sch := info.CallSchema
-	return info.Kind == sqlscan.KindCall && bytes.EqualFold(sql[sch.Start:sch.End], holdfastSchema)
-}
-
-var holdfastSchema = []byte("holdfast")
-
-// maybeProcedure answers a text-protocol CALL holdfast.*; it reports
-// whether the statement was one.
-func (s *session) maybeProcedure(sql []byte, info *sqlscan.Info, tag *attribution.Tag) bool {
-	if !isHoldfastCall(sql, info) {
-		return false
-	}
+// maybeProcedure answers a text-protocol CALL holdfast.* (policy decided
+// it is one).
+func (s *session) maybeProcedure(sql []byte, info *sqlscan.Info, tag *attribution.Tag) {
 	call, err := s.scanMode().ParseCall(sql)
 	if err != nil {
 		s.writeErr(newErr(codeParseError, "42000", "holdfast: %v", err))
-		return true
+		return
 	}
 	args := make([]any, len(call.Args))
 	for i, a := range call.Args {
 		v, err := textArg(a)
 		if err != nil {
 			s.writeErr(newErr(codeWrongArguments, "HY000", "holdfast.%s: argument %d: %v", call.Name, i+1, err))
-			return true
+			return
 		}
 		args[i] = v
 	}
 	s.runProcedure(call.Name, args, false, tag)
-	return true
 }
 
 func textArg(a sqlscan.Arg) (any, error) {
@@ -146,7 +132,7 @@ func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) (
 	s.interrupted.Store(false)
 	s.watch.arm()
 	defer s.watch.disarm()
-	gated, err := s.srv.admit(ctx, tag, s.gateKey(tag))
+	gated, err := s.srv.admit(ctx, tag, s.keyOf(tag))
 	if err != nil {
 		s.mu.Lock()
 		s.execCall = nil
@@ -249,7 +235,7 @@ func columnType(rows [][]any, i int) byte {
 // prepareProcedure answers COM_STMT_PREPARE of a CALL holdfast.* locally;
 // it reports whether the statement was one.
 func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
-	if s.srv.procs == nil || !isHoldfastCall(p[1:], info) {
+	if s.srv.procs == nil || !plan.HoldfastCall(p[1:], info) {
 		return false
 	}
 	call, err := s.scanMode().ParseCall(p[1:])
@@ -264,7 +250,9 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 		}
 	}
 	s.ps.nextStmt++
-	cs := &clientStmt{id: s.ps.nextStmt, query: string(p[1:]), params: params, call: &call}
+	cs := &clientStmt{id: s.ps.nextStmt, query: string(p[1:]), params: params, call: &call, info: *info, mode: s.scanMode(), prot: s.srv.protected.Load()}
+	cs.text = []byte(cs.query)
+	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
 	tag, tagged, serr := s.statementTag(p[1:], info)
 	if serr != nil {
 		s.writeErr(serr)
@@ -291,8 +279,8 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 }
 
 // executeProcedure runs a prepared CALL holdfast.* with its bound
-// parameters.
-func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte) {
+// parameters, under tag.
+func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte, tag *attribution.Tag) {
 	params, err := mysqlwire.DecodeParams(cs.params, nullMap, cs.types, values, cs.longData)
 	if err != nil {
 		s.writeErr(errMalformedPacket(err.Error()))
@@ -310,16 +298,6 @@ func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte) {
 			return
 		}
 		args[i] = v
-	}
-	tag, serr := s.savedTag(cs)
-	if serr != nil {
-		s.writeErr(serr)
-		return
-	}
-	if tag != nil {
-		s.noteTag(tag, true)
-	} else {
-		tag = s.defaultTag()
 	}
 	s.runProcedure(cs.call.Name, args, true, tag)
 }

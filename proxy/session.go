@@ -98,6 +98,15 @@ type session struct {
 	turn    chan struct{}
 	rewrite []byte // a statement with CONNECTION_ID() replaced
 
+	// The commands on their way to a backend (execute.go), one of each
+	// kind, reused: query is the client's COM_QUERY (or COM_INIT_DB, ...),
+	// part a run of statements of a text split around a KILL (in amongBuf),
+	// exec a COM_STMT_EXECUTE.
+	query    packetCmd
+	part     packetCmd
+	amongBuf []byte
+	exec     executeCmd
+
 	cw      writeClock    // the client socket under w (see timeouts.go)
 	sock    io.ReadWriter // the client's bytes (mysqlwire.SockIO over a TCP socket)
 	buf     []byte        // command buffer
@@ -138,7 +147,7 @@ type session struct {
 	execCall  context.CancelCauseFunc
 	holdSince time.Time // zero when no backend connection is held
 	holdTag   string    // the hold's tag, as accounted
-	holdKey   string    // ... and as the on-call controls know it (see gateKey)
+	holdKey   string    // ... and as the on-call controls know it (see policy.Key)
 	inTxn     bool
 	stmtText  []byte
 	stmtShape uint64       // stmtText's shape
@@ -185,7 +194,7 @@ type preparedStmts struct {
 type txnState struct {
 	tag *attribution.Tag // first tagged statement of the open transaction
 	// raw is that statement's tag as it carried it, when accounting
-	// folded it into other (see gateKey); "" otherwise.
+	// folded it into other (see policy.Key); "" otherwise.
 	raw          string
 	pendingBegin []byte // a deferred BEGIN
 	// beginInFlight: the deferred BEGIN went out ahead of the statement
@@ -397,10 +406,8 @@ func (s *session) dispatch(p []byte) bool {
 		s.writeOK(0, 0)
 	case comQuery:
 		return s.comQuery(p)
-	case comInitDB:
-		return s.run(p, comInitDB, &initDBInfo, s.defaultTag())
-	case comFieldList, comStatistics:
-		return s.run(p, p[0], nil, s.defaultTag())
+	case comInitDB, comFieldList, comStatistics:
+		return s.comPacket(p)
 	case comSetOption:
 		return s.comSetOption(p)
 	case comResetConnection:

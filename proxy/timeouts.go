@@ -169,7 +169,7 @@ func (s *session) expired() {
 		e = newErr(codeClientTimeout, "HY000", "holdfast: the client was disconnected for staying idle inside a transaction longer than sessions.idle_in_transaction_timeout (%v); the transaction was rolled back", cfg.IdleInTransactionTimeout)
 	case expireTxnTime:
 		d := cfg.MaxTransactionTime
-		if td := s.srv.gates.maxTxn(s.gateKey(s.defaultTagFor(tag))); td > 0 {
+		if td := s.srv.gates.maxTxn(s.keyOf(s.defaultTagFor(tag))); td > 0 {
 			d = td
 		}
 		e = newErr(codeTxnTooLong, "HY000", "holdfast: the transaction held its backend connection longer than max_transaction_time (%v, tag '%s') and was rolled back; the connection is closed", d, s.defaultTagFor(tag).Name())

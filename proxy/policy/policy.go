@@ -173,6 +173,11 @@ type Input struct {
 	PipelineDepth int
 	// ShapesInForce: some statement shape is blocked or capped.
 	ShapesInForce bool
+	// Split: the command is a run of statements of a text split around a
+	// KILL (or a text the server is to refuse whole): it runs on the
+	// session's or a borrowed connection of the primary as it is, its
+	// text checked already.
+	Split bool
 }
 
 // Action is what happens to a command.
@@ -292,6 +297,10 @@ func Decide(in *Input) Plan {
 	if info == nil {
 		return p
 	}
+	if in.Split {
+		p.setRun(in.Command, info)
+		return p
+	}
 	if in.Protected != nil && MayWriteProtected(info) {
 		if r, refused := in.Mode.CheckProtected(in.SQL, in.Protected, in.DB); refused {
 			p.Action, p.Refusal, p.Protected = Refuse, RefuseProtected, r
@@ -338,11 +347,7 @@ func Decide(in *Input) Plan {
 		p.Action = Procedure
 		return p
 	}
-	p.RewriteConnectionID = in.Command == Query && info.Features&sqlscan.FeatConnectionID != 0
-	plain := PlainSelect(info)
-	p.Ahead = plain
-	p.PutKept = (plain || info.Kind == sqlscan.KindShow) && info.Vars != 0
-	p.SyncKept = info.Features&sqlscan.FeatSetSession != 0 && info.Vars != 0
+	p.setRun(in.Command, info)
 	if !UnboundRead(info, st) || in.Unbound || info.Vars != 0 {
 		return p
 	}
@@ -359,6 +364,16 @@ func Decide(in *Input) Plan {
 	p.Pipe = in.PipelineDepth > 0 && in.Size < 1<<16 && !p.Admission &&
 		(p.Class != controls.Background || in.Controls == nil || !in.Controls.BackgroundCapped())
 	return p
+}
+
+// setRun fills in what running a statement of info on a connection of
+// its own takes: the kept variables around it, BEGIN riding along, the
+// rewrite of CONNECTION_ID().
+func (p *Plan) setRun(cmd Command, info *sqlscan.Info) {
+	p.RewriteConnectionID = cmd == Query && info.Features&sqlscan.FeatConnectionID != 0
+	p.Ahead = PlainSelect(info)
+	p.PutKept = ReadsKept(info)
+	p.SyncKept = info.Features&sqlscan.FeatSetSession != 0 && info.Vars != 0
 }
 
 // setAdmission fills in the controls of p.Key: its class, and whether an
@@ -394,6 +409,14 @@ func deferred(info *sqlscan.Info, st *Session) bool {
 // with.
 func PlainSelect(info *sqlscan.Info) bool {
 	return info != nil && info.Kind == sqlscan.KindSelect && info.Statements == 1 && info.Features == 0 && info.LastInsertIDColumn == ""
+}
+
+// ReadsKept reports whether a statement reads the variables holdfast
+// keeps for the client (varstate.KeptNames): a plain SELECT or a SHOW that
+// names one, or lists variables. It runs with the client's values put in
+// place on its connection.
+func ReadsKept(info *sqlscan.Info) bool {
+	return (PlainSelect(info) || info.Kind == sqlscan.KindShow) && info.Vars != 0
 }
 
 // UnboundRead reports whether a statement of info is a plain SELECT the
@@ -450,9 +473,9 @@ func HoldfastCall(sql []byte, info *sqlscan.Info) bool {
 	return info.Kind == sqlscan.KindCall && sch.End <= len(sql) && bytes.EqualFold(sql[sch.Start:sch.End], holdfastSchema)
 }
 
-// maxKillDepth bounds the nesting of EXECUTE IMMEDIATE text searched for a
-// KILL.
-const maxKillDepth = 4
+// MaxKillDepth bounds the nesting of EXECUTE IMMEDIATE text searched for a
+// KILL (here, and where the proxy looks for the KILL to run in its place).
+const MaxKillDepth = 4
 
 // SmuggledKill reports whether a text with DynamicSQL may have the server
 // run a KILL: the literal text of an EXECUTE IMMEDIATE or PREPARE ...
@@ -473,7 +496,7 @@ func SmuggledKill(mode sqlscan.Mode, sql []byte, depth int) bool {
 		if inner.Features&sqlscan.FeatKill != 0 {
 			return true
 		}
-		if inner.Features&DynamicSQL != 0 && (depth >= maxKillDepth || SmuggledKill(mode, d.Text, depth+1)) {
+		if inner.Features&DynamicSQL != 0 && (depth >= MaxKillDepth || SmuggledKill(mode, d.Text, depth+1)) {
 			return true
 		}
 	}
