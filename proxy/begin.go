@@ -5,6 +5,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	"github.com/holdfast-db/holdfast/proxy/sessionstate"
 )
 
 // Deferred BEGIN: a plain BEGIN outside a transaction (typed, or a prepared
@@ -21,8 +22,8 @@ import (
 // transaction's first statement; a tagged BEGIN's tag is the
 // transaction's.
 func (s *session) deferBegin(sql []byte, tag *attribution.Tag, tagged bool) {
-	s.tx.pendingBegin = append(append(s.tx.pendingBegin[:0], comQuery), sql...)
-	s.state.status |= mysqlwire.StatusInTrans
+	s.state.Txn.PendingBegin = append(append(s.state.Txn.PendingBegin[:0], comQuery), sql...)
+	s.state.Status |= mysqlwire.StatusInTrans
 	if tagged {
 		s.setTxnTag(tag)
 	}
@@ -32,8 +33,8 @@ func (s *session) deferBegin(sql []byte, tag *attribution.Tag, tagged bool) {
 // endDeferred answers a plain COMMIT or ROLLBACK of a transaction whose
 // deferred BEGIN was never sent: nothing reached the backend.
 func (s *session) endDeferred() {
-	s.tx.pendingBegin = nil
-	s.state.status &^= mysqlwire.StatusInTrans
+	s.state.Txn.PendingBegin = nil
+	s.state.Status &^= mysqlwire.StatusInTrans
 	s.setTxnTag(nil)
 	s.writeOK(0, 0)
 }
@@ -47,14 +48,14 @@ func (s *session) endDeferred() {
 // a read changes nothing (a locking read's locks end with it), and the
 // transaction is lost (see beginLost).
 func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
-	begin := s.tx.pendingBegin
-	s.tx.pendingBegin = nil
+	begin := s.state.Txn.PendingBegin
+	s.state.Txn.PendingBegin = nil
 	if ahead {
 		bc.w.Seq = 0
 		if err := bc.w.WritePacket(begin); err != nil {
 			return err
 		}
-		s.tx.beginInFlight = true
+		s.state.Txn.BeginInFlight = true
 		s.srv.beginsAhead.Add(1)
 		return nil
 	}
@@ -65,7 +66,7 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	if err != nil {
 		return err
 	}
-	s.state.status = ok.Status & sessionStatus
+	s.state.Status = ok.Status & sessionstate.Status
 	return nil
 }
 
@@ -75,8 +76,8 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 // gets an error instead and the connection closes after it, as when a
 // backend connection is lost inside a transaction.
 func (s *session) beginLost(err error) *mysqlwire.SQLError {
-	s.state.status &^= mysqlwire.StatusInTrans
-	s.tx.pendingBegin, s.closeAfter = nil, true
+	s.state.Status &^= mysqlwire.StatusInTrans
+	s.state.Txn.PendingBegin, s.closeAfter = nil, true
 	s.setTxnTag(nil)
 	var se *mysqlwire.SQLError
 	if errors.As(err, &se) {
@@ -89,7 +90,7 @@ func (s *session) beginLost(err error) *mysqlwire.SQLError {
 // written; the statement's response follows it. A failed BEGIN comes back
 // as *beginError.
 func (s *session) readBeginAhead(bc *backendConn) error {
-	s.tx.beginInFlight = false
+	s.state.Txn.BeginInFlight = false
 	// BEGIN's OK is packet 1 of its exchange; the statement's response
 	// numbers on from the statement's last packet (more than one when it
 	// is 16 MiB or longer).
@@ -104,14 +105,14 @@ func (s *session) readBeginAhead(bc *backendConn) error {
 		return err
 	}
 	bc.r.Seq = seq
-	s.state.status = ok.Status & sessionStatus
+	s.state.Status = ok.Status & sessionstate.Status
 	return nil
 }
 
 // settleBegin reads the OK of a BEGIN buffered ahead before some other
 // exchange (preparing a statement) uses the connection.
 func (s *session) settleBegin(bc *backendConn) error {
-	if !s.tx.beginInFlight {
+	if !s.state.Txn.BeginInFlight {
 		return nil
 	}
 	if err := bc.w.Flush(); err != nil {

@@ -21,16 +21,16 @@ const maxStmtCopy = 512
 // setTxnTag makes tag the open transaction's (nil: none), with the name
 // the statement carried when accounting folded it (see policy.Key).
 func (s *session) setTxnTag(tag *attribution.Tag) {
-	s.tx.tag, s.tx.raw = tag, ""
+	s.state.Txn.Tag, s.state.Txn.Raw = tag, ""
 	if tag != nil && tag.Name() == attribution.Other && len(s.tagRaw) > 0 && string(s.tagRaw) != attribution.Other {
-		s.tx.raw = string(s.tagRaw)
+		s.state.Txn.Raw = string(s.tagRaw)
 	}
 }
 
 // defaultTag is the tag of a statement without its own.
 func (s *session) defaultTag() *attribution.Tag {
-	if s.tx.tag != nil {
-		return s.tx.tag
+	if s.state.Txn.Tag != nil {
+		return s.state.Txn.Tag
 	}
 	return s.connTag
 }
@@ -38,7 +38,7 @@ func (s *session) defaultTag() *attribution.Tag {
 // noteTag records an explicit tag as the transaction's when it is the first
 // inside one.
 func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
-	if tagged && s.tx.tag == nil && (s.state.status&mysqlwire.StatusInTrans != 0 || s.tx.pendingBegin != nil) {
+	if tagged && s.state.Txn.Tag == nil && (s.state.Status&mysqlwire.StatusInTrans != 0 || s.state.Txn.PendingBegin != nil) {
 		s.setTxnTag(tag)
 	}
 }
@@ -58,7 +58,7 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 	if r := s.route; r != nil {
 		// A read routed to a replica: a replica that cannot lend a
 		// connection sends it to the primary instead (replicas.go).
-		err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, cl, s.state.variant, leaseState{}, &r.be)
+		err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &r.be)
 		switch {
 		case err == nil:
 		case errors.Is(err, errTagDrained), errors.Is(err, errTagLimit), errors.Is(err, errShed):
@@ -76,12 +76,12 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 		}
 	}
 	if s.lease.bc == nil {
-		if err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, cl, s.state.variant, leaseState{}, &s.srv.primary); err != nil {
-			if errors.Is(err, errShed) && s.tx.pendingBegin != nil {
+		if err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &s.srv.primary); err != nil {
+			if errors.Is(err, errShed) && s.state.Txn.PendingBegin != nil {
 				// Shedding answers "transaction rolled back" (40001): the
 				// deferred BEGIN never reached the backend, so it ends here.
-				s.tx.pendingBegin = nil
-				s.state.status &^= mysqlwire.StatusInTrans
+				s.state.Txn.PendingBegin = nil
+				s.state.Status &^= mysqlwire.StatusInTrans
 				s.setTxnTag(nil)
 			}
 			return nil, leaseErr(err)
@@ -95,14 +95,14 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 	// A deferred BEGIN starts below: the transaction runs from its first
 	// statement on, and the bounds on transactions apply to that statement
 	// too (a failed start releases, which clears it).
-	s.inTxn = s.tx.pendingBegin != nil
+	s.inTxn = s.state.Txn.PendingBegin != nil
 	s.mu.Unlock()
-	if s.state.vars == nil {
-		s.state.vars = s.initialVars()
+	if s.state.Vars == nil {
+		s.state.Vars = s.initialVars()
 	}
 	err := s.sync(bc)
 	began := false
-	if err == nil && s.tx.pendingBegin != nil {
+	if err == nil && s.state.Txn.PendingBegin != nil {
 		began = true
 		err = s.startDeferredBegin(bc, ahead)
 	}
@@ -127,7 +127,7 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 // between statements: inside a transaction, pinned by session state, or
 // through the next statement after SET TRANSACTION.
 func (s *session) keepsBackend() bool {
-	return s.state.status&mysqlwire.StatusInTrans != 0 || s.state.pinReason != "" || s.tx.holdNext
+	return s.state.Status&mysqlwire.StatusInTrans != 0 || s.state.PinReason != "" || s.state.Txn.HoldNext
 }
 
 // release gives the held backend connection back to the pool and records
@@ -136,8 +136,8 @@ func (s *session) release(reusable bool) {
 	if s.lease.bc == nil {
 		return
 	}
-	s.srv.give(&s.lease, reusable, s.tx.tag, s.id, s.lastSQL, s.lastMode)
-	s.tx.beginInFlight = false // a BEGIN sent ahead belongs to that connection
+	s.srv.give(&s.lease, reusable, s.state.Txn.Tag, s.id, s.lastSQL, s.lastMode)
+	s.state.Txn.BeginInFlight = false // a BEGIN sent ahead belongs to that connection
 	s.holding.Store(false)
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey, s.inTxn = time.Time{}, "", "", false
@@ -169,8 +169,8 @@ func (s *session) stmtStart(tag *attribution.Tag, sql []byte) time.Time {
 }
 
 func (s *session) defaultTagFor(tag *attribution.Tag) *attribution.Tag {
-	if s.tx.tag != nil {
-		return s.tx.tag
+	if s.state.Txn.Tag != nil {
+		return s.state.Txn.Tag
 	}
 	return tag
 }
@@ -189,7 +189,7 @@ func (s *session) stmtEnd(tag *attribution.Tag, start time.Time, failed bool) {
 // afterTxnState updates transaction accounting once a statement's final
 // status is known; it returns the connection unless the session keeps it.
 func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
-	inTxn := s.state.status&mysqlwire.StatusInTrans != 0
+	inTxn := s.state.Status&mysqlwire.StatusInTrans != 0
 	s.lease.txnState(inTxn)
 	if prev&mysqlwire.StatusInTrans != 0 && !inTxn && s.srv.attr {
 		s.defaultTagFor(tag).Transaction()
@@ -198,7 +198,7 @@ func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
 	s.inTxn = inTxn
 	s.mu.Unlock()
 	s.maybeRelease()
-	if !inTxn && s.tx.pendingBegin == nil {
+	if !inTxn && s.state.Txn.PendingBegin == nil {
 		s.setTxnTag(nil)
 	}
 }

@@ -109,7 +109,7 @@ func (c *executeCmd) statement() []byte { return c.cs.text }
 // database (one prepared in another database switches there and back for
 // its run, which the server reports as a change of session state).
 func (c *executeCmd) fits(s *session, bc *backendConn) bool {
-	return c.cs.db == s.state.db && fitsExecute(bc, c.cs)
+	return c.cs.db == s.state.DB && fitsExecute(bc, c.cs)
 }
 
 func (c *executeCmd) wire(s *session, bc *backendConn) []byte {
@@ -137,7 +137,7 @@ func (c *executeCmd) procedure(s *session) { s.executeProcedure(c.cs, c.nullMap,
 func (c *executeCmd) send(s *session, bc *backendConn) ([]byte, error) {
 	cs := c.cs
 	fits := fitsExecute(bc, cs)
-	if s.tx.beginInFlight && !(cs.longData == nil && fits) {
+	if s.state.Txn.BeginInFlight && !(cs.longData == nil && fits) {
 		// Preparing, sending long data or refusing the execute: BEGIN
 		// cannot ride along with the execute.
 		if err := s.settleBegin(bc); err != nil {
@@ -188,10 +188,10 @@ func (s *session) decide(c command, prot *sqlscan.Protected, split bool) plan.Pl
 		Mode:          s.mode,
 		Tag:           s.tagView(b.tag),
 		User:          s.user.Name,
-		Session:       s.view(),
+		Session:       s.state.View(s.lease.bc != nil),
 		Controls:      (*serverControls)(s.srv),
 		Protected:     prot,
-		DB:            s.state.db,
+		DB:            s.state.DB,
 		Procedures:    s.srv.procs != nil,
 		Routing:       s.srv.routing != nil,
 		PipelineDepth: s.srv.pipelineDepth(),
@@ -211,26 +211,11 @@ func (s *session) decide(c command, prot *sqlscan.Protected, split bool) plan.Pl
 	return plan.Decide(&in)
 }
 
-// view is what policy sees of the session.
-func (s *session) view() plan.Session {
-	st := s.state.status
-	return plan.Session{
-		InTxn:          st&mysqlwire.StatusInTrans != 0,
-		PendingBegin:   s.tx.pendingBegin != nil,
-		Holding:        s.lease.bc != nil,
-		Pinned:         s.state.pinReason != "",
-		HoldNext:       s.tx.holdNext,
-		VarsKnown:      s.state.vars != nil,
-		Autocommit:     st&mysqlwire.StatusAutocommit != 0,
-		WritesUnplaced: s.writesUnplaced,
-	}
-}
-
 // tagView is tag as the controls see it (see plan.Key).
 func (s *session) tagView(tag *attribution.Tag) plan.Tag {
 	t := plan.Tag{Name: tag.Name(), Raw: s.tagRaw, Accounting: s.srv.attr, ByTag: s.srv.controlsByTag()}
-	if tag == s.tx.tag {
-		t.TxnRaw = s.tx.raw
+	if tag == s.state.Txn.Tag {
+		t.TxnRaw = s.state.Txn.Raw
 	}
 	return t
 }
@@ -315,14 +300,14 @@ func (s *session) answerLocal(v plan.Local, info *sqlscan.Info, binary bool) {
 		s.writeSingleValue(connectionIDCol(info.ConnectionIDColumn), uint64(s.id), binary)
 		return
 	case plan.Identity:
-		s.writeSingleValue(identityCol(info.LastInsertIDColumn), s.state.lastInsertID, binary)
+		s.writeSingleValue(identityCol(info.LastInsertIDColumn), s.state.LastInsertID, binary)
 	case plan.LastInsertID:
-		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.state.lastInsertID, binary)
+		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.state.LastInsertID, binary)
 	case plan.RowCount:
-		rs := resultSet{cols: []mysqlwire.Column{rowCountCol(info.RowCountColumn)}, rows: [][]any{{s.state.rowCount}}}
+		rs := resultSet{cols: []mysqlwire.Column{rowCountCol(info.RowCountColumn)}, rows: [][]any{{s.state.RowCount}}}
 		s.writeResultSet(&rs, binary)
 	}
-	s.state.rowCount = -1 // a SELECT's
+	s.state.RowCount = -1 // a SELECT's
 }
 
 // run sends command c on a connection of the session's own (held, or
@@ -337,7 +322,7 @@ func (s *session) run(c command, p *plan.Plan) bool {
 		s.writeErr(serr)
 		return true
 	}
-	held := s.keepsBackend()
+	held := s.state.KeepsConn()
 	var after string // holdfast's kept values to put back after the statement
 	if p.PutKept {
 		var err error
@@ -368,9 +353,9 @@ func (s *session) run(c command, p *plan.Plan) bool {
 		// The session tracker does not report every kept variable (not
 		// session_track_system_variables itself): read them back.
 		rr.sc.Vars, rr.sc.KeptSet = varstate.DropKept(rr.sc.Vars), true
-		unbound := bc.bound(s.srv.exchangeTimeout())
-		err = s.syncKept(bc, s.mode.SetVariables(c.statement()))
-		unbound()
+		s.conn = stateConn{bc: bc, timeout: s.srv.exchangeTimeout()}
+		err = s.state.SyncKept(&s.conn, s.srv.hfKept(), s.mode.SetVariables(c.statement()))
+		s.conn = stateConn{}
 	}
 	s.watch.disarm()
 	s.setExec(nil, nil)
@@ -386,7 +371,7 @@ func (s *session) run(c command, p *plan.Plan) bool {
 	}
 	if errPkt != nil {
 		s.writePacket(errPkt)
-		s.state.rowCount = -1
+		s.state.RowCount = -1
 		s.maybeRelease()
 		return true
 	}

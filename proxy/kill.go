@@ -36,7 +36,7 @@ func (s *session) killText(c *packetCmd) bool {
 			return true
 		}
 		return s.killStatement(k, false)
-	case !s.state.multiStmts:
+	case !s.state.MultiStmts:
 		// Multi-statements are off: the server refuses the whole text
 		// (1064) before running any of it, as MariaDB would.
 		pl := s.decide(c, nil, true)

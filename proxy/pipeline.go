@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	plan "github.com/holdfast-db/holdfast/proxy/policy"
 	"github.com/holdfast-db/holdfast/proxy/pool"
+	"github.com/holdfast-db/holdfast/proxy/sessionstate"
 )
 
 // Pipelining: the MySQL protocol lets a client send several commands
@@ -77,8 +78,8 @@ func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
 // ensureVars gives the session its variables' starting values once the
 // primary's defaults are known.
 func (s *session) ensureVars() {
-	if s.state.vars == nil && s.srv.primary.base.Load() != nil {
-		s.state.vars = s.initialVars()
+	if s.state.Vars == nil && s.srv.primary.base.Load() != nil {
+		s.state.Vars = s.initialVars()
 	}
 }
 
@@ -204,7 +205,7 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
 		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during a read-only statement; nothing was changed, it is safe to retry"))
 		return true, true
 	}
-	s.state.status = rr.status & sessionStatus
+	s.state.Status = rr.status & sessionstate.Status
 	s.srv.pipelined.Add(1)
 	return true, true
 }
@@ -221,7 +222,7 @@ func (srv *Server) joinPipe(s *session, c command, cl class) (p *pipe, turn chan
 	}
 	turn = s.turn
 	// An idle connection first: no statement waits behind another then.
-	bc, ok, other := srv.pool.TryAcquire(s.state.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, c) })
+	bc, ok, other := srv.pool.TryAcquire(s.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, c) })
 	if ok {
 		if bc.vars == nil {
 			bc.vars = srv.baseVars()
@@ -264,7 +265,7 @@ func (srv *Server) joinPipe(s *session, c command, cl class) (p *pipe, turn chan
 	}
 	if best == nil {
 		srv.pipes.mu.Unlock()
-		if wait && open && srv.pool.CanDial(s.state.variant) {
+		if wait && open && srv.pool.CanDial(s.variant) {
 			// Fitting pipes are full, but the pool has room: a connection
 			// of our own comes sooner than a place.
 			wait = false
@@ -303,7 +304,7 @@ func (s *session) fitsPipe(bc *backendConn, c command) bool {
 	if vars == nil {
 		vars = s.srv.baseVars()
 	}
-	if bc.variant != s.state.variant || !bc.dbKnown || bc.db != s.state.db || bc.multiStmts != s.state.multiStmts || !s.state.vars.Equal(vars) {
+	if bc.variant != s.variant || !bc.dbKnown || bc.db != s.state.DB || bc.multiStmts != s.state.MultiStmts || !s.state.Vars.Equal(vars) {
 		return false
 	}
 	// A statement whose parameter count changed on this connection (the

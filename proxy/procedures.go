@@ -95,7 +95,7 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool, tag *at
 	if s.srv.routing != nil {
 		// The engine committed on connections of its own: no GTID of
 		// them reaches this session (see routeRead).
-		s.rywAfter = time.Now()
+		s.state.RYWAfter = time.Now()
 	}
 	if s.srv.attr {
 		tag.Statement(time.Since(start), err != nil)
@@ -159,12 +159,12 @@ func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) (
 func (s *session) procRefused(name string) *mysqlwire.SQLError {
 	const keeps = "holdfast: CALL holdfast.%s borrows a backend connection of its own, and this session keeps one "
 	switch {
-	case s.state.status&mysqlwire.StatusInTrans != 0:
+	case s.state.Status&mysqlwire.StatusInTrans != 0:
 		return newErr(codeProcInTxn, "HY000", "holdfast: CALL holdfast.%s runs in its own transaction and cannot join yours; call it outside BEGIN ... COMMIT", name)
-	case s.state.pinReason != "":
+	case s.state.PinReason != "":
 		return newErr(codeProcHeld, "HY000", keeps+"for its session state (pinned by %s); call it from a connection without such state (user variables, temporary tables, GET_LOCK, ...)",
-			name, s.state.pinReason)
-	case s.tx.holdNext:
+			name, s.state.PinReason)
+	case s.state.Txn.HoldNext:
 		return newErr(codeProcHeld, "HY000", keeps+"for the transaction SET TRANSACTION prepared; call it before SET TRANSACTION or after that transaction", name)
 	case s.lease.bc != nil:
 		return newErr(codeProcHeld, "HY000", "holdfast: CALL holdfast.%s borrows a backend connection of its own, and this session still holds one; call it after COMMIT or ROLLBACK, or from another connection", name)
@@ -269,10 +269,10 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 	s.writePacket(s.out)
 	if params > 0 {
 		for i := 0; i < params; i++ {
-			s.out = mysqlwire.AppendColumnDef(s.out[:0], mysqlwire.Column{Name: "?", Type: mysql.MYSQL_TYPE_VAR_STRING}, s.state.variant&varTypeInfo != 0)
+			s.out = mysqlwire.AppendColumnDef(s.out[:0], mysqlwire.Column{Name: "?", Type: mysql.MYSQL_TYPE_VAR_STRING}, s.variant&varTypeInfo != 0)
 			s.writePacket(s.out)
 		}
-		s.out = mysqlwire.AppendEOF(s.out[:0], 0, s.state.status&^mysqlwire.StatusSessionChanged)
+		s.out = mysqlwire.AppendEOF(s.out[:0], 0, s.state.Status&^mysqlwire.StatusSessionChanged)
 		s.writePacket(s.out)
 	}
 	return true

@@ -9,6 +9,7 @@ import (
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	plan "github.com/holdfast-db/holdfast/proxy/policy"
 	"github.com/holdfast-db/holdfast/proxy/pool"
+	"github.com/holdfast-db/holdfast/proxy/sessionstate"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -56,11 +57,11 @@ func (s *session) comPacket(p []byte) bool {
 // the status flags).
 func (s *session) scanMode() sqlscan.Mode {
 	var m sqlscan.Mode
-	if s.state.status&mysqlwire.StatusNoBackslash != 0 {
+	if s.state.Status&mysqlwire.StatusNoBackslash != 0 {
 		m |= sqlscan.NoBackslashEscapes
 	}
-	if s.state.vars != nil {
-		if mode := s.state.vars.Get("sql_mode"); strings.Contains(mode, "ANSI_QUOTES") {
+	if s.state.Vars != nil {
+		if mode := s.state.Vars.Get("sql_mode"); strings.Contains(mode, "ANSI_QUOTES") {
 			m |= sqlscan.ANSIQuotes
 		}
 	}
@@ -101,102 +102,42 @@ func poolErr(err error) *mysqlwire.SQLError {
 	return newErr(codeConnectFailed, "HY000", "holdfast: %v", err)
 }
 
-// afterStatement records what the statement did to the session and returns
-// the backend connection unless the session must keep it.
+// afterStatement records what the statement did to the session (its
+// state's After, over the connection bc it ran on) and returns the
+// backend connection unless the session must keep it.
 func (s *session) afterStatement(bc *backendConn, rr *relayResult, info *sqlscan.Info, tag *attribution.Tag) {
-	prev := s.state.status
-	s.state.status = rr.status & sessionStatus
-	if rr.insertID != 0 {
-		s.state.lastInsertID = rr.insertID
+	prev := s.state.Status
+	a := sessionstate.Answer{Info: info, Status: rr.status, InsertID: rr.insertID, Failed: rr.failed, Cursor: rr.cursor, Report: &rr.sc}
+	s.conn = stateConn{bc: bc, timeout: s.srv.exchangeTimeout()}
+	eff, err := s.state.After(&s.conn, s.srv.primary.base.Load(), &a)
+	s.conn = stateConn{}
+	if eff.LastGTID != "" && s.srv.routing != nil {
+		s.noteWrite(eff.LastGTID)
 	}
-	sc := &rr.sc
-	if sc.LastGTID != "" {
-		if s.srv.routing != nil {
-			s.noteWrite(sc.LastGTID)
-		}
+	if eff.Warning != nil {
+		s.srv.log.Warn("session state after a statement", "client", s.id, "err", eff.Warning)
 	}
-	if plan.StatementScoped(info) {
-		// SET STATEMENT ... FOR: its variables are back to their values
-		// now, whatever the tracker says.
-		sc.Vars, sc.Pin, sc.PinVar = sc.Vars[:0], "", ""
+	if err != nil {
+		s.srv.log.Warn("backend connection given up after a statement", "client", s.id, "err", err)
+		s.release(false)
+		return
 	}
-	if sc.EOFChanged && !plan.MayChangeState(info) {
-		// A result set's EOF said the state changed, but the statement
-		// cannot have changed it for good: SET STATEMENT's variables are
-		// back, and a prepared statement run in another database than it
-		// was prepared in switches the database for its run only. The
-		// tracker holds the report the EOF could not carry; take it off
-		// the connection now, or the next statement to report a change
-		// there (another client's, maybe) would be told of it.
-		unbound := bc.bound(s.srv.exchangeTimeout())
-		_, err := bc.queryLocked(flushTrackerSQL)
-		unbound()
-		if err != nil {
-			s.srv.log.Warn("could not clear the session tracker after a result set", "client", s.id, "err", err)
-			s.release(false)
-			return
-		}
+	if eff.Vars {
+		bc.vars = s.state.Vars
 	}
-	if len(sc.Vars) > 0 {
-		unbound := bc.bound(s.srv.exchangeTimeout())
-		err := readBackVars(bc, sc)
-		unbound()
-		if err != nil {
-			s.srv.log.Warn("could not read session variables back after a change", "client", s.id, "err", err)
-			if isIOError(err) {
-				s.release(false)
-				return
-			}
-			sc.Pin, sc.PinVar = attribution.PinSessionState, "unreadable"
-		}
+	if eff.Schema {
+		bc.db, bc.dbKnown = s.state.DB, true
 	}
-	if len(sc.Vars) > 0 {
-		var err error
-		unbound := bc.bound(s.srv.exchangeTimeout())
-		n := len(sc.Vars)
-		sc.Vars, err = s.keptChanged(bc, sc.Vars)
-		sc.KeptSet = sc.KeptSet || len(sc.Vars) < n
-		unbound()
-		if err != nil {
-			s.srv.log.Warn("could not set holdfast's session settings back after a client changed them", "client", s.id, "err", err)
-			s.release(false)
-			return
-		}
-	}
-	if len(sc.Vars) > 0 {
-		s.noteResultsCollation(sc, info)
-		s.state.vars = s.state.vars.With(sc.Vars)
-		bc.vars = s.state.vars
-	}
-	if sc.SchemaSet {
-		s.state.db, bc.db, bc.dbKnown = sc.Schema, sc.Schema, true
-	}
-	if s.state.pinReason == "" {
-		if reason := plan.PinReason(info, rr.cursor, &rr.sc); reason != "" {
-			s.state.pinReason = reason
-			s.pinned.Store(true)
-			s.srv.countPin(reason)
-			tag.Pinned(reason)
-		}
-	}
-	s.tx.holdNext = info != nil && info.Kind == sqlscan.KindSetTransaction && !rr.failed
-	if rr.failed && s.state.status&(mysqlwire.StatusInTrans|mysqlwire.StatusAutocommit) == 0 && s.state.pinReason == "" && !s.tx.holdNext {
-		// With autocommit off, a failed statement may still have opened a
-		// transaction, and its ERR packet does not say. Ask.
-		unbound := bc.bound(s.srv.exchangeTimeout())
-		st, err := bc.pingStatus()
-		unbound()
-		if err != nil {
-			s.release(false)
-			return
-		}
-		s.state.status = st & sessionStatus
+	if r := eff.Pinned; r != "" {
+		s.pinned.Store(true)
+		s.srv.countPin(r)
+		tag.Pinned(r)
 	}
 	s.afterTxnState(prev, tag)
 }
 
 func (s *session) maybeRelease() {
-	if s.lease.bc == nil || s.keepsBackend() {
+	if s.lease.bc == nil || s.state.KeepsConn() {
 		return
 	}
 	s.release(true)
@@ -208,10 +149,10 @@ func (s *session) maybeRelease() {
 // for this client, while holdfast's backend connection, which tracks every
 // variable, does.
 func (s *session) hidesStatementChange(c command) bool {
-	if !plan.StatementScoped(c.base().info) || s.state.kept == nil {
+	if !plan.StatementScoped(c.base().info) || s.state.Kept == nil {
 		return false
 	}
-	f := &s.state.kept.Track
+	f := &s.state.Kept.Track
 	if f.AllVars || f.StateChange {
 		return false
 	}
@@ -222,11 +163,6 @@ func (s *session) hidesStatementChange(c command) bool {
 	}
 	return true
 }
-
-// flushTrackerSQL sets a variable to the value it has on every backend
-// connection (holdfast tracks state changes there), so that its OK packet
-// carries whatever the session tracker still holds.
-const flushTrackerSQL = "SET SESSION session_track_state_change = ON"
 
 // relayFailed handles an I/O error on either side during a statement.
 // held says whether the session held the backend before the statement (a
@@ -250,16 +186,16 @@ func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
 	}
 	s.srv.log.Warn("backend connection lost during a statement", "client", s.id, "err", err)
 	s.release(false)
-	s.tx.holdNext = false
-	if rr.started || held || s.state.pinReason != "" {
+	s.state.Txn.HoldNext = false
+	if rr.started || held || s.state.PinReason != "" {
 		what := "the transaction was rolled back"
-		if s.state.pinReason != "" {
-			what = "session state (" + s.state.pinReason + ") was lost"
+		if s.state.PinReason != "" {
+			what = "session state (" + s.state.PinReason + ") was lost"
 		}
 		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; %s. Reconnect and retry.", what))
 		return false
 	}
-	s.state.status &^= mysqlwire.StatusInTrans
+	s.state.Status &^= mysqlwire.StatusInTrans
 	s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; it may or may not have taken effect (holdfast never retries a statement)"))
 	return true
 }

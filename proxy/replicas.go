@@ -337,9 +337,9 @@ func (s *session) routeRead(pol policy) *replica {
 		return nil
 	}
 	var after gtidPos
-	if pol == policyReplica && !s.rywAfter.IsZero() {
+	if pol == policyReplica && !s.state.RYWAfter.IsZero() {
 		var ok bool
-		if after, ok = rt.sampleAfter(s.rywAfter); !ok {
+		if after, ok = rt.sampleAfter(s.state.RYWAfter); !ok {
 			return nil // the engine's writes are not yet in a sample
 		}
 	}
@@ -351,7 +351,7 @@ func (s *session) routeRead(pol policy) *replica {
 		if st == nil || !st.up || r.defaultsDiffer.Load() {
 			continue
 		}
-		if pol == policyReplica && !st.pos.covers(s.writes) {
+		if pol == policyReplica && !st.pos.covers(s.state.Writes) {
 			continue
 		}
 		if after != nil && !st.pos.covers(after) {
@@ -364,7 +364,7 @@ func (s *session) routeRead(pol policy) *replica {
 		return nil
 	}
 	if after != nil && len(cands) == len(rt.replicas) {
-		s.rywAfter = time.Time{} // every replica has the engine's writes now
+		s.state.RYWAfter = time.Time{} // every replica has the engine's writes now
 	}
 	pick := rand.IntN(total)
 	for _, r := range cands {
@@ -379,15 +379,7 @@ func (s *session) routeRead(pol policy) *replica {
 // noteWrite records the GTID of a commit the session's statement made, so
 // that its reads under the replica policy wait for it (routeRead).
 func (s *session) noteWrite(gtid string) {
-	d, seq, ok := parseGTID(gtid)
-	if !ok {
-		s.writesUnplaced = true
-		return
-	}
-	if s.writes == nil {
-		s.writes = gtidPos{}
-	}
-	s.writes[d] = max(s.writes[d], seq)
+	s.state.NoteWrite(parseGTID(gtid))
 }
 
 // sampleAfter returns the first sample of the primary's position taken at

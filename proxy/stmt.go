@@ -9,6 +9,7 @@ import (
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	plan "github.com/holdfast-db/holdfast/proxy/policy"
+	"github.com/holdfast-db/holdfast/proxy/sessionstate"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
@@ -230,7 +231,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 		s.writeErr(errPreparedKill())
 		return true
 	}
-	if s.refuseProtected(mode, p[1:], &info, prot, s.state.db) {
+	if s.refuseProtected(mode, p[1:], &info, prot, s.state.DB) {
 		return true
 	}
 	text := p[1:]
@@ -255,21 +256,21 @@ func (s *session) stmtPrepare(p []byte) bool {
 	}
 	s.setExec(bc, nil)
 	unbound := bc.bound(s.srv.exchangeTimeout())
-	parse := varstate.ParseState(s.state.vars)
-	skey := stmtKey(s.state.db, parse, query)
+	parse := varstate.ParseState(s.state.Vars)
+	skey := stmtKey(s.state.DB, parse, query)
 	var after string
 	var err error
 	if plan.ReadsKept(&info) {
 		// What the statement's columns are (a variable's length) depends
 		// on the client's values: prepared with them in place, and
 		// cached under them.
-		skey = s.keptKey(skey)
+		skey = s.state.KeptKey(skey)
 		after, err = s.putKept(bc)
 	}
 	var bs *backendStmt
 	var errPkt []byte
 	if err == nil {
-		bs, errPkt, err = bc.prepareOn(s.state.db, parse, query, skey, s.srv.stmtConfig())
+		bs, errPkt, err = bc.prepareOn(s.state.DB, parse, query, skey, s.srv.stmtConfig())
 	}
 	if err == nil && after != "" {
 		_, err = bc.queryLocked(after)
@@ -277,7 +278,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 	unbound()
 	s.setExec(nil, nil)
 	if err != nil {
-		return s.relayFailed(err, &relayResult{}, s.keepsBackend())
+		return s.relayFailed(err, &relayResult{}, s.state.KeepsConn())
 	}
 	if errPkt != nil {
 		s.writePacket(errPkt)
@@ -285,7 +286,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 		return true
 	}
 	s.ps.nextStmt++
-	cs := &clientStmt{id: s.ps.nextStmt, query: query, text: text, db: s.state.db, params: bs.params, columns: bs.columns, info: info, mode: mode, prot: prot}
+	cs := &clientStmt{id: s.ps.nextStmt, query: query, text: text, db: s.state.DB, params: bs.params, columns: bs.columns, info: info, mode: mode, prot: prot}
 	cs.text = []byte(query) // not text, which may be the command buffer the next command reuses
 	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
 	cs.parse = parse
@@ -490,7 +491,7 @@ func (s *session) stmtReset(p []byte) bool {
 			if err != nil {
 				return s.relayFailed(err, &rr, true)
 			}
-			s.state.status = rr.status & sessionStatus
+			s.state.Status = rr.status & sessionstate.Status
 			return true
 		}
 	}
@@ -528,7 +529,7 @@ func (s *session) stmtFetch(p []byte) bool {
 	if err != nil {
 		return s.relayFailed(err, &rr, true)
 	}
-	s.state.status = rr.status & sessionStatus
+	s.state.Status = rr.status & sessionstate.Status
 	return true
 }
 

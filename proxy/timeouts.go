@@ -84,8 +84,8 @@ func (s *session) clientWriteTimeout() time.Duration {
 		return 0
 	}
 	var w string
-	if s.state.vars != nil {
-		w = s.state.vars.Get("net_write_timeout")
+	if s.state.Vars != nil {
+		w = s.state.Vars.Get("net_write_timeout")
 	}
 	if w != "" { // no failed parse per packet
 		if n, err := strconv.ParseFloat(w, 64); err == nil && n > 0 {
