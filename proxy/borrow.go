@@ -58,7 +58,7 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 	if r := s.route; r != nil {
 		// A read routed to a replica: a replica that cannot lend a
 		// connection sends it to the primary instead (replicas.go).
-		err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &r.be)
+		err := s.srv.take(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &r.be)
 		switch {
 		case err == nil:
 		case errors.Is(err, errTagDrained), errors.Is(err, errTagLimit), errors.Is(err, errShed):
@@ -76,7 +76,7 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 		}
 	}
 	if s.lease.bc == nil {
-		if err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &s.srv.primary); err != nil {
+		if err := s.srv.take(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &s.srv.primary); err != nil {
 			if errors.Is(err, errShed) && s.state.Txn.PendingBegin != nil {
 				// Shedding answers "transaction rolled back" (40001): the
 				// deferred BEGIN never reached the backend, so it ends here.
@@ -180,10 +180,7 @@ func (s *session) stmtEnd(tag *attribution.Tag, start time.Time, failed bool) {
 	if !s.srv.attr {
 		return
 	}
-	now := time.Now()
-	d := now.Sub(start)
-	tag.Statement(d, failed)
-	s.lease.stmtEnd(now, d)
+	s.srv.statementDone(&s.lease, tag, start, time.Now(), failed)
 }
 
 // afterTxnState updates transaction accounting once a statement's final

@@ -138,14 +138,9 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
 	}
 	<-turn
 	// Our turn: the statements before ours are done, so the backend thread
-	// runs ours. Time queued behind them counts as waiting for a
-	// connection; the hold is the time the connection worked for us, so
-	// that per-tag hold time still adds up to connections busy.
-	turnAt := time.Now()
-	held := lease{tag: tag, start: turnAt} // the turn's hold, accounted like any lease
-	if s.srv.attr {
-		tag.Borrowed(turnAt.Sub(start))
-	}
+	// runs ours. It is a lease of the primary's (a turn: see takeTurn).
+	s.srv.takeTurn(&s.turnLease, tag, start, &s.srv.primary)
+	turnAt := s.turnLease.start
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey = turnAt, tag.Name(), pl.Key
 	s.stmtText, s.stmtShape, s.stmtMode = append(s.stmtText[:0], text[:min(len(text), maxStmtCopy)]...), s.shape, s.mode
@@ -173,19 +168,8 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
 		}
 	}
 	p.leave()
-	// The turn is a lease of the primary's connection, for the per-backend
-	// totals too.
-	end := time.Now()
-	s.srv.primary.borrows.Add(1)
-	s.srv.primary.waitNs.Add(int64(turnAt.Sub(start)))
-	s.srv.primary.holdNs.Add(int64(end.Sub(turnAt)))
-	if s.srv.attr {
-		now := end
-		d := now.Sub(turnAt)
-		tag.Statement(d, err != nil || rr.failed)
-		held.stmtEnd(now, d)
-		s.srv.account(&held, tag, now, s.id, nil, 0)
-	}
+	s.srv.statementDone(&s.turnLease, tag, turnAt, time.Now(), err != nil || rr.failed)
+	s.srv.give(&s.turnLease, true, tag, s.id, nil, 0)
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey = time.Time{}, "", ""
 	s.mu.Unlock()
@@ -222,11 +206,8 @@ func (srv *Server) joinPipe(s *session, c command, cl class) (p *pipe, turn chan
 	}
 	turn = s.turn
 	// An idle connection first: no statement waits behind another then.
-	bc, ok, other := srv.pool.TryAcquire(s.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, c) })
+	bc, ok, other := srv.takeIdle(s.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, c) })
 	if ok {
-		if bc.vars == nil {
-			bc.vars = srv.baseVars()
-		}
 		p = &bc.pipe
 		p.mu.Lock()
 		p.reset(bc, srv)
@@ -433,7 +414,7 @@ func (p *pipe) leave() {
 		srv.pipes.open = slices.Delete(srv.pipes.open, i, i+1)
 	}
 	srv.pipes.mu.Unlock()
-	srv.pool.Release(bc, !broken && !poisoned)
+	srv.givePipe(bc, !broken && !poisoned)
 	// The pipe is gone: everyone waiting for a place in it tries again
 	// (another pipe, an idle connection, or the pool's queue); waiters for
 	// other pipes re-queue in their turn.

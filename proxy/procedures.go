@@ -92,14 +92,14 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool, tag *at
 	}
 	start := time.Now()
 	cols, rows, err := s.callProcedure(name, args, tag)
+	end := time.Now()
 	if s.srv.routing != nil {
 		// The engine committed on connections of its own: no GTID of
 		// them reaches this session (see routeRead).
-		s.state.RYWAfter = time.Now()
+		s.state.RYWAfter = end
 	}
-	if s.srv.attr {
-		tag.Statement(time.Since(start), err != nil)
-	}
+	s.srv.statementDone(&s.callLease, tag, start, end, err != nil)
+	s.srv.give(&s.callLease, true, nil, s.id, nil, 0) // the admission's slot, if it took one
 	if err != nil {
 		s.writeErr(procErr(name, err))
 		return
@@ -120,7 +120,8 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool, tag *at
 var errCallInterrupted = errors.New("KILL QUERY, KILL, or the client hanging up")
 
 // callProcedure runs one engine call under a context of its own, which
-// interrupt cancels, so that a kill or the client's disconnect ends it as
+// interrupt cancels, once its tag's controls admitted it (its admission,
+// callLease, is the caller's to give back), so that a kill or the client's disconnect ends it as
 // they end a statement on the backend; the engine answers such a call
 // with what it did (nothing, or an outcome it cannot know).
 func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) ([]string, [][]any, error) {
@@ -132,8 +133,7 @@ func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) (
 	s.interrupted.Store(false)
 	s.watch.arm()
 	defer s.watch.disarm()
-	gated, err := s.srv.admit(ctx, tag, s.keyOf(tag))
-	if err != nil {
+	if err := s.srv.admitOnly(ctx, &s.callLease, tag, s.keyOf(tag)); err != nil {
 		s.mu.Lock()
 		s.execCall = nil
 		s.mu.Unlock()
@@ -141,9 +141,6 @@ func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) (
 			return nil, nil, newErr(codeQueryInterrupted, "70100", "holdfast.%s: interrupted while queued under its tag's connection limit; nothing was done", name)
 		}
 		return nil, nil, callRefused{err}
-	}
-	if gated != "" {
-		defer s.srv.gates.exit(gated)
 	}
 	cols, rows, err := s.srv.procs.Call(attribution.WithCallers(ctx, tag), name, args)
 	s.mu.Lock()

@@ -75,12 +75,15 @@ type session struct {
 	tagMemo    tagMemo
 	closeAfter bool // close the connection once the reply is out (see beginLost)
 	// lease is the session's borrow of a backend connection (lease.bc nil:
-	// none held).
-	lease   lease
-	tagBuf  []byte
-	tagRaw  []byte // the current statement's tag as it carries it (in tagBuf); nil when untagged
-	lastSQL []byte // the last statement, truncated (for holders and logs)
-	shape   uint64 // the shape of the statement running now (sqlscan.Info.Shape)
+	// none held); turnLease its pipelined statement's turn on a shared
+	// one, and callLease its CALL holdfast.*'s admission (lease.go).
+	lease     lease
+	turnLease lease
+	callLease lease
+	tagBuf    []byte
+	tagRaw    []byte // the current statement's tag as it carries it (in tagBuf); nil when untagged
+	lastSQL   []byte // the last statement, truncated (for holders and logs)
+	shape     uint64 // the shape of the statement running now (sqlscan.Info.Shape)
 	// mode is how the statement running now was lexed (its session's
 	// sql_mode; a prepared statement's, the prepare's), lastMode
 	// lastSQL's: the digests holders and logs show are made under it.
