@@ -292,24 +292,6 @@ func refusalErr(p *plan.Plan) *mysqlwire.SQLError {
 	return controlErr(p.Err)
 }
 
-// answerLocal answers a statement with a value of the session's own.
-func (s *session) answerLocal(v plan.Local, info *sqlscan.Info, binary bool) {
-	switch v {
-	case plan.ConnectionID:
-		// The id clients KILL by is holdfast's, not a backend thread's.
-		s.writeSingleValue(connectionIDCol(info.ConnectionIDColumn), uint64(s.id), binary)
-		return
-	case plan.Identity:
-		s.writeSingleValue(identityCol(info.LastInsertIDColumn), s.state.LastInsertID, binary)
-	case plan.LastInsertID:
-		s.writeSingleValue(lastInsertIDCol(info.LastInsertIDColumn), s.state.LastInsertID, binary)
-	case plan.RowCount:
-		rs := resultSet{cols: []mysqlwire.Column{rowCountCol(info.RowCountColumn)}, rows: [][]any{{s.state.RowCount}}}
-		s.writeResultSet(&rs, binary)
-	}
-	s.state.RowCount = -1 // a SELECT's
-}
-
 // run sends command c on a connection of the session's own (held, or
 // borrowed for it: on the replica s.route names, else on the primary) and
 // relays the response; then afterStatement records what it did to the

@@ -509,16 +509,4 @@ func (s *session) writeSingleValue(col mysqlwire.Column, v uint64, binary bool) 
 	s.writeResultSet(&rs, binary)
 }
 
-// The columns of LAST_INSERT_ID() and CONNECTION_ID() as MariaDB and MySQL
-// describe them.
-func lastInsertIDCol(name string) mysqlwire.Column {
-	return mysqlwire.Column{Name: name, Type: mysql.MYSQL_TYPE_LONGLONG, Length: 21,
-		Flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG | mysql.BINARY_FLAG}
-}
-
-func connectionIDCol(name string) mysqlwire.Column {
-	return mysqlwire.Column{Name: name, Type: mysql.MYSQL_TYPE_LONG, Length: 10,
-		Flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG | mysql.BINARY_FLAG}
-}
-
 var errClientGone = errors.New("proxy: client connection gone")
