@@ -385,11 +385,20 @@ func (c *serverControls) Route(key string) controls.Route {
 // Refuse: no statement-level control exists yet.
 func (c *serverControls) Refuse(string, *sqlscan.Info) error { return nil }
 
-// controlErr is the client's error for a statement a control refused.
+// controlErr is the client's error for a statement a control refused:
+// the code, SQLSTATE and text the refusal carries (a *mysqlwire.SQLError,
+// or any error with a MySQLError method, as the engine's errors have).
 func controlErr(err error) *mysqlwire.SQLError {
 	var se *mysqlwire.SQLError
 	if errors.As(err, &se) {
 		return se
+	}
+	var me interface {
+		MySQLError() (uint16, string, string)
+	}
+	if errors.As(err, &me) {
+		code, state, msg := me.MySQLError()
+		return newErr(code, state, "%s", msg)
 	}
 	return newErr(codeUnknownError, "HY000", "holdfast: %v", err)
 }

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -73,5 +75,24 @@ func TestExplain(t *testing.T) {
 		if ti.Tag == "fast" || ti.Tag == "checkout_x" {
 			t.Errorf("explain counted tag %s", ti.Tag)
 		}
+	}
+}
+
+type refusal struct{}
+
+func (refusal) Error() string { return "controls: tag t is read-only" }
+func (refusal) MySQLError() (uint16, string, string) {
+	return 9011, "25006", "holdfast: tag t is read-only"
+}
+
+// A statement-level control's refusal reaches the client with the code,
+// SQLSTATE and text it carries.
+func TestControlErr(t *testing.T) {
+	e := controlErr(fmt.Errorf("refused: %w", refusal{}))
+	if e.Code != 9011 || e.State != "25006" || e.Msg != "holdfast: tag t is read-only" {
+		t.Fatalf("controlErr = %+v", e)
+	}
+	if e := controlErr(errors.New("x")); e.Code != codeUnknownError {
+		t.Fatalf("a plain error: %+v", e)
 	}
 }
