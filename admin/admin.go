@@ -246,6 +246,7 @@ func (a *Admin) routes() http.Handler {
 	api.HandleFunc("DELETE /api/shapes/{shape}/limit", a.apiShapeUnlimit)
 	api.HandleFunc("GET /api/controls", a.apiControls)
 	api.HandleFunc("GET /api/fleet", a.apiFleet)
+	api.HandleFunc("GET /api/explain", a.apiExplain)
 	if a.o.Authority != nil {
 		api.HandleFunc("GET /api/authority", a.apiAuthority)
 		api.HandleFunc("PUT /api/authority", a.apiSetAuthority)

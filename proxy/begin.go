@@ -5,7 +5,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
-	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+	"github.com/holdfast-db/holdfast/proxy/sessionstate"
 )
 
 // Deferred BEGIN: a plain BEGIN outside a transaction (typed, or a prepared
@@ -17,55 +17,45 @@ import (
 // a driver sends) decides its tag before a connection is borrowed, and hold
 // time starts when work does.
 
-// deferTransaction answers a BEGIN / COMMIT / ROLLBACK (typed, or a
-// prepared statement's text) locally when no backend work is involved; it
-// reports whether it did. A deferred BEGIN is kept as the COM_QUERY to send.
-func (s *session) deferTransaction(sql []byte, info *sqlscan.Info, tag *attribution.Tag, tagged bool) bool {
-	if info.Statements != 1 || s.lease.bc != nil {
-		return false
+// deferBegin answers a plain BEGIN (typed, or a prepared statement's
+// text) locally, and keeps it as the COM_QUERY to send with the
+// transaction's first statement; a tagged BEGIN's tag is the
+// transaction's.
+func (s *session) deferBegin(sql []byte, tag *attribution.Tag, tagged bool) {
+	s.state.Txn.PendingBegin = append(append(s.state.Txn.PendingBegin[:0], comQuery), sql...)
+	s.state.Status |= mysqlwire.StatusInTrans
+	if tagged {
+		s.setTxnTag(tag)
 	}
-	switch {
-	case info.Kind == sqlscan.KindBegin && s.state.status&mysqlwire.StatusInTrans == 0:
-		if !info.Plain {
-			return false
-		}
-		s.tx.pendingBegin = append(append(s.tx.pendingBegin[:0], comQuery), sql...)
-		s.state.status |= mysqlwire.StatusInTrans
-		if tagged {
-			s.setTxnTag(tag)
-		}
-		s.writeOK(0, 0)
-		return true
-	case (info.Kind == sqlscan.KindCommit || info.Kind == sqlscan.KindRollback) && s.tx.pendingBegin != nil:
-		if !info.Plain {
-			return false
-		}
-		s.tx.pendingBegin = nil
-		s.state.status &^= mysqlwire.StatusInTrans
-		s.setTxnTag(nil)
-		s.writeOK(0, 0)
-		return true
-	}
-	return false
+	s.writeOK(0, 0)
+}
+
+// endDeferred answers a plain COMMIT or ROLLBACK of a transaction whose
+// deferred BEGIN was never sent: nothing reached the backend.
+func (s *session) endDeferred() {
+	s.state.Txn.PendingBegin = nil
+	s.state.Status &^= mysqlwire.StatusInTrans
+	s.setTxnTag(nil)
+	s.writeOK(0, 0)
 }
 
 // startDeferredBegin sends the deferred BEGIN on a freshly borrowed
 // connection. With ahead, it only buffers it: the statement written next
 // goes out in the same write (one round trip for both), and readBeginAhead
 // reads BEGIN's OK before that statement's response. Only a single SELECT
-// may ride along so (see plainSelect): should BEGIN fail (a plain
+// may ride along so (see policy.PlainSelect): should BEGIN fail (a plain
 // BEGIN practically never does), the SELECT has run on its own, which for
 // a read changes nothing (a locking read's locks end with it), and the
 // transaction is lost (see beginLost).
 func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
-	begin := s.tx.pendingBegin
-	s.tx.pendingBegin = nil
+	begin := s.state.Txn.PendingBegin
+	s.state.Txn.PendingBegin = nil
 	if ahead {
 		bc.w.Seq = 0
 		if err := bc.w.WritePacket(begin); err != nil {
 			return err
 		}
-		s.tx.beginInFlight = true
+		s.state.Txn.BeginInFlight = true
 		s.srv.beginsAhead.Add(1)
 		return nil
 	}
@@ -76,7 +66,7 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	if err != nil {
 		return err
 	}
-	s.state.status = ok.Status & sessionStatus
+	s.state.Status = ok.Status & sessionstate.Status
 	return nil
 }
 
@@ -86,8 +76,8 @@ func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 // gets an error instead and the connection closes after it, as when a
 // backend connection is lost inside a transaction.
 func (s *session) beginLost(err error) *mysqlwire.SQLError {
-	s.state.status &^= mysqlwire.StatusInTrans
-	s.tx.pendingBegin, s.closeAfter = nil, true
+	s.state.Status &^= mysqlwire.StatusInTrans
+	s.state.Txn.PendingBegin, s.closeAfter = nil, true
 	s.setTxnTag(nil)
 	var se *mysqlwire.SQLError
 	if errors.As(err, &se) {
@@ -96,18 +86,11 @@ func (s *session) beginLost(err error) *mysqlwire.SQLError {
 	return newErr(codeServerLost, "HY000", "holdfast: lost the backend connection while starting the transaction; nothing in it took effect. The connection is closed; reconnect and retry.")
 }
 
-// plainSelect reports whether info describes a single SELECT that touches
-// no variables and nothing else of the session: one that may be pipelined,
-// and that a deferred BEGIN may ride along with.
-func plainSelect(info *sqlscan.Info) bool {
-	return info.Kind == sqlscan.KindSelect && info.Statements == 1 && info.Features == 0 && info.LastInsertIDColumn == ""
-}
-
 // readBeginAhead reads the OK of a BEGIN sent ahead of the statement just
 // written; the statement's response follows it. A failed BEGIN comes back
 // as *beginError.
 func (s *session) readBeginAhead(bc *backendConn) error {
-	s.tx.beginInFlight = false
+	s.state.Txn.BeginInFlight = false
 	// BEGIN's OK is packet 1 of its exchange; the statement's response
 	// numbers on from the statement's last packet (more than one when it
 	// is 16 MiB or longer).
@@ -122,14 +105,14 @@ func (s *session) readBeginAhead(bc *backendConn) error {
 		return err
 	}
 	bc.r.Seq = seq
-	s.state.status = ok.Status & sessionStatus
+	s.state.Status = ok.Status & sessionstate.Status
 	return nil
 }
 
 // settleBegin reads the OK of a BEGIN buffered ahead before some other
 // exchange (preparing a statement) uses the connection.
 func (s *session) settleBegin(bc *backendConn) error {
-	if !s.tx.beginInFlight {
+	if !s.state.Txn.BeginInFlight {
 		return nil
 	}
 	if err := bc.w.Flush(); err != nil {

@@ -19,18 +19,18 @@ import (
 const maxStmtCopy = 512
 
 // setTxnTag makes tag the open transaction's (nil: none), with the name
-// the statement carried when accounting folded it (see gateKey).
+// the statement carried when accounting folded it (see policy.Key).
 func (s *session) setTxnTag(tag *attribution.Tag) {
-	s.tx.tag, s.tx.raw = tag, ""
+	s.state.Txn.Tag, s.state.Txn.Raw = tag, ""
 	if tag != nil && tag.Name() == attribution.Other && len(s.tagRaw) > 0 && string(s.tagRaw) != attribution.Other {
-		s.tx.raw = string(s.tagRaw)
+		s.state.Txn.Raw = string(s.tagRaw)
 	}
 }
 
 // defaultTag is the tag of a statement without its own.
 func (s *session) defaultTag() *attribution.Tag {
-	if s.tx.tag != nil {
-		return s.tx.tag
+	if s.state.Txn.Tag != nil {
+		return s.state.Txn.Tag
 	}
 	return s.connTag
 }
@@ -38,27 +38,27 @@ func (s *session) defaultTag() *attribution.Tag {
 // noteTag records an explicit tag as the transaction's when it is the first
 // inside one.
 func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
-	if tagged && s.tx.tag == nil && (s.state.status&mysqlwire.StatusInTrans != 0 || s.tx.pendingBegin != nil) {
+	if tagged && s.state.Txn.Tag == nil && (s.state.Status&mysqlwire.StatusInTrans != 0 || s.state.Txn.PendingBegin != nil) {
 		s.setTxnTag(tag)
 	}
 }
 
-// borrow returns the held backend connection, or takes a lease (admitted
-// through the tag's on-call controls, acquired, brought to the session's
-// state) and starts a deferred BEGIN on it (with ahead, in the same write
-// as the statement the caller sends next, see startDeferredBegin).
-func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *mysqlwire.SQLError) {
+// borrow returns the held backend connection, or takes a lease for tag
+// (admitted through the on-call controls of key, in class cl, acquired,
+// brought to the session's state) and starts a deferred BEGIN on it (with
+// ahead, in the same write as the statement the caller sends next, see
+// startDeferredBegin).
+func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool) (*backendConn, *mysqlwire.SQLError) {
 	if s.lease.bc != nil {
 		s.waitKills()
 		return s.lease.bc, nil
 	}
 	// The session's state is restored once the hold is visible to the
 	// janitor and to kills: take without sync, then sync below.
-	key := s.gateKey(tag)
 	if r := s.route; r != nil {
 		// A read routed to a replica: a replica that cannot lend a
 		// connection sends it to the primary instead (replicas.go).
-		err := s.srv.takeAs(s.srv.ctx, &s.lease, tag, key, s.srv.classOf(key), s.state.variant, leaseState{}, &r.be)
+		err := s.srv.take(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &r.be)
 		switch {
 		case err == nil:
 		case errors.Is(err, errTagDrained), errors.Is(err, errTagLimit), errors.Is(err, errShed):
@@ -76,12 +76,12 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *mysql
 		}
 	}
 	if s.lease.bc == nil {
-		if err := s.srv.take(s.srv.ctx, &s.lease, tag, key, s.state.variant, leaseState{}); err != nil {
-			if errors.Is(err, errShed) && s.tx.pendingBegin != nil {
+		if err := s.srv.take(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &s.srv.primary); err != nil {
+			if errors.Is(err, errShed) && s.state.Txn.PendingBegin != nil {
 				// Shedding answers "transaction rolled back" (40001): the
 				// deferred BEGIN never reached the backend, so it ends here.
-				s.tx.pendingBegin = nil
-				s.state.status &^= mysqlwire.StatusInTrans
+				s.state.Txn.PendingBegin = nil
+				s.state.Status &^= mysqlwire.StatusInTrans
 				s.setTxnTag(nil)
 			}
 			return nil, leaseErr(err)
@@ -95,14 +95,14 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *mysql
 	// A deferred BEGIN starts below: the transaction runs from its first
 	// statement on, and the bounds on transactions apply to that statement
 	// too (a failed start releases, which clears it).
-	s.inTxn = s.tx.pendingBegin != nil
+	s.inTxn = s.state.Txn.PendingBegin != nil
 	s.mu.Unlock()
-	if s.state.vars == nil {
-		s.state.vars = s.initialVars()
+	if s.state.Vars == nil {
+		s.state.Vars = s.initialVars()
 	}
 	err := s.sync(bc)
 	began := false
-	if err == nil && s.tx.pendingBegin != nil {
+	if err == nil && s.state.Txn.PendingBegin != nil {
 		began = true
 		err = s.startDeferredBegin(bc, ahead)
 	}
@@ -127,7 +127,7 @@ func (s *session) borrow(tag *attribution.Tag, ahead bool) (*backendConn, *mysql
 // between statements: inside a transaction, pinned by session state, or
 // through the next statement after SET TRANSACTION.
 func (s *session) keepsBackend() bool {
-	return s.state.status&mysqlwire.StatusInTrans != 0 || s.state.pinReason != "" || s.tx.holdNext
+	return s.state.Status&mysqlwire.StatusInTrans != 0 || s.state.PinReason != "" || s.state.Txn.HoldNext
 }
 
 // release gives the held backend connection back to the pool and records
@@ -136,8 +136,8 @@ func (s *session) release(reusable bool) {
 	if s.lease.bc == nil {
 		return
 	}
-	s.srv.give(&s.lease, reusable, s.tx.tag, s.id, s.lastSQL, s.lastMode)
-	s.tx.beginInFlight = false // a BEGIN sent ahead belongs to that connection
+	s.srv.give(&s.lease, reusable, s.state.Txn.Tag, s.id, s.lastSQL, s.lastMode)
+	s.state.Txn.BeginInFlight = false // a BEGIN sent ahead belongs to that connection
 	s.holding.Store(false)
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey, s.inTxn = time.Time{}, "", "", false
@@ -145,35 +145,9 @@ func (s *session) release(reusable bool) {
 }
 
 // controlsByTag reports whether some on-call control or overload class is
-// in force, so that the tag a statement carries matters (see gateKey).
+// in force, so that the tag a statement carries matters (see policy.Key).
 func (s *Server) controlsByTag() bool {
 	return s.gates.active.Load() != 0 || s.classes.table.Load() != nil
-}
-
-// gateKey is the name a borrow for tag passes the on-call controls and
-// gets its overload class under:
-// the tag the statement (or its transaction) carries, even when
-// accounting folded it into other (attribution.max_tags reached) or does
-// not look at tags (attribution.disabled), so that a drain, a limit or a
-// max_transaction_time of that tag applies to it.
-func (s *session) gateKey(tag *attribution.Tag) string {
-	name := tag.Name()
-	if !s.srv.controlsByTag() {
-		return name
-	}
-	if !s.srv.attr && len(s.tagRaw) > 0 {
-		return string(s.tagRaw) // attribution.disabled: tags are not accounted, but gated
-	}
-	if name != attribution.Other {
-		return name
-	}
-	if tag == s.tx.tag && s.tx.raw != "" {
-		return s.tx.raw
-	}
-	if len(s.tagRaw) > 0 && string(s.tagRaw) != attribution.Other {
-		return string(s.tagRaw)
-	}
-	return name
 }
 
 // stmtStart begins timing a statement on the held connection: the gap since
@@ -186,7 +160,7 @@ func (s *session) stmtStart(tag *attribution.Tag, sql []byte) time.Time {
 	s.lease.stmtStart(now, s.lastSQL, s.lastMode)
 	s.lastSQL, s.lastMode = append(s.lastSQL[:0], sql[:min(len(sql), maxStmtCopy)]...), s.mode
 	t := s.defaultTagFor(tag)
-	key := s.gateKey(t)
+	key := s.keyOf(t)
 	s.mu.Lock()
 	s.holdTag, s.holdKey = t.Name(), key
 	s.stmtText, s.stmtShape, s.stmtMode = append(s.stmtText[:0], s.lastSQL...), s.shape, s.mode
@@ -195,8 +169,8 @@ func (s *session) stmtStart(tag *attribution.Tag, sql []byte) time.Time {
 }
 
 func (s *session) defaultTagFor(tag *attribution.Tag) *attribution.Tag {
-	if s.tx.tag != nil {
-		return s.tx.tag
+	if s.state.Txn.Tag != nil {
+		return s.state.Txn.Tag
 	}
 	return tag
 }
@@ -206,16 +180,13 @@ func (s *session) stmtEnd(tag *attribution.Tag, start time.Time, failed bool) {
 	if !s.srv.attr {
 		return
 	}
-	now := time.Now()
-	d := now.Sub(start)
-	tag.Statement(d, failed)
-	s.lease.stmtEnd(now, d)
+	s.srv.statementDone(&s.lease, tag, start, time.Now(), failed)
 }
 
 // afterTxnState updates transaction accounting once a statement's final
 // status is known; it returns the connection unless the session keeps it.
 func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
-	inTxn := s.state.status&mysqlwire.StatusInTrans != 0
+	inTxn := s.state.Status&mysqlwire.StatusInTrans != 0
 	s.lease.txnState(inTxn)
 	if prev&mysqlwire.StatusInTrans != 0 && !inTxn && s.srv.attr {
 		s.defaultTagFor(tag).Transaction()
@@ -224,7 +195,7 @@ func (s *session) afterTxnState(prev uint16, tag *attribution.Tag) {
 	s.inTxn = inTxn
 	s.mu.Unlock()
 	s.maybeRelease()
-	if !inTxn && s.tx.pendingBegin == nil {
+	if !inTxn && s.state.Txn.PendingBegin == nil {
 		s.setTxnTag(nil)
 	}
 }

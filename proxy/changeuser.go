@@ -110,9 +110,9 @@ func (s *session) comChangeUser(p []byte) bool {
 		old.release()
 	}
 	s.tagMemo = tagMemo{}
-	s.state.variant = s.state.variant.withAccount(u.account)
-	s.srv.useKey(s.state.variant)
-	s.state.db, s.coll = db, coll
+	s.variant = s.variant.withAccount(u.account)
+	s.srv.useKey(s.variant)
+	s.state.DB, s.coll = db, coll
 	s.writeOK(0, 0)
 	return true
 }

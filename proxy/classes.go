@@ -242,7 +242,7 @@ func (s *Server) applyConfigClasses(o config.Overload) {
 	s.setClasses(srcConfig, m)
 }
 
-// classOf is the class of a borrow for tag key (see session.gateKey).
+// classOf is the class of a borrow for tag key (see policy.Key).
 func (s *Server) classOf(key string) class {
 	t := s.classes.table.Load()
 	if t == nil {

@@ -773,6 +773,70 @@ func diffCorpus(r *diffRun) {
 	r.prepare(second, "own", "SELECT 2")
 	r.execute(second, "own", 0, nil, false)
 	r.quit(second)
+
+	diffKeptVars(r)
+}
+
+// keptVarSets are the session variables holdfast keeps for a client or
+// restores on each connection it uses, each set to a value that is not
+// its default, and read back with it.
+var keptVarSets = []struct{ name, set, value string }{
+	{"wait_timeout", "SET SESSION wait_timeout = 1234", "7"},
+	{"interactive_timeout", "SET SESSION interactive_timeout = 2345", "8"},
+	{"session_track_system_variables", "SET SESSION session_track_system_variables = 'time_zone,autocommit'", "'sql_mode'"},
+	{"session_track_schema", "SET SESSION session_track_schema = OFF", "ON"},
+	{"session_track_state_change", "SET SESSION session_track_state_change = ON", "OFF"},
+	{"time_zone", "SET SESSION time_zone = '+04:00'", "'+05:00'"},
+	{"sql_select_limit", "SET SESSION sql_select_limit = 3", "4"},
+}
+
+// diffKeptVars reads each kept and each restored variable after a SET
+// SESSION of it, in text and as a prepared statement, on a connection
+// borrowed for the statement (the first execute, which prepares it), on
+// one shared with other statements (a pipe: the later executes and plain
+// reads), and on the connection of a transaction, and sets it with a
+// prepared SET too. The pipelined path must have been taken.
+func diffKeptVars(r *diffRun) {
+	r.t.Helper()
+	pipelined := r.p.srv.Stats().Pipelined
+	k := r.login("kept")
+	for _, v := range keptVarSets {
+		read := "SELECT @@" + v.name + ", ?"
+		r.q(k, v.set)
+		r.q(k, "SELECT @@"+v.name)
+		r.q(k, "SELECT @@session."+v.name+" AS v")
+		r.q(k, "SHOW SESSION VARIABLES LIKE '"+v.name+"'")
+		r.prepare(k, "read "+v.name, read)
+		for range 3 { // borrowed (and prepared) first, then on a pipe
+			r.execute(k, "read "+v.name, 0, []rawmysql.Param{pLongLong(1)}, true)
+		}
+		r.prepare(k, "show "+v.name, "SHOW SESSION VARIABLES LIKE '"+v.name+"'")
+		r.execute(k, "show "+v.name, 0, nil, false)
+		r.execute(k, "show "+v.name, 0, nil, false)
+		r.q(k, "BEGIN")
+		r.q(k, "SELECT 1")
+		r.execute(k, "read "+v.name, 0, []rawmysql.Param{pLongLong(2)}, true)
+		r.q(k, "SELECT @@"+v.name)
+		r.q(k, "COMMIT")
+		r.prepare(k, "set "+v.name, "SET SESSION "+v.name+" = "+v.value)
+		r.execute(k, "set "+v.name, 0, nil, false)
+		r.q(k, "SELECT @@"+v.name)
+		r.execute(k, "read "+v.name, 0, []rawmysql.Param{pLongLong(3)}, true)
+		r.execute(k, "read "+v.name, 0, []rawmysql.Param{pLongLong(4)}, true)
+		r.q(k, "SET SESSION "+v.name+" = DEFAULT")
+		r.execute(k, "read "+v.name, 0, []rawmysql.Param{pLongLong(5)}, true)
+		r.q(k, "SELECT @@"+v.name)
+	}
+	r.quit(k)
+	// The next client on the same backend connection has the defaults.
+	n := r.login("after kept")
+	for _, v := range keptVarSets {
+		r.q(n, "SELECT @@"+v.name)
+	}
+	r.quit(n)
+	if r.p.srv.Stats().Pipelined == pipelined {
+		r.t.Errorf("no statement of the kept variables' steps was pipelined")
+	}
 }
 
 // TestSwapConnID: an id that is also part of the SQLSTATE or of a longer

@@ -127,6 +127,15 @@ func TestConnectionIDEveryForm(t *testing.T) {
 			t.Errorf("prepared %s = %s, want %s", q, got, id)
 		}
 	}
+	// Also on the connection the session holds: inside a transaction, the
+	// prepared SELECT CONNECTION_ID() is still holdfast's id.
+	st := c.mustPrepare("SELECT CONNECTION_ID()")
+	c.mustQuery("BEGIN")
+	c.mustQuery("SELECT 1")
+	if r := c.mustExecute(st, nil, true); r.Cell(0, 0) != id {
+		t.Errorf("prepared SELECT CONNECTION_ID() inside a transaction = %s, want %s", r.Cell(0, 0), id)
+	}
+	c.mustQuery("COMMIT")
 	// And KILL takes it.
 	killer := p.raw(t, rawmysql.Options{})
 	killer.mustOK(append([]byte{rawmysql.ComQuery}, ("KILL " + c.value("SELECT CONNECTION_ID() + 0"))...))

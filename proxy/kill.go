@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	plan "github.com/holdfast-db/holdfast/proxy/policy"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -27,21 +27,22 @@ import (
 // multi-statement text each KILL runs in its place and the statements
 // around it run on the backend, as MariaDB runs such a text (see
 // killAmong).
-func (s *session) killText(p []byte, info *sqlscan.Info, tag *attribution.Tag) bool {
-	switch {
+func (s *session) killText(c *packetCmd) bool {
+	switch info := c.info; {
 	case info.Statements <= 1:
-		k, serr := s.killIn(p[1:], info)
+		k, serr := s.killIn(c.p[1:], info)
 		if serr != nil {
 			s.writeErr(serr)
 			return true
 		}
 		return s.killStatement(k, false)
-	case !s.state.multiStmts:
+	case !s.state.MultiStmts:
 		// Multi-statements are off: the server refuses the whole text
 		// (1064) before running any of it, as MariaDB would.
-		return s.run(p, comQuery, info, tag)
+		pl := s.decide(c, nil, true)
+		return s.run(c, &pl)
 	}
-	return s.killAmong(p[1:], tag)
+	return s.killAmong(c.p[1:], c.tag)
 }
 
 // errKillForm is the answer to a KILL holdfast cannot translate.
@@ -88,7 +89,7 @@ func (s *session) killAmong(sql []byte, tag *attribution.Tag) bool {
 	for _, sp := range spans {
 		text := sql[sp.Start:sp.End]
 		one := mode.Scan(text)
-		if one.Features&sqlscan.FeatKill == 0 && (one.Features&dynamicSQL == 0 || !smuggledKill(mode, text, 0)) {
+		if one.Features&sqlscan.FeatKill == 0 && (one.Features&plan.DynamicSQL == 0 || !plan.SmuggledKill(mode, text, 0)) {
 			if n := len(parts); n > 0 && parts[n-1].kill == nil {
 				parts[n-1].end = sp.End // the run of plain statements goes on
 			} else {
@@ -122,20 +123,17 @@ func (s *session) killAmong(sql []byte, tag *attribution.Tag) bool {
 	return true
 }
 
-// runAmong runs statements of a multi-statement text on the backend; more
-// says that further results of the text follow theirs.
+// runAmong runs statements of a multi-statement text on the backend, as
+// they are; more says that further results of the text follow theirs.
 func (s *session) runAmong(text []byte, tag *attribution.Tag, more bool) bool {
-	info := s.scanMode().Scan(text)
-	q := append(append(s.rewrite[:0], comQuery), text...)
-	if info.Features&sqlscan.FeatConnectionID != 0 {
-		if r, ok := s.scanMode().AppendConnectionID(q[:1:1], text, uint64(s.id)); ok {
-			q = r
-		}
-	}
-	s.rewrite = q
+	c := &s.part
+	c.scan = s.scanMode().Scan(text)
+	s.amongBuf = append(append(s.amongBuf[:0], comQuery), text...)
+	c.set(plan.Query, s.amongBuf, &c.scan, tag, false)
 	s.reply.moreAfter = more
 	defer func() { s.reply.moreAfter = false }()
-	return s.run(q, comQuery, &info, tag)
+	pl := s.decide(c, nil, true)
+	return s.execute(c, &pl)
 }
 
 // killUser implements KILL [CONNECTION|QUERY] USER name: it acts on
@@ -438,36 +436,6 @@ func (w *clientWatch) disarm() {
 	}
 }
 
-// maxKillDepth bounds the nesting of EXECUTE IMMEDIATE text searched for a
-// KILL.
-const maxKillDepth = 4
-
-// smuggledKill reports whether a text with dynamicSQL may have the server
-// run a KILL: the literal text of an EXECUTE IMMEDIATE or PREPARE ...
-// FROM in it is or holds one (at any depth), or an expression's literal
-// parts, joined as they are or with spaces (where values come between
-// them), read as one (CONCAT('KILL ', @id)).
-func smuggledKill(mode sqlscan.Mode, sql []byte, depth int) bool {
-	for _, d := range mode.AppendDynamic(nil, sql) {
-		if !d.Literal {
-			for _, sep := range []string{"", " "} {
-				if mode.Scan(bytes.Join(d.Parts, []byte(sep))).Features&sqlscan.FeatKill != 0 {
-					return true
-				}
-			}
-			continue
-		}
-		inner := mode.Scan(d.Text)
-		if inner.Features&sqlscan.FeatKill != 0 {
-			return true
-		}
-		if inner.Features&dynamicSQL != 0 && (depth >= maxKillDepth || smuggledKill(mode, d.Text, depth+1)) {
-			return true
-		}
-	}
-	return false
-}
-
 // killIn returns the KILL statement that text, one statement whose scan
 // is info, has the server run: info itself for a KILL; for EXECUTE
 // IMMEDIATE of a literal KILL (the whole statement, without USING), that
@@ -477,14 +445,14 @@ func smuggledKill(mode sqlscan.Mode, sql []byte, depth int) bool {
 // through), and KILL text that is built by an expression or buried in a
 // larger statement.
 func (s *session) killIn(text []byte, info *sqlscan.Info) (*sqlscan.Info, *mysqlwire.SQLError) {
-	if info.Features&dynamicSQL == 0 || info.Kind == sqlscan.KindKill {
+	if info.Features&plan.DynamicSQL == 0 || info.Kind == sqlscan.KindKill {
 		return info, nil
 	}
 	mode := s.scanMode()
-	for depth := 0; depth <= maxKillDepth; depth++ {
+	for depth := 0; depth <= plan.MaxKillDepth; depth++ {
 		ds := mode.AppendDynamic(nil, text)
 		for _, d := range ds {
-			if d.Prepare && (d.Literal && mode.Scan(d.Text).Features&(sqlscan.FeatKill|dynamicSQL) != 0 || !d.Literal) {
+			if d.Prepare && (d.Literal && mode.Scan(d.Text).Features&(sqlscan.FeatKill|plan.DynamicSQL) != 0 || !d.Literal) {
 				return nil, errPreparedKill()
 			}
 		}

@@ -13,28 +13,45 @@ import (
 )
 
 // A lease is one borrow of a backend connection, and the one way any
-// borrower gets one: a client session (for a transaction or one autocommit
-// statement, or for good when pinned), holdfast's own work (the
-// reservation engine, its refiller and sweeper), and, for its accounting, a
-// pipelined statement's turn on a shared connection. A lease is admitted by
-// its tag's on-call controls (gate.go), acquired from the pool, brought to
-// the session state its borrower asks for, and its hold is accounted to a
-// tag: the wait before it, then the time held, split into statements
-// executing, idle inside a transaction, and the rest (idle while pinned
-// outside a transaction, holdfast's own restore round trips).
+// borrower gets one, in one of three kinds:
+//
+//   - a connection of its own (take): a client session's, for a
+//     transaction or one autocommit statement, or for good when pinned;
+//     holdfast's own work's (the reservation engine, its refiller and
+//     sweeper, lend.go). Admitted by its tag's on-call controls (gate.go)
+//     and its class's (classes.go), acquired from the backend's pool,
+//     brought to the session state its borrower asks for;
+//   - a turn on a shared pipe (takeTurn): a pipelined statement's, on a
+//     connection other statements share (pipeline.go, whose connection is
+//     taken idle with takeIdle). It passes no control: policy pipelines
+//     only statements under none;
+//   - an admission (admitOnly): a CALL holdfast.*'s, which holds no
+//     connection (the engine borrows its own) but passes its tag's
+//     controls, and holds a slot under a limit while it runs.
+//
+// Each is accounted here, once: the wait before it (per tag, per backend,
+// per class), its statements (statementDone: per tag), and its hold (give:
+// per tag and per backend), split into statements executing, idle inside a
+// transaction, and the rest (idle while pinned outside a transaction,
+// holdfast's own restore round trips). give ends every kind.
 //
 // A lease is a value its borrower owns (a session keeps one and reuses
 // it, so a borrow allocates nothing); nothing in it is safe for
 // concurrent use. The borrower's goroutine is the only one to call its
 // methods.
 type lease struct {
-	bc    *backendConn     // the connection held; nil when none
+	bc *backendConn // the connection held; nil when none
+	// turn is the backend whose shared pipe a turn is on (nil: no turn);
+	// admitted: an admission that holds no connection.
+	turn     *backend
+	admitted bool
+
 	tag   *attribution.Tag // tag of the statement that started the borrow
 	use   *tagUse          // tag's counters on a replica (nil on the primary)
 	gated string           // tag counted under a connection limit ("" if none)
 	// classGated: counted under the background class's cap.
 	classGated bool
-	start      time.Time // when the connection was acquired
+	start      time.Time // when the connection was acquired (the turn began, the admission passed)
 
 	exec      time.Duration // statements executing
 	idleInTxn time.Duration // between statements inside a transaction
@@ -55,7 +72,7 @@ type leaseState struct {
 
 // admit passes a borrow for tag through the on-call controls of key (the
 // tag the statement carries, which is tag's name unless accounting folded
-// it: see session.gateKey), waiting up to the pool's acquire timeout
+// it: see policy.Key), waiting up to the pool's acquire timeout
 // (within ctx) for a slot under a limit. It reports the key counted under
 // a limit ("" if none), which the borrow must exit; a refusal wraps
 // errTagDrained or errTagLimit, and is counted under tag.
@@ -80,22 +97,16 @@ func (s *Server) admit(ctx context.Context, tag *attribution.Tag, key string) (g
 	return "", err
 }
 
-// take admits a borrow for tag under key (see admit), acquires a connection of variant v for it
-// within ctx, and brings the connection to st (st.vars nil: leave its
-// session state as it is). On success l holds the connection. A refusal
-// by the controls or the pool comes back as their error (see leaseErr); a
-// failed sync returns the connection (closed after an I/O error) and comes
-// back as a syncFailed.
-func (s *Server) take(ctx context.Context, l *lease, tag *attribution.Tag, key string, v variant, st leaseState) error {
-	return s.takeAs(ctx, l, tag, key, s.classOf(key), v, st, &s.primary)
-}
-
-// takeAs is take for a borrow of class cl (see classes.go): its place in
-// the pool's queue, the background cap, and shedding.
-//
-// be is the backend to borrow from: the primary, or a replica a read was
-// routed to.
-func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key string, cl class, v variant, st leaseState, be *backend) error {
+// take admits a borrow for tag under key (see admit) in class cl (see
+// classes.go: its place in the pool's queue, the background cap, and
+// shedding), acquires a connection of variant v from backend be (the
+// primary, or a replica a read was routed to) for it within ctx, and
+// brings the connection to st (st.vars nil: leave its session state as it
+// is). On success l holds the connection. A refusal by the controls or
+// the pool comes back as their error (see leaseErr); a failed sync
+// returns the connection (closed after an I/O error) and comes back as a
+// syncFailed.
+func (s *Server) take(ctx context.Context, l *lease, tag *attribution.Tag, key string, cl class, v variant, st leaseState, be *backend) error {
 	// The wait starts before the controls: time queued behind a tag's
 	// limit is that tag's wait.
 	start := time.Now()
@@ -128,18 +139,9 @@ func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key
 	}
 	bc := l.bc
 	now := time.Now() // the hold's start: the janitor's bounds need it, attribution or not
-	if s.attr {
-		tag.Borrowed(now.Sub(start))
-	}
+	*l = lease{bc: bc, tag: tag, gated: gated, classGated: classGated, start: now, longStmt: l.longStmt[:0]}
+	s.waited(l, be, now.Sub(start))
 	s.classWaited(cl, now.Sub(start))
-	be.borrows.Add(1)
-	be.waitNs.Add(int64(now.Sub(start)))
-	u := be.use(tag)
-	if u != nil {
-		u.borrows.Add(1)
-		u.waitNs.Add(int64(now.Sub(start)))
-	}
-	*l = lease{bc: bc, tag: tag, use: u, gated: gated, classGated: classGated, start: now, longStmt: l.longStmt[:0]}
 	if bc.vars == nil {
 		bc.vars = s.baseVars()
 	}
@@ -157,6 +159,72 @@ func (s *Server) takeAs(ctx context.Context, l *lease, tag *attribution.Tag, key
 		return syncFailed{err}
 	}
 	return nil
+}
+
+// waited accounts the wait of a lease l of backend be that began after
+// wait: to its tag and to the backend (and the tag's use of a replica).
+func (s *Server) waited(l *lease, be *backend, wait time.Duration) {
+	if s.attr {
+		l.tag.Borrowed(wait)
+	}
+	be.borrows.Add(1)
+	be.waitNs.Add(int64(wait))
+	if l.use = be.use(l.tag); l.use != nil {
+		l.use.borrows.Add(1)
+		l.use.waitNs.Add(int64(wait))
+	}
+}
+
+// takeIdle lends a pipe an idle connection of the primary of variant v
+// that fit accepts, without waiting, dialing or passing any control: a
+// pipe's connection is accounted by its statements' turns (takeTurn), and
+// goes back with givePipe when the last of them leaves. unfit: an idle
+// connection exists, but fit refused it.
+func (s *Server) takeIdle(v variant, fit func(*backendConn) bool) (bc *backendConn, ok, unfit bool) {
+	bc, ok, unfit = s.pool.TryAcquire(v, fit)
+	if ok && bc.vars == nil {
+		bc.vars = s.baseVars()
+	}
+	return bc, ok, unfit
+}
+
+// givePipe gives a pipe's connection back to the pool (closed unless
+// reusable).
+func (s *Server) givePipe(bc *backendConn, reusable bool) { s.pool.Release(bc, reusable) }
+
+// takeTurn begins l, a statement's turn on a pipe of backend be, for tag:
+// queued since start, it may read its response now. The time queued
+// behind the pipe's statements is its wait; its turn, the time the
+// connection works for it, its hold, so that per-tag hold time still adds
+// up to connections busy.
+func (s *Server) takeTurn(l *lease, tag *attribution.Tag, start time.Time, be *backend) {
+	now := time.Now()
+	*l = lease{turn: be, tag: tag, start: now, longStmt: l.longStmt[:0]}
+	s.waited(l, be, now.Sub(start))
+}
+
+// admitOnly passes a borrow that takes no connection (a CALL holdfast.*,
+// whose engine borrows its own) for tag through key's controls within
+// ctx, as take would; l then holds the slot taken under a limit, until
+// give.
+func (s *Server) admitOnly(ctx context.Context, l *lease, tag *attribution.Tag, key string) error {
+	gated, err := s.admit(ctx, tag, key)
+	if err != nil {
+		return err
+	}
+	*l = lease{admitted: true, tag: tag, gated: gated, start: time.Now(), longStmt: l.longStmt[:0]}
+	return nil
+}
+
+// statementDone accounts a statement on lease l under tag, which ran from
+// start to end (failed: an error ended it): every statement holdfast
+// runs or answers for a client or for itself is accounted here.
+func (s *Server) statementDone(l *lease, tag *attribution.Tag, start, end time.Time, failed bool) {
+	d := end.Sub(start)
+	if s.attr {
+		tag.Statement(d, failed)
+	}
+	l.stmtEnd(end, d)
 }
 
 // poolOf is the pool bc belongs to.
@@ -229,13 +297,22 @@ func (l *lease) txnState(inTxn bool) {
 	l.hadTxn = l.hadTxn || inTxn
 }
 
-// give ends the lease: the hold is accounted to tag (the tag it started
-// under when nil), the connection goes back to the pool (closed unless
-// reusable), and a slot taken under a limit is freed. clientID names the
-// borrower in the slow-transaction log (0: holdfast's own work), lastSQL
-// its last statement (lexed under lastMode).
+// give ends the lease (of any kind; none held: nothing): the hold is
+// accounted to tag (the tag it started under when nil), the connection
+// goes back to the pool (closed unless reusable), and a slot taken under a
+// limit is freed. An admission has no hold to account; a turn gives no
+// connection back (its pipe does, givePipe). clientID names the borrower
+// in the slow-transaction log (0: holdfast's own work), lastSQL its last
+// statement (lexed under lastMode).
 func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID uint32, lastSQL []byte, lastMode sqlscan.Mode) {
-	if l.bc == nil {
+	switch {
+	case l.admitted:
+		if l.gated != "" {
+			s.gates.exit(l.gated)
+		}
+		*l = lease{longStmt: l.longStmt[:0]}
+		return
+	case l.bc == nil && l.turn == nil:
 		return
 	}
 	if tag == nil {
@@ -244,6 +321,11 @@ func (s *Server) give(l *lease, reusable bool, tag *attribution.Tag, clientID ui
 	now := time.Now()
 	if s.attr && tag != nil {
 		s.account(l, tag, now, clientID, lastSQL, lastMode)
+	}
+	if l.turn != nil {
+		l.turn.holdNs.Add(int64(now.Sub(l.start)))
+		*l = lease{longStmt: l.longStmt[:0]}
+		return
 	}
 	if be := l.bc.be; be != nil {
 		be.holdNs.Add(int64(now.Sub(l.start)))

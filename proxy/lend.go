@@ -44,7 +44,7 @@ func (s *Server) BorrowEngine(ctx context.Context, tag string) (*EngineConn, err
 	st := leaseState{db: s.TablesSchema(), vars: s.baseVars(), multiStmts: true}
 	// Critical whatever its tag: the engine's borrows are few and short,
 	// and every CALL holdfast.* of every class waits on them.
-	if err := s.takeAs(ctx, &c.lease, s.rec.TagString(tag), tag, classCritical, variant(0).withAccount(s.accts.own), st, &s.primary); err != nil {
+	if err := s.take(ctx, &c.lease, s.rec.TagString(tag), tag, classCritical, variant(0).withAccount(s.accts.own), st, &s.primary); err != nil {
 		var sf syncFailed
 		if errors.As(err, &sf) {
 			return nil, fmt.Errorf("proxy: prepare a connection for %s: %w", tag, sf.err)
@@ -89,8 +89,8 @@ func (c *EngineConn) run(ctx context.Context, sql string) (*textResult, error) {
 	c.mu.Unlock()
 	res, err := c.lease.bc.query(ctx, sql)
 	end := time.Now()
+	c.srv.statementDone(&c.lease, c.lease.tag, now, end, err != nil)
 	if c.srv.attr {
-		c.lease.tag.Statement(end.Sub(now), err != nil)
 		// The statement ran for the callers of the CALLs it serves: each
 		// gets an even share of its time.
 		if callers := attribution.Callers(ctx); len(callers) > 0 {
@@ -100,7 +100,6 @@ func (c *EngineConn) run(ctx context.Context, sql string) (*textResult, error) {
 			}
 		}
 	}
-	c.lease.stmtEnd(end, end.Sub(now))
 	if err == nil {
 		inTxn := res.status&mysqlwire.StatusInTrans != 0
 		c.lease.txnState(inTxn)

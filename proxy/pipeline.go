@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/internal/waitq"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	plan "github.com/holdfast-db/holdfast/proxy/policy"
 	"github.com/holdfast-db/holdfast/proxy/pool"
-	"github.com/holdfast-db/holdfast/proxy/sqlscan"
+	"github.com/holdfast-db/holdfast/proxy/sessionstate"
 )
 
 // Pipelining: the MySQL protocol lets a client send several commands
@@ -78,51 +78,23 @@ func (s *Server) pipelineDepth() int { return s.config().Pool.PipelineDepth }
 // ensureVars gives the session its variables' starting values once the
 // primary's defaults are known.
 func (s *session) ensureVars() {
-	if s.state.vars == nil && s.srv.primary.base.Load() != nil {
-		s.state.vars = s.initialVars()
+	if s.state.Vars == nil && s.srv.primary.base.Load() != nil {
+		s.state.Vars = s.initialVars()
 	}
 }
 
-// unboundRead reports whether a statement of info is a plain SELECT the
-// session may run on any connection: it holds none and is in no
-// transaction, pinned or pending state, and its variables are known.
-func (s *session) unboundRead(info *sqlscan.Info) bool {
-	return s.lease.bc == nil && s.state.vars != nil && s.tx.pendingBegin == nil && s.state.pinReason == "" && !s.tx.holdNext &&
-		s.state.status&mysqlwire.StatusInTrans == 0 && s.state.status&mysqlwire.StatusAutocommit != 0 && plainSelect(info)
-}
-
-// pipelinable reports whether a statement of tag may be pipelined, and its
-// overload class. A
-// pipelined statement takes no lease, so passes no control: a drained or
-// limited tag's statements borrow instead (and are refused or counted
-// there), as do background ones while the background cap is in force;
-// the other tags' pipeline as usual.
-func (s *session) pipelinable(info *sqlscan.Info, size int, tag *attribution.Tag) (class, bool) {
-	s.ensureVars()
-	if !(s.unboundRead(info) && size < 1<<16 && s.srv.pipelineDepth() > 0) {
-		return 0, false
-	}
-	key := s.gateKey(tag)
-	if !s.srv.gates.free(key) {
-		return 0, false
-	}
-	t := s.srv.classes.table.Load()
-	if t == nil {
-		return classNormal, true
-	}
-	// Background statements borrow, under the background cap (classes.go).
-	cl := t.lookup(key)
-	return cl, !t.background || cl != classBackground
-}
-
-// runPipelined runs a statement on a pipe. handled is false when no pipe
-// could take it (the caller then borrows a connection as usual).
-func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution.Tag, cl class, cs *clientStmt, text []byte) (handled, keep bool) {
+// runPipelined runs command c on a pipe, as plan pl allows (policy: an
+// autocommit plain SELECT, of a tag under no admission control, not of
+// the background class while it is capped). A pipelined statement takes
+// no lease of its own, so passes no control. handled is false when no
+// pipe could take it (the caller then borrows a connection as usual).
+func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
+	tag, cl, text := c.base().tag, pl.Class, c.text()
 	start := time.Now()
 	q := s.srv.pipes.waiters
 	var w *waitq.Waiter[struct{}, struct{}]
 	var ctx context.Context
-	p, turn, cmd, wait := s.srv.joinPipe(s, cs, cl, build)
+	p, turn, cmd, wait := s.srv.joinPipe(s, c, cl)
 	for p == nil && wait {
 		// A pipe fit for us exists but cannot take us now (full, busy with
 		// a slow statement, or closed to newcomers while transactions wait
@@ -141,7 +113,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 			return true, true
 		}
 		// A place may have opened between the failed try and queueing.
-		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, cl, build); p != nil || !wait {
+		if p, turn, cmd, wait = s.srv.joinPipe(s, c, cl); p != nil || !wait {
 			if _, handed := q.Leave(w); handed {
 				q.GiveBack(struct{}{}) // a wake-up we no longer need
 			}
@@ -155,7 +127,7 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 			}
 			return true, true
 		}
-		if p, turn, cmd, wait = s.srv.joinPipe(s, cs, cl, build); p == nil && !wait {
+		if p, turn, cmd, wait = s.srv.joinPipe(s, c, cl); p == nil && !wait {
 			// Woken, but off to borrow a connection instead: the place
 			// we were woken for goes to the next waiter.
 			q.GiveBack(struct{}{})
@@ -166,16 +138,11 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 	}
 	<-turn
 	// Our turn: the statements before ours are done, so the backend thread
-	// runs ours. Time queued behind them counts as waiting for a
-	// connection; the hold is the time the connection worked for us, so
-	// that per-tag hold time still adds up to connections busy.
-	turnAt := time.Now()
-	held := lease{tag: tag, start: turnAt} // the turn's hold, accounted like any lease
-	if s.srv.attr {
-		tag.Borrowed(turnAt.Sub(start))
-	}
+	// runs ours. It is a lease of the primary's (a turn: see takeTurn).
+	s.srv.takeTurn(&s.turnLease, tag, start, &s.srv.primary)
+	turnAt := s.turnLease.start
 	s.mu.Lock()
-	s.holdSince, s.holdTag, s.holdKey = turnAt, tag.Name(), s.gateKey(tag)
+	s.holdSince, s.holdTag, s.holdKey = turnAt, tag.Name(), pl.Key
 	s.stmtText, s.stmtShape, s.stmtMode = append(s.stmtText[:0], text[:min(len(text), maxStmtCopy)]...), s.shape, s.mode
 	s.mu.Unlock()
 	p.mu.Lock()
@@ -201,19 +168,8 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		}
 	}
 	p.leave()
-	// The turn is a lease of the primary's connection, for the per-backend
-	// totals too.
-	end := time.Now()
-	s.srv.primary.borrows.Add(1)
-	s.srv.primary.waitNs.Add(int64(turnAt.Sub(start)))
-	s.srv.primary.holdNs.Add(int64(end.Sub(turnAt)))
-	if s.srv.attr {
-		now := end
-		d := now.Sub(turnAt)
-		tag.Statement(d, err != nil || rr.failed)
-		held.stmtEnd(now, d)
-		s.srv.account(&held, tag, now, s.id, nil, 0)
-	}
+	s.srv.statementDone(&s.turnLease, tag, turnAt, time.Now(), err != nil || rr.failed)
+	s.srv.give(&s.turnLease, true, tag, s.id, nil, 0)
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey = time.Time{}, "", ""
 	s.mu.Unlock()
@@ -233,27 +189,25 @@ func (s *session) runPipelined(build func(*backendConn) []byte, tag *attribution
 		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during a read-only statement; nothing was changed, it is safe to retry"))
 		return true, true
 	}
-	s.state.status = rr.status & sessionStatus
+	s.state.Status = rr.status & sessionstate.Status
 	s.srv.pipelined.Add(1)
 	return true, true
 }
 
-// joinPipe queues cmd on a pipe matching the session's state, or on a new
-// pipe over an idle connection, and writes it (with whatever else is
-// queued) unless another sender is writing. It returns the pipe and the
-// channel that signals this statement's turn to read its response; a nil
-// pipe when neither is possible without waiting.
-func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*backendConn) []byte) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
+// joinPipe queues command c on a pipe matching the session's state, or
+// on a new pipe over an idle connection, and writes it (with whatever
+// else is queued) unless another sender is writing. It returns the pipe,
+// the channel that signals this statement's turn to read its response,
+// and the command's bytes; a nil pipe when neither is possible without
+// waiting.
+func (srv *Server) joinPipe(s *session, c command, cl class) (p *pipe, turn chan struct{}, cmd []byte, wait bool) {
 	if s.turn == nil {
 		s.turn = make(chan struct{}, 1)
 	}
 	turn = s.turn
 	// An idle connection first: no statement waits behind another then.
-	bc, ok, other := srv.pool.TryAcquire(s.state.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, cs) })
+	bc, ok, other := srv.takeIdle(s.variant, func(bc *backendConn) bool { return s.fitsPipe(bc, c) })
 	if ok {
-		if bc.vars == nil {
-			bc.vars = srv.baseVars()
-		}
 		p = &bc.pipe
 		p.mu.Lock()
 		p.reset(bc, srv)
@@ -261,7 +215,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*ba
 		srv.pipes.mu.Lock()
 		srv.pipes.open = append(srv.pipes.open, p)
 		srv.pipes.mu.Unlock()
-		cmd = build(bc)
+		cmd = c.wire(s, bc)
 		p.enqueueLocked(turn, cmd)
 		return p, turn, cmd, false
 	}
@@ -282,7 +236,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*ba
 	bestLen := depth
 	for _, x := range srv.pipes.open {
 		x.mu.Lock()
-		if !x.closed && x.killing == 0 && x.class == cl && s.fitsPipe(x.bc, cs) && !srv.pool.Retired(x.bc) { // a retired server's pipe takes no newcomers
+		if !x.closed && x.killing == 0 && x.class == cl && s.fitsPipe(x.bc, c) && !srv.pool.Retired(x.bc) { // a retired server's pipe takes no newcomers
 			wait = true
 			if open && len(x.queue) < bestLen && now.Sub(x.headSince) < time.Duration(srv.slowHead.Load()) {
 				best, bestLen = x, len(x.queue)
@@ -292,7 +246,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*ba
 	}
 	if best == nil {
 		srv.pipes.mu.Unlock()
-		if wait && open && srv.pool.CanDial(s.state.variant) {
+		if wait && open && srv.pool.CanDial(s.variant) {
 			// Fitting pipes are full, but the pool has room: a connection
 			// of our own comes sooner than a place.
 			wait = false
@@ -305,7 +259,7 @@ func (srv *Server) joinPipe(s *session, cs *clientStmt, cl class, build func(*ba
 		best.mu.Unlock()
 		return nil, nil, nil, true
 	}
-	cmd = build(best.bc)
+	cmd = c.wire(s, best.bc)
 	best.enqueueLocked(turn, cmd)
 	return best, turn, cmd, false
 }
@@ -322,15 +276,16 @@ func (ps *pipes) wakeAll() { ps.waiters.HandOffAll(struct{}{}) }
 // value in force (tests change it).
 const defaultSlowHead = 20 * time.Millisecond
 
-// fitsPipe reports whether bc's session state is the session's, and (for a
-// prepared statement) whether bc has it prepared: a pipe cannot restore or
-// prepare without delaying the statements queued on it.
-func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
+// fitsPipe reports whether bc's session state is the session's, and
+// whether bc has what command c needs (a prepared statement, prepared):
+// a pipe cannot restore or prepare without delaying the statements queued
+// on it.
+func (s *session) fitsPipe(bc *backendConn, c command) bool {
 	vars := bc.vars
 	if vars == nil {
 		vars = s.srv.baseVars()
 	}
-	if bc.variant != s.state.variant || !bc.dbKnown || bc.db != s.state.db || bc.multiStmts != s.state.multiStmts || !s.state.vars.Equal(vars) {
+	if bc.variant != s.variant || !bc.dbKnown || bc.db != s.state.DB || bc.multiStmts != s.state.MultiStmts || !s.state.Vars.Equal(vars) {
 		return false
 	}
 	// A statement whose parameter count changed on this connection (the
@@ -338,7 +293,7 @@ func (s *session) fitsPipe(bc *backendConn, cs *clientStmt) bool {
 	// does one prepared in another database than the session's, whose run
 	// switches the database and back, which the server reports as a
 	// session state change (see afterStatement).
-	return cs == nil || cs.db == s.state.db && fitsExecute(bc, cs)
+	return c.fits(s, bc)
 }
 
 // enqueueLocked (p.mu held; released here) queues a command and its turn
@@ -459,7 +414,7 @@ func (p *pipe) leave() {
 		srv.pipes.open = slices.Delete(srv.pipes.open, i, i+1)
 	}
 	srv.pipes.mu.Unlock()
-	srv.pool.Release(bc, !broken && !poisoned)
+	srv.givePipe(bc, !broken && !poisoned)
 	// The pipe is gone: everyone waiting for a place in it tries again
 	// (another pipe, an idle connection, or the pool's queue); waiters for
 	// other pipes re-queue in their turn.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	plan "github.com/holdfast-db/holdfast/proxy/policy"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -30,38 +30,24 @@ const (
 	codeParseError = 1064
 )
 
-// isHoldfastCall reports whether a CALL statement, as the lexing pass saw
-// it, names a routine of the holdfast schema (in any letter case, quoted
-// or not).
-func isHoldfastCall(sql []byte, info *sqlscan.Info) bool {
-	sch := info.CallSchema
-	return info.Kind == sqlscan.KindCall && bytes.EqualFold(sql[sch.Start:sch.End], holdfastSchema)
-}
-
-var holdfastSchema = []byte("holdfast")
-
-// maybeProcedure answers a text-protocol CALL holdfast.*; it reports
-// whether the statement was one.
-func (s *session) maybeProcedure(sql []byte, info *sqlscan.Info, tag *attribution.Tag) bool {
-	if !isHoldfastCall(sql, info) {
-		return false
-	}
+// maybeProcedure answers a text-protocol CALL holdfast.* (policy decided
+// it is one).
+func (s *session) maybeProcedure(sql []byte, info *sqlscan.Info, tag *attribution.Tag) {
 	call, err := s.scanMode().ParseCall(sql)
 	if err != nil {
 		s.writeErr(newErr(codeParseError, "42000", "holdfast: %v", err))
-		return true
+		return
 	}
 	args := make([]any, len(call.Args))
 	for i, a := range call.Args {
 		v, err := textArg(a)
 		if err != nil {
 			s.writeErr(newErr(codeWrongArguments, "HY000", "holdfast.%s: argument %d: %v", call.Name, i+1, err))
-			return true
+			return
 		}
 		args[i] = v
 	}
 	s.runProcedure(call.Name, args, false, tag)
-	return true
 }
 
 func textArg(a sqlscan.Arg) (any, error) {
@@ -106,14 +92,14 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool, tag *at
 	}
 	start := time.Now()
 	cols, rows, err := s.callProcedure(name, args, tag)
+	end := time.Now()
 	if s.srv.routing != nil {
 		// The engine committed on connections of its own: no GTID of
 		// them reaches this session (see routeRead).
-		s.rywAfter = time.Now()
+		s.state.RYWAfter = end
 	}
-	if s.srv.attr {
-		tag.Statement(time.Since(start), err != nil)
-	}
+	s.srv.statementDone(&s.callLease, tag, start, end, err != nil)
+	s.srv.give(&s.callLease, true, nil, s.id, nil, 0) // the admission's slot, if it took one
 	if err != nil {
 		s.writeErr(procErr(name, err))
 		return
@@ -134,7 +120,8 @@ func (s *session) runProcedure(name string, args []any, binaryRows bool, tag *at
 var errCallInterrupted = errors.New("KILL QUERY, KILL, or the client hanging up")
 
 // callProcedure runs one engine call under a context of its own, which
-// interrupt cancels, so that a kill or the client's disconnect ends it as
+// interrupt cancels, once its tag's controls admitted it (its admission,
+// callLease, is the caller's to give back), so that a kill or the client's disconnect ends it as
 // they end a statement on the backend; the engine answers such a call
 // with what it did (nothing, or an outcome it cannot know).
 func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) ([]string, [][]any, error) {
@@ -146,8 +133,7 @@ func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) (
 	s.interrupted.Store(false)
 	s.watch.arm()
 	defer s.watch.disarm()
-	gated, err := s.srv.admit(ctx, tag, s.gateKey(tag))
-	if err != nil {
+	if err := s.srv.admitOnly(ctx, &s.callLease, tag, s.keyOf(tag)); err != nil {
 		s.mu.Lock()
 		s.execCall = nil
 		s.mu.Unlock()
@@ -155,9 +141,6 @@ func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) (
 			return nil, nil, newErr(codeQueryInterrupted, "70100", "holdfast.%s: interrupted while queued under its tag's connection limit; nothing was done", name)
 		}
 		return nil, nil, callRefused{err}
-	}
-	if gated != "" {
-		defer s.srv.gates.exit(gated)
 	}
 	cols, rows, err := s.srv.procs.Call(attribution.WithCallers(ctx, tag), name, args)
 	s.mu.Lock()
@@ -173,12 +156,12 @@ func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) (
 func (s *session) procRefused(name string) *mysqlwire.SQLError {
 	const keeps = "holdfast: CALL holdfast.%s borrows a backend connection of its own, and this session keeps one "
 	switch {
-	case s.state.status&mysqlwire.StatusInTrans != 0:
+	case s.state.Status&mysqlwire.StatusInTrans != 0:
 		return newErr(codeProcInTxn, "HY000", "holdfast: CALL holdfast.%s runs in its own transaction and cannot join yours; call it outside BEGIN ... COMMIT", name)
-	case s.state.pinReason != "":
+	case s.state.PinReason != "":
 		return newErr(codeProcHeld, "HY000", keeps+"for its session state (pinned by %s); call it from a connection without such state (user variables, temporary tables, GET_LOCK, ...)",
-			name, s.state.pinReason)
-	case s.tx.holdNext:
+			name, s.state.PinReason)
+	case s.state.Txn.HoldNext:
 		return newErr(codeProcHeld, "HY000", keeps+"for the transaction SET TRANSACTION prepared; call it before SET TRANSACTION or after that transaction", name)
 	case s.lease.bc != nil:
 		return newErr(codeProcHeld, "HY000", "holdfast: CALL holdfast.%s borrows a backend connection of its own, and this session still holds one; call it after COMMIT or ROLLBACK, or from another connection", name)
@@ -249,7 +232,7 @@ func columnType(rows [][]any, i int) byte {
 // prepareProcedure answers COM_STMT_PREPARE of a CALL holdfast.* locally;
 // it reports whether the statement was one.
 func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
-	if s.srv.procs == nil || !isHoldfastCall(p[1:], info) {
+	if s.srv.procs == nil || !plan.HoldfastCall(p[1:], info) {
 		return false
 	}
 	call, err := s.scanMode().ParseCall(p[1:])
@@ -264,7 +247,9 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 		}
 	}
 	s.ps.nextStmt++
-	cs := &clientStmt{id: s.ps.nextStmt, query: string(p[1:]), params: params, call: &call}
+	cs := &clientStmt{id: s.ps.nextStmt, query: string(p[1:]), params: params, call: &call, info: *info, mode: s.scanMode(), prot: s.srv.protected.Load()}
+	cs.text = []byte(cs.query)
+	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
 	tag, tagged, serr := s.statementTag(p[1:], info)
 	if serr != nil {
 		s.writeErr(serr)
@@ -281,18 +266,18 @@ func (s *session) prepareProcedure(p []byte, info *sqlscan.Info) bool {
 	s.writePacket(s.out)
 	if params > 0 {
 		for i := 0; i < params; i++ {
-			s.out = mysqlwire.AppendColumnDef(s.out[:0], mysqlwire.Column{Name: "?", Type: mysql.MYSQL_TYPE_VAR_STRING}, s.state.variant&varTypeInfo != 0)
+			s.out = mysqlwire.AppendColumnDef(s.out[:0], mysqlwire.Column{Name: "?", Type: mysql.MYSQL_TYPE_VAR_STRING}, s.variant&varTypeInfo != 0)
 			s.writePacket(s.out)
 		}
-		s.out = mysqlwire.AppendEOF(s.out[:0], 0, s.state.status&^mysqlwire.StatusSessionChanged)
+		s.out = mysqlwire.AppendEOF(s.out[:0], 0, s.state.Status&^mysqlwire.StatusSessionChanged)
 		s.writePacket(s.out)
 	}
 	return true
 }
 
 // executeProcedure runs a prepared CALL holdfast.* with its bound
-// parameters.
-func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte) {
+// parameters, under tag.
+func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte, tag *attribution.Tag) {
 	params, err := mysqlwire.DecodeParams(cs.params, nullMap, cs.types, values, cs.longData)
 	if err != nil {
 		s.writeErr(errMalformedPacket(err.Error()))
@@ -310,16 +295,6 @@ func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte) {
 			return
 		}
 		args[i] = v
-	}
-	tag, serr := s.savedTag(cs)
-	if serr != nil {
-		s.writeErr(serr)
-		return
-	}
-	if tag != nil {
-		s.noteTag(tag, true)
-	} else {
-		tag = s.defaultTag()
 	}
 	s.runProcedure(cs.call.Name, args, true, tag)
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	plan "github.com/holdfast-db/holdfast/proxy/policy"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
@@ -24,30 +25,8 @@ func (s *Server) ProtectTables(schema string, tables []string) {
 	s.protected.Store(sqlscan.NewProtected(schema, tables))
 }
 
-// dynamicSQL are the features of texts that run statement text Scan does
-// not read.
-const dynamicSQL = sqlscan.FeatExecImmediate | sqlscan.FeatSQLPrepare
-
-// mayWriteProtected reports whether a text scanned with the protected
-// tables may write, lock or alter one: it names one (or drops a
-// database), or runs statement text of its own, and it is not one plain
-// read.
-func mayWriteProtected(info *sqlscan.Info) bool {
-	if !info.NamesProtected && info.Features&dynamicSQL == 0 {
-		return false
-	}
-	plainRead := info.Statements == 1 && (info.Kind == sqlscan.KindSelect || info.Kind == sqlscan.KindShow) &&
-		info.Features&(sqlscan.FeatLocking|dynamicSQL) == 0
-	return !plainRead
-}
-
-// protectedErr returns error 9009 when the text sql, lexed under mode with
-// db current, writes, locks or alters a table of prot; nil otherwise.
-func protectedErr(mode sqlscan.Mode, sql []byte, prot *sqlscan.Protected, db string) *mysqlwire.SQLError {
-	r, refused := mode.CheckProtected(sql, prot, db)
-	if !refused {
-		return nil
-	}
+// protectedErr is error 9009 for a text refused as r says.
+func protectedErr(r sqlscan.Refusal) *mysqlwire.SQLError {
 	const instead = "Change the engine's data with CALL holdfast.* and on-call controls with holdfastctl or the admin API."
 	in := ""
 	if r.Dynamic {
@@ -63,14 +42,14 @@ func protectedErr(mode sqlscan.Mode, sql []byte, prot *sqlscan.Protected, db str
 	return newErr(codeProtected, "42000", "holdfast: %s is one of holdfast's own tables: a client statement may read it but not write, lock or alter it, nor read it in a statement that writes%s. %s", table, in, instead)
 }
 
-// refuseProtected answers a text that writes, locks or alters one of
+// refuseProtected answers a text to prepare that writes, locks or alters one of
 // holdfast's tables with error 9009 and reports whether it did.
 func (s *session) refuseProtected(mode sqlscan.Mode, sql []byte, info *sqlscan.Info, prot *sqlscan.Protected, db string) bool {
-	if prot == nil || !mayWriteProtected(info) {
+	if prot == nil || !plan.MayWriteProtected(info) {
 		return false
 	}
-	if serr := protectedErr(mode, sql, prot, db); serr != nil {
-		s.writeErr(serr)
+	if r, refused := mode.CheckProtected(sql, prot, db); refused {
+		s.writeErr(protectedErr(r))
 		return true
 	}
 	return false

@@ -34,14 +34,14 @@ type relayResult struct {
 // protocol error, which leaves the backend connection unusable. A deferred
 // BEGIN sent ahead of the command answers first (see readBeginAhead).
 func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
-	if s.tx.beginInFlight {
+	if s.state.Txn.BeginInFlight {
 		if err := s.readBeginAhead(bc); err != nil {
-			return relayResult{status: s.state.status}, err
+			return relayResult{status: s.state.Status}, err
 		}
 	}
 	// An ERR packet carries no status: until an OK or EOF says otherwise,
 	// the status is what it was.
-	rr := relayResult{status: s.state.status}
+	rr := relayResult{status: s.state.Status}
 	defer func() {
 		if s.gone && err == nil {
 			err = errClientGone
@@ -67,7 +67,7 @@ func (s *session) relay(bc *backendConn, cmd byte) (_ relayResult, err error) {
 			rr.sawErr(bc)
 			s.srv.noteBackendErr(rr.errCode) // a 1290 (read-only): the topology is checked again at once
 			s.reply.err = true
-			s.state.rowCount = -1
+			s.state.RowCount = -1
 			return rr, s.stream(bc, n)
 		case first[0] == mysqlwire.HeaderOK && cmd != comFieldList:
 			more, err := s.relayOK(bc, n, &rr)
@@ -118,7 +118,7 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 	}
 	rr.status = ok.Status
 	rr.affected = ok.AffectedRows
-	s.state.rowCount = int64(ok.AffectedRows)
+	s.state.RowCount = int64(ok.AffectedRows)
 	if ok.InsertID != 0 {
 		rr.insertID = ok.InsertID
 	}
@@ -127,13 +127,13 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 		if !rr.sc.AddStateInfo(ok.StateInfo) {
 			return false, fmt.Errorf("%w: bad session state information", errMalformed)
 		}
-		if s.sessionTrack() && s.state.kept != nil {
+		if s.sessionTrack() && s.state.Kept != nil {
 			// Tell the client only what its own tracking settings ask
 			// for, as they stand after this statement.
 			if kept := varstate.KeptOnly(rr.sc.Vars[n:]); len(kept) > 0 {
-				s.setKept(s.state.kept.With(kept))
+				s.state.SetKept(s.state.Kept.With(kept))
 			}
-			s.stateBuf = s.state.kept.Track.Apply(s.stateBuf[:0], ok.StateInfo)
+			s.stateBuf = s.state.Kept.Track.Apply(s.stateBuf[:0], ok.StateInfo)
 			if !bytes.Equal(s.stateBuf, ok.StateInfo) {
 				ok.StateInfo = s.stateBuf
 				s.out = mysqlwire.AppendOK(s.out[:0], ok, true)
@@ -230,7 +230,7 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 			if rr.status&mysqlwire.StatusSessionChanged != 0 {
 				rr.sc.NoteEOFChange()
 			}
-			s.state.rowCount = -1 // a result set's
+			s.state.RowCount = -1 // a result set's
 			s.clientEOF(p, rr.status)
 			s.clientWrote(s.w.WritePacket(p))
 			return rr.status&mysqlwire.StatusMoreResults != 0, nil
@@ -239,7 +239,7 @@ func (s *session) relayRows(bc *backendConn, n int, rr *relayResult) (bool, erro
 			// or failing while it runs.
 			rr.sawErr(bc)
 			s.reply.err = true
-			s.state.rowCount = -1
+			s.state.RowCount = -1
 			return false, s.stream(bc, n)
 		}
 		if err := s.stream(bc, n); err != nil {
@@ -331,11 +331,11 @@ type resultSet struct {
 // writeResultSet sends rs in the text protocol, or the binary one (for
 // COM_STMT_EXECUTE) when binary is set.
 func (s *session) writeResultSet(rs *resultSet, binaryRows bool) {
-	st := s.state.status &^ (mysqlwire.StatusMoreResults | mysqlwire.StatusSessionChanged)
+	st := s.state.Status &^ (mysqlwire.StatusMoreResults | mysqlwire.StatusSessionChanged)
 	s.out = mysqlwire.AppendLenEnc(s.out[:0], uint64(len(rs.cols)))
 	s.writePacket(s.out)
 	for _, c := range rs.cols {
-		s.out = mysqlwire.AppendColumnDef(s.out[:0], c, s.state.variant&varTypeInfo != 0)
+		s.out = mysqlwire.AppendColumnDef(s.out[:0], c, s.variant&varTypeInfo != 0)
 		s.writePacket(s.out)
 	}
 	s.out = mysqlwire.AppendEOF(s.out[:0], 0, st)
@@ -353,5 +353,5 @@ func (s *session) writeResultSet(rs *resultSet, binaryRows bool) {
 	}
 	s.out = mysqlwire.AppendEOF(s.out[:0], 0, st)
 	s.writePacket(s.out)
-	s.state.rowCount = -1
+	s.state.RowCount = -1
 }

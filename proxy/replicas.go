@@ -14,17 +14,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/proxy/controls"
 	"github.com/holdfast-db/holdfast/proxy/pool"
-	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
 // Reads on replicas (backend.replicas, routing). A read may go to a replica
 // when it is an autocommit SELECT outside a transaction from a session that
 // keeps no backend connection, with nothing that depends on the session or
-// may write (plainSelect: no function that is not built in, no locking
+// may write (policy.PlainSelect: no function that is not built in, no locking
 // clause, no variables), and its tag's policy (routing.tags) allows it:
 //
 //   - replica_stale_ok: to a replica within routing.max_replica_lag;
@@ -326,22 +324,22 @@ func (s *Server) learnReplica(r *replica, bc *backendConn) error {
 	return nil
 }
 
-// routeRead returns the replica a statement goes to, or nil for the
-// primary. The caller has checked that the statement may go to one
-// (replicaRead).
-func (s *session) routeRead(tag *attribution.Tag) *replica {
+// routeRead returns the replica a read goes to under routing policy pol,
+// or nil for the primary. Policy decided that the statement may go to one
+// under pol (policy.Decide: an autocommit plain SELECT from a session
+// that keeps no connection, naming no variables, without a
+// /* holdfast:primary */ hint and with nothing that only the primary or
+// the session's own connection knows, policy.PrimaryOnly); here a replica
+// is picked that has what pol asks.
+func (s *session) routeRead(pol policy) *replica {
 	rt := s.srv.routing
-	pol := rt.policyOf(s.gateKey(tag))
-	if pol == policyPrimary {
+	if rt == nil || pol == policyPrimary {
 		return nil
 	}
-	if pol == policyReplica && s.writesUnplaced {
-		return nil // a write we cannot place: its reads stay on the primary
-	}
 	var after gtidPos
-	if pol == policyReplica && !s.rywAfter.IsZero() {
+	if pol == policyReplica && !s.state.RYWAfter.IsZero() {
 		var ok bool
-		if after, ok = rt.sampleAfter(s.rywAfter); !ok {
+		if after, ok = rt.sampleAfter(s.state.RYWAfter); !ok {
 			return nil // the engine's writes are not yet in a sample
 		}
 	}
@@ -353,7 +351,7 @@ func (s *session) routeRead(tag *attribution.Tag) *replica {
 		if st == nil || !st.up || r.defaultsDiffer.Load() {
 			continue
 		}
-		if pol == policyReplica && !st.pos.covers(s.writes) {
+		if pol == policyReplica && !st.pos.covers(s.state.Writes) {
 			continue
 		}
 		if after != nil && !st.pos.covers(after) {
@@ -366,7 +364,7 @@ func (s *session) routeRead(tag *attribution.Tag) *replica {
 		return nil
 	}
 	if after != nil && len(cands) == len(rt.replicas) {
-		s.rywAfter = time.Time{} // every replica has the engine's writes now
+		s.state.RYWAfter = time.Time{} // every replica has the engine's writes now
 	}
 	pick := rand.IntN(total)
 	for _, r := range cands {
@@ -381,47 +379,7 @@ func (s *session) routeRead(tag *attribution.Tag) *replica {
 // noteWrite records the GTID of a commit the session's statement made, so
 // that its reads under the replica policy wait for it (routeRead).
 func (s *session) noteWrite(gtid string) {
-	d, seq, ok := parseGTID(gtid)
-	if !ok {
-		s.writesUnplaced = true
-		return
-	}
-	if s.writes == nil {
-		s.writes = gtidPos{}
-	}
-	s.writes[d] = max(s.writes[d], seq)
-}
-
-// replicaRead reports whether a statement may go to a replica: the
-// conditions of pipelining (an autocommit plain SELECT from a session that
-// keeps no connection), no variables named, one statement, no
-// /* holdfast:primary */ hint, and nothing that only the primary or the
-// session's own connection knows (primaryOnly; plainSelect, in
-// unboundRead, rules these out today, and the routing must not depend on
-// that).
-func (s *session) replicaRead(info *sqlscan.Info) bool {
-	return s.srv.routing != nil && s.unboundRead(info) && info.Vars == 0 && !info.PrimaryHint && info.Features&primaryOnly == 0
-}
-
-// primaryOnly are the features of reads whose answer a replica does not
-// have: user-level locks (IS_FREE_LOCK, IS_USED_LOCK: a lock taken with
-// GET_LOCK exists on the primary only, so a replica finds every lock
-// free) and the values of the session's last statement (LAST_INSERT_ID(),
-// @@identity, ROW_COUNT(), FOUND_ROWS(), CONNECTION_ID()).
-const primaryOnly = sqlscan.FeatLockInfo | sqlscan.FeatLastInsertID | sqlscan.FeatRowCount |
-	sqlscan.FeatFoundRowsFunc | sqlscan.FeatConnectionID
-
-// replicaFor returns the replica a statement of info under tag goes to,
-// or nil for the primary (replicaRead, then routeRead).
-func (s *session) replicaFor(info *sqlscan.Info, tag *attribution.Tag) *replica {
-	if s.srv.routing == nil {
-		return nil
-	}
-	s.ensureVars()
-	if !s.replicaRead(info) {
-		return nil
-	}
-	return s.routeRead(tag)
+	s.state.NoteWrite(parseGTID(gtid))
 }
 
 // sampleAfter returns the first sample of the primary's position taken at

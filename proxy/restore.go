@@ -2,25 +2,25 @@ package proxy
 
 import (
 	"errors"
-	"fmt"
-	"strings"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
-	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
-// Session state restore: bringing a borrowed backend connection's
-// database, session variables and multi-statement option in line with the
-// session's, and learning what a statement changed.
+// The session's state on a backend connection: its database, variables
+// and multi-statement option restored on a borrowed connection before a
+// statement, the kept variables put in place around one that reads them,
+// and the connection the state reads back through after a statement
+// (sessionstate.State.After).
 
 // sync restores our database, session variables and multi-statement option
 // on bc, one round trip per thing that differs.
 func (s *session) sync(bc *backendConn) error {
 	defer bc.bound(s.srv.exchangeTimeout())()
-	return syncConn(bc, s.state.db, s.state.vars, s.state.multiStmts)
+	return syncConn(bc, s.state.DB, s.state.Vars, s.state.MultiStmts)
 }
 
 func syncConn(bc *backendConn, db string, vars *varstate.State, multiStmts bool) error {
@@ -53,85 +53,61 @@ func syncConn(bc *backendConn, db string, vars *varstate.State, multiStmts bool)
 	return nil
 }
 
-// noteResultsCollation adds to sc the collation results are now marked
-// with (see varstate.ResultsCollation) when the statement changed the character set:
-// SET NAMES ... gives the connection collation, any other change of
-// character_set_results that character set's default collation.
-func (s *session) noteResultsCollation(sc *varstate.Report, info *sqlscan.Info) {
-	var results, conn string
-	var resultsSet, connSet bool
-	for _, c := range sc.Vars {
-		switch c.Name {
-		case "character_set_results":
-			results, resultsSet = c.Value, true
-		case "collation_connection":
-			conn, connSet = c.Value, true
-		}
-	}
-	switch {
-	case info != nil && info.Features&sqlscan.FeatSetNames != 0 && connSet && (resultsSet || conn != s.state.vars.Get(varstate.ResultsCollation)):
-		sc.Vars = append(sc.Vars, varstate.Change{Name: varstate.ResultsCollation, Value: conn})
-	case resultsSet:
-		coll := ""
-		if b := s.srv.primary.base.Load(); b != nil {
-			coll = b.DefaultCollation(results)
-		}
-		sc.Vars = append(sc.Vars, varstate.Change{Name: varstate.ResultsCollation, Value: coll})
-	}
-}
-
-// readBackVars replaces the values the session tracker reported with the
-// values the server now has. The tracker tells which variables changed, but
-// MariaDB 10.11 can report a stale value (time_zone after a second SET
-// reports the previous zone) and reports SET NAMES ... COLLATE without
-// collation_connection; one SELECT on the same connection is exact.
-func readBackVars(bc *backendConn, sc *varstate.Report) error {
-	names := make([]string, 0, len(sc.Vars)+1)
-	seen := map[string]bool{}
-	charset := false
-	for _, v := range sc.Vars {
-		if !seen[v.Name] {
-			seen[v.Name] = true
-			names = append(names, v.Name)
-		}
-		if strings.HasPrefix(v.Name, "character_set_") {
-			charset = true
-		}
-	}
-	if charset && !seen["collation_connection"] {
-		names = append(names, "collation_connection")
-	}
-	var q strings.Builder
-	q.WriteString("SELECT ")
-	for i, n := range names {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("@@session.`")
-		q.WriteString(n)
-		q.WriteString("`")
-	}
-	q.WriteString(" LIMIT 1") // an explicit LIMIT overrides sql_select_limit
-	res, err := bc.queryLocked(q.String())
-	if err != nil {
-		return err
-	}
-	if len(res.rows) != 1 || len(res.rows[0]) != len(names) {
-		return fmt.Errorf("proxy: reading back %d session variables got %d rows", len(names), len(res.rows))
-	}
-	sc.Vars = sc.Vars[:0]
-	for i, n := range names {
-		v := res.rows[0][i]
-		val := string(v)
-		if v == nil {
-			val = varstate.NullValue
-		}
-		sc.Vars = append(sc.Vars, varstate.Change{Name: n, Value: val})
-	}
-	return nil
-}
-
 // initialVars is the session state this client starts with.
 func (s *session) initialVars() *varstate.State {
 	return s.srv.primary.base.Load().InitialVars(s.coll, s.caps&mysql.CLIENT_IGNORE_SPACE != 0)
+}
+
+// The variables holdfast keeps for a client (see varstate.KeptVars) on a
+// borrowed connection: put in place around a statement that reads them,
+// and read back after one that sets them (sessionstate.State keeps them
+// and does the reading back; here the connection side).
+
+// keptSet is told of every change of the session's kept variables: the
+// idle limit follows them.
+func (s *session) keptSet(k *varstate.KeptVars) {
+	if k != nil {
+		s.waitTimeout.Store(int64(k.WaitTimeout(s.state.Interactive)))
+	}
+}
+
+// putKept gives bc the client's kept variables for a read-only statement
+// that reads them, and returns the SET that puts holdfast's values back
+// ("" when they are the same). beginInFlight is settled first.
+func (s *session) putKept(bc *backendConn) (string, error) {
+	before, after := s.state.KeptSQL(s.srv.hfKept())
+	if before == "" {
+		return "", nil
+	}
+	if err := s.settleBegin(bc); err != nil {
+		return "", err
+	}
+	if _, err := bc.queryLocked(before); err != nil {
+		return "", err
+	}
+	return after, nil
+}
+
+// stateConn is the connection a statement ran on, as the session's state
+// reads and sets it after the statement (sessionstate.Conn): each
+// exchange bounded by the backend's exchange timeout.
+type stateConn struct {
+	bc      *backendConn
+	timeout time.Duration
+}
+
+func (c *stateConn) Exchange(sql string) ([][][]byte, error) {
+	unbound := c.bc.bound(c.timeout)
+	defer unbound()
+	res, err := c.bc.queryLocked(sql)
+	if res == nil {
+		return nil, err
+	}
+	return res.rows, err
+}
+
+func (c *stateConn) PingStatus() (uint16, error) {
+	unbound := c.bc.bound(c.timeout)
+	defer unbound()
+	return c.bc.pingStatus()
 }

@@ -596,8 +596,8 @@ func (s *Server) handshake(nc net.Conn) *session {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	sess := newSession(s, id, conn, u, hello)
-	sess.state.variant = sess.state.variant.withAccount(u.account)
-	s.useKey(sess.state.variant)
+	sess.variant = sess.variant.withAccount(u.account)
+	s.useKey(sess.variant)
 	return sess
 }
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	"github.com/holdfast-db/holdfast/proxy/sessionstate"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
-	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
 
 // session is one client connection after the handshake.
@@ -50,9 +50,16 @@ type session struct {
 	coll    uint8  // handshake collation id
 	attrs   map[string]string
 
-	// state is what the client set of its session: restored on whichever
-	// backend connection serves it, or kept by holdfast (see sessionState).
-	state sessionState
+	// state is the client's session as holdfast keeps it between
+	// statements: what it set (restored on whichever backend connection
+	// serves it), what holdfast keeps for it, its transaction, its
+	// read-your-writes positions, what ties it to its connection.
+	state sessionstate.State
+	// variant is the backend connections this client needs.
+	variant variant
+	// conn is the connection a statement ran on as state reads it after
+	// the statement (set for the call: passing it allocates nothing).
+	conn stateConn
 
 	// ps is the client's prepared statements (stmt.go).
 	ps preparedStmts
@@ -64,39 +71,41 @@ type session struct {
 	connTag *attribution.Tag
 	// rules are the user's bounds connTag was decided under, and tagMemo
 	// the last tag checked against them (tag.go).
-	rules   *userRules
-	tagMemo tagMemo
-	// tx is the transaction as holdfast sees it (begin.go, borrow.go).
-	tx         txnState
+	rules      *userRules
+	tagMemo    tagMemo
 	closeAfter bool // close the connection once the reply is out (see beginLost)
 	// lease is the session's borrow of a backend connection (lease.bc nil:
-	// none held).
-	lease   lease
-	tagBuf  []byte
-	tagRaw  []byte // the current statement's tag as it carries it (in tagBuf); nil when untagged
-	lastSQL []byte // the last statement, truncated (for holders and logs)
-	shape   uint64 // the shape of the statement running now (sqlscan.Info.Shape)
+	// none held); turnLease its pipelined statement's turn on a shared
+	// one, and callLease its CALL holdfast.*'s admission (lease.go).
+	lease     lease
+	turnLease lease
+	callLease lease
+	tagBuf    []byte
+	tagRaw    []byte // the current statement's tag as it carries it (in tagBuf); nil when untagged
+	lastSQL   []byte // the last statement, truncated (for holders and logs)
+	shape     uint64 // the shape of the statement running now (sqlscan.Info.Shape)
 	// mode is how the statement running now was lexed (its session's
 	// sql_mode; a prepared statement's, the prepare's), lastMode
 	// lastSQL's: the digests holders and logs show are made under it.
 	mode, lastMode sqlscan.Mode
 	// route is the replica the statement running now was routed to (nil:
-	// the primary); rywAfter is when the session's last CALL holdfast.*
-	// ended: until a replica has applied the primary's position of then,
-	// its reads under the replica policy go to the primary (replicas.go).
-	route    *replica
-	rywAfter time.Time
-	// writes is the GTID position of the session's commits (the last per
-	// domain, from the server's last_gtid); writesUnplaced: one could not
-	// be read, so its reads under the replica policy stay on the primary.
-	writes         gtidPos
-	writesUnplaced bool
+	// the primary).
+	route *replica
 	// turn signals the session's pipelined statement that its response is
 	// next to read (see joinPipe). Made at the first pipelined statement
 	// and reused: each statement on a pipe takes exactly the one signal
 	// it is sent.
 	turn    chan struct{}
 	rewrite []byte // a statement with CONNECTION_ID() replaced
+
+	// The commands on their way to a backend (execute.go), one of each
+	// kind, reused: query is the client's COM_QUERY (or COM_INIT_DB, ...),
+	// part a run of statements of a text split around a KILL (in amongBuf),
+	// exec a COM_STMT_EXECUTE.
+	query    packetCmd
+	part     packetCmd
+	amongBuf []byte
+	exec     executeCmd
 
 	cw      writeClock    // the client socket under w (see timeouts.go)
 	sock    io.ReadWriter // the client's bytes (mysqlwire.SockIO over a TCP socket)
@@ -138,35 +147,11 @@ type session struct {
 	execCall  context.CancelCauseFunc
 	holdSince time.Time // zero when no backend connection is held
 	holdTag   string    // the hold's tag, as accounted
-	holdKey   string    // ... and as the on-call controls know it (see gateKey)
+	holdKey   string    // ... and as the on-call controls know it (see policy.Key)
 	inTxn     bool
 	stmtText  []byte
 	stmtShape uint64       // stmtText's shape
 	stmtMode  sqlscan.Mode // stmtText's lexing mode
-}
-
-// sessionState is what a client set of its session, restored on whichever
-// backend connection serves it (vars, db, multiStmts) or kept by holdfast
-// (kept, status, last ids), and what ties it to its connection (pinReason).
-// Session goroutine only.
-type sessionState struct {
-	vars       *varstate.State // nil until the first borrow learns the backend's defaults
-	db         string
-	multiStmts bool
-	variant    variant // the backend connections this client needs
-	// kept is the client's value of the variables holdfast keeps itself
-	// (see kept.go); nil until the backend's defaults are known.
-	kept        *varstate.KeptVars
-	interactive bool   // CLIENT_INTERACTIVE: interactive_timeout applies
-	pinReason   string // non-empty: keep the connection for the rest of the session
-	status      uint16 // status flags as the client last saw them
-	// lastInsertID is the insert id of the client's last OK, as the
-	// backend reported it.
-	lastInsertID uint64
-	// rowCount is what ROW_COUNT() answers after the client's last
-	// statement: its OK's affected rows, -1 after a result set or an
-	// error.
-	rowCount int64
 }
 
 // preparedStmts is a client's binary-protocol prepared statements, by
@@ -177,21 +162,6 @@ type preparedStmts struct {
 	nextStmt uint32
 	lastStmt uint32 // id of the statement prepared last
 	pipeBuf  []byte // a pipelined COM_STMT_EXECUTE
-}
-
-// txnState is the client's transaction as holdfast sees it: a BEGIN it
-// answered and has yet to send (begin.go), and the tag the transaction is
-// accounted to. Session goroutine only.
-type txnState struct {
-	tag *attribution.Tag // first tagged statement of the open transaction
-	// raw is that statement's tag as it carried it, when accounting
-	// folded it into other (see gateKey); "" otherwise.
-	raw          string
-	pendingBegin []byte // a deferred BEGIN
-	// beginInFlight: the deferred BEGIN went out ahead of the statement
-	// just written, and its OK is still to be read.
-	beginInFlight bool
-	holdNext      bool // SET TRANSACTION: keep the connection through the next statement
 }
 
 // replyShape is how the answer being written is shaped (relay.go).
@@ -216,11 +186,6 @@ type replyShape struct {
 // command is answered and nothing more is buffered (readerPool); one on a
 // connection without a socket of its own (TLS) holds it for its life.
 const clientReadBuffer = 1 << 10
-
-// sessionStatus are the status flags that describe the session rather than
-// one statement's response (index use, cursors, rows sent, state changes):
-// what holdfast keeps between statements and puts in OKs it makes itself.
-const sessionStatus = mysqlwire.StatusInTrans | mysqlwire.StatusAutocommit | mysqlwire.StatusNoBackslash | mysqlwire.StatusInTransRO
 
 // A session takes its write buffer from writerPool when a reply starts
 // (mysqlwire.Writer.Pool), so a session queued for a connection holds none, and
@@ -247,14 +212,10 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *mysqlwire.Handsh
 		extCaps: h.ExtCaps,
 		coll:    h.Collation,
 		attrs:   h.Attrs,
-		state: sessionState{
-			db:         db,
-			multiStmts: caps&mysql.CLIENT_MULTI_STATEMENTS != 0,
-			variant:    clientVariant(caps, h.ExtCaps),
-			status:     mysqlwire.StatusAutocommit,
-		},
-		ps: preparedStmts{stmts: map[uint32]*clientStmt{}},
+		variant: clientVariant(caps, h.ExtCaps),
+		ps:      preparedStmts{stmts: map[uint32]*clientStmt{}},
 	}
+	s.state = sessionstate.New(db, caps&mysql.CLIENT_MULTI_STATEMENTS != 0, caps&mysql.CLIENT_INTERACTIVE != 0, srv.keptBase(), s.keptSet)
 	if sc, ok := nc.(syscall.Conn); ok {
 		s.raw, _ = sc.SyscallConn()
 	}
@@ -269,8 +230,7 @@ func newSession(srv *Server, id uint32, nc net.Conn, u User, h *mysqlwire.Handsh
 	s.w.Dst, s.w.Pool = &s.cw, &writerPool
 	s.rules = u.entry.rules.Load()
 	s.connTag = srv.connTag(h.Attrs, s.rules)
-	s.state.interactive = caps&mysql.CLIENT_INTERACTIVE != 0
-	s.setKept(srv.keptBase())
+	s.keptSet(s.state.Kept)
 	return s
 }
 
@@ -397,10 +357,8 @@ func (s *session) dispatch(p []byte) bool {
 		s.writeOK(0, 0)
 	case comQuery:
 		return s.comQuery(p)
-	case comInitDB:
-		return s.run(p, comInitDB, &initDBInfo, s.defaultTag())
-	case comFieldList, comStatistics:
-		return s.run(p, p[0], nil, s.defaultTag())
+	case comInitDB, comFieldList, comStatistics:
+		return s.comPacket(p)
 	case comSetOption:
 		return s.comSetOption(p)
 	case comResetConnection:
@@ -452,20 +410,12 @@ func (s *session) waitKills() {
 // resetSession is COM_RESET_CONNECTION: a fresh session on the same login.
 func (s *session) resetSession() {
 	s.returnBackend()
-	s.state.pinReason, s.tx.holdNext = "", false
 	s.pinned.Store(false)
-	s.tx.pendingBegin = nil
-	s.setTxnTag(nil)
-	s.tx.beginInFlight = false
 	s.forgetStmts()
 	s.ps.stmts = map[uint32]*clientStmt{}
 	s.ps.cursors = nil
 	s.ps.lastStmt = 0
-	s.state.lastInsertID, s.state.rowCount = 0, 0
-	s.state.vars = nil
-	s.setKept(s.srv.keptBase())
-	s.state.multiStmts = s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
-	s.state.status = mysqlwire.StatusAutocommit
+	s.state.Reset(s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0, s.srv.keptBase())
 }
 
 func (s *session) comSetOption(p []byte) bool {
@@ -474,7 +424,7 @@ func (s *session) comSetOption(p []byte) bool {
 		return true
 	}
 	on := p[1] == 0
-	s.state.multiStmts = on
+	s.state.MultiStmts = on
 	if s.lease.bc != nil {
 		unbound := s.lease.bc.bound(s.srv.exchangeTimeout())
 		err := s.lease.bc.setMultiStatements(on)
@@ -483,7 +433,7 @@ func (s *session) comSetOption(p []byte) bool {
 			return s.relayFailed(err, &relayResult{}, true)
 		}
 	}
-	s.out = mysqlwire.AppendEOF(s.out[:0], 0, s.state.status&^mysqlwire.StatusSessionChanged)
+	s.out = mysqlwire.AppendEOF(s.out[:0], 0, s.state.Status&^mysqlwire.StatusSessionChanged)
 	s.writePacket(s.out)
 	return true
 }
@@ -518,7 +468,7 @@ func (s *session) returnBackend() {
 	if s.lease.bc == nil {
 		return
 	}
-	if s.keepsBackend() {
+	if s.state.KeepsConn() {
 		s.release(s.lease.bc.reset(s.srv.baseVars(), s.srv.exchangeTimeout()) == nil)
 		return
 	}
@@ -533,7 +483,7 @@ func (s *session) writePacket(p []byte) {
 
 func (s *session) writeErr(e *mysqlwire.SQLError) {
 	s.reply.err = true
-	s.state.rowCount = -1
+	s.state.RowCount = -1
 	s.out = mysqlwire.AppendErr(s.out[:0], e)
 	s.writePacket(s.out)
 }
@@ -543,13 +493,13 @@ func (s *session) writeOK(affected, insertID uint64) { s.writeOKMore(affected, i
 // writeOKMore is writeOK for a result that more results of the same
 // statement text follow when more is set.
 func (s *session) writeOKMore(affected, insertID uint64, more bool) {
-	st := s.state.status &^ mysqlwire.StatusMoreResults
+	st := s.state.Status &^ mysqlwire.StatusMoreResults
 	if more {
 		st |= mysqlwire.StatusMoreResults
 	}
 	s.out = mysqlwire.AppendOK(s.out[:0], mysqlwire.OK{AffectedRows: affected, InsertID: insertID, Status: st}, s.sessionTrack())
 	s.writePacket(s.out)
-	s.state.rowCount = int64(affected)
+	s.state.RowCount = int64(affected)
 }
 
 // writeSingleValue answers a one-row, one-column result, in the binary
@@ -557,18 +507,6 @@ func (s *session) writeOKMore(affected, insertID uint64, more bool) {
 func (s *session) writeSingleValue(col mysqlwire.Column, v uint64, binary bool) {
 	rs := resultSet{cols: []mysqlwire.Column{col}, rows: [][]any{{v}}}
 	s.writeResultSet(&rs, binary)
-}
-
-// The columns of LAST_INSERT_ID() and CONNECTION_ID() as MariaDB and MySQL
-// describe them.
-func lastInsertIDCol(name string) mysqlwire.Column {
-	return mysqlwire.Column{Name: name, Type: mysql.MYSQL_TYPE_LONGLONG, Length: 21,
-		Flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG | mysql.BINARY_FLAG}
-}
-
-func connectionIDCol(name string) mysqlwire.Column {
-	return mysqlwire.Column{Name: name, Type: mysql.MYSQL_TYPE_LONG, Length: 10,
-		Flags: mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG | mysql.BINARY_FLAG}
 }
 
 var errClientGone = errors.New("proxy: client connection gone")

@@ -8,6 +8,8 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	plan "github.com/holdfast-db/holdfast/proxy/policy"
+	"github.com/holdfast-db/holdfast/proxy/sessionstate"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 	"github.com/holdfast-db/holdfast/proxy/varstate"
 )
@@ -24,6 +26,7 @@ import (
 type clientStmt struct {
 	id    uint32
 	query string
+	text  []byte // query, as bytes (what the lexer and policy read)
 	sql   []byte // query, truncated, for holders and logs
 	db    string // database it was prepared in
 	// parse is the session state its text was parsed under (parseState):
@@ -224,11 +227,11 @@ func (s *session) stmtPrepare(p []byte) bool {
 	if s.stmtLimitReached() || s.prepareProcedure(p, &info) {
 		return true
 	}
-	if info.Features&sqlscan.FeatKill != 0 || info.Features&dynamicSQL != 0 && smuggledKill(mode, p[1:], 0) {
+	if info.Features&sqlscan.FeatKill != 0 || info.Features&plan.DynamicSQL != 0 && plan.SmuggledKill(mode, p[1:], 0) {
 		s.writeErr(errPreparedKill())
 		return true
 	}
-	if s.refuseProtected(mode, p[1:], &info, prot, s.state.db) {
+	if s.refuseProtected(mode, p[1:], &info, prot, s.state.DB) {
 		return true
 	}
 	text := p[1:]
@@ -245,20 +248,37 @@ func (s *session) stmtPrepare(p []byte) bool {
 		s.writeErr(serr)
 		return true
 	}
-	bc, serr := s.borrow(tag, false)
+	key := s.keyOf(tag)
+	bc, serr := s.borrow(tag, key, s.srv.classOf(key), false)
 	if serr != nil {
 		s.writeErr(serr)
 		return true
 	}
 	s.setExec(bc, nil)
 	unbound := bc.bound(s.srv.exchangeTimeout())
-	parse := varstate.ParseState(s.state.vars)
-	key := stmtKey(s.state.db, parse, query)
-	bs, errPkt, err := bc.prepareOn(s.state.db, parse, query, key, s.srv.stmtConfig())
+	parse := varstate.ParseState(s.state.Vars)
+	skey := stmtKey(s.state.DB, parse, query)
+	var after string
+	var err error
+	if plan.ReadsKept(&info) {
+		// What the statement's columns are (a variable's length) depends
+		// on the client's values: prepared with them in place, and
+		// cached under them.
+		skey = s.state.KeptKey(skey)
+		after, err = s.putKept(bc)
+	}
+	var bs *backendStmt
+	var errPkt []byte
+	if err == nil {
+		bs, errPkt, err = bc.prepareOn(s.state.DB, parse, query, skey, s.srv.stmtConfig())
+	}
+	if err == nil && after != "" {
+		_, err = bc.queryLocked(after)
+	}
 	unbound()
 	s.setExec(nil, nil)
 	if err != nil {
-		return s.relayFailed(err, &relayResult{}, s.keepsBackend())
+		return s.relayFailed(err, &relayResult{}, s.state.KeepsConn())
 	}
 	if errPkt != nil {
 		s.writePacket(errPkt)
@@ -266,10 +286,11 @@ func (s *session) stmtPrepare(p []byte) bool {
 		return true
 	}
 	s.ps.nextStmt++
-	cs := &clientStmt{id: s.ps.nextStmt, query: query, db: s.state.db, params: bs.params, columns: bs.columns, info: info, mode: mode, prot: prot}
+	cs := &clientStmt{id: s.ps.nextStmt, query: query, text: text, db: s.state.DB, params: bs.params, columns: bs.columns, info: info, mode: mode, prot: prot}
+	cs.text = []byte(query) // not text, which may be the command buffer the next command reuses
 	cs.sql = append([]byte(nil), p[1:min(len(p), 1+maxStmtCopy)]...)
 	cs.parse = parse
-	cs.key = key
+	cs.key = skey
 	s.srv.stmtRefs.add(cs.key)
 	if tagged {
 		cs.tag = tag
@@ -340,185 +361,41 @@ func (s *session) stmtExecute(p []byte) bool {
 			return true
 		}
 	}
+	// Long data goes with this execute, whatever becomes of it.
+	defer func() { cs.longData, cs.longSize = nil, 0 }()
 	if cs.longSize > s.srv.maxPacket() {
 		s.writeErr(newErr(codePacketTooLarge, "08S01", "Parameter of prepared statement %d sent with COM_STMT_SEND_LONG_DATA is longer than 'max_allowed_packet' (%d bytes)", cs.id, s.srv.maxPacket()))
-		cs.longData, cs.longSize = nil, 0
 		return true
 	}
-	if cs.call != nil {
-		s.executeProcedure(cs, nullMap, values)
-		cs.longData, cs.longSize = nil, 0
-		return true
-	}
+	var check *sqlscan.Protected
 	if prot := s.srv.protected.Load(); prot != cs.prot {
-		// Prepared before holdfast's tables were set as they are now.
-		q := []byte(cs.query)
-		info := cs.mode.ScanProtected(q, prot)
-		if s.refuseProtected(cs.mode, q, &info, prot, cs.db) {
-			cs.longData, cs.longSize = nil, 0
-			return true
-		}
-		cs.prot = prot
-	}
-	if s.lease.bc == nil && cs.params == 0 {
-		switch {
-		case (cs.info.LastInsertIDColumn != "" || cs.info.RowCountColumn != "") && s.answerSessionValue(&cs.info, true):
-			return true
-		case cs.info.ConnectionIDColumn != "":
-			s.writeSingleValue(connectionIDCol(cs.info.ConnectionIDColumn), uint64(s.id), true)
-			return true
-		}
+		// Prepared before holdfast's tables were set as they are now: its
+		// text is checked again.
+		check = prot
+		cs.info.NamesProtected = cs.mode.ScanProtected(cs.text, prot).NamesProtected
 	}
 	tag, serr := s.savedTag(cs)
 	if serr != nil {
 		s.writeErr(serr)
-		cs.longData, cs.longSize = nil, 0
 		return true
 	}
-	if tag != nil {
+	tagged := tag != nil
+	if tagged {
 		s.noteTag(tag, true)
 	} else {
 		tag = s.defaultTag()
 	}
 	s.shape, s.mode = cs.info.Shape, cs.mode
-	if s.srv.shapeGates.active.Load() != 0 {
-		counted, serr := s.admitShape(&cs.info, tag)
-		if serr != nil {
-			s.writeErr(serr)
-			cs.longData, cs.longSize = nil, 0
-			return true
-		}
-		if counted != "" {
-			defer s.srv.shapeGates.exit(counted)
-		}
+	c := &s.exec
+	c.cmdBase = cmdBase{kind: plan.Execute, info: &cs.info, tag: tag, tagged: tagged, binary: true}
+	c.size, c.cs, c.flags, c.iter, c.nullMap, c.values = len(p), cs, flags, iter, nullMap, values
+	pl := s.decide(c, check, false)
+	if check != nil && pl.Refusal != plan.RefuseProtected {
+		cs.prot = check
 	}
-	if k := cs.info.Kind; k == sqlscan.KindBegin || k == sqlscan.KindCommit || k == sqlscan.KindRollback {
-		// A prepared BEGIN / COMMIT / ROLLBACK is deferred like a typed one.
-		if s.deferTransaction([]byte(cs.query), &cs.info, tag, cs.tag != nil) {
-			return true
-		}
-	}
-	routed := false
-	if flags == 0 && cs.longData == nil {
-		// A prepared read may go to a replica like a typed one; it is
-		// prepared there on first use, as on any connection.
-		if r := s.replicaFor(&cs.info, tag); r != nil {
-			s.route, routed = r, true
-			defer func() { s.route = nil }()
-		}
-	}
-	if flags == 0 && cs.longData == nil && !routed {
-		if cl, ok := s.pipelinable(&cs.info, len(p), tag); ok {
-			build := func(bc *backendConn) []byte {
-				bs, _ := bc.stmts.lru.Peek(cs.key)
-				s.ps.pipeBuf = appendExecute(s.ps.pipeBuf[:0], bs.id, flags, iter, cs, nullMap, values)
-				return s.ps.pipeBuf
-			}
-			if handled, keep := s.runPipelined(build, tag, cl, cs, cs.sql); handled {
-				return keep
-			}
-		}
-	}
-	var (
-		bc     *backendConn
-		held   bool
-		rr     relayResult
-		errPkt []byte
-		err    error
-	)
-	// Once more on the primary when a replica's connection failed before
-	// any byte of its answer reached the client (rerunOnPrimary, as run
-	// does for a typed read).
-	for {
-		var serr *mysqlwire.SQLError
-		if bc, serr = s.borrow(tag, plainSelect(&cs.info)); serr != nil {
-			s.writeErr(serr)
-			return true
-		}
-		held = s.keepsBackend()
-		start := s.stmtStart(tag, cs.sql)
-		s.setExec(bc, nil)
-		s.watch.arm()
-		s.reply.hideChange = statementScoped(&cs.info) && s.hidesStatementChange(&cs.info, []byte(cs.query))
-		sent, seq := s.cw.n, s.w.Seq
-		rr, errPkt, err = s.executeOn(bc, cs, flags, iter, nullMap, values)
-		s.reply.hideChange = false
-		s.watch.disarm()
-		s.setExec(nil, nil)
-		s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
-		if err == nil || !s.rerunOnPrimary(err, sent, seq) {
-			break
-		}
-	}
-	cs.longData, cs.longSize = nil, 0
-	if err != nil {
-		if s.beginFailed(err) {
-			return true
-		}
-		return s.relayFailed(err, &rr, held)
-	}
-	if errPkt != nil {
-		s.writePacket(errPkt)
-		s.state.rowCount = -1
-		s.maybeRelease()
-		return true
-	}
-	if rr.cursor {
-		if s.ps.cursors == nil {
-			s.ps.cursors = map[uint32]bool{}
-		}
-		s.ps.cursors[cs.id] = true
-	} else {
-		delete(s.ps.cursors, cs.id) // a new execute closes the statement's cursor
-	}
-	s.afterStatement(bc, &rr, &cs.info, tag)
-	return true
-}
-
-// executeOn prepares cs on bc if needed, replays buffered long data, sends
-// the execute with holdfast's view of the parameter types, and relays the
-// result.
-func (s *session) executeOn(bc *backendConn, cs *clientStmt, flags byte, iter, nullMap, values []byte) (relayResult, []byte, error) {
-	if s.tx.beginInFlight && !(cs.longData == nil && fitsExecute(bc, cs)) {
-		// Preparing, sending long data or refusing the execute: BEGIN
-		// cannot ride along with the execute.
-		if err := s.settleBegin(bc); err != nil {
-			return relayResult{}, nil, err
-		}
-	}
-	var bs *backendStmt
-	var errPkt []byte
-	var err error
-	if !fitsExecute(bc, cs) {
-		unbound := bc.bound(s.srv.exchangeTimeout())
-		bs, errPkt, err = bc.prepareOn(cs.db, cs.parse, cs.query, cs.key, s.srv.stmtConfig())
-		unbound()
-	} else {
-		bs, errPkt, err = bc.prepareOn(cs.db, cs.parse, cs.query, cs.key, s.srv.stmtConfig())
-	}
-	if err != nil || errPkt != nil {
-		return relayResult{}, errPkt, err
-	}
-	if bs.params != cs.params {
-		return relayResult{}, mysqlwire.AppendErr(nil, newErr(1615, "HY000", "Prepared statement needs to be re-prepared")), nil
-	}
-	for param, data := range cs.longData {
-		b := make([]byte, 0, 7+len(data))
-		b = append(b, comStmtSendLong)
-		b = binary.LittleEndian.AppendUint32(b, bs.id)
-		b = binary.LittleEndian.AppendUint16(b, param)
-		b = append(b, data...)
-		if err := bc.writeCommand(b); err != nil {
-			return relayResult{}, nil, err
-		}
-	}
-	out := appendExecute(bc.scratch[:0], bs.id, flags, iter, cs, nullMap, values)
-	bc.scratch = out[:0]
-	if err := bc.sendCommand(out); err != nil {
-		return relayResult{}, nil, err
-	}
-	rr, err := s.relay(bc, comStmtExecute)
-	return rr, nil, err
+	keep := s.execute(c, &pl)
+	*c = executeCmd{}
+	return keep
 }
 
 // appendExecute builds COM_STMT_EXECUTE for backend statement id, always
@@ -614,7 +491,7 @@ func (s *session) stmtReset(p []byte) bool {
 			if err != nil {
 				return s.relayFailed(err, &rr, true)
 			}
-			s.state.status = rr.status & sessionStatus
+			s.state.Status = rr.status & sessionstate.Status
 			return true
 		}
 	}
@@ -652,7 +529,7 @@ func (s *session) stmtFetch(p []byte) bool {
 	if err != nil {
 		return s.relayFailed(err, &rr, true)
 	}
-	s.state.status = rr.status & sessionStatus
+	s.state.Status = rr.status & sessionstate.Status
 	return true
 }
 

@@ -18,7 +18,7 @@ import (
 // prepared statement's execute, connTag for the conn_tag connection
 // attribute. A tag outside the list is never looked up in the recorder:
 // the statement runs as if it carried none, or is refused
-// (refuse_other_tags), so accounting, the on-call controls (gateKey),
+// (refuse_other_tags), so accounting, the on-call controls (policy.Key),
 // overload classes, routing and the engine's callers all see the tag it
 // runs under, never the one it claimed.
 
@@ -51,7 +51,7 @@ func (s *session) statementTag(sql []byte, info *sqlscan.Info) (tag *attribution
 	tr := s.tagRules()
 	if !s.srv.attr && (info.NTagComments == 0 || tr == nil && !s.srv.controlsByTag()) {
 		// No accounting by tag, but the on-call controls still apply to
-		// the tag a statement carries (see gateKey), and a user's list.
+		// the tag a statement carries (see policy.Key), and a user's list.
 		s.tagRaw = nil
 		return s.connTag, false, nil
 	}
@@ -73,7 +73,7 @@ func (s *session) statementTag(sql []byte, info *sqlscan.Info) (tag *attribution
 		}
 		return s.defaultTag(), false, nil
 	}
-	s.tagRaw = b // the tag as the statement carries it, for the controls (gateKey)
+	s.tagRaw = b // the tag as the statement carries it, for the controls (policy.Key)
 	if !s.srv.attr {
 		return s.connTag, false, nil
 	}
@@ -84,7 +84,7 @@ func (s *session) statementTag(sql []byte, info *sqlscan.Info) (tag *attribution
 // carried when prepared (allowed then: see statementTag), as long as the
 // user's list in force still allows it. It is nil when the statement
 // carries no tag of its own, or when accounting does not look at tags
-// (the controls then still see the saved tag, see gateKey).
+// (the controls then still see the saved tag, see policy.Key).
 func (s *session) savedTag(cs *clientStmt) (*attribution.Tag, *mysqlwire.SQLError) {
 	tr := s.tagRules()
 	s.tagRaw = nil

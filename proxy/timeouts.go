@@ -84,8 +84,8 @@ func (s *session) clientWriteTimeout() time.Duration {
 		return 0
 	}
 	var w string
-	if s.state.vars != nil {
-		w = s.state.vars.Get("net_write_timeout")
+	if s.state.Vars != nil {
+		w = s.state.Vars.Get("net_write_timeout")
 	}
 	if w != "" { // no failed parse per packet
 		if n, err := strconv.ParseFloat(w, 64); err == nil && n > 0 {
@@ -169,7 +169,7 @@ func (s *session) expired() {
 		e = newErr(codeClientTimeout, "HY000", "holdfast: the client was disconnected for staying idle inside a transaction longer than sessions.idle_in_transaction_timeout (%v); the transaction was rolled back", cfg.IdleInTransactionTimeout)
 	case expireTxnTime:
 		d := cfg.MaxTransactionTime
-		if td := s.srv.gates.maxTxn(s.gateKey(s.defaultTagFor(tag))); td > 0 {
+		if td := s.srv.gates.maxTxn(s.keyOf(s.defaultTagFor(tag))); td > 0 {
 			d = td
 		}
 		e = newErr(codeTxnTooLong, "HY000", "holdfast: the transaction held its backend connection longer than max_transaction_time (%v, tag '%s') and was rolled back; the connection is closed", d, s.defaultTagFor(tag).Name())

@@ -69,6 +69,12 @@ Commands:
   topology               which server is the primary, each server's role (replica,
                          read-only, split brain, unreachable), the switchovers seen
   controls               the fleet's controls in force: who set them, when, why, until when
+  explain SQL            the plan SQL would get now on the instance asked: refused or not,
+                         answered by holdfast or run, on the primary, a pipe or a replica,
+                         its class, the name the controls know it by, the controls it
+                         meets, the pin it would cause
+      -user U            as the first statement of a session of user U
+      -tag T             carrying tag T (default: the tag in SQL's comment, else U's)
   fleet                  the live holdfast instances on the database, their versions and
                          pool sizes
   status                 the instance's version, whether it is ready (and what it waits
@@ -189,6 +195,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var percent int
 	var force bool
 	var scope ctl.Scope
+	var explainUser, explainTag string
 	var want []string // the positional arguments
 	scoped := func() {
 		fs.DurationVar(&scope.For, "for", 0, "")
@@ -238,6 +245,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			want = append(want, "N")
 		}
 	case "controls", "fleet", "status", "reload", "topology":
+	case "explain":
+		fs.StringVar(&explainUser, "user", "", "")
+		fs.StringVar(&explainTag, "tag", "", "")
+		want = []string{"SQL"}
 	case "authority":
 		fs.StringVar(&reason, "reason", "", "")
 		fs.StringVar(&shops, "shops", "", "")
@@ -324,6 +335,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = c.Reload(ctx)
 	case "topology":
 		err = c.Topology(ctx)
+	case "explain":
+		err = c.Explain(ctx, explainUser, explainTag, pos[0])
 	case "authority":
 		if len(pos) == 0 {
 			err = c.ShowAuthority(ctx)
