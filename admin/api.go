@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/proxy"
+	"github.com/holdfast-db/holdfast/proxy/controls"
 )
 
 // The admin API's JSON answers (README.md, "Admin API"). Field names are
@@ -426,12 +427,20 @@ type patternControl struct {
 
 func (a *Admin) classControl() patternControl {
 	return patternControl{kind: fleet.KindClass, param: "class", word: "class", want: "critical, normal or background",
-		value: fleet.ClassValue, setLocal: a.srv.SetTagClass, status: http.StatusBadRequest, hereNow: a.srv.ClassOf}
+		value: kindValue(controls.ClassKind), setLocal: a.srv.SetTagClass, status: http.StatusBadRequest, hereNow: a.srv.ClassOf}
 }
 
 func (a *Admin) routeControl() patternControl {
 	return patternControl{kind: fleet.KindRoute, param: "policy", word: "route", want: "primary, replica or replica_stale_ok",
-		value: fleet.RouteValue, setLocal: a.srv.SetTagRoute, status: http.StatusConflict, hereNow: a.srv.RouteOf}
+		value: kindValue(controls.RouteKind), setLocal: a.srv.SetTagRoute, status: http.StatusConflict, hereNow: a.srv.RouteOf}
+}
+
+// kindValue reads a value of kind k as on-call names it.
+func kindValue(k *controls.Kind) func(string) (int64, bool) {
+	return func(name string) (int64, bool) {
+		v, err := k.Parse(name)
+		return v, err == nil
+	}
 }
 
 // apiClass puts a tag, or the tags matching a pattern, in an overload

@@ -144,11 +144,10 @@ func (s *session) release(reusable bool) {
 	s.mu.Unlock()
 }
 
-// controlsByTag reports whether some on-call control or overload class is
-// in force, so that the tag a statement carries matters (see gateKey).
-func (s *Server) controlsByTag() bool {
-	return s.gates.active.Load() != 0 || s.classes.table.Load() != nil
-}
+// controlsByTag reports whether some on-call control (of any kind and
+// source) is in force, so that the tag a statement carries matters (see
+// gateKey).
+func (s *Server) controlsByTag() bool { return s.ctrl.Load() != nil }
 
 // gateKey is the name a borrow for tag passes the on-call controls and
 // gets its overload class under:

@@ -106,13 +106,9 @@ func (s *session) pipelinable(info *sqlscan.Info, size int, tag *attribution.Tag
 	if !s.srv.gates.free(key) {
 		return 0, false
 	}
-	t := s.srv.classes.table.Load()
-	if t == nil {
-		return classNormal, true
-	}
 	// Background statements borrow, under the background cap (classes.go).
-	cl := t.lookup(key)
-	return cl, !t.background || cl != classBackground
+	cl := s.srv.ctrl.Class(key)
+	return cl, cl != classBackground || !s.srv.ctrl.BackgroundCapped()
 }
 
 // runPipelined runs a statement on a pipe. handled is false when no pipe
