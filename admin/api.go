@@ -575,7 +575,8 @@ func (a *Admin) setCap(w http.ResponseWriter, r *http.Request, key string, n int
 // why and until when, and this instance's view of them.
 func (a *Admin) apiControls(w http.ResponseWriter, _ *http.Request) {
 	if a.o.Fleet == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"fleet": false, "controls": []fleet.Control{}, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
+		writeJSON(w, http.StatusOK, map[string]any{"fleet": false, "controls": []fleet.Control{}, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting()),
+			"here": a.hereJSON()})
 		return
 	}
 	st := a.o.Fleet.Status()
@@ -588,12 +589,14 @@ func (a *Admin) apiControls(w http.ResponseWriter, _ *http.Request) {
 	if st.Caps == nil {
 		st.Caps = []fleet.CapShares{}
 	}
-	// controls are in force here; ignored are rows this instance does not
-	// apply (invalid, or of a kind it does not know), never in force;
-	// caps are the fleet-wide caps' splits among the instances.
+	// controls are the fleet's in force here; ignored are rows this
+	// instance does not apply (invalid, or of a kind it does not know),
+	// never in force; caps are the fleet-wide caps' splits among the
+	// instances; here is every control in force on this instance, from
+	// every source (config.yaml, local, the fleet).
 	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "instance_id": st.Instance, "known": st.Known, "stale": st.Stale, "no_schema": st.NoSchema,
-		"error": st.Error, "last_read": st.LastRead, "controls": st.Controls, "ignored": st.Ignored, "truncated": st.Truncated,
-		"caps": st.Caps, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
+		"error": st.Error, "last_read": st.LastRead, "controls": controlsJSON(st.Controls), "ignored": st.Ignored, "truncated": st.Truncated,
+		"caps": st.Caps, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting()), "here": a.hereJSON()})
 }
 
 // apiFleet lists the live instances and what this one knows of the fleet.

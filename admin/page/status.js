@@ -118,6 +118,7 @@
 
     renderTags(s);
     renderGates(s);
+    renderHere(s);
     renderHolders(s);
     renderEngine(s);
     renderFleet(s);
@@ -153,6 +154,7 @@
   }
 
   function controlText(c) {
+    if (c.shown && !c.tag.startsWith("shape/")) return c.shown;
     if (c.tag.startsWith("shape/")) {
       return c.kind === "drain" ? "statements blocked (9007)" : "at most " + c.value + " statements running fleet-wide";
     }
@@ -252,6 +254,19 @@
     fill($("gates").tBodies[0], rows);
     $("gates").hidden = rows.length === 0;
     $("gates-note").textContent = rows.length === 0 ? "none: every tag may borrow freely" : "";
+  }
+
+  // Every control in force on this instance, whatever its kind and
+  // source; a local or fleet one may be lifted from here.
+  function renderHere(s) {
+    const rows = (s.controls_here || []).map((c) => el("tr", { "data-tag": c.tag, "data-kind": c.kind },
+      td(c.tag, "tag"), td(controlText(c)), td(c.source), td(c.reason || "–"), td(c.set_by ? setByText(c.set_by) : "–"),
+      el("td", { class: "actions" }, c.source === "config" ? "" :
+        el("button", { type: "button", "data-action": "lift", "data-tag": c.tag, "data-kind": c.kind, "data-path": c.lift,
+          "data-local": c.source === "local" ? "1" : "", title: "Lift the " + c.kind + " of " + c.tag }, "Lift"))));
+    fill($("here").tBodies[0], rows);
+    $("here").hidden = rows.length === 0;
+    $("here-note").textContent = rows.length === 0 ? "none: no control of any kind is in force on this instance" : "";
   }
 
   function renderHolders(s) {
@@ -404,12 +419,20 @@
       run: () => api("DELETE", "/api/tags/" + encodeURIComponent(tag) + "/limit"),
       done: "lifted the limit on " + tag,
     }),
+    lift: (tag, b) => ({
+      title: "Lift the " + b.dataset.kind + " of " + tag + "?",
+      text: b.dataset.local ? "This instance's own " + b.dataset.kind + " of " + tag + " is lifted (a configured one until the next reload)." :
+        "The fleet's " + b.dataset.kind + " of " + tag + " is lifted on every instance.",
+      ok: "Lift",
+      run: () => api("DELETE", b.dataset.path + (b.dataset.local ? "?local=1" : "")),
+      done: "lifted the " + b.dataset.kind + " of " + tag,
+    }),
   };
 
   document.addEventListener("click", (ev) => {
     const b = ev.target.closest("button[data-action]");
     if (!b || !actions[b.dataset.action]) return;
-    pending = actions[b.dataset.action](b.dataset.tag);
+    pending = actions[b.dataset.action](b.dataset.tag, b);
     $("confirm-title").textContent = pending.title;
     $("confirm-text").textContent = pending.text;
     $("confirm-fields").replaceChildren(...(pending.fields || []));

@@ -181,7 +181,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var percent int
 	var force bool
 	var scope ctl.Scope
-	var want []string // the positional arguments
+	var control *ctl.TagControl // a kind set through the routes for every kind
+	var want []string           // the positional arguments
 	scoped := func() {
 		fs.DurationVar(&scope.For, "for", 0, "")
 		fs.BoolVar(&scope.Local, "local", false, "")
@@ -238,7 +239,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fs.StringVar(&scope.By, "by", defaultBy(getenv), "")
 		want = []string{"[redis|holdfast]"}
 	default:
-		return done(&ctl.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, stdout, stderr)
+		tc, ok := ctl.TagControlNamed(cmd)
+		if !ok {
+			return done(&ctl.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, stdout, stderr)
+		}
+		control = &tc
+		fs.StringVar(&reason, "reason", "", "")
+		scoped()
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -246,6 +253,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if cmd == "authority" && len(pos) <= 1 {
 		want = pos // none: show; one: redis or holdfast
+	}
+	if control != nil {
+		want = control.Args(pos)
 	}
 	if len(pos) != len(want) {
 		return done(&ctl.UsageError{Msg: strings.TrimSpace("usage: holdfastctl " + cmd + " " + strings.Join(want, " "))}, stdout, stderr)
@@ -320,6 +330,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			ch.Reason, ch.Force = reason, force
 			err = c.SetAuthority(ctx, ch)
 		}
+	default: // a kind set through the routes for every kind
+		value := ""
+		if len(pos) > 1 {
+			value = pos[1]
+		}
+		err = c.Control(ctx, *control, pos[0], value, reason)
 	}
 	return done(err, stdout, stderr)
 }

@@ -56,6 +56,7 @@ var patterns = []string{
 	"POST /api/tags/{tag}/drain", "DELETE /api/tags/{tag}/drain",
 	"PUT /api/tags/{tag}/limit", "DELETE /api/tags/{tag}/limit",
 	"GET /api/authority", "PUT /api/authority", "GET /api/fleet",
+	"PUT /api/tags/{tag}/{kind}", "DELETE /api/tags/{tag}/{kind}",
 }
 
 func newFakeAdmin(t *testing.T) *fakeAdmin {
