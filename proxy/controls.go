@@ -5,9 +5,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/proxy/controls"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
 
 // On-call controls come from three sources: config.yaml (tags.*,
@@ -248,6 +251,35 @@ func (s *Server) ControlOf(kind, key string) (ControlState, bool) {
 		return ControlState{}, false
 	}
 	return controlState(c), true
+}
+
+// callInfo is what a statement-level control sees of a prepared CALL
+// holdfast.*, answered by the engine without its text scanned again.
+var callInfo = sqlscan.Info{Kind: sqlscan.KindCall, Statements: 1}
+
+// refuseByControl answers a statement of tag that a statement-level
+// control in force for its tag refuses (s.ctrl.Refuse: readonly), counts
+// it under tag, and reports whether it did. While no such control is in
+// force, it costs one atomic load.
+//
+// The statement path calls it where it decides (comQuery, stmtExecute,
+// executeProcedure) until a policy decides every statement: then
+// Decide asks Controls.Refuse, and these calls go.
+func (s *session) refuseByControl(info *sqlscan.Info, tag *attribution.Tag) bool {
+	if !s.srv.ctrl.Refusing() {
+		return false
+	}
+	err := s.srv.ctrl.Refuse(s.gateKey(tag), info)
+	if err == nil {
+		return false
+	}
+	r, ok := err.(*controls.Refusal)
+	if !ok {
+		r = &controls.Refusal{Code: codeUnknownError, State: "HY000", Msg: "holdfast: " + err.Error()}
+	}
+	tag.Rejected(attribution.RejectRefused)
+	s.writeErr(&mysqlwire.SQLError{Code: r.Code, State: r.State, Msg: r.Msg})
+	return true
 }
 
 // ApplyFleetControls puts the fleet's controls in force (package fleet),

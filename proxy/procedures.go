@@ -321,6 +321,11 @@ func (s *session) executeProcedure(cs *clientStmt, nullMap, values []byte) {
 	} else {
 		tag = s.defaultTag()
 	}
+	// Statement-level controls (controls.go), as comQuery asks them of a
+	// typed CALL; moves into the policy's Decide with them.
+	if s.refuseByControl(&callInfo, tag) {
+		return
+	}
 	s.runProcedure(cs.call.Name, args, true, tag)
 }
 

@@ -35,6 +35,11 @@ func (s *session) comQuery(p []byte) bool {
 	if s.refuseProtected(mode, sql, &info, prot, s.state.db) {
 		return true
 	}
+	// Statement-level controls (controls.go); moves into the policy's
+	// Decide (Controls.Refuse) once it decides every statement.
+	if s.refuseByControl(&info, tag) {
+		return true
+	}
 	if s.srv.shapeGates.active.Load() != 0 {
 		counted, serr := s.admitShape(&info, tag)
 		if serr != nil {

@@ -380,6 +380,12 @@ func (s *session) stmtExecute(p []byte) bool {
 	} else {
 		tag = s.defaultTag()
 	}
+	// Statement-level controls (controls.go); moves into the policy's
+	// Decide (Controls.Refuse) once it decides every statement.
+	if s.refuseByControl(&cs.info, tag) {
+		cs.longData, cs.longSize = nil, 0
+		return true
+	}
 	s.shape, s.mode = cs.info.Shape, cs.mode
 	if s.srv.shapeGates.active.Load() != 0 {
 		counted, serr := s.admitShape(&cs.info, tag)
