@@ -226,7 +226,8 @@
       const spark = sparkline(t.history, t.tag + ": share of the pool over the last " + (mins || "<1") + " min");
       const actions = el("td", { class: "actions" },
         t.drained ? button("Undrain", "undrain", t.tag) : button("Drain", "drain", t.tag, "danger"),
-        t.limited ? button("Lift limit", "unlimit", t.tag) : button("Limit", "limit", t.tag));
+        t.limited ? button("Lift limit", "unlimit", t.tag) : button("Limit", "limit", t.tag),
+        button("Read-only", "readonly", t.tag));
       const row = el("tr", { "data-tag": t.tag, class: t.drained ? "drained" : "" },
         td(t.tag, "tag"), td(t.held_now, "num"), td(fmtRate(t.hold_rate), "num"), td(fmtPct(t.pool_share), "num"),
         el("td", null, spark), td(fmtRate(t.wait_rate), "num"), td(fmtPct(t.idle_in_transaction_share), "num"),
@@ -418,6 +419,22 @@
       ok: "Lift limit",
       run: () => api("DELETE", "/api/tags/" + encodeURIComponent(tag) + "/limit"),
       done: "lifted the limit on " + tag,
+    }),
+    readonly: (tag) => ({
+      title: "Make " + tag + " read-only?",
+      text: "Statements tagged " + tag + " that may write (INSERT, UPDATE, DELETE, DDL, CALL, locking reads) will fail with error 9011, " +
+        scope + ", until it is lifted (under Controls in force here). Reads, SHOW, SET, USE, BEGIN, COMMIT and ROLLBACK still run.",
+      fields: [field("Reason", "confirm-reason", { type: "text", placeholder: "e.g. INC-123", maxLength: 200 }),
+        field("For", "confirm-for", { type: "text", placeholder: "e.g. 30m (empty: until lifted)", size: 10 })],
+      ok: "Make " + tag + " read-only",
+      run: () => {
+        const q = new URLSearchParams();
+        const reason = $("confirm-reason").value.trim(), dur = $("confirm-for").value.trim();
+        if (reason) q.set("reason", reason);
+        if (dur) q.set("for", dur);
+        return api("PUT", "/api/tags/" + encodeURIComponent(tag) + "/readonly" + (q.toString() ? "?" + q : ""));
+      },
+      done: tag + " is read-only",
     }),
     lift: (tag, b) => ({
       title: "Lift the " + b.dataset.kind + " of " + tag + "?",

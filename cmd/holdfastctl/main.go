@@ -62,7 +62,11 @@ Commands:
   shape limit SHAPE N    at most N statements of SHAPE run at once across the fleet; the
                          others wait, then get error 9008 (N = off or 0 lifts the cap)
       -reason TEXT       recorded with the control and shown in its error
-    drain, undrain, limit, maxtxn, class, route and shape also take:
+  readonly TAG           TAG's statements (or those of the tags matching a pattern) that may
+                         write get error 9011 on every instance: all but reads, SHOW, SET,
+                         USE, BEGIN, COMMIT and ROLLBACK (readonly TAG off lifts it)
+      -reason TEXT       recorded with the control and shown in its error
+    drain, undrain, limit, maxtxn, class, route, shape and readonly also take:
       -for D             lift the control by itself after D (e.g. 30m), everywhere (not with -local)
       -local             act on the instance asked only, not the fleet
       -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)

@@ -32,7 +32,11 @@ type TagControl struct {
 
 // tagControls are the kinds holdfastctl offers as commands of their own,
 // in the order help lists them.
-var tagControls = []TagControl{}
+var tagControls = []TagControl{
+	{Kind: "readonly", Pattern: true,
+		Set:    "%s is read-only: its statements but reads, SHOW, SET, USE, BEGIN, COMMIT and ROLLBACK get error 9011",
+		Lifted: "%s may write again"},
+}
 
 // TagControlNamed returns the kind offered as command cmd.
 func TagControlNamed(cmd string) (TagControl, bool) {

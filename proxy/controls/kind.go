@@ -114,7 +114,7 @@ type Kind struct {
 	// a statement of key that c, in force for key, refuses; nil when the
 	// statement passes. Called on the statement path: it must not
 	// allocate for a statement that passes.
-	Refuse func(c *Control, key string, info *sqlscan.Info) error
+	Refuse func(c Control, key string, info *sqlscan.Info) error
 
 	id int // index in the registry
 }
