@@ -379,3 +379,15 @@ func TestConcurrentLookups(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// policyControls is the method set the data path's policy asks of the
+// controls (the consumer, proxy/policy, declares it): Table has it.
+type policyControls interface {
+	Free(key string) bool
+	Class(key string) Class
+	BackgroundCapped() bool
+	Route(key string) Route
+	Refuse(key string, info *sqlscan.Info) error
+}
+
+var _ policyControls = (*Table)(nil)
