@@ -27,7 +27,7 @@ var quietKind = controls.Register(&controls.Kind{
 		return v, err
 	},
 	Show:   func(v int64) string { return fmt.Sprintf("quiet level %d", v) },
-	Refuse: func(controls.Control, string, *sqlscan.Info) error { return nil },
+	Refuse: func(controls.Control, string, sqlscan.Info) error { return nil },
 })
 
 // Any kind of control is set and lifted through PUT and DELETE

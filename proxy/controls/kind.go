@@ -113,8 +113,10 @@ type Kind struct {
 	// Refuse (EffectRefusal kinds) returns the refusal, a *Refusal, of
 	// a statement of key that c, in force for key, refuses; nil when the
 	// statement passes. Called on the statement path: it must not
-	// allocate for a statement that passes.
-	Refuse func(c Control, key string, info *sqlscan.Info) error
+	// allocate for a statement that passes. info is a copy of the
+	// statement's scan, so that the statement's own stays on its
+	// caller's stack.
+	Refuse func(c Control, key string, info sqlscan.Info) error
 
 	id int // index in the registry
 }

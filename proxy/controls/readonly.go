@@ -23,8 +23,8 @@ var ReadOnlyKind = Register(&Kind{
 const CodeReadOnly = 9011
 
 // refuseWrites refuses a statement of key that may write.
-func refuseWrites(c Control, key string, info *sqlscan.Info) error {
-	what := mayWrite(info)
+func refuseWrites(c Control, key string, info sqlscan.Info) error {
+	what := mayWrite(&info)
 	if what == "" {
 		return nil
 	}

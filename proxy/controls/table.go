@@ -578,7 +578,7 @@ func (t *Table) Refuse(key string, info *sqlscan.Info) error {
 	}
 	for _, ks := range s.refusers {
 		if c, ok := ks.lookup(key); ok {
-			if err := ks.kind.Refuse(c, key, info); err != nil {
+			if err := ks.kind.Refuse(c, key, *info); err != nil {
 				return err
 			}
 		}
