@@ -4,7 +4,7 @@ GO        ?= go
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 FUZZTIME  ?= 60s
 
-.PHONY: run test build install image image-run vet fmt fuzz bench-proxy bench-attribution bench-overload bench-reserve soak load-data-big client-memory chaos clean
+.PHONY: run test build install image image-run vet fmt fuzz bench-proxy bench-attribution bench-overload bench-reserve bench-rollout soak load-data-big client-memory chaos clean
 
 ## run: build holdfast and holdfastctl into bin/ and start holdfast on the local default
 ## (starts a private MariaDB when none answers)
@@ -99,6 +99,12 @@ bench-attribution:
 bench-reserve:
 	@addr=$$(scripts/mariadb-up.sh) && \
 	  $(GO) run ./cmd/holdfast-bench-reserve -go $(GO) -mariadb $$addr $(BENCH_FLAGS)
+
+## bench-rollout: a fleet of three instances of the release before (ROLLOUT_FLAGS=-base COMMIT; default
+## f22f59f) replaced one at a time by this version's, under checkout and engine traffic with a drain and
+## a fleet-wide cap in force, after this version's migrate; checks every answer and both controls (~2 min)
+bench-rollout:
+	@scripts/mariadb-up.sh >/dev/null && $(GO) run ./cmd/holdfast-rollout -go $(GO) $(ROLLOUT_FLAGS)
 
 ## soak: the reservation engine's concurrency tests for a minute each (reserve, claim,
 ## release, expiry, refill together; no deadlock or lock-wait timeout at REPEATABLE READ)

@@ -84,6 +84,14 @@ type Options struct {
 	// and classes set through this listener go there unless the request says local=1.
 	// nil keeps them to this instance.
 	Fleet Fleet
+	// Ready says whether the instance is ready, for ReadyPath and
+	// GET /api/status (probes.go); nil: ready whenever the listener
+	// answers.
+	Ready func() Readiness
+	// Reload, when not nil, serves POST /api/reload (reload.go): the
+	// configuration read again and applied, as on SIGHUP. nil serves no
+	// such route.
+	Reload Reloader
 	// Log receives refused requests and the on-call changes made through
 	// this listener; nil discards them.
 	Log *slog.Logger
@@ -252,6 +260,9 @@ func (a *Admin) routes() http.Handler {
 		api.HandleFunc("GET /api/authority", a.apiAuthority)
 		api.HandleFunc("PUT /api/authority", a.apiSetAuthority)
 	}
+	if a.o.Reload != nil {
+		api.HandleFunc("POST /api/reload", a.apiReload)
+	}
 	api.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such request: %s %s (README.md, \"Admin API\", lists them)", r.Method, r.URL.Path)
 	})
@@ -263,6 +274,8 @@ func (a *Admin) routes() http.Handler {
 	// gave it.
 	mux.HandleFunc("GET /{$}", servePage)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.HandlerFunc(serveStatic)))
+	// The probes too: a kubelet sends no credential (probes.go).
+	a.probeRoutes(mux)
 	return mux
 }
 

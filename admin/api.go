@@ -589,14 +589,18 @@ func (a *Admin) apiControls(w http.ResponseWriter, _ *http.Request) {
 	if st.Caps == nil {
 		st.Caps = []fleet.CapShares{}
 	}
+	if st.NotEverywhere == nil {
+		st.NotEverywhere = []fleet.Unapplied{}
+	}
 	// controls are the fleet's in force here; ignored are rows this
 	// instance does not apply (invalid, or of a kind it does not know),
 	// never in force; caps are the fleet-wide caps' splits among the
-	// instances; here is every control in force on this instance, from
-	// every source (config.yaml, local, the fleet).
+	// instances; not_everywhere the controls some live instances cannot
+	// apply; here is every control in force on this instance, from every
+	// source (config.yaml, local, the fleet).
 	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "instance_id": st.Instance, "known": st.Known, "stale": st.Stale, "no_schema": st.NoSchema,
 		"error": st.Error, "last_read": st.LastRead, "controls": controlsJSON(st.Controls), "ignored": st.Ignored, "truncated": st.Truncated,
-		"caps": st.Caps, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting()), "here": a.hereJSON()})
+		"caps": st.Caps, "not_everywhere": st.NotEverywhere, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting()), "here": a.hereJSON()})
 }
 
 // apiFleet lists the live instances and what this one knows of the fleet.
@@ -608,6 +612,9 @@ func (a *Admin) apiFleet(w http.ResponseWriter, _ *http.Request) {
 	st := a.o.Fleet.Status()
 	if st.Members == nil {
 		st.Members = []fleet.Member{}
+	}
+	if st.NotEverywhere == nil {
+		st.NotEverywhere = []fleet.Unapplied{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "status": st})
 }

@@ -17,13 +17,17 @@
 //     the author recorded with a change (the credential's name, and the
 //     caller's unverified "by"); the listener's TLS and its address, which
 //     Reload replaces whole or not at all;
+//   - the probe routes (probes.go), outside the guard: LivePath answers
+//     whenever the listener does, ReadyPath what Options.Ready says;
+//   - POST /api/reload (reload.go), which runs the Options.Reload it is
+//     given behind a write credential and answers what it did;
 //   - Collector, the proxy's front-end and pool metrics and the per-tag
 //     metrics, read from the server at scrape time.
 //
 // It works on top of the Server interface only: the proxy's exported,
 // concurrency-safe snapshot methods and its on-call controls. It must not
-// reach into the data path, and it changes nothing but through DrainTag,
-// UndrainTag and LimitTag. Other components' health (the reservation
+// reach into the data path, and it changes nothing but through the
+// Server's controls and the Fleet, Authority and Reload it is given. Other components' health (the reservation
 // engine's) is read from the Prometheus registry it is given, so it imports
 // none of them. cmd/holdfast owns the registry and wires the rest.
 package admin

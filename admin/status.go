@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-db/holdfast/fleet"
+	"github.com/holdfast-db/holdfast/internal/version"
 	"github.com/holdfast-db/holdfast/proxy"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 )
@@ -106,6 +107,11 @@ func (h *history) snapshot() []sample {
 
 type statusJSON struct {
 	Time time.Time `json:"time"`
+	// Version and Commit are this holdfast's build (holdfast version);
+	// Readiness is what ReadyPath answers, with the conditions unmet.
+	Version   string    `json:"version"`
+	Commit    string    `json:"commit"`
+	Readiness Readiness `json:"readiness"`
 	// WindowSeconds is the span the rates are measured over; 0 until a
 	// second sample exists (then every rate is 0).
 	WindowSeconds rounded      `json:"window_seconds"`
@@ -232,6 +238,8 @@ func (a *Admin) status() statusJSON {
 	}
 	waiting := a.srv.Waiting()
 	st := statusJSON{Time: cur.at, SampleSeconds: rounded(a.o.SampleEvery.Seconds()), Folded: a.srv.TagsFolded()}
+	build := version.Get()
+	st.Version, st.Commit, st.Readiness = build.Version, build.Commit, a.readiness()
 	maxConns := max(cur.pool.Max, 1)
 	var sec float64
 	if base != nil {

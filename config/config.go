@@ -36,6 +36,15 @@ type Config struct {
 	MaxAllowedPacket ByteSize `yaml:"max_allowed_packet"`
 	// ShutdownGrace bounds how long SIGTERM waits for open transactions.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// ShutdownDelay is how long holdfast keeps serving after SIGTERM,
+	// unready (/readyz 503), before its client listener closes and idle
+	// clients are closed; shutdown_grace starts after it. Zero: none.
+	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
+	// ReloadWatch is how often the configuration file and the files it
+	// names (password_file, cert_file, ...) are read for a change, which
+	// is then applied as SIGHUP applies it. Zero: never (SIGHUP and POST
+	// /api/reload still reload). Read at start-up.
+	ReloadWatch time.Duration `yaml:"reload_watch"`
 	// MaxProcs caps the CPUs holdfast runs Go code on at once (GOMAXPROCS).
 	// Zero lets holdfast choose at start-up from the CPUs available (or the
 	// container's CPU quota), as config.yaml says. Read at start-up.
@@ -731,6 +740,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		return bad("shutdown_grace", "must not be negative")
+	}
+	if c.ShutdownDelay < 0 {
+		return bad("shutdown_delay", "must not be negative (0: none), got %v", c.ShutdownDelay)
+	}
+	if c.ReloadWatch != 0 && c.ReloadWatch < time.Second {
+		return bad("reload_watch", "must be 0 (off) or at least 1s, got %v", c.ReloadWatch)
 	}
 	if c.Fleet.PollInterval <= 0 || c.Fleet.PollInterval > time.Minute {
 		return bad("fleet.poll_interval", "must be positive and at most 1m, got %v", c.Fleet.PollInterval)

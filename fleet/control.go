@@ -35,6 +35,19 @@ const (
 	KindRoute = Kind("route")
 )
 
+// KnownKinds are the kinds of control this version applies, as package
+// controls declares them: Validate accepts these and no others, and each
+// instance's heartbeat records them (Member.Kinds), so that the others
+// can tell which controls it cannot apply.
+func KnownKinds() []Kind {
+	ks := controls.Kinds()
+	out := make([]Kind, len(ks))
+	for i, k := range ks {
+		out[i] = Kind(k.Name)
+	}
+	return out
+}
+
 // ShapePrefix starts the Tag of a control on a statement shape, not a tag:
 // "shape/" and the shape's 16 hex digits. Such a control is a KindDrain
 // (a block; Value 0) or a KindLimit (a cap on its statements running at

@@ -60,6 +60,11 @@ type Fleet struct {
 
 	pollMu sync.Mutex // serializes Poll (the loop's and Set's and Remove's)
 
+	// read is closed once the controls are known (read, or the tables
+	// missing) and applied: see Read.
+	read     chan struct{}
+	readOnce sync.Once
+
 	mu sync.Mutex // guards the fields below
 	// known: the controls have been read at least once (or the tables
 	// are missing, so there are none); controls and their local
@@ -110,10 +115,14 @@ func New(o Options) *Fleet {
 		o.TTL = DefaultTTL
 	}
 	o.TTL = max(o.TTL, 2*o.Poll)
+	if o.Self.Kinds == nil {
+		o.Self.Kinds = KnownKinds()
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Fleet{o: o, grants: o.Store, now: time.Now, caps: map[string]capState{}, duties: map[string]time.Time{}}
+	return &Fleet{o: o, grants: o.Store, now: time.Now, caps: map[string]capState{}, duties: map[string]time.Time{},
+		read: make(chan struct{})}
 }
 
 // Start reads the tables, trying again for up to Options.TTL while the
@@ -235,12 +244,15 @@ func (f *Fleet) Poll(ctx context.Context) error {
 				"known", f.known, "controls", len(f.controls), "last_read", f.lastRead)
 		}
 	}
-	size := len(f.members)
+	size, known := len(f.members), f.known
 	f.mu.Unlock()
 	if size > 0 {
 		f.o.Applier.SetFleetSize(size)
 	}
 	f.apply(ctx, now)
+	if known {
+		f.readOnce.Do(func() { close(f.read) })
+	}
 	f.holdDuties(ctx, now)
 	if err != nil && !errors.Is(err, ErrNoSchema) {
 		return err
@@ -459,6 +471,13 @@ func (f *Fleet) pollAfterWrite(ctx context.Context) {
 	}
 }
 
+// Read is closed once this instance knows the fleet's controls and has
+// applied them (the first good read, or the fleet's tables found
+// missing: then there are none); it stays closed. Until then a drain in
+// force for the fleet may not be in force here: holdfast serve holds
+// client logins and reports itself unready meanwhile.
+func (f *Fleet) Read() <-chan struct{} { return f.read }
+
 // Status is what this instance knows of the fleet.
 type Status struct {
 	Instance string `json:"instance_id"`
@@ -491,6 +510,12 @@ type Status struct {
 	// Status that knows ("" and false: not known).
 	Tables       string `json:"tables_schema,omitempty"`
 	TablesLegacy bool   `json:"tables_legacy,omitempty"`
+	// NotEverywhere are the controls in force that some live instances
+	// cannot apply (of a kind they do not know: a mixed fleet).
+	// MembersUnrecorded: the database is at a schema version before 6,
+	// so no instance records its schema range or control kinds yet.
+	NotEverywhere     []Unapplied `json:"not_everywhere"`
+	MembersUnrecorded bool        `json:"members_unrecorded,omitempty"`
 }
 
 // Status returns what this instance knows of the fleet now.
@@ -506,6 +531,8 @@ func (f *Fleet) Status() Status {
 		st.Error = f.lastErr.Error()
 		st.Stale = !f.noSchema
 	}
+	st.NotEverywhere = notEverywhere(st.Controls, st.Ignored, st.Members)
+	st.MembersUnrecorded = f.o.Store != nil && !f.o.Store.MembersRecorded()
 	now := time.Now()
 	for d, until := range f.duties {
 		if now.Before(until) {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -18,6 +19,11 @@ import (
 // the database's (NOW(6)), never the host's.
 type Store struct {
 	db *sql.DB
+	// oldMembers is when (Unix nanoseconds) holdfast_members was last
+	// found without the columns of schema version 6 (0: never, or found
+	// with them since): until membersRecheck after it, the heartbeat and
+	// the members' read use the columns of version 5 alone.
+	oldMembers atomic.Int64
 }
 
 // NewStore is a Store on db (which the caller owns and closes).
@@ -156,17 +162,102 @@ type Member struct {
 	StmtBudget int       `json:"stmt_budget"`
 	StartedAt  time.Time `json:"started_at"`
 	LastSeen   time.Time `json:"last_seen"`
+	// SchemaMin and SchemaMax are the schema versions the instance runs
+	// against (reservation.SchemaMin and SchemaVersion of its build), and
+	// Kinds the kinds of control it applies (KnownKinds of its build).
+	// 0 and nil: not recorded, by an instance of a version before schema
+	// version 6 (or any instance while the database is older than that).
+	SchemaMin int    `json:"schema_min,omitempty"`
+	SchemaMax int    `json:"schema_max,omitempty"`
+	Kinds     []Kind `json:"control_kinds"`
 }
 
+// Recorded reports whether m recorded its schema range and control kinds
+// (a version from schema version 6 on, on a database migrated to it).
+func (m Member) Recorded() bool { return m.Kinds != nil }
+
+// membersRecheck is how long the heartbeat keeps to the members' columns
+// of schema version 5 after it found the table without those of version
+// 6, before it tries them again (`holdfast migrate` may have run).
+const membersRecheck = time.Minute
+
+// errNumBadField is ER_BAD_FIELD_ERROR: a column the statement names is
+// not in the table (holdfast_members before schema version 6).
+const errNumBadField = 1054
+
+// oldMembersTable reports whether holdfast_members is taken to lack the
+// columns of schema version 6 now.
+func (s *Store) oldMembersTable() bool {
+	at := s.oldMembers.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < membersRecheck
+}
+
+// noteOldMembers reports whether err says holdfast_members lacks a column
+// of schema version 6, and remembers it when it does.
+func (s *Store) noteOldMembers(err error) bool {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != errNumBadField {
+		return false
+	}
+	s.oldMembers.Store(time.Now().UnixNano())
+	return true
+}
+
+// MembersRecorded reports whether the instances' heartbeats record their
+// schema range and control kinds: false while the database is at a
+// schema version before 6 (`holdfast migrate` adds the columns).
+func (s *Store) MembersRecorded() bool { return !s.oldMembersTable() }
+
 // Heartbeat records m as alive now (the database's time); its start time
-// is stored on the first beat.
+// is stored on the first beat. The statement names its columns, as every
+// version's does, so that instances of versions before and after a step
+// that adds columns to holdfast_members share the table; before schema
+// version 6 it records no schema range nor control kinds.
 func (s *Store) Heartbeat(ctx context.Context, m Member) error {
+	if !s.oldMembersTable() {
+		_, err := s.db.ExecContext(ctx, `INSERT INTO holdfast_members (instance_id, address, version, pool_max, stmt_budget, started_at, last_seen,
+  schema_min, schema_max, control_kinds)
+VALUES (?, ?, ?, ?, ?, NOW(6), NOW(6), ?, ?, ?)
+ON DUPLICATE KEY UPDATE address = VALUES(address), version = VALUES(version), pool_max = VALUES(pool_max),
+  stmt_budget = VALUES(stmt_budget), last_seen = VALUES(last_seen),
+  schema_min = VALUES(schema_min), schema_max = VALUES(schema_max), control_kinds = VALUES(control_kinds)`,
+			m.ID, m.Address, m.Version, m.PoolMax, m.StmtBudget, m.SchemaMin, m.SchemaMax, kindsText(m.Kinds))
+		if !s.noteOldMembers(err) {
+			if err == nil {
+				s.oldMembers.Store(0)
+			}
+			return missing(err)
+		}
+	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO holdfast_members (instance_id, address, version, pool_max, stmt_budget, started_at, last_seen)
 VALUES (?, ?, ?, ?, ?, NOW(6), NOW(6))
 ON DUPLICATE KEY UPDATE address = VALUES(address), version = VALUES(version), pool_max = VALUES(pool_max),
   stmt_budget = VALUES(stmt_budget), last_seen = VALUES(last_seen)`,
 		m.ID, m.Address, m.Version, m.PoolMax, m.StmtBudget)
 	return missing(err)
+}
+
+// kindsText is kinds as control_kinds holds them: comma-separated.
+func kindsText(kinds []Kind) string {
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = string(k)
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseKinds reads control_kinds; NULL is nil (not recorded).
+func parseKinds(s sql.NullString) []Kind {
+	if !s.Valid {
+		return nil
+	}
+	out := []Kind{}
+	for _, k := range strings.Split(s.String, ",") {
+		if k != "" {
+			out = append(out, Kind(k))
+		}
+	}
+	return out
 }
 
 // Leave removes m's row (a clean shutdown).
@@ -185,8 +276,17 @@ func (s *Store) Members(ctx context.Context, ttl time.Duration) ([]Member, error
 		(10 * ttl).Microseconds()); err != nil {
 		return nil, missing(err)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT instance_id, address, version, pool_max, stmt_budget, started_at, last_seen
-FROM holdfast_members WHERE last_seen >= NOW(6) - INTERVAL ? MICROSECOND ORDER BY instance_id`, ttl.Microseconds())
+	recorded := !s.oldMembersTable()
+	q := `SELECT instance_id, address, version, pool_max, stmt_budget, started_at, last_seen, schema_min, schema_max, control_kinds
+FROM holdfast_members WHERE last_seen >= NOW(6) - INTERVAL ? MICROSECOND ORDER BY instance_id`
+	if !recorded {
+		q = `SELECT instance_id, address, version, pool_max, stmt_budget, started_at, last_seen, NULL, NULL, NULL
+FROM holdfast_members WHERE last_seen >= NOW(6) - INTERVAL ? MICROSECOND ORDER BY instance_id`
+	}
+	rows, err := s.db.QueryContext(ctx, q, ttl.Microseconds())
+	if recorded && s.noteOldMembers(err) {
+		return s.Members(ctx, ttl)
+	}
 	if err != nil {
 		return nil, missing(err)
 	}
@@ -194,9 +294,12 @@ FROM holdfast_members WHERE last_seen >= NOW(6) - INTERVAL ? MICROSECOND ORDER B
 	var out []Member
 	for rows.Next() {
 		var m Member
-		if err := rows.Scan(&m.ID, &m.Address, &m.Version, &m.PoolMax, &m.StmtBudget, &m.StartedAt, &m.LastSeen); err != nil {
+		var lo, hi sql.NullInt64
+		var kinds sql.NullString
+		if err := rows.Scan(&m.ID, &m.Address, &m.Version, &m.PoolMax, &m.StmtBudget, &m.StartedAt, &m.LastSeen, &lo, &hi, &kinds); err != nil {
 			return nil, err
 		}
+		m.SchemaMin, m.SchemaMax, m.Kinds = int(lo.Int64), int(hi.Int64), parseKinds(kinds)
 		out = append(out, m)
 	}
 	return out, rows.Err()

@@ -118,6 +118,8 @@ type Server struct {
 
 	handshakes chan struct{}
 	draining   atomic.Bool
+	accepting  atomic.Bool               // Serve's accept loop runs (see Readiness)
+	hold       atomic.Pointer[loginHold] // nil: no login waits (HoldLogins)
 	wg         sync.WaitGroup
 
 	mu       sync.Mutex // guards the fields below
@@ -427,6 +429,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		return err
 	}
 	s.log.Info("holdfast listening", "addr", ln.Addr().String())
+	s.accepting.Store(true)
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -474,6 +477,8 @@ func (s *Server) warm() error {
 	}
 	if err != nil {
 		s.log.Warn("backend not reachable at start; will keep trying", "addr", s.config().Backend.Address, "err", err)
+		s.wg.Add(1)
+		go s.warmLater()
 		return nil
 	}
 	s.pool.Release(bc, true)
@@ -517,6 +522,9 @@ func (s *Server) handle(nc net.Conn) {
 		w := mysqlwire.Writer{Buf: mysqlwire.NewSmallWriter(nc)}
 		_ = w.WritePacket(mysqlwire.AppendErr(nil, newErr(codeConCount, "08004", "Too many connections (holdfast sessions.max_clients = %d)", max)))
 		_ = w.Flush()
+		return
+	}
+	if !s.admitLogin(nc) {
 		return
 	}
 	sess := s.handshake(nc)

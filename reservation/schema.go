@@ -247,6 +247,24 @@ var Migrations = []Migration{{
   PRIMARY KEY (duty)
 ) ENGINE=InnoDB`,
 	},
+}, {
+	Version: 6,
+	Name:    "fleet members record the schema versions and control kinds they understand",
+	Statements: []string{
+		// Each instance's heartbeat records the schema versions it runs
+		// against (schema_min to schema_max: SchemaMin and SchemaVersion
+		// of its build) and the kinds of control it applies
+		// (control_kinds, comma-separated), so that an instance can show
+		// which instances of a mixed fleet cannot apply a control. NULL:
+		// an instance of a version before this step, whose heartbeat
+		// names only the columns of version 5 (so these must stay
+		// nullable). Nullable columns added last: instant on MariaDB
+		// 10.4+ and MySQL 8.0.12+.
+		`ALTER TABLE holdfast_members
+  ADD COLUMN schema_min INT NULL,
+  ADD COLUMN schema_max INT NULL,
+  ADD COLUMN control_kinds VARCHAR(1024) NULL`,
+	},
 }}
 
 // errNumDupColumn is ER_DUP_FIELDNAME: an ALTER TABLE ... ADD COLUMN whose
@@ -255,8 +273,28 @@ var Migrations = []Migration{{
 // none).
 const errNumDupColumn = 1060
 
-// SchemaVersion is the version Migrate brings the database to.
+// SchemaVersion is the version Migrate brings the database to: the
+// newest this version of holdfast knows.
 func SchemaVersion() int { return Migrations[len(Migrations)-1].Version }
+
+// SchemaMin is the oldest schema version this version of holdfast runs
+// against, the schema of the release before it: below SchemaVersion,
+// what the later steps add stays off until `holdfast migrate` (the
+// fleet's members record no schema range nor control kinds before version
+// 6, say). It is also a promise the other way: an instance of a version
+// whose newest schema is SchemaMin or later runs against this version's
+// schema, since every step after SchemaMin only adds. So two versions of
+// holdfast may share a database when each one's newest schema is at least
+// the other's SchemaMin: a version and the one before it. `holdfast
+// migrate` refuses to apply a step while a live instance's newest schema
+// is below SchemaMin (see README.md, "Upgrading a fleet"). Raised to the
+// released version's SchemaVersion at each release.
+const SchemaMin = 5
+
+// SchemaUnrecorded is the newest schema version known to an instance
+// whose heartbeat records none: every version before the step that added
+// the record (6) knew 5 at most.
+const SchemaUnrecorded = 5
 
 // Migrate brings the schema to SchemaVersion through conns, borrowing one
 // connection under TagMigrate, and records each applied version in

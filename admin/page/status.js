@@ -99,6 +99,10 @@
     $("token-form").hidden = !awaiting;
     $("forget-token").hidden = !token;
     $("where").textContent = location.host;
+    $("version").textContent = s.version || "";
+    const rd = s.readiness || { ready: true, unmet: [] };
+    $("readiness").textContent = rd.ready ? "ready" : "not ready: " + rd.unmet.join("; ");
+    $("readiness").title = rd.ready ? "GET /readyz answers 200" : "GET /readyz answers 503";
     $("updated").textContent = "updated " + new Date(s.time).toLocaleTimeString();
     $("live").className = "dot ok";
 

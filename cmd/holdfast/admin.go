@@ -89,11 +89,12 @@ func nearConfig(configPath, path string) (string, error) {
 }
 
 // reloadAdmin applies the admin section of a reloaded configuration, whole
-// or not at all; it returns the local token in force after it.
-func reloadAdmin(adm *admin.Admin, configPath string, next config.Admin, last localToken, log *slog.Logger) localToken {
+// or not at all; it returns the local token in force after it, and why
+// the section was refused (nil: applied).
+func reloadAdmin(adm *admin.Admin, configPath string, next config.Admin, last localToken, log *slog.Logger) (localToken, error) {
 	if next.Listen == "" {
 		log.Error("reload: admin.listen was emptied; the admin listener stays on until a restart", "admin.listen", adm.Listen())
-		return last
+		return last, fmt.Errorf("admin.listen was emptied: the admin listener stays on %s until a restart", adm.Listen())
 	}
 	ac, err := newAdminAccess(configPath, next, last)
 	if err == nil {
@@ -102,8 +103,8 @@ func reloadAdmin(adm *admin.Admin, configPath string, next config.Admin, last lo
 	if err != nil {
 		log.Error("reload: the admin section is refused; the admin listener keeps its address, credentials and certificate",
 			"admin.listen", adm.Listen(), "err", err)
-		return last
+		return last, fmt.Errorf("the admin section is refused (the admin listener keeps its address, credentials and certificate): %w", err)
 	}
 	ac.writeLocalToken(last, log)
-	return ac.local
+	return ac.local, nil
 }

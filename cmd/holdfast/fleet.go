@@ -13,13 +13,16 @@ import (
 	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/proxy"
+	"github.com/holdfast-db/holdfast/reservation"
 )
 
-// startFleet joins this instance to the fleet of holdfast instances in
-// front of the backend (package fleet), on a database/sql pool of its own,
-// and applies the fleet's controls to srv. It returns nil when
-// fleet.disabled.
-func startFleet(ctx context.Context, cfg config.Config, srv *proxy.Server, t *tables, duties []string, log *slog.Logger) (*fleet.Fleet, func(), error) {
+// newFleet is this instance's membership of the fleet of holdfast
+// instances in front of the backend (package fleet), on a database/sql
+// pool of its own, applying the fleet's controls to srv once started
+// (joinFleet). It starts nothing and reaches no database. It returns nil
+// when fleet.disabled; the func it returns leaves the fleet and closes
+// the pool.
+func newFleet(cfg config.Config, srv *proxy.Server, t *tables, duties []string, log *slog.Logger) (*fleet.Fleet, func(), error) {
 	if cfg.Fleet.Disabled {
 		return nil, func() {}, nil
 	}
@@ -36,16 +39,25 @@ func startFleet(ctx context.Context, cfg config.Config, srv *proxy.Server, t *ta
 	db := followDB(dc, t)
 	db.SetMaxOpenConns(fleet.MaxConns)
 	db.SetMaxIdleConns(fleet.MaxConns)
-	self := fleet.Member{ID: instanceID(), Address: advertised(cfg.Listen), Version: buildVersion(), PoolMax: cfg.Pool.Max}
+	self := fleet.Member{ID: instanceID(), Address: advertised(cfg.Listen), Version: buildVersion(), PoolMax: cfg.Pool.Max,
+		SchemaMin: reservation.SchemaMin, SchemaMax: reservation.SchemaVersion(), Kinds: fleet.KnownKinds()}
 	f := fleet.New(fleet.Options{Store: fleet.NewStore(db), Applier: srv, Self: self,
 		Poll: cfg.Fleet.PollInterval, TTL: cfg.Fleet.TTL, Duties: duties, StmtBudget: srv.StatementBudget,
 		ConnReserve: cfg.Fleet.ConnectionReserve, StmtShare: cfg.Sessions.PreparedStatementShare, Log: log})
-	if err := f.Start(ctx); err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	log.Info("fleet: joined", "instance", self.ID, "poll_interval", cfg.Fleet.PollInterval, "ttl", cfg.Fleet.TTL)
 	return f, func() { _ = f.Close(); db.Close() }, nil
+}
+
+// joinFleet starts f (nil: fleet.disabled): its first read of the
+// controls, tried for up to fleet.ttl, then its polls.
+func joinFleet(ctx context.Context, cfg config.Config, f *fleet.Fleet, log *slog.Logger) error {
+	if f == nil {
+		return nil
+	}
+	if err := f.Start(ctx); err != nil {
+		return err
+	}
+	log.Info("fleet: joined", "instance", f.Status().Instance, "poll_interval", cfg.Fleet.PollInterval, "ttl", cfg.Fleet.TTL)
+	return nil
 }
 
 // fleetView is the fleet as the admin API shows it: its status says where

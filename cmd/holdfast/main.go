@@ -2,7 +2,7 @@
 // pools backend connections and attributes their hold time by tag.
 //
 //	holdfast [serve] [-config FILE]                   run the sidecar
-//	holdfast migrate [-config FILE] [-move-tables] [-user NAME]  create or upgrade holdfast's schema
+//	holdfast migrate [-config FILE] [-move-tables] [-user NAME] [-force]  create or upgrade holdfast's schema
 //	holdfast migrate [-config FILE] -print-grants [-dialect mysql]  print the grants that keep applications off it
 //	holdfast check-config [-config FILE] [-print-listen | -print-admin-listen]  validate a configuration
 //	holdfast check-backend [-config FILE] [-print-address]  connect to the backend once
@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -53,7 +54,7 @@ func run(args []string) error {
 	printAdmin := fs.Bool("print-admin-listen", false, "check-config: print only admin.listen (empty: none)")
 	printAddr := fs.Bool("print-address", false, "check-backend: print the configured backend address and exit")
 	resync := resyncFlags(fs)
-	mig := migrateFlags(fs)
+	mig := migrateFlags(fs, resync.force)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -127,6 +128,11 @@ func serve(path string, cfg config.Config) error {
 	procs, why := chooseProcs(cfg.MaxProcs, runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS") != "")
 	runtime.GOMAXPROCS(procs)
 	log.Info("starting", "version", version.Get().String(), "max_procs", procs, "chosen_by", why)
+	// From here on a signal waits for the loop at the end: SIGHUP must not
+	// end a holdfast that is still starting.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	srv, err := proxy.New(cfg, log)
 	if err != nil {
 		return err
@@ -139,32 +145,70 @@ func serve(path string, cfg config.Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()), srv.ClassCollector(), srv.ReplicaCollector())
 	reg.MustRegister(processCollectors()...)
-	// The fleet first: the engine's background loops run the fleet duties
-	// this instance holds.
+
+	// Built first, started below once the admin listener serves: nothing
+	// here reaches the backend. The fleet before the engine: the engine's
+	// background loops run the fleet duties this instance holds.
 	fctx, fcancel := context.WithCancel(context.Background())
 	defer fcancel()
-	tbl, err := startTables(fctx, cfg, srv, reg, log)
+	tbl, err := serveTables(cfg, srv, reg, log)
 	if err != nil {
 		return err
 	}
 	defer tbl.close()
-	fl, stopFleet, err := startFleet(fctx, cfg, srv, tbl, fleetDuties(cfg), log)
+	fl, leaveFleet, err := newFleet(cfg, srv, tbl, fleetDuties(cfg), log)
 	if err != nil {
 		return err
 	}
-	defer stopFleet()
+	defer leaveFleet()
+	ready := &readiness{srv: srv}
 	var adminFleet admin.Fleet
 	if fl != nil {
 		adminFleet = fleetView{fl, tbl}
 		reg.MustRegister(fleet.NewCollector(fl))
+		// No client is served before the fleet's controls are read: a
+		// drain in force applies from a new instance's first statement.
+		ready.fleetRead = fl.Read()
+		srv.HoldLogins(fl.Read(), "the fleet's controls have not been read yet")
 	}
 	var eng, started *engine // started: the engine's background work runs
 	if cfg.Reservation.Enabled {
-		eng, err = newEngine(cfg, srv, tbl, dutiesOf(fl), log)
-		if err != nil {
+		if eng, err = newEngine(cfg, srv, tbl, dutiesOf(fl), log); err != nil {
 			return err
 		}
 		reg.MustRegister(eng.collectors()...)
+	}
+	rl := newReloader(path, cfg, srv, log)
+
+	// The admin listener first, so that its probes answer while the rest
+	// starts and while the backend is down: a liveness probe restarts
+	// nothing for want of a database.
+	errc := make(chan error, 2)
+	var adm *admin.Admin
+	if cfg.Admin.Listen != "" {
+		adm = admin.New(srv, admin.Options{Access: ac.Access, Pprof: cfg.Admin.Pprof, Gatherer: reg, Log: log,
+			Authority: eng.authority(), Fleet: adminFleet, Ready: ready.get, Reload: rl.reload})
+		ln, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		defer adm.Close()
+		ac.writeLocalToken(localToken{}, log)
+		rl.setAdmin(adm, ac.local)
+		go func() {
+			if err := adm.Serve(ln); err != nil {
+				errc <- fmt.Errorf("admin listener: %w", err)
+			}
+		}()
+		log.Info("admin API, status page, probes and metrics listening", "addr", cfg.Admin.Listen, "tls", ac.TLS != nil,
+			"credentials", len(ac.Credentials), "pprof", cfg.Admin.Pprof)
+	}
+
+	tbl.findTables(fctx, cfg)
+	if err := joinFleet(fctx, cfg, fl, log); err != nil {
+		return err
+	}
+	if eng != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		cctx, ccancel := context.WithTimeout(ctx, cfg.Backend.DialTimeout)
@@ -180,22 +224,9 @@ func serve(path string, cfg config.Config) error {
 				"database", tbl.Schema())
 		}
 	}
-	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()
-	var adm *admin.Admin
-	var local localToken // the local admin credential's token in force
-	if cfg.Admin.Listen != "" {
-		adm = admin.New(srv, admin.Options{Access: ac.Access, Pprof: cfg.Admin.Pprof,
-			Gatherer: reg, Log: log, Authority: eng.authority(), Fleet: adminFleet})
-		ac.writeLocalToken(local, log)
-		local = ac.local
-		go func() {
-			if err := adm.ListenAndServe(); err != nil {
-				errc <- fmt.Errorf("admin listener: %w", err)
-			}
-		}()
-		log.Info("admin API, status page and metrics listening", "addr", cfg.Admin.Listen, "tls", ac.TLS != nil,
-			"credentials", len(ac.Credentials), "pprof", cfg.Admin.Pprof)
+	if cfg.ReloadWatch > 0 && path != "" {
+		go rl.watch(fctx, cfg.ReloadWatch)
 	}
 	// stop closes the admin listener, then the engine (its refiller and
 	// sweeper finish on connections of the pool), then the server and its
@@ -210,8 +241,6 @@ func serve(path string, cfg config.Config) error {
 		srv.Close()
 	}
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	for {
 		select {
 		case err := <-errc:
@@ -219,22 +248,19 @@ func serve(path string, cfg config.Config) error {
 			return err
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				next, err := config.Load(path)
-				if err != nil {
-					log.Error("reload failed; keeping the running configuration", "err", err)
-					continue
-				}
-				_ = srv.Reload(next)
-				switch {
-				case adm != nil:
-					local = reloadAdmin(adm, path, next.Admin, local, log)
-				case next.Admin.Listen != "":
-					log.Error("reload: admin.listen was set; the admin listener starts at the next restart", "admin.listen", next.Admin.Listen)
-				}
+				rl.reload(context.Background(), "SIGHUP")
 				continue
 			}
-			log.Info("shutting down: draining clients", "signal", sig.String(), "grace", cfg.ShutdownGrace)
-			ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+			// Unready at once; clients are served on for shutdown_delay,
+			// then drained for up to shutdown_grace.
+			ready.stopping.Store(true)
+			cur := rl.current()
+			if err := delayShutdown(cur.ShutdownDelay, sig, sigs, errc, rl, log); err != nil {
+				stop()
+				return err
+			}
+			log.Info("shutting down: draining clients", "signal", sig.String(), "grace", cur.ShutdownGrace)
+			ctx, cancel := context.WithTimeout(context.Background(), cur.ShutdownGrace)
 			err := srv.Drain(ctx)
 			cancel()
 			stop()
@@ -242,6 +268,34 @@ func serve(path string, cfg config.Config) error {
 				return err
 			}
 			log.Info("stopped")
+			return nil
+		}
+	}
+}
+
+// delayShutdown waits out shutdown_delay d after the signal sig, the
+// client listener still open: until d passes, another SIGTERM or SIGINT
+// comes, or a listener fails (its error). A SIGHUP meanwhile reloads.
+func delayShutdown(d time.Duration, sig os.Signal, sigs <-chan os.Signal, errc <-chan error, rl *reloader, log *slog.Logger) error {
+	if d <= 0 {
+		return nil
+	}
+	log.Info("shutting down: unready now; clients are served for shutdown_delay before the listener closes",
+		"signal", sig.String(), "shutdown_delay", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return nil
+		case err := <-errc:
+			return err
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				rl.reload(context.Background(), "SIGHUP")
+				continue
+			}
+			log.Info("shutting down: shutdown_delay cut short", "signal", s.String())
 			return nil
 		}
 	}

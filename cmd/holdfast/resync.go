@@ -28,9 +28,10 @@ type resyncOpts struct {
 
 func resyncFlags(fs *flag.FlagSet) resyncOpts {
 	return resyncOpts{
-		shops:   fs.String("shops", "", "resync-redis: only these shops (comma-separated ids); empty means every pool"),
-		dryRun:  fs.Bool("dry-run", false, "resync-redis: report each pool's counter and the engine's availability, write nothing"),
-		force:   fs.Bool("force", false, "resync-redis: also shops whose reserves Redis decides (see docs/migration.md)"),
+		shops:  fs.String("shops", "", "resync-redis: only these shops (comma-separated ids); empty means every pool"),
+		dryRun: fs.Bool("dry-run", false, "resync-redis: report each pool's counter and the engine's availability, write nothing"),
+		force: fs.Bool("force", false, "resync-redis: also shops whose reserves Redis decides (see docs/migration.md); "+
+			"migrate: apply the steps even while live instances of a version too old for the new schema run"),
 		verbose: fs.Bool("v", false, "resync-redis: print every pool, not only those that change"),
 	}
 }

@@ -64,11 +64,11 @@ type tables struct {
 	hooks   []func(schema string)
 }
 
-// startTables finds holdfast's tables for serve (see start), points srv's
-// engine borrows at them and keeps them pointed there, and registers the
-// location's metric on reg. life bounds the search when the backend does
-// not answer yet.
-func startTables(life context.Context, cfg config.Config, srv *proxy.Server, reg prometheus.Registerer, log *slog.Logger) (*tables, error) {
+// serveTables is the location of holdfast's tables for serve, not found
+// yet (findTables finds them): srv's engine borrows point at them and
+// follow them, and the location's metric is registered on reg. It reaches
+// no database.
+func serveTables(cfg config.Config, srv *proxy.Server, reg prometheus.Registerer, log *slog.Logger) (*tables, error) {
 	user, password := cfg.Own()
 	if cfg.Fleet.User == "" {
 		log.Warn("fleet.user is empty: holdfast's own work (the fleet, the engine, kills, the replica checks) connects as backend.user, so an application logged in as that account can change holdfast's tables and end its connections; give holdfast an account of its own (see holdfast migrate -print-grants)",
@@ -84,11 +84,17 @@ func startTables(life context.Context, cfg config.Config, srv *proxy.Server, reg
 		srv.SetTablesSchema(schema)
 		protectTables(srv, schema)
 	})
+	reg.MustRegister(t.collector())
+	return t, nil
+}
+
+// findTables finds the tables at start-up (see start), for up to
+// backend.dial_timeout; life bounds the search that goes on when the
+// backend does not answer yet.
+func (t *tables) findTables(life context.Context, cfg config.Config) {
 	ctx, cancel := context.WithTimeout(life, cfg.Backend.DialTimeout)
 	defer cancel()
 	t.start(ctx, life)
-	reg.MustRegister(t.collector())
-	return t, nil
 }
 
 // newTables is the location of cfg's tables, not found yet: Schema is

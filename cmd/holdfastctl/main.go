@@ -71,7 +71,13 @@ Commands:
       -local             act on the instance asked only, not the fleet
       -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)
   controls               the fleet's controls in force: who set them, when, why, until when
-  fleet                  the live holdfast instances on the database, their pool sizes
+  fleet                  the live holdfast instances on the database, their versions and
+                         pool sizes
+  status                 the instance's version, whether it is ready (and what it waits
+                         for), its fleet and pool
+  reload                 make the instance read its configuration file again and apply
+                         it, as SIGHUP does: prints what changed and what waits for a
+                         restart (needs a write credential)
   authority              show the Redis-migration kill switch in force (docs/migration.md)
   authority redis|holdfast
                          switch who decides reserves, for every holdfast on the database
@@ -234,7 +240,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if len(args) > 0 && args[0] == "limit" {
 			want = append(want, "N")
 		}
-	case "controls", "fleet":
+	case "controls", "fleet", "status", "reload":
 	case "authority":
 		fs.StringVar(&reason, "reason", "", "")
 		fs.StringVar(&shops, "shops", "", "")
@@ -324,6 +330,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = c.Controls(ctx)
 	case "fleet":
 		err = c.Fleet(ctx)
+	case "status":
+		err = c.Status(ctx)
+	case "reload":
+		err = c.Reload(ctx)
 	case "authority":
 		if len(pos) == 0 {
 			err = c.ShowAuthority(ctx)

@@ -35,6 +35,11 @@ type client struct {
 	tables     string // the schema of holdfast's tables, which readOwn reads through holdfast
 	ownReads   int
 	violations []Violation
+	// pick, when not nil, chooses the instance (and db) of each call,
+	// whose connection goes back to db's pool when the call ends; replay
+	// repeats each answered reserve and claim once (EngineClient).
+	pick   Picker
+	replay bool
 }
 
 // run places orders until ctx is done. Each order finishes its retries
@@ -63,9 +68,14 @@ func (c *client) order() {
 	if c.ryw && res.Token != "" {
 		c.readOwn(key)
 	}
+	if c.replay {
+		c.repeat(func() Call { return c.reserve(key, req, locs, c.o.TTL) })
+	}
 	switch n := c.rng.IntN(100); {
 	case n < 70:
-		c.repeat(func() Call { return c.claim(res.Token) })
+		if r := c.repeat(func() Call { return c.claim(res.Token) }); c.replay && r.Kind == Answered {
+			c.repeat(func() Call { return c.claim(res.Token) })
+		}
 	case n < 90:
 		c.repeat(func() Call { return c.release(res.Token) })
 	}
@@ -212,6 +222,17 @@ func (r *Call) answerShape(why string) {
 // do runs the call on the client's connection (making one if it has none)
 // and returns its rows as strings (NULL as "").
 func (c *client) do(r *Call, q string, args ...any) [][]string {
+	if c.pick != nil {
+		inst, db, done := c.pick()
+		c.instance, c.db = inst, db
+		defer func() {
+			if c.conn != nil {
+				c.conn.Close()
+				c.conn = nil
+			}
+			done()
+		}()
+	}
 	r.Client, r.Instance, r.Tag = c.id, c.instance, c.tag
 	if c.tag != "" {
 		q = "/* conn_tag:" + c.tag + " */ " + q

@@ -469,6 +469,17 @@ type Controls struct {
 	// Here is every control in force on the instance, from every source
 	// (absent from an older holdfast).
 	Here []HereControl `json:"here"`
+	// NotEverywhere: see commands.go.
+	NotEverywhere []Unapplied `json:"not_everywhere"`
+}
+
+// Unapplied is a control in force that some live instances cannot apply,
+// being of a kind they do not know (GET /api/controls, /api/fleet).
+type Unapplied struct {
+	Tag   string   `json:"tag"`
+	Kind  string   `json:"kind"`
+	NotBy []string `json:"not_applied_by"`
+	Live  int      `json:"live_instances"`
 }
 
 // Controls returns the fleet's controls.
@@ -486,6 +497,12 @@ type Member struct {
 	PoolMax   int       `json:"pool_max"`
 	StartedAt time.Time `json:"started_at"`
 	LastSeen  time.Time `json:"last_seen"`
+	// The schema versions it runs against, and the kinds of control it
+	// applies: 0 and nil when it records none (a version before schema
+	// version 6).
+	SchemaMin int      `json:"schema_min"`
+	SchemaMax int      `json:"schema_max"`
+	Kinds     []string `json:"control_kinds"`
 }
 
 // FleetStatus is the answer of GET /api/fleet.
@@ -504,6 +521,11 @@ type FleetStatus struct {
 		// backend.database (not moved to fleet.database).
 		Tables       string `json:"tables_schema"`
 		TablesLegacy bool   `json:"tables_legacy"`
+		// The controls in force some live instances cannot apply; and
+		// whether the database is too old for instances to record their
+		// schema range and control kinds (before schema version 6).
+		NotEverywhere     []Unapplied `json:"not_everywhere"`
+		MembersUnrecorded bool        `json:"members_unrecorded"`
 	} `json:"status"`
 }
 

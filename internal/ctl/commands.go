@@ -371,6 +371,7 @@ func writeControls(w io.Writer, cs Controls) error {
 				fc.SetAt.UTC().Format("2006-01-02 15:04:05"), expiry(fc.Expires), clean(fc.Reason))
 		}
 	}
+	writeNotEverywhere(w, cs.NotEverywhere)
 	if len(cs.Ignored) > 0 {
 		fmt.Fprintf(w, "\nIGNORED: %d row(s) of holdfast_controls are not in force on this instance (fix or delete them):\n", len(cs.Ignored))
 		fmt.Fprintf(w, "%-24s %-8s %-8s %-20s %-20s %s\n", "TAG", "KIND", "VALUE", "SET BY", "SET AT (UTC)", "WHY")
@@ -409,6 +410,23 @@ func writeControls(w io.Writer, cs Controls) error {
 		}
 	}
 	return readState(w, cs.NoSchema, cs.Stale, cs.Known, cs.LastRead, cs.Error)
+}
+
+// writeNotEverywhere warns of the controls in force on part of the fleet
+// only: some live instances (of another version) do not know their kind.
+func writeNotEverywhere(w io.Writer, us []Unapplied) {
+	if len(us) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nWARNING: %d control(s) in force on only part of the fleet: some live instances (of another version) cannot apply their kind (holdfastctl fleet shows the versions):\n", len(us))
+	fmt.Fprintf(w, "%-24s %-8s %s\n", "TAG", "KIND", "NOT APPLIED BY")
+	for _, u := range us {
+		ids := make([]string, len(u.NotBy))
+		for i, id := range u.NotBy {
+			ids[i] = clean(id)
+		}
+		fmt.Fprintf(w, "%-24s %-8s %s (%d of %d live instances)\n", clean(u.Tag), clean(u.Kind), strings.Join(ids, ", "), len(u.NotBy), u.Live)
+	}
 }
 
 // controlValue is how a control's value reads, by its kind.
@@ -453,7 +471,8 @@ func readState(w io.Writer, noSchema, stale, known bool, lastRead time.Time, err
 	return err
 }
 
-// Fleet prints the live holdfast instances and their pool sizes.
+// Fleet prints the live holdfast instances: version, schema range, pool
+// size, duties, and which controls in force each cannot apply.
 func (c *CLI) Fleet(ctx context.Context) error {
 	fs, err := c.Client.Fleet(ctx)
 	if err != nil {
@@ -464,22 +483,23 @@ func (c *CLI) Fleet(ctx context.Context) error {
 		_, err = fmt.Fprintln(w, "this holdfast is not part of a fleet (fleet.disabled)")
 		return err
 	}
-	fmt.Fprintf(w, "%-40s %-24s %-10s %8s %-20s %s\n", "INSTANCE", "ADDRESS", "VERSION", "POOL MAX", "STARTED (UTC)", "DUTIES")
+	st := fs.Status
+	fmt.Fprintf(w, "%-40s %-24s %-20s %-7s %8s %-20s %s\n", "INSTANCE", "ADDRESS", "VERSION", "SCHEMA", "POOL MAX", "STARTED (UTC)", "DUTIES")
 	total := 0
-	for _, m := range fs.Status.Members {
+	for _, m := range st.Members {
 		total += m.PoolMax
 		duties := "-"
-		if m.ID == fs.Status.Instance && len(fs.Status.Duties) > 0 {
-			duties = strings.Join(fs.Status.Duties, ",")
+		if m.ID == st.Instance && len(st.Duties) > 0 {
+			duties = strings.Join(st.Duties, ",")
 		}
-		fmt.Fprintf(w, "%-40s %-24s %-10s %8d %-20s %s\n", clean(m.ID), clean(m.Address), clean(m.Version), m.PoolMax,
+		fmt.Fprintf(w, "%-40s %-24s %-20s %-7s %8d %-20s %s\n", clean(m.ID), clean(m.Address), clean(m.Version), schemaRange(m), m.PoolMax,
 			m.StartedAt.UTC().Format("2006-01-02 15:04:05"), duties)
 	}
 	if _, err = fmt.Fprintf(w, "%s live; pool.max adds up to %d backend connections (asked through %s)\n",
-		plural(len(fs.Status.Members), "instance"), total, clean(fs.Status.Instance)); err != nil {
+		plural(len(st.Members), "instance"), total, clean(st.Instance)); err != nil {
 		return err
 	}
-	st := fs.Status
+	writeMixed(w, st.Members, st.NotEverywhere, st.MembersUnrecorded)
 	if st.TablesLegacy {
 		if _, err := fmt.Fprintf(w, "holdfast's tables are in backend.database (%s), where the application's grants reach them: move them with holdfast migrate -move-tables\n",
 			clean(st.Tables)); err != nil {
@@ -487,6 +507,44 @@ func (c *CLI) Fleet(ctx context.Context) error {
 		}
 	}
 	return readState(w, st.NoSchema, st.Stale, st.Known, st.LastRead, st.Error)
+}
+
+// schemaRange is a member's schema versions as the fleet table shows
+// them: "5-6", or "?" when it records none.
+func schemaRange(m Member) string {
+	if m.Kinds == nil {
+		return "?"
+	}
+	return fmt.Sprintf("%d-%d", m.SchemaMin, m.SchemaMax)
+}
+
+// writeMixed says, per member, which controls in force it cannot apply,
+// and which members record no control kinds (versions before schema
+// version 6), for which that cannot be told.
+func writeMixed(w io.Writer, members []Member, us []Unapplied, unrecorded bool) {
+	for _, m := range members {
+		var cannot []string
+		for _, u := range us {
+			if slices.Contains(u.NotBy, m.ID) {
+				cannot = append(cannot, clean(u.Kind)+" "+clean(u.Tag))
+			}
+		}
+		if len(cannot) > 0 {
+			fmt.Fprintf(w, "CANNOT APPLY: %s (version %s) does not know the kind of %d control(s) in force: %s\n",
+				clean(m.ID), clean(m.Version), len(cannot), strings.Join(cannot, ", "))
+		}
+	}
+	switch {
+	case unrecorded:
+		fmt.Fprintln(w, "unknown kinds: cannot tell: the database's schema is older than version 6, so no instance records its schema range or control kinds yet (holdfast migrate adds them)")
+	default:
+		for _, m := range members {
+			if m.Kinds == nil {
+				fmt.Fprintf(w, "unknown kinds: cannot tell: %s (version %s) records no schema range or control kinds (a version before schema version 6); such versions apply drain, limit, max_txn, class and route at most\n",
+					clean(m.ID), clean(m.Version))
+			}
+		}
+	}
 }
 
 func (c *CLI) unexpected(cmd, tag, got string) error {

@@ -284,3 +284,32 @@ func TestFleetLegacyTables(t *testing.T) {
 		}
 	}
 }
+
+// holdfastctl fleet shows each instance's version and schema range, which
+// controls in force an instance cannot apply, and that an instance of a
+// version that records no kinds cannot be told about.
+func TestFleetMixedVersions(t *testing.T) {
+	f := newFakeAdmin(t)
+	f.answer("GET /api/fleet", 200, `{"fleet":true,"status":{"instance_id":"pod-a","known":true,"members":[
+ {"instance_id":"pod-a","address":"a:6033","version":"v1.5.0","pool_max":16,"started_at":"2026-01-02T03:04:05Z","schema_min":5,"schema_max":6,"control_kinds":["drain","limit","max_txn","class","route"]},
+ {"instance_id":"pod-b","address":"b:6033","version":"v1.6.0","pool_max":16,"started_at":"2026-01-02T03:04:05Z","schema_min":6,"schema_max":7,"control_kinds":["drain","limit","max_txn","class","route","readonly"]},
+ {"instance_id":"pod-c","address":"c:6033","version":"v1.4.0","pool_max":16,"started_at":"2026-01-02T03:04:05Z","control_kinds":null}],
+ "not_everywhere":[{"tag":"cart","kind":"readonly","not_applied_by":["pod-a","pod-c"],"live_instances":3}]}}`)
+	var out strings.Builder
+	if err := (&CLI{Client: f.client(t, ""), Out: &out}).Fleet(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	t.Logf("\n%s", got)
+	for _, want := range []string{"SCHEMA", "v1.5.0", " 5-6 ", " 6-7 ", " ? ",
+		"CANNOT APPLY: pod-a (version v1.5.0) does not know the kind of 1 control(s) in force: readonly cart",
+		"CANNOT APPLY: pod-c (version v1.4.0)",
+		"unknown kinds: cannot tell: pod-c (version v1.4.0) records no schema range"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(got, "CANNOT APPLY: pod-b") {
+		t.Error("pod-b, which knows readonly, is said not to apply it")
+	}
+}

@@ -59,3 +59,30 @@ func TestControlsShowsIgnoredAndShares(t *testing.T) {
 		}
 	}
 }
+
+// holdfastctl controls warns of a control in force on only part of the
+// fleet, naming the instances that cannot apply it.
+func TestControlsWarnsNotEverywhere(t *testing.T) {
+	var cs Controls
+	if err := json.Unmarshal([]byte(controlsJSON), &cs); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := writeControls(&out, cs); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "WARNING") {
+		t.Errorf("a warning with every control applied everywhere:\n%s", out.String())
+	}
+	cs.NotEverywhere = []Unapplied{{Tag: "checkout", Kind: "throttle", NotBy: []string{"pod-b", "pod-c"}, Live: 3}}
+	out.Reset()
+	if err := writeControls(&out, cs); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	for _, want := range []string{"WARNING: 1 control(s) in force on only part of the fleet", "pod-b, pod-c (2 of 3 live instances)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -39,6 +39,10 @@ type Config struct {
 	// Set are settings applied last, "path=value" as ParseSetting reads
 	// them ("pool.max=8").
 	Set []string
+	// NoCredentials leaves admin.credentials and admin.local_token_path
+	// out: for a holdfast of a version before them, whose configuration
+	// parser rejects them (and whose admin API needs none on loopback).
+	NoCredentials bool
 }
 
 // User is an item of users. A zero AuthPlugin or DefaultTag is left out
@@ -115,6 +119,9 @@ func (c Config) Render() ([]byte, error) {
 		"backend": backend,
 		"admin": mapping{"listen": c.Admin, "local_token_path": "",
 			"credentials": []mapping{{"name": AdminCredential, "scope": "write", "token": AdminToken}}},
+	}
+	if c.NoCredentials {
+		root["admin"] = mapping{"listen": c.Admin}
 	}
 	fleet := mapping{}
 	for k, v := range map[string]string{"database": c.Fleet.Database, "user": c.Fleet.User, "password": c.Fleet.Password} {

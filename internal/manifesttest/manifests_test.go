@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/holdfast-db/holdfast/admin"
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/internal/imagebuild"
 )
@@ -28,14 +29,14 @@ import (
 // dir holds the manifests, seen from this package.
 const dir = "../../deploy/kubernetes"
 
-// The admin listener's probe routes, answered without a credential: /livez
-// (the process serves, also while the backend is down) and /readyz (the
-// backend answered and the fleet's controls were read; 503 from SIGTERM
-// on). They are added to the admin package with the probes themselves;
-// the manifests are held to these paths.
+// The admin listener's probe routes, answered without a credential:
+// admin.LivePath (the process serves, also while the backend is down) and
+// admin.ReadyPath (the backend answered and the fleet's controls were
+// read; 503 from SIGTERM on). The manifests are held to them, and
+// checkProbeRoutes to their being answered so.
 const (
-	livePath  = "/livez"
-	readyPath = "/readyz"
+	livePath  = admin.LivePath
+	readyPath = admin.ReadyPath
 )
 
 // graceMargin is what terminationGracePeriodSeconds must leave beyond the
@@ -416,6 +417,7 @@ func checkSidecar(t *testing.T, p pod, c *corev1.Container, objs map[string]any)
 	probe("livenessProbe", c.LivenessProbe, livePath)
 	probe("readinessProbe", c.ReadinessProbe, readyPath)
 	probe("startupProbe", c.StartupProbe, readyPath, livePath)
+	checkProbeRoutes(t, where, cfg, c, declared)
 
 	// The grace period: the application's preStop sleep, shutdown_grace
 	// and the margin, one after the other.
@@ -429,9 +431,14 @@ func checkSidecar(t *testing.T, p pod, c *corev1.Container, objs map[string]any)
 	if g := p.spec.TerminationGracePeriodSeconds; g != nil {
 		grace = time.Duration(*g) * time.Second
 	}
-	if want := appSleep + cfg.ShutdownGrace + graceMargin; grace < want {
-		t.Errorf("%s: terminationGracePeriodSeconds %v < the application's preStop sleep %v + shutdown_grace %v + %v",
-			where, grace, appSleep, cfg.ShutdownGrace, graceMargin)
+	if want := appSleep + cfg.ShutdownDelay + cfg.ShutdownGrace + graceMargin; grace < want {
+		t.Errorf("%s: terminationGracePeriodSeconds %v < the application's preStop sleep %v + shutdown_delay %v + shutdown_grace %v + %v",
+			where, grace, appSleep, cfg.ShutdownDelay, cfg.ShutdownGrace, graceMargin)
+	}
+	// A native sidecar gets SIGTERM only once the application has
+	// stopped: a shutdown_delay would only hold the pod's stop up.
+	if cfg.ShutdownDelay != 0 {
+		t.Errorf("%s: shutdown_delay %v in a native sidecar, which is stopped after the application: want 0", where, cfg.ShutdownDelay)
 	}
 
 	// Memory: GOMEMLIMIT follows requests.memory, under limits.memory.
