@@ -47,6 +47,15 @@ type Server interface {
 	// in force.
 	SetTagRoute(pattern, policy string) error
 	RouteOf(tag string) string
+	// SetControl puts a control of any kind (package controls) on key in
+	// force on this instance, recording setBy as its author; LiftControl
+	// lifts this instance's own. Controls lists every control in force
+	// here, from every source; ControlOf the one of kind in force for
+	// key.
+	SetControl(kind, key string, value int64, reason, setBy string) error
+	LiftControl(kind, key string) error
+	Controls() []proxy.ControlState
+	ControlOf(kind, key string) (proxy.ControlState, bool)
 }
 
 // Options configures an Admin. The zero value serves the API on a
@@ -237,6 +246,8 @@ func (a *Admin) routes() http.Handler {
 	api.HandleFunc("DELETE /api/tags/{tag}/class", a.apiUnclass)
 	api.HandleFunc("PUT /api/tags/{tag}/route", a.apiRoute)
 	api.HandleFunc("DELETE /api/tags/{tag}/route", a.apiUnroute)
+	api.HandleFunc("PUT /api/tags/{tag}/{kind}", a.apiSetControl)
+	api.HandleFunc("DELETE /api/tags/{tag}/{kind}", a.apiLiftControl)
 	api.HandleFunc("GET /api/replicas", a.apiReplicas)
 	api.HandleFunc("GET /api/topology", a.apiTopology)
 	api.HandleFunc("GET /api/shapes", a.apiShapes)

@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/proxy"
+	"github.com/holdfast-db/holdfast/proxy/controls"
 )
 
 // The admin API's JSON answers (README.md, "Admin API"). Field names are
@@ -426,12 +427,20 @@ type patternControl struct {
 
 func (a *Admin) classControl() patternControl {
 	return patternControl{kind: fleet.KindClass, param: "class", word: "class", want: "critical, normal or background",
-		value: fleet.ClassValue, setLocal: a.srv.SetTagClass, status: http.StatusBadRequest, hereNow: a.srv.ClassOf}
+		value: kindValue(controls.ClassKind), setLocal: a.srv.SetTagClass, status: http.StatusBadRequest, hereNow: a.srv.ClassOf}
 }
 
 func (a *Admin) routeControl() patternControl {
 	return patternControl{kind: fleet.KindRoute, param: "policy", word: "route", want: "primary, replica or replica_stale_ok",
-		value: fleet.RouteValue, setLocal: a.srv.SetTagRoute, status: http.StatusConflict, hereNow: a.srv.RouteOf}
+		value: kindValue(controls.RouteKind), setLocal: a.srv.SetTagRoute, status: http.StatusConflict, hereNow: a.srv.RouteOf}
+}
+
+// kindValue reads a value of kind k as on-call names it.
+func kindValue(k *controls.Kind) func(string) (int64, bool) {
+	return func(name string) (int64, bool) {
+		v, err := k.Parse(name)
+		return v, err == nil
+	}
 }
 
 // apiClass puts a tag, or the tags matching a pattern, in an overload
@@ -566,7 +575,8 @@ func (a *Admin) setCap(w http.ResponseWriter, r *http.Request, key string, n int
 // why and until when, and this instance's view of them.
 func (a *Admin) apiControls(w http.ResponseWriter, _ *http.Request) {
 	if a.o.Fleet == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"fleet": false, "controls": []fleet.Control{}, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
+		writeJSON(w, http.StatusOK, map[string]any{"fleet": false, "controls": []fleet.Control{}, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting()),
+			"here": a.hereJSON()})
 		return
 	}
 	st := a.o.Fleet.Status()
@@ -582,13 +592,15 @@ func (a *Admin) apiControls(w http.ResponseWriter, _ *http.Request) {
 	if st.NotEverywhere == nil {
 		st.NotEverywhere = []fleet.Unapplied{}
 	}
-	// controls are in force here; ignored are rows this instance does not
-	// apply (invalid, or of a kind it does not know), never in force;
-	// caps are the fleet-wide caps' splits among the instances;
-	// not_everywhere the controls some live instances cannot apply.
+	// controls are the fleet's in force here; ignored are rows this
+	// instance does not apply (invalid, or of a kind it does not know),
+	// never in force; caps are the fleet-wide caps' splits among the
+	// instances; not_everywhere the controls some live instances cannot
+	// apply; here is every control in force on this instance, from every
+	// source (config.yaml, local, the fleet).
 	writeJSON(w, http.StatusOK, map[string]any{"fleet": true, "instance_id": st.Instance, "known": st.Known, "stale": st.Stale, "no_schema": st.NoSchema,
-		"error": st.Error, "last_read": st.LastRead, "controls": st.Controls, "ignored": st.Ignored, "truncated": st.Truncated,
-		"caps": st.Caps, "not_everywhere": st.NotEverywhere, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting())})
+		"error": st.Error, "last_read": st.LastRead, "controls": controlsJSON(st.Controls), "ignored": st.Ignored, "truncated": st.Truncated,
+		"caps": st.Caps, "not_everywhere": st.NotEverywhere, "gates": a.gatesJSON(a.srv.Gates(), a.srv.Waiting()), "here": a.hereJSON()})
 }
 
 // apiFleet lists the live instances and what this one knows of the fleet.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/proxy"
+	"github.com/holdfast-db/holdfast/proxy/controls"
 )
 
 // fakeServer is a Server whose answers the test sets, recording the
@@ -29,6 +31,7 @@ type fakeServer struct {
 	folded  uint64
 	calls   []string
 	classes map[string]string
+	here    []proxy.ControlState // local controls of kinds without routes of their own
 }
 
 // locked returns what get reads of f, under f.mu.
@@ -108,6 +111,45 @@ func (f *fakeServer) ClassOf(tag string) string {
 func (f *fakeServer) LimitTag(tag string, n int) {
 	f.record("limit " + tag + " " + strings.Repeat("I", n))
 	f.gate(tag, func(g *proxy.GateState) { g.Limit, g.Limited = n, n > 0 })
+}
+
+func (f *fakeServer) SetControl(kind, key string, value int64, reason, setBy string) error {
+	k := controls.KindNamed(kind)
+	if k == nil {
+		return errors.New("no such kind")
+	}
+	if err := k.Validate(key, value); err != nil {
+		return err
+	}
+	f.record("control " + kind + " " + key + " " + reason + " " + setBy)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.here = slices.DeleteFunc(f.here, func(c proxy.ControlState) bool { return c.Kind == kind && c.Tag == key })
+	f.here = append(f.here, proxy.ControlState{Kind: kind, Tag: key, Value: value, Shown: k.ShowValue(value), Source: "local", Reason: reason, SetBy: setBy})
+	return nil
+}
+
+func (f *fakeServer) LiftControl(kind, key string) error {
+	f.record("lift " + kind + " " + key)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.here = slices.DeleteFunc(f.here, func(c proxy.ControlState) bool { return c.Kind == kind && c.Tag == key })
+	return nil
+}
+
+func (f *fakeServer) Controls() []proxy.ControlState {
+	return locked(f, func() []proxy.ControlState { return slices.Clone(f.here) })
+}
+
+func (f *fakeServer) ControlOf(kind, key string) (proxy.ControlState, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.here {
+		if c.Kind == kind && (c.Tag == key || controls.Match(c.Tag, key)) {
+			return c, true
+		}
+	}
+	return proxy.ControlState{}, false
 }
 
 // gate changes (or adds) tag's gate as the proxy would show it.

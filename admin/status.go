@@ -124,8 +124,11 @@ type statusJSON struct {
 	HoldersTotal  int          `json:"holders_total"`
 	HoldersInTxn  int          `json:"holders_in_transaction"`
 	Gates         []gateJSON   `json:"gates"`
-	Engine        *engineJSON  `json:"engine"` // null when no engine reports
-	Fleet         *fleetJSON   `json:"fleet"`  // null with fleet.disabled
+	// Here is every control in force on this instance, from every
+	// source.
+	Here   []hereJSON  `json:"controls_here"`
+	Engine *engineJSON `json:"engine"` // null when no engine reports
+	Fleet  *fleetJSON  `json:"fleet"`  // null with fleet.disabled
 	// Classes are the overload classes' counts since start, highest
 	// class first.
 	Classes []proxy.ClassStat `json:"classes"`
@@ -152,7 +155,7 @@ type fleetJSON struct {
 	Duties         []string           `json:"duties"`
 	Sizing         fleet.Sizing       `json:"sizing"`
 	Limits         fleet.ServerLimits `json:"server_limits"`
-	Controls       []fleet.Control    `json:"controls"`
+	Controls       []controlJSON      `json:"controls"`
 }
 
 func (a *Admin) fleetStatus(now time.Time) *fleetJSON {
@@ -162,16 +165,14 @@ func (a *Admin) fleetStatus(now time.Time) *fleetJSON {
 	st := a.o.Fleet.Status()
 	f := &fleetJSON{Instance: st.Instance, Instances: max(1, len(st.Members)), Known: st.Known, Stale: st.Stale,
 		NoSchema: st.NoSchema, Error: st.Error, ReadAgeSeconds: -1, PollSeconds: rounded(st.PollSeconds),
-		Duties: st.Duties, Sizing: st.Sizing, Limits: st.Limits, Controls: st.Controls}
+		Duties: st.Duties, Sizing: st.Sizing, Limits: st.Limits, Controls: controlsJSON(st.Controls)}
 	if !st.LastRead.IsZero() {
 		f.ReadAgeSeconds = rounded(now.Sub(st.LastRead).Seconds())
 	}
 	if f.Duties == nil {
 		f.Duties = []string{}
 	}
-	if f.Controls == nil {
-		f.Controls = []fleet.Control{}
-	}
+
 	return f
 }
 
@@ -315,6 +316,7 @@ func (a *Admin) status() statusJSON {
 	}
 	st.Holders = holdersJSON(cur.holders[:min(len(cur.holders), maxStatusHolders)])
 	st.Gates = a.gatesJSON(a.srv.Gates(), waiting)
+	st.Here = a.hereJSON()
 	st.Engine = engineStatus(cur.engine, base, sec)
 	st.Fleet = a.fleetStatus(time.Now())
 	st.Classes = a.srv.ClassStats()

@@ -32,7 +32,10 @@ const (
 	// control on their shape (not on their tag).
 	RejectShapeBlocked = "shape_blocked"
 	RejectShapeLimit   = "shape_limit"
-	RejectOther        = "other"
+	// RejectRefused counts statements refused by a statement-level
+	// control on their tag (readonly).
+	RejectRefused = "refused"
+	RejectOther   = "other"
 )
 
 // Timeout reasons, the label values of holdfast_tag_timeouts_total{reason}:
@@ -51,7 +54,7 @@ const (
 var (
 	pinReasons = [...]string{PinTemporaryTable, PinUserVariable, PinGetLock, PinLockTables, PinSQLPrepare,
 		PinFoundRows, PinHandler, PinXA, PinCursor, PinSessionState, PinSessionTrack, PinOther}
-	rejectReasons  = [...]string{RejectDrained, RejectLimit, RejectShed, RejectShapeBlocked, RejectShapeLimit, RejectOther}
+	rejectReasons  = [...]string{RejectDrained, RejectLimit, RejectShed, RejectShapeBlocked, RejectShapeLimit, RejectRefused, RejectOther}
 	timeoutReasons = [...]string{TimeoutIdleInTransaction, TimeoutTransaction, TimeoutClientWrite, TimeoutWait, TimeoutOther}
 )
 

@@ -3,86 +3,56 @@ package fleet
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/controls"
 )
 
-// Kind is what a control does to its tag.
+// Kind is what a control does to its tag: the name of a kind of
+// package controls, where every kind is declared (its value, its merge
+// rule, whether it names patterns or shapes). A row of a kind this
+// version does not declare is ignored, visibly (Ignored).
 type Kind string
 
-// Control kinds.
+// The kinds the admin API writes by name (package controls declares them
+// and any other).
 const (
 	// KindDrain refuses the tag's new borrows; Value is the grace in
 	// milliseconds after which the tag's holders are closed (0: none).
-	KindDrain Kind = "drain"
+	KindDrain = Kind("drain")
 	// KindLimit caps the tag's backend connections across the fleet at
-	// Value.
-	KindLimit Kind = "limit"
+	// Value (split among the instances: caps.go).
+	KindLimit = Kind("limit")
 	// KindMaxTxn bounds how long a transaction of the tag may hold its
 	// connection: Value milliseconds.
-	KindMaxTxn Kind = "max_txn"
+	KindMaxTxn = Kind("max_txn")
 	// KindClass puts the tags matching Tag (a tag, or a pattern with *)
-	// in an overload class: Value is an index of Classes.
-	KindClass Kind = "class"
+	// in an overload class: Value is a controls.Class.
+	KindClass = Kind("class")
 	// KindRoute gives the tags matching Tag (a tag, or a pattern with *)
-	// a routing policy for reads on replicas: Value is an index of Routes.
-	KindRoute Kind = "route"
+	// a routing policy for reads on replicas: Value is a controls.Route.
+	KindRoute = Kind("route")
 )
 
-// KnownKinds are the kinds of control this version applies: Validate
-// accepts these and no others, and each instance's heartbeat records
-// them (Member.Kinds), so that the others can tell which controls it
-// cannot apply.
-func KnownKinds() []Kind { return []Kind{KindDrain, KindLimit, KindMaxTxn, KindClass, KindRoute} }
-
-// Routes are the routing policies, by the Value of a KindRoute control.
-var Routes = []string{"primary", "replica", "replica_stale_ok"}
-
-// RouteValue returns the Value of a KindRoute control for policy name.
-func RouteValue(name string) (int64, bool) {
-	for i, r := range Routes {
-		if r == name {
-			return int64(i), true
-		}
+// KnownKinds are the kinds of control this version applies, as package
+// controls declares them: Validate accepts these and no others, and each
+// instance's heartbeat records them (Member.Kinds), so that the others
+// can tell which controls it cannot apply.
+func KnownKinds() []Kind {
+	ks := controls.Kinds()
+	out := make([]Kind, len(ks))
+	for i, k := range ks {
+		out[i] = Kind(k.Name)
 	}
-	return 0, false
-}
-
-// Classes are the overload classes, by the Value of a KindClass control.
-var Classes = []string{"critical", "normal", "background"}
-
-// ClassValue returns the Value of a KindClass control for class name.
-func ClassValue(name string) (int64, bool) {
-	for i, c := range Classes {
-		if c == name {
-			return int64(i), true
-		}
-	}
-	return 0, false
+	return out
 }
 
 // ShapePrefix starts the Tag of a control on a statement shape, not a tag:
 // "shape/" and the shape's 16 hex digits. Such a control is a KindDrain
 // (a block; Value 0) or a KindLimit (a cap on its statements running at
 // once across the fleet).
-const ShapePrefix = "shape/"
-
-// validShape reports whether tag names a shape well: ShapePrefix and 16
-// lower-case hex digits.
-func validShape(tag string) bool {
-	h, ok := strings.CutPrefix(tag, ShapePrefix)
-	if !ok || len(h) != 16 {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
+const ShapePrefix = controls.ShapePrefix
 
 // MaxTagLen is the longest tag a control names.
 const MaxTagLen = attribution.MaxTagLen
@@ -103,54 +73,31 @@ type Control struct {
 // ErrInvalid is wrapped by the error of a control that makes no sense.
 var ErrInvalid = errors.New("fleet: invalid control")
 
-// Validate says what is wrong with c, naming the field.
+// Validate says what is wrong with c, naming the field: its kind, tag and
+// value are checked by the kind's declaration (controls.Kind.Validate),
+// so a kind this version does not know is invalid here.
 func (c Control) Validate() error {
-	switch {
-	case c.Tag == "" || len(c.Tag) > MaxTagLen:
-		return fmt.Errorf("%w: tag must be 1..%d bytes, got %q", ErrInvalid, MaxTagLen, c.Tag)
-	case c.Kind != KindDrain && c.Kind != KindLimit && c.Kind != KindMaxTxn && c.Kind != KindClass && c.Kind != KindRoute:
-		return fmt.Errorf("%w: kind must be drain, limit, max_txn, class or route, got %q", ErrInvalid, c.Kind)
-	case strings.HasPrefix(c.Tag, ShapePrefix) && !validShape(c.Tag):
-		return fmt.Errorf("%w: a shape is 16 lower-case hex digits after %q, got %q", ErrInvalid, ShapePrefix, c.Tag)
-	case strings.HasPrefix(c.Tag, ShapePrefix) && c.Kind != KindDrain && c.Kind != KindLimit:
-		return fmt.Errorf("%w: a statement shape can be blocked (drain) or capped (limit), not given a %s", ErrInvalid, c.Kind)
-	case strings.HasPrefix(c.Tag, ShapePrefix) && c.Kind == KindDrain && c.Value != 0:
-		return fmt.Errorf("%w: a block of a statement shape has no grace (its running statements are not killed), got %dms", ErrInvalid, c.Value)
-	case c.Kind == KindRoute && c.Value >= int64(len(Routes)):
-		return fmt.Errorf("%w: route must be one of %v, got value %d", ErrInvalid, Routes, c.Value)
-	case c.Kind == KindClass && c.Value >= int64(len(Classes)):
-		return fmt.Errorf("%w: class must be one of %v, got value %d", ErrInvalid, Classes, c.Value)
-	case c.Kind == KindLimit && c.Value < 0:
-		return fmt.Errorf("%w: a limit must be 0 or more connections, got %d", ErrInvalid, c.Value)
-	case c.Kind == KindMaxTxn && c.Value <= 0:
-		return fmt.Errorf("%w: max_transaction_time must be positive, got %dms", ErrInvalid, c.Value)
-	case c.Value < 0:
-		return fmt.Errorf("%w: %s value must not be negative, got %d", ErrInvalid, c.Kind, c.Value)
-	case len(c.SetBy) > 255 || len(c.Reason) > 255:
+	if len(c.SetBy) > 255 || len(c.Reason) > 255 {
 		return fmt.Errorf("%w: set_by and reason are at most 255 bytes", ErrInvalid)
+	}
+	if err := controls.ValidateNamed(string(c.Kind), c.Tag, c.Value); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }
 
-// Applied is what one instance puts in force for one tag, merged from the
-// tag's controls: Applier.ApplyFleetControls gets one per tag with any.
+// Applied is what one instance puts in force for one tag (or pattern, or
+// shape): Applier.ApplyFleetControls gets one per tag with any.
 type Applied struct {
-	Tag     string
-	Drained bool
-	Reason  string        // the drain's
-	Grace   time.Duration // the drain's grace
+	Tag string
+	// Controls are the tag's rows in force, one per kind, as read (a
+	// limit's Value is the fleet-wide cap).
+	Controls []Control
 	// Limited: the tag has a fleet-wide cap of FleetLimit; Limit is what
 	// this instance may hold of it now, its share (0: none now).
 	Limited    bool
 	Limit      int
 	FleetLimit int
-	MaxTxn     time.Duration // 0: none
-	// Class is the overload class of the tags Tag matches (a pattern when
-	// it holds *), "" when the fleet sets none.
-	Class string
-	// Route is their routing policy for reads on replicas ("" when the
-	// fleet sets none).
-	Route string
 }
 
 // Applier is what fleet tells of the controls in force: the proxy.

@@ -353,21 +353,10 @@ func (f *Fleet) apply(ctx context.Context, now time.Time) {
 	}
 	for _, c := range cs {
 		a := get(c.Tag)
-		switch c.Kind {
-		case KindDrain:
-			a.Drained, a.Reason, a.Grace = true, c.Reason, time.Duration(c.Value)*time.Millisecond
-			if a.Reason == "" {
-				a.Reason = "drained by " + c.SetBy
-			}
-		case KindLimit:
+		a.Controls = append(a.Controls, c)
+		if c.Kind == KindLimit { // a fleet-wide cap: this instance's grant of it
 			a.Limited, a.FleetLimit = true, int(c.Value)
 			capped = append(capped, c.Tag)
-		case KindMaxTxn:
-			a.MaxTxn = time.Duration(c.Value) * time.Millisecond
-		case KindClass:
-			a.Class = Classes[c.Value] // validated when read
-		case KindRoute:
-			a.Route = Routes[c.Value]
 		}
 	}
 	for _, tag := range capped {

@@ -144,11 +144,10 @@ func (s *session) release(reusable bool) {
 	s.mu.Unlock()
 }
 
-// controlsByTag reports whether some on-call control or overload class is
-// in force, so that the tag a statement carries matters (see policy.Key).
-func (s *Server) controlsByTag() bool {
-	return s.gates.active.Load() != 0 || s.classes.table.Load() != nil
-}
+// controlsByTag reports whether some on-call control (of any kind and
+// source) is in force, so that the tag a statement carries matters (see
+// policy.Key).
+func (s *Server) controlsByTag() bool { return s.ctrl.Load() != nil }
 
 // stmtStart begins timing a statement on the held connection: the gap since
 // the previous one counts as idle in a transaction when one was open.

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
-	"path"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,82 +71,16 @@ func (e shedError) Error() string {
 }
 func (e shedError) Is(target error) bool { return target == errShed }
 
-// classRule gives tags matching pattern a class.
-type classRule struct {
-	pattern string
-	class   class
-}
-
-// classTable is the classes in force, immutable once published: rules of
-// the fleet, then of this instance, then of the configuration; within
-// each, an exact tag before patterns, and patterns in class order.
-type classTable struct {
-	sources    [3][]classRule
-	background bool // some rule names background: the reserve applies
-
-	cache  sync.Map // tag → class
-	cached atomic.Int32
-}
-
-// maxClassCache bounds the tags a table remembers (tags may carry ids).
-const maxClassCache = 4096
-
-func newClassTable(srcs [3][]classRule) *classTable {
-	t := &classTable{sources: srcs}
-	for _, rs := range srcs {
-		for _, r := range rs {
-			if r.class == classBackground {
-				t.background = true
-			}
-		}
-	}
-	return t
-}
-
-func (t *classTable) lookup(tag string) class {
-	if c, ok := t.cache.Load(tag); ok {
-		return c.(class)
-	}
-	c := t.resolve(tag)
-	if t.cached.Load() < maxClassCache {
-		t.cached.Add(1)
-		t.cache.Store(tag, c)
-	}
-	return c
-}
-
-func (t *classTable) resolve(tag string) class {
-	for _, rs := range t.sources {
-		for _, r := range rs {
-			if r.pattern == tag {
-				return r.class
-			}
-		}
-		for _, r := range rs {
-			if strings.Contains(r.pattern, "*") && matchTag(r.pattern, tag) {
-				return r.class
-			}
-		}
-	}
-	return classNormal
-}
-
 // matchTag reports whether tag matches pattern, * standing for any run of
-// characters (tags hold no other character path.Match treats specially).
-func matchTag(pattern, tag string) bool {
-	ok, _ := path.Match(pattern, tag)
-	return ok
-}
+// characters.
+func matchTag(pattern, tag string) bool { return controls.Match(pattern, tag) }
 
-// classes is the server's overload state.
+// classes is the server's overload state; the classes in force are
+// controls (s.ctrl, kind class).
 type classes struct {
-	table atomic.Pointer[classTable] // nil: every tag is normal
-
-	mu  sync.Mutex          // guards src
-	src [3]map[string]class // by controlSource order fleet, local, config (see publish)
-
 	// gate caps background borrows at pool.max - overload.reserve.
-	gate gates
+	gate      gates
+	reserveMu sync.Mutex // serializes applyReserve (taken after s.ctrl's lock)
 
 	stats [numClasses]classStats
 }
@@ -159,70 +90,14 @@ type classStats struct {
 	wait                       attribution.Histogram
 }
 
-// classOrder maps a control source to its precedence in classTable.
-var classOrder = [...]controlSource{srcFleet, srcLocal, srcConfig}
-
 const backgroundGateKey = "background"
-
-// setClasses replaces one source's classes (tag or pattern → class) and
-// publishes the table.
-func (s *Server) setClasses(src controlSource, m map[string]class) {
-	c := &s.classes
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if maps.Equal(c.src[src], m) {
-		return // the fleet's poll says the same each second: keep the table's cache
-	}
-	c.src[src] = maps.Clone(m)
-	s.publishClassesLocked()
-}
-
-// setLocalClass sets (ok) or removes one of this instance's run-time
-// classes.
-func (s *Server) setLocalClass(tag string, cl class, ok bool) {
-	c := &s.classes
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.src[srcLocal] == nil {
-		c.src[srcLocal] = map[string]class{}
-	}
-	if ok {
-		c.src[srcLocal][tag] = cl
-	} else {
-		delete(c.src[srcLocal], tag)
-	}
-	s.publishClassesLocked()
-}
-
-func (s *Server) publishClassesLocked() {
-	c := &s.classes
-	var srcs [3][]classRule
-	n := 0
-	for i, o := range classOrder {
-		m := c.src[o]
-		// By class, highest first (resolve tries exact tags first).
-		for cl := range numClasses {
-			for p, x := range m {
-				if x == cl {
-					srcs[i] = append(srcs[i], classRule{p, x})
-				}
-			}
-		}
-		n += len(m)
-	}
-	if n == 0 {
-		c.table.Store(nil)
-	} else {
-		c.table.Store(newClassTable(srcs))
-	}
-	s.applyReserve()
-}
 
 // applyReserve puts the background cap in force (pool.max - reserve) when
 // some tag is background, and lifts it when none is.
 func (s *Server) applyReserve() {
-	t := s.classes.table.Load()
-	if t == nil || !t.background {
+	s.classes.reserveMu.Lock()
+	defer s.classes.reserveMu.Unlock()
+	if !s.ctrl.BackgroundCapped() {
 		s.classes.gate.setLimit(backgroundGateKey, noLimit, 0)
 		return
 	}
@@ -233,23 +108,23 @@ func (s *Server) applyReserve() {
 // applyConfigClasses puts overload.classes in force.
 func (s *Server) applyConfigClasses(o config.Overload) {
 	m := map[string]class{}
-	// Highest class first, so that a pattern listed twice keeps it.
+	// Lowest class first, so that a pattern listed twice keeps the
+	// highest.
 	for cl := numClasses; cl > 0; cl-- {
 		for _, p := range o.Classes[classNames[cl-1]] {
 			m[p] = cl - 1
 		}
 	}
-	s.setClasses(srcConfig, m)
+	set := make([]controls.Control, 0, len(m))
+	for p, cl := range m {
+		set = append(set, controls.Control{Kind: controls.ClassKind, Key: p, Value: int64(cl)})
+	}
+	s.ctrl.Replace(controls.Config, []*controls.Kind{controls.ClassKind}, set)
+	s.applyReserve() // pool.max or overload.reserve may have changed
 }
 
 // classOf is the class of a borrow for tag key (see policy.Key).
-func (s *Server) classOf(key string) class {
-	t := s.classes.table.Load()
-	if t == nil {
-		return classNormal
-	}
-	return t.lookup(key)
-}
+func (s *Server) classOf(key string) class { return s.ctrl.Class(key) }
 
 // ClassOf returns the name of tag's class.
 func (s *Server) ClassOf(tag string) string { return s.classOf(tag).String() }
@@ -329,7 +204,7 @@ type TagClass struct {
 
 // TagClasses lists the tags seen lately whose class is not normal.
 func (s *Server) TagClasses() []TagClass {
-	if s.classes.table.Load() == nil {
+	if s.ctrl.Load() == nil {
 		return nil
 	}
 	var out []TagClass
@@ -371,13 +246,13 @@ func (s *Server) ClassStats() []ClassStat {
 // own. The fleet's classes win over it.
 func (s *Server) SetTagClass(pattern, class string) error {
 	if class == "" {
-		s.setLocalClass(pattern, 0, false)
+		s.ctrl.Lift(controls.Local, controls.ClassKind, pattern)
 		return nil
 	}
 	cl, ok := parseClass(class)
 	if !ok {
 		return fmt.Errorf("class: want critical, normal or background, got %q", class)
 	}
-	s.setLocalClass(pattern, cl, true)
+	s.ctrl.Put(controls.Local, controls.Control{Kind: controls.ClassKind, Key: pattern, Value: int64(cl)})
 	return nil
 }

@@ -35,27 +35,6 @@ func TestMatchTag(t *testing.T) {
 	}
 }
 
-func TestClassPrecedence(t *testing.T) {
-	tbl := newClassTable([3][]classRule{
-		{{"report_daily", classNormal}},                                // the fleet
-		{{"report_*", classCritical}},                                  // this instance
-		{{"report_*", classBackground}, {"checkout_*", classCritical}}, // config
-	})
-	for tag, want := range map[string]class{
-		"report_daily":  classNormal,   // the fleet's exact tag
-		"report_hourly": classCritical, // the local pattern beats the config's
-		"checkout_x":    classCritical,
-		"cart":          classNormal,
-	} {
-		if got := tbl.lookup(tag); got != want {
-			t.Errorf("%s: %v, want %v", tag, got, want)
-		}
-	}
-	if !tbl.background {
-		t.Error("a table naming background does not say so")
-	}
-}
-
 // overloadProxy is a proxy of four connections, one of them reserved from
 // background work, with checkout_* critical and report_* background.
 func overloadProxy(t *testing.T, depth int, wait time.Duration) *testProxy {

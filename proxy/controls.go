@@ -1,121 +1,79 @@
 package proxy
 
 import (
+	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/fleet"
+	"github.com/holdfast-db/holdfast/proxy/controls"
 )
 
-// On-call controls per tag come from three sources: config.yaml
-// (tags.drained, tags.limits: this instance's base), this instance's admin
-// API set with --local, and the fleet's table (package fleet), which every
-// instance applies. A tag's controls in force are the strictest of its
-// sources': drained when any source drains it, the smallest limit and
-// max_transaction_time any sets. gate.go is how borrows pass them.
+// On-call controls come from three sources: config.yaml (tags.*,
+// overload.classes, routing.tags: this instance's base), this instance's
+// admin API set with --local, and the fleet's table (package fleet), which
+// every instance applies. They are kept, merged and looked up in one
+// controls.Table (s.ctrl), each kind by its own merge rule (package
+// controls). What the table cannot do itself, the data path does when it
+// is told of a change (controlsChanged): drains, limits and
+// max_transaction_time are put in the gates (gate.go), which admit
+// borrows under them; the background cap follows the classes.
 
-// controlSource is where a control comes from.
-type controlSource int
+// controlsChanged puts what changed in force outside the table: the gates
+// of each tag or shape whose drain, limit or max_transaction_time
+// changed, and the background cap. Called by s.ctrl with its lock held,
+// in the order of the changes.
+func (s *Server) controlsChanged(old, cur *controls.Set) {
+	keys := map[string]bool{}
+	for _, k := range []*controls.Kind{controls.DrainKind, controls.LimitKind, controls.MaxTxnKind} {
+		controls.Changed(old, cur, k, func(key string) { keys[key] = true })
+	}
+	for key := range keys {
+		s.enforceLocked(key, cur)
+	}
+	if old.BackgroundCapped() != cur.BackgroundCapped() {
+		s.applyReserve()
+	}
+}
 
-const (
-	srcConfig controlSource = iota
-	srcLocal
-	srcFleet
-	numSources
-)
-
-// tagControl is one tag's controls from one source. A local control may
-// also lift the configuration's (on-call lifting a configured drain or
-// limit at run time): the lift flags.
-type tagControl struct {
+// gateControl is what the gates put in force for one key.
+type gateControl struct {
 	drained bool
 	reason  string
 	grace   time.Duration
 	limit   int // noLimit: none
+	of      limitOf
 	maxTxn  time.Duration
-	of      limitOf // what limit is: this instance's own, or a fleet cap's share
-
-	undrain, unlimit, unbound bool // lift the configuration's drain, limit, max_transaction_time
 }
 
-func (c tagControl) empty() bool {
-	return !c.drained && c.limit == noLimit && c.maxTxn == 0 && !c.undrain && !c.unlimit && !c.unbound
-}
-
-// controlSources holds every source's controls. The zero value is ready to use.
-type controlSources struct {
-	mu  sync.Mutex // guards src; held while the merged controls are put in force
-	src [numSources]map[string]tagControl
-}
-
-// setControl changes tag's controls from src and puts the merged ones in
-// force.
-func (s *Server) setControl(src controlSource, tag string, change func(*tagControl)) {
-	s.ctrl.mu.Lock()
-	defer s.ctrl.mu.Unlock()
-	if s.ctrl.src[src] == nil {
-		s.ctrl.src[src] = map[string]tagControl{}
-	}
-	c, ok := s.ctrl.src[src][tag]
-	if !ok {
-		c = tagControl{limit: noLimit}
-	}
-	change(&c)
-	if c.empty() {
-		delete(s.ctrl.src[src], tag)
-	} else {
-		s.ctrl.src[src][tag] = c
-	}
-	s.enforceLocked(tag)
-}
-
-// replaceControls replaces every control of src with set and puts the
-// merged ones in force.
-func (s *Server) replaceControls(src controlSource, set map[string]tagControl) {
-	s.ctrl.mu.Lock()
-	defer s.ctrl.mu.Unlock()
-	old := s.ctrl.src[src]
-	s.ctrl.src[src] = set
-	for tag := range old {
-		if _, ok := set[tag]; !ok {
-			s.enforceLocked(tag)
+// gateControlOf reads key's admission and transaction controls in cur.
+func gateControlOf(cur *controls.Set, key string) gateControl {
+	eff := gateControl{limit: noLimit}
+	if d, ok := cur.Lookup(controls.DrainKind, key); ok {
+		eff.drained, eff.reason, eff.grace = true, d.Reason, time.Duration(d.Value)*time.Millisecond
+		if eff.reason == "" && d.SetBy != "" {
+			eff.reason = "drained by " + d.SetBy
 		}
 	}
-	for tag := range set {
-		s.enforceLocked(tag)
+	if l, ok := cur.Lookup(controls.LimitKind, key); ok {
+		eff.limit, eff.of = int(l.Value), limitOf{fleet: l.Shared, cap: int(l.Cap)}
 	}
+	if m, ok := cur.Lookup(controls.MaxTxnKind, key); ok {
+		eff.maxTxn = time.Duration(m.Value) * time.Millisecond
+	}
+	return eff
 }
 
-// enforceLocked puts tag's merged controls in force in the gates
-// (s.ctrl.mu held).
-func (s *Server) enforceLocked(tag string) {
-	// The configuration's, as this instance's local controls leave them;
-	// then the fleet's, the strictest of the two winning.
-	eff := tagControl{limit: noLimit}
-	if c, ok := s.ctrl.src[srcConfig][tag]; ok {
-		eff = c
-	}
-	if l, ok := s.ctrl.src[srcLocal][tag]; ok {
-		if l.undrain {
-			eff.drained, eff.reason, eff.grace = false, "", 0
-		}
-		if l.unlimit {
-			eff.limit = noLimit
-		}
-		if l.unbound {
-			eff.maxTxn = 0
-		}
-		eff = stricter(eff, l)
-	}
-	if f, ok := s.ctrl.src[srcFleet][tag]; ok {
-		eff = stricter(eff, f)
-	}
-	if IsShapeKey(tag) {
-		s.enforceShapeLocked(tag, eff)
+// enforceLocked puts key's controls in cur in force in the gates (s.ctrl's
+// lock held).
+func (s *Server) enforceLocked(key string, cur *controls.Set) {
+	eff := gateControlOf(cur, key)
+	if IsShapeKey(key) {
+		s.enforceShapeLocked(key, eff)
 		return
 	}
+	tag := key
 	drained, limit, of, maxTxn := s.gates.current(tag)
 	switch {
 	case eff.drained && !drained:
@@ -152,7 +110,7 @@ func (s *Server) enforceLocked(tag string) {
 // enforceShapeLocked puts a shape's merged controls in force: a drain is
 // a block (its grace is never set for a shape), a limit caps the
 // statements running at once, counting from now.
-func (s *Server) enforceShapeLocked(key string, eff tagControl) {
+func (s *Server) enforceShapeLocked(key string, eff gateControl) {
 	g := &s.shapeGates
 	shape := strings.TrimPrefix(key, ShapePrefix)
 	drained, limit, of, _ := g.current(key)
@@ -180,90 +138,142 @@ func (s *Server) enforceShapeLocked(key string, eff tagControl) {
 	}
 }
 
-// stricter merges c into eff: drained when either is, the smaller limit
-// and max_transaction_time.
-func stricter(eff, c tagControl) tagControl {
-	if c.drained && !eff.drained {
-		eff.drained, eff.reason, eff.grace = true, c.reason, c.grace
-	}
-	if c.limit != noLimit && (eff.limit == noLimit || c.limit < eff.limit) {
-		eff.limit, eff.of = c.limit, c.of
-	}
-	if c.maxTxn > 0 && (eff.maxTxn == 0 || c.maxTxn < eff.maxTxn) {
-		eff.maxTxn = c.maxTxn
-	}
-	return eff
-}
-
 // DrainTag refuses new borrows for tag on this instance (a local control).
 // With grace > 0, sessions still holding a connection for the tag when it
 // ends are closed (their transactions roll back).
 func (s *Server) DrainTag(tag, reason string, grace time.Duration) {
-	s.setControl(srcLocal, tag, func(c *tagControl) { c.drained, c.reason, c.grace, c.undrain = true, reason, grace, false })
+	s.ctrl.Put(controls.Local, controls.Control{Kind: controls.DrainKind, Key: tag, Value: grace.Milliseconds(), Reason: reason})
 }
 
 // UndrainTag lifts this instance's drain of tag (its local one, and the
 // configuration's until the next reload brings it back). A fleet drain
 // stays: lift it through the fleet.
-func (s *Server) UndrainTag(tag string) {
-	s.setControl(srcLocal, tag, func(c *tagControl) {
-		c.drained, c.reason, c.grace = false, "", 0
-		_, c.undrain = s.ctrl.src[srcConfig][tag]
-	})
-}
+func (s *Server) UndrainTag(tag string) { s.ctrl.Lift(controls.Local, controls.DrainKind, tag) }
 
 // LimitTag caps tag at n backend connections on this instance (a local
-// control); n == 0 lifts the cap.
+// control); n == 0 lifts the cap (the configuration's too).
 func (s *Server) LimitTag(tag string, n int) {
 	if n == 0 {
-		n = noLimit
+		s.ctrl.Lift(controls.Local, controls.LimitKind, tag)
+		return
 	}
-	s.setControl(srcLocal, tag, func(c *tagControl) {
-		c.limit = n
-		_, inConfig := s.ctrl.src[srcConfig][tag]
-		c.unlimit = n == noLimit && inConfig
-	})
+	s.ctrl.Put(controls.Local, controls.Control{Kind: controls.LimitKind, Key: tag, Value: int64(n)})
 }
 
 // SetMaxTransactionTime bounds how long a transaction of tag may hold its
-// backend connection on this instance (a local control; 0 lifts it;
-// sessions.max_transaction_time, when set, applies to every tag without
-// one). Transactions past it have their statement interrupted and are
-// rolled back, and their clients get error 9005 and are disconnected.
+// backend connection on this instance (a local control; 0 lifts it, the
+// configuration's too; sessions.max_transaction_time, when set, applies
+// to every tag without one). Transactions past it have their statement
+// interrupted and are rolled back, and their clients get error 9005 and
+// are disconnected.
 func (s *Server) SetMaxTransactionTime(tag string, d time.Duration) {
-	s.setControl(srcLocal, tag, func(c *tagControl) {
-		c.maxTxn = d
-		_, inConfig := s.ctrl.src[srcConfig][tag]
-		c.unbound = d == 0 && inConfig
-	})
+	if d <= 0 {
+		s.ctrl.Lift(controls.Local, controls.MaxTxnKind, tag)
+		return
+	}
+	s.ctrl.Put(controls.Local, controls.Control{Kind: controls.MaxTxnKind, Key: tag, Value: max(1, d.Milliseconds())})
+}
+
+// SetControl puts a control of the kind named kind on key (a tag, a
+// pattern for a kind that takes one, or a shape's key) in force on this
+// instance, replacing this instance's own of that kind on key; setBy is
+// who set it (an admin credential's name). The value is checked as the
+// fleet checks a row (controls.Kind.Validate).
+func (s *Server) SetControl(kind, key string, value int64, reason, setBy string) error {
+	k := controls.KindNamed(kind)
+	if k == nil {
+		return fmt.Errorf("proxy: no control kind %q (kinds: %s)", kind, controls.KindNames())
+	}
+	if err := k.Validate(key, value); err != nil {
+		return fmt.Errorf("proxy: %s: %v", kind, err)
+	}
+	if k.Effect == controls.EffectRoute && s.routing == nil {
+		return errNoReplicas
+	}
+	s.ctrl.Put(controls.Local, controls.Control{Kind: k, Key: key, Value: value, Reason: reason, SetBy: setBy})
+	return nil
+}
+
+// LiftControl lifts this instance's own control of the kind named kind on
+// key (and, for a kind whose strictest control wins, the configuration's
+// until the next reload brings it back); a fleet control stays.
+func (s *Server) LiftControl(kind, key string) error {
+	k := controls.KindNamed(kind)
+	if k == nil {
+		return fmt.Errorf("proxy: no control kind %q (kinds: %s)", kind, controls.KindNames())
+	}
+	s.ctrl.Lift(controls.Local, k, key)
+	return nil
+}
+
+// ControlState is one control in force on this instance.
+type ControlState struct {
+	Kind  string `json:"kind"`
+	Tag   string `json:"tag"` // a tag, a pattern, or "shape/" and a shape
+	Value int64  `json:"value"`
+	// Shown is the value as on-call reads it; Source is where the
+	// control in force comes from: config, local or fleet.
+	Shown  string `json:"shown"`
+	Source string `json:"source"`
+	Reason string `json:"reason,omitempty"`
+	SetBy  string `json:"set_by,omitempty"`
+}
+
+func controlState(c controls.Control) ControlState {
+	return ControlState{Kind: c.Kind.Name, Tag: c.Key, Value: c.Value, Shown: c.Show(), Source: c.Source.String(),
+		Reason: c.Reason, SetBy: c.SetBy}
+}
+
+// Controls lists the controls in force on this instance, from every
+// source: for a kind of exact tags the one in force per tag, for a kind
+// of patterns every source's (a fleet's pattern shadows this
+// instance's).
+func (s *Server) Controls() []ControlState {
+	var out []ControlState
+	for _, c := range s.ctrl.Load().InForce() {
+		out = append(out, controlState(c))
+	}
+	return out
+}
+
+// ControlOf returns the control of the kind named kind in force for key
+// on this instance now; false when none is.
+func (s *Server) ControlOf(kind, key string) (ControlState, bool) {
+	k := controls.KindNamed(kind)
+	if k == nil {
+		return ControlState{}, false
+	}
+	c, ok := s.ctrl.Load().Lookup(k, key)
+	if !ok {
+		return ControlState{}, false
+	}
+	return controlState(c), true
 }
 
 // ApplyFleetControls puts the fleet's controls in force (package fleet),
-// replacing the set applied before.
-func (s *Server) ApplyFleetControls(cs []fleet.Applied) {
-	set := make(map[string]tagControl, len(cs))
-	classes := map[string]class{}
-	routes := map[string]policy{}
-	for _, a := range cs {
-		if cl, ok := parseClass(a.Class); ok {
-			classes[a.Tag] = cl
+// replacing the set applied before. A fleet-wide cap is in force as this
+// instance's share of it now (Applied.Limit).
+func (s *Server) ApplyFleetControls(as []fleet.Applied) {
+	var set []controls.Control
+	for _, a := range as {
+		for _, fc := range a.Controls {
+			k := controls.KindNamed(string(fc.Kind))
+			if k == nil || k == controls.LimitKind {
+				continue // validated when read; a cap's share is below
+			}
+			set = append(set, controls.Control{Kind: k, Key: a.Tag, Value: fc.Value, Reason: fc.Reason, SetBy: fc.SetBy})
 		}
-		if a.Route != "" {
-			routes[a.Tag] = parsePolicy(a.Route)
-		}
-		c := tagControl{drained: a.Drained, reason: a.Reason, grace: a.Grace, limit: noLimit, maxTxn: a.MaxTxn}
 		if a.Limited {
-			c.limit, c.of = a.Limit, limitOf{fleet: true, cap: a.FleetLimit}
-		}
-		if !c.empty() {
-			set[a.Tag] = c
+			c := controls.Control{Kind: controls.LimitKind, Key: a.Tag, Value: int64(a.Limit), Shared: true, Cap: int64(a.FleetLimit)}
+			for _, fc := range a.Controls {
+				if fc.Kind == fleet.KindLimit {
+					c.Reason, c.SetBy = fc.Reason, fc.SetBy
+				}
+			}
+			set = append(set, c)
 		}
 	}
-	s.replaceControls(srcFleet, set)
-	s.setClasses(srcFleet, classes)
-	if s.routing != nil {
-		s.routing.setRoutes(srcFleet, routes)
-	}
+	s.ctrl.Replace(controls.Fleet, nil, set)
 }
 
 // Demand is what tag's borrows on this instance hold under its limit now,
@@ -324,29 +334,21 @@ func (s *Server) killHolders(tag string) {
 // replacing the configuration's earlier ones (on start and on reload;
 // local and fleet controls stay).
 func (s *Server) applyConfigGates(t config.Tags) {
-	set := map[string]tagControl{}
+	var set []controls.Control
 	for _, tag := range t.Drained {
-		set[tag] = tagControl{drained: true, reason: "configured", limit: noLimit}
+		set = append(set, controls.Control{Kind: controls.DrainKind, Key: tag, Reason: "configured"})
 	}
 	for tag, n := range t.Limits {
-		c, ok := set[tag]
-		if !ok {
-			c = tagControl{limit: noLimit}
-		}
 		if n > 0 {
-			c.limit = n
+			set = append(set, controls.Control{Kind: controls.LimitKind, Key: tag, Value: int64(n)})
 		}
-		set[tag] = c
 	}
 	for tag, d := range t.MaxTransactionTime {
-		c, ok := set[tag]
-		if !ok {
-			c = tagControl{limit: noLimit}
+		if d > 0 {
+			set = append(set, controls.Control{Kind: controls.MaxTxnKind, Key: tag, Value: max(1, d.Milliseconds())})
 		}
-		c.maxTxn = d
-		set[tag] = c
 	}
-	s.replaceControls(srcConfig, set)
+	s.ctrl.Replace(controls.Config, []*controls.Kind{controls.DrainKind, controls.LimitKind, controls.MaxTxnKind}, set)
 	if len(t.Drained)+len(t.Limits)+len(t.MaxTransactionTime) > 0 {
 		s.log.Info("configured tag controls applied", "drained", len(t.Drained), "limits", len(t.Limits),
 			"max_transaction_time", len(t.MaxTransactionTime))

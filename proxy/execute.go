@@ -189,7 +189,7 @@ func (s *session) decide(c command, prot *sqlscan.Protected, split bool) plan.Pl
 		Tag:           s.tagView(b.tag),
 		User:          s.user.Name,
 		Session:       s.state.View(s.lease.bc != nil),
-		Controls:      (*serverControls)(s.srv),
+		Controls:      &s.srv.ctrl,
 		Protected:     prot,
 		DB:            s.state.DB,
 		Procedures:    s.srv.procs != nil,
@@ -232,6 +232,9 @@ func (s *session) keyOf(tag *attribution.Tag) string {
 func (s *session) execute(c command, p *plan.Plan) bool {
 	b := c.base()
 	if p.Action == plan.Refuse {
+		if p.Refusal == plan.RefuseControl {
+			b.tag.Rejected(attribution.RejectRefused)
+		}
 		s.writeErr(refusalErr(p))
 		return true
 	}
@@ -362,29 +365,6 @@ func (s *session) run(c command, p *plan.Plan) bool {
 	return true
 }
 
-// serverControls is plan.Controls over the server's gates, classes and
-// routes (a conversion of *Server: passing one allocates nothing).
-type serverControls Server
-
-func (c *serverControls) Free(key string) bool { return (*Server)(c).gates.free(key) }
-
-func (c *serverControls) Class(key string) controls.Class { return (*Server)(c).classOf(key) }
-
-func (c *serverControls) BackgroundCapped() bool {
-	t := (*Server)(c).classes.table.Load()
-	return t != nil && t.background
-}
-
-func (c *serverControls) Route(key string) controls.Route {
-	if rt := (*Server)(c).routing; rt != nil {
-		return rt.policyOf(key)
-	}
-	return controls.RoutePrimary
-}
-
-// Refuse: no statement-level control exists yet.
-func (c *serverControls) Refuse(string, *sqlscan.Info) error { return nil }
-
 // controlErr is the client's error for a statement a control refused:
 // the code, SQLSTATE and text the refusal carries (a *mysqlwire.SQLError,
 // or any error with a MySQLError method, as the engine's errors have).
@@ -392,6 +372,10 @@ func controlErr(err error) *mysqlwire.SQLError {
 	var se *mysqlwire.SQLError
 	if errors.As(err, &se) {
 		return se
+	}
+	var r *controls.Refusal
+	if errors.As(err, &r) {
+		return &mysqlwire.SQLError{Code: r.Code, State: r.State, Msg: r.Msg}
 	}
 	var me interface {
 		MySQLError() (uint16, string, string)

@@ -121,7 +121,7 @@ func (s *Server) Explain(user, tag, sql string) (Explanation, error) {
 		// A session just logged in: its variables known once the
 		// backend's are.
 		Session:       plan.Session{VarsKnown: s.primary.base.Load() != nil, Autocommit: true},
-		Controls:      (*serverControls)(s),
+		Controls:      &s.ctrl,
 		Protected:     prot,
 		DB:            s.config().Backend.Database,
 		Procedures:    s.procs != nil,
@@ -133,7 +133,7 @@ func (s *Server) Explain(user, tag, sql string) (Explanation, error) {
 	e.Key, e.Class, e.Action = p.Key, p.Class.String(), p.Action.String()
 	e.Route = controls.RoutePrimary.String()
 	if s.routing != nil {
-		e.Route = s.routing.policyOf(p.Key).String()
+		e.Route = s.ctrl.Route(p.Key).String()
 	}
 	e.Controls = s.controlsMet(&p, &info)
 	e.Pin = plan.FeaturePin(&info)
@@ -196,15 +196,15 @@ func (s *Server) controlsMet(p *plan.Plan, info *sqlscan.Info) []string {
 	if maxTxn > 0 {
 		out = append(out, fmt.Sprintf("tag %s max_transaction_time %v", p.Key, maxTxn.Round(time.Millisecond)))
 	}
-	if p.Class != controls.Normal || s.classes.table.Load() != nil {
+	if p.Class != controls.Normal || s.ctrl.Load() != nil {
 		c := "class " + p.Class.String()
-		if p.Class == controls.Background && (*serverControls)(s).BackgroundCapped() {
+		if p.Class == controls.Background && s.ctrl.BackgroundCapped() {
 			c += " (capped at pool.max - overload.reserve, not pipelined, shed after overload.background_wait)"
 		}
 		out = append(out, c)
 	}
 	if s.routing != nil {
-		out = append(out, "route "+s.routing.policyOf(p.Key).String())
+		out = append(out, "route "+s.ctrl.Route(p.Key).String())
 	}
 	if s.shapeGates.active.Load() != 0 {
 		key := ShapeKey(info.Shape)

@@ -61,11 +61,6 @@ const (
 	policyStaleOK = controls.RouteReplicaStaleOK
 )
 
-func parsePolicy(s string) policy {
-	p, _ := controls.ParseRoute(s)
-	return p
-}
-
 // replica is one of backend.replicas.
 type replica struct {
 	be     backend
@@ -90,13 +85,9 @@ type replicaState struct {
 // routing is the replicas and what they are checked against.
 type routing struct {
 	replicas []*replica
-	rules    []routeRule // routing.tags, in precedence order
-	// dyn is the route controls in force (the fleet's over this
-	// instance's own): consulted before rules. srcs are each source's,
-	// guarded by srcMu.
-	dyn      atomic.Pointer[routeTable]
-	srcMu    sync.Mutex
-	srcs     [numSources]map[string]policy
+	// The tags' policies are controls (s.ctrl, kind route): routing.tags
+	// the configuration's, holdfastctl route this instance's or the
+	// fleet's.
 	maxLag   time.Duration
 	interval time.Duration
 
@@ -104,11 +95,6 @@ type routing struct {
 	history []posSample
 	// stats
 	changes atomic.Uint64 // replicas going in or out of service
-}
-
-type routeRule struct {
-	pattern string
-	pol     policy
 }
 
 // posSample is the primary's position at a time.
@@ -123,13 +109,13 @@ func (s *Server) newRouting(cfg config.Config) (*routing, error) {
 		return nil, nil
 	}
 	rt := &routing{maxLag: cfg.Routing.MaxReplicaLag, interval: cfg.Routing.CheckInterval}
-	for _, name := range config.RoutingPolicies {
-		for pat, pol := range cfg.Routing.Tags {
-			if pol == name {
-				rt.rules = append(rt.rules, routeRule{pattern: pat, pol: parsePolicy(pol)})
-			}
+	var routes []controls.Control
+	for pat, pol := range cfg.Routing.Tags {
+		if p, ok := controls.ParseRoute(pol); ok {
+			routes = append(routes, controls.Control{Kind: controls.RouteKind, Key: pat, Value: int64(p)})
 		}
 	}
+	s.ctrl.Replace(controls.Config, []*controls.Kind{controls.RouteKind}, routes)
 	for _, rc := range cfg.Backend.Replicas {
 		r := &replica{weight: max(1, rc.Weight)}
 		r.be.addr = rc.Address
@@ -164,97 +150,25 @@ func (s *Server) newRouting(cfg config.Config) (*routing, error) {
 	return rt, nil
 }
 
-// routeTable is route controls: exact tags, then patterns in precedence
-// order.
-type routeTable struct {
-	exact    map[string]policy
-	patterns []routeRule
-}
-
-func (t *routeTable) lookup(key string) (policy, bool) {
-	if p, ok := t.exact[key]; ok {
-		return p, true
-	}
-	for _, r := range t.patterns {
-		if matchTag(r.pattern, key) {
-			return r.pol, true
-		}
-	}
-	return policyPrimary, false
-}
-
-// setRoutes replaces one source's route controls (tag or pattern →
-// policy) and puts the merged ones in force: the fleet's win over this
-// instance's own, and both over routing.tags.
-func (rt *routing) setRoutes(src controlSource, m map[string]policy) {
-	rt.srcMu.Lock()
-	defer rt.srcMu.Unlock()
-	rt.srcs[src] = m
-	rt.publishRoutesLocked()
-}
-
-// publishRoutesLocked merges the sources' route controls (srcMu held): a
-// tag or pattern the fleet routes takes the fleet's policy; patterns are
-// then tried in policy order, as in routing.tags.
-func (rt *routing) publishRoutesLocked() {
-	merged := map[string]policy{}
-	for _, src := range []controlSource{srcLocal, srcFleet} { // the fleet's last: it wins
-		for k, p := range rt.srcs[src] {
-			merged[k] = p
-		}
-	}
-	t := &routeTable{exact: map[string]policy{}}
-	for k, p := range merged {
-		if !strings.Contains(k, "*") {
-			t.exact[k] = p
-		}
-	}
-	for pol := policyPrimary; pol <= policyStaleOK; pol++ {
-		for k, p := range merged {
-			if p == pol && strings.Contains(k, "*") {
-				t.patterns = append(t.patterns, routeRule{pattern: k, pol: p})
-			}
-		}
-	}
-	if len(merged) == 0 {
-		rt.dyn.Store(nil)
-		return
-	}
-	rt.dyn.Store(t)
-}
-
-// setLocalRoute sets (ok) or lifts this instance's own route control on a
-// tag or pattern.
-func (rt *routing) setLocalRoute(key string, pol policy, ok bool) {
-	rt.srcMu.Lock()
-	defer rt.srcMu.Unlock()
-	m := map[string]policy{}
-	for k, p := range rt.srcs[srcLocal] {
-		m[k] = p
-	}
-	if ok {
-		m[key] = pol
-	} else {
-		delete(m, key)
-	}
-	rt.srcs[srcLocal] = m
-	rt.publishRoutesLocked()
-}
-
-// policyNames are the policies' names, by policy.
-var policyNames = [...]string{"primary", "replica", "replica_stale_ok"}
+// errNoReplicas refuses a route set on an instance without replicas.
+var errNoReplicas = errors.New("this holdfast has no backend.replicas: every read goes to the primary")
 
 // SetTagRoute gives the tags matching pattern a routing policy on this
 // instance (policy "" lifts this instance's own); it fails without
 // backend.replicas.
 func (s *Server) SetTagRoute(pattern, policy string) error {
 	if s.routing == nil {
-		return errors.New("this holdfast has no backend.replicas: every read goes to the primary")
+		return errNoReplicas
 	}
-	if policy != "" && !slices.Contains(policyNames[:], policy) {
+	if policy == "" {
+		s.ctrl.Lift(controls.Local, controls.RouteKind, pattern)
+		return nil
+	}
+	p, ok := controls.ParseRoute(policy)
+	if !ok {
 		return fmt.Errorf("route: want primary, replica or replica_stale_ok, got %q", policy)
 	}
-	s.routing.setLocalRoute(pattern, parsePolicy(policy), policy != "")
+	s.ctrl.Put(controls.Local, controls.Control{Kind: controls.RouteKind, Key: pattern, Value: int64(p)})
 	return nil
 }
 
@@ -264,7 +178,7 @@ func (s *Server) RouteOf(tag string) string {
 	if s.routing == nil {
 		return "primary"
 	}
-	return policyNames[s.routing.policyOf(tag)]
+	return s.ctrl.Route(tag).String()
 }
 
 // replicaLimits is a replica pool's limits: the pool's settings, opened
@@ -282,21 +196,6 @@ func replicaLimits(p config.Pool, max int) pool.Limits[variant] {
 	}
 	lim.MaxIdle = min(lim.MaxIdle, lim.Max)
 	return lim
-}
-
-// policyOf is the routing policy of the tags named key.
-func (rt *routing) policyOf(key string) policy {
-	if t := rt.dyn.Load(); t != nil {
-		if p, ok := t.lookup(key); ok {
-			return p
-		}
-	}
-	for _, r := range rt.rules {
-		if r.pattern == key || matchTag(r.pattern, key) {
-			return r.pol
-		}
-	}
-	return policyPrimary
 }
 
 // learnReplica runs on a replica's first connection: a replica whose

@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast-db/holdfast/attribution"
 	"github.com/holdfast-db/holdfast/config"
+	"github.com/holdfast-db/holdfast/proxy/controls"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/pool"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
@@ -47,7 +48,8 @@ const (
 // Lock order, once for the whole package (a lock may be taken while
 // holding any before it, never after): Server.mu, then session.killMu,
 // then session.mu, then pipes.mu, then pipe.mu, then the pool's and the
-// wait queues' own locks; gates.mu before its queues' locks; killer.mu is
+// wait queues' own locks; the controls table's lock (s.ctrl) before
+// Server.mu and gates.mu; gates.mu before its queues' locks; killer.mu is
 // taken with session.killMu held and nothing else; limitsMu before the
 // pool's and accounts.mu; the backendUsers lookup slot before
 // backendUsers.mu. No lock is held across I/O except killer.mu (one kill
@@ -90,8 +92,9 @@ type Server struct {
 	routing *routing // nil without backend.replicas
 	// topo is which server is the primary (topology.go); never nil.
 	topo *topology
-	// ctrl is the on-call controls by source (controls.go).
-	ctrl       controlSources
+	// ctrl is the on-call controls of every source, and those in force
+	// (controls.go).
+	ctrl       controls.Table
 	nextConnID atomic.Uint32
 	salt       func() []byte // nil: random salts (tests fix them)
 	clock      atomic.Int64  // UnixNano, advanced by the janitor (see now)
@@ -187,6 +190,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		shapeGates: gates{shapes: true},
 		topo:       newTopology(cfg.Routing.CheckInterval),
 	}
+	s.ctrl.OnChange = s.controlsChanged
 	s.st.Pins = map[string]uint64{}
 	s.rec = attribution.NewRecorder(attribution.Options{MaxTags: cfg.Attribution.MaxTags, RetireIdle: cfg.Attribution.RetireIdle})
 	s.attr = !cfg.Attribution.Disabled

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/holdfast-db/holdfast/attribution"
-	"github.com/holdfast-db/holdfast/fleet"
+	"github.com/holdfast-db/holdfast/proxy/controls"
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	"github.com/holdfast-db/holdfast/proxy/sqlscan"
 )
@@ -28,7 +28,7 @@ import (
 
 // ShapePrefix starts the key under which the controls know a shape. A '/'
 // is never in a tag, so the keys of shapes and tags never meet.
-const ShapePrefix = fleet.ShapePrefix
+const ShapePrefix = controls.ShapePrefix
 
 // ShapeKey is the control key of shape h.
 func ShapeKey(h uint64) string { return ShapePrefix + FormatShape(h) }
@@ -52,7 +52,7 @@ func ParseShape(s string) (uint64, bool) {
 }
 
 // IsShapeKey reports whether a control key names a shape, not a tag.
-func IsShapeKey(key string) bool { return strings.HasPrefix(key, ShapePrefix) }
+func IsShapeKey(key string) bool { return controls.IsShapeKey(key) }
 
 var (
 	// Their texts end the messages built on them (see gates.drainErr and

@@ -122,6 +122,7 @@
 
     renderTags(s);
     renderGates(s);
+    renderHere(s);
     renderHolders(s);
     renderEngine(s);
     renderFleet(s);
@@ -177,6 +178,7 @@
   }
 
   function controlText(c) {
+    if (c.shown && !c.tag.startsWith("shape/")) return c.shown;
     if (c.tag.startsWith("shape/")) {
       return c.kind === "drain" ? "statements blocked (9007)" : "at most " + c.value + " statements running fleet-wide";
     }
@@ -248,7 +250,8 @@
       const spark = sparkline(t.history, t.tag + ": share of the pool over the last " + (mins || "<1") + " min");
       const actions = el("td", { class: "actions" },
         t.drained ? button("Undrain", "undrain", t.tag) : button("Drain", "drain", t.tag, "danger"),
-        t.limited ? button("Lift limit", "unlimit", t.tag) : button("Limit", "limit", t.tag));
+        t.limited ? button("Lift limit", "unlimit", t.tag) : button("Limit", "limit", t.tag),
+        button("Read-only", "readonly", t.tag));
       const row = el("tr", { "data-tag": t.tag, class: t.drained ? "drained" : "" },
         td(t.tag, "tag"), td(t.held_now, "num"), td(fmtRate(t.hold_rate), "num"), td(fmtPct(t.pool_share), "num"),
         el("td", null, spark), td(fmtRate(t.wait_rate), "num"), td(fmtPct(t.idle_in_transaction_share), "num"),
@@ -276,6 +279,19 @@
     fill($("gates").tBodies[0], rows);
     $("gates").hidden = rows.length === 0;
     $("gates-note").textContent = rows.length === 0 ? "none: every tag may borrow freely" : "";
+  }
+
+  // Every control in force on this instance, whatever its kind and
+  // source; a local or fleet one may be lifted from here.
+  function renderHere(s) {
+    const rows = (s.controls_here || []).map((c) => el("tr", { "data-tag": c.tag, "data-kind": c.kind },
+      td(c.tag, "tag"), td(controlText(c)), td(c.source), td(c.reason || "–"), td(c.set_by ? setByText(c.set_by) : "–"),
+      el("td", { class: "actions" }, c.source === "config" ? "" :
+        el("button", { type: "button", "data-action": "lift", "data-tag": c.tag, "data-kind": c.kind, "data-path": c.lift,
+          "data-local": c.source === "local" ? "1" : "", title: "Lift the " + c.kind + " of " + c.tag }, "Lift"))));
+    fill($("here").tBodies[0], rows);
+    $("here").hidden = rows.length === 0;
+    $("here-note").textContent = rows.length === 0 ? "none: no control of any kind is in force on this instance" : "";
   }
 
   function renderHolders(s) {
@@ -428,12 +444,36 @@
       run: () => api("DELETE", "/api/tags/" + encodeURIComponent(tag) + "/limit"),
       done: "lifted the limit on " + tag,
     }),
+    readonly: (tag) => ({
+      title: "Make " + tag + " read-only?",
+      text: "Statements tagged " + tag + " that may write (INSERT, UPDATE, DELETE, DDL, CALL, locking reads) will fail with error 9011, " +
+        scope + ", until it is lifted (under Controls in force here). Reads, SHOW, SET, USE, BEGIN, COMMIT and ROLLBACK still run.",
+      fields: [field("Reason", "confirm-reason", { type: "text", placeholder: "e.g. INC-123", maxLength: 200 }),
+        field("For", "confirm-for", { type: "text", placeholder: "e.g. 30m (empty: until lifted)", size: 10 })],
+      ok: "Make " + tag + " read-only",
+      run: () => {
+        const q = new URLSearchParams();
+        const reason = $("confirm-reason").value.trim(), dur = $("confirm-for").value.trim();
+        if (reason) q.set("reason", reason);
+        if (dur) q.set("for", dur);
+        return api("PUT", "/api/tags/" + encodeURIComponent(tag) + "/readonly" + (q.toString() ? "?" + q : ""));
+      },
+      done: tag + " is read-only",
+    }),
+    lift: (tag, b) => ({
+      title: "Lift the " + b.dataset.kind + " of " + tag + "?",
+      text: b.dataset.local ? "This instance's own " + b.dataset.kind + " of " + tag + " is lifted (a configured one until the next reload)." :
+        "The fleet's " + b.dataset.kind + " of " + tag + " is lifted on every instance.",
+      ok: "Lift",
+      run: () => api("DELETE", b.dataset.path + (b.dataset.local ? "?local=1" : "")),
+      done: "lifted the " + b.dataset.kind + " of " + tag,
+    }),
   };
 
   document.addEventListener("click", (ev) => {
     const b = ev.target.closest("button[data-action]");
     if (!b || !actions[b.dataset.action]) return;
-    pending = actions[b.dataset.action](b.dataset.tag);
+    pending = actions[b.dataset.action](b.dataset.tag, b);
     $("confirm-title").textContent = pending.title;
     $("confirm-text").textContent = pending.text;
     $("confirm-fields").replaceChildren(...(pending.fields || []));

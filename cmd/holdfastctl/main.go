@@ -62,7 +62,11 @@ Commands:
   shape limit SHAPE N    at most N statements of SHAPE run at once across the fleet; the
                          others wait, then get error 9008 (N = off or 0 lifts the cap)
       -reason TEXT       recorded with the control and shown in its error
-    drain, undrain, limit, maxtxn, class, route and shape also take:
+  readonly TAG           TAG's statements (or those of the tags matching a pattern) that may
+                         write get error 9011 on every instance: all but reads, SHOW, SET,
+                         USE, BEGIN, COMMIT and ROLLBACK (readonly TAG off lifts it)
+      -reason TEXT       recorded with the control and shown in its error
+    drain, undrain, limit, maxtxn, class, route, shape and readonly also take:
       -for D             lift the control by itself after D (e.g. 30m), everywhere (not with -local)
       -local             act on the instance asked only, not the fleet
       -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)
@@ -196,7 +200,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var force bool
 	var scope ctl.Scope
 	var explainUser, explainTag string
-	var want []string // the positional arguments
+	var control *ctl.TagControl // a kind set through the routes for every kind
+	var want []string           // the positional arguments
 	scoped := func() {
 		fs.DurationVar(&scope.For, "for", 0, "")
 		fs.BoolVar(&scope.Local, "local", false, "")
@@ -257,7 +262,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fs.StringVar(&scope.By, "by", defaultBy(getenv), "")
 		want = []string{"[redis|holdfast]"}
 	default:
-		return done(&ctl.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, stdout, stderr)
+		tc, ok := ctl.TagControlNamed(cmd)
+		if !ok {
+			return done(&ctl.UsageError{Msg: fmt.Sprintf("unknown command %q", cmd)}, stdout, stderr)
+		}
+		control = &tc
+		fs.StringVar(&reason, "reason", "", "")
+		scoped()
 	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -265,6 +276,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if cmd == "authority" && len(pos) <= 1 {
 		want = pos // none: show; one: redis or holdfast
+	}
+	if control != nil {
+		want = control.Args(pos)
 	}
 	if len(pos) != len(want) {
 		return done(&ctl.UsageError{Msg: strings.TrimSpace("usage: holdfastctl " + cmd + " " + strings.Join(want, " "))}, stdout, stderr)
@@ -347,6 +361,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			ch.Reason, ch.Force = reason, force
 			err = c.SetAuthority(ctx, ch)
 		}
+	default: // a kind set through the routes for every kind
+		value := ""
+		if len(pos) > 1 {
+			value = pos[1]
+		}
+		err = c.Control(ctx, *control, pos[0], value, reason)
 	}
 	return done(err, stdout, stderr)
 }

@@ -44,6 +44,8 @@ func newAdmin(t *testing.T) *admin {
 	reply("DELETE /api/tags/{tag}/limit", `{"tag":"{tag}","limit":0}`)
 	reply("PUT /api/tags/{tag}/max_transaction_time", `{"tag":"{tag}","max_transaction_seconds":2}`)
 	reply("DELETE /api/tags/{tag}/max_transaction_time", `{"tag":"{tag}","max_transaction_seconds":0}`)
+	reply("PUT /api/tags/{tag}/readonly", `{"tag":"{tag}","kind":"readonly","scope":"fleet","in_force_here":true,"here_now":"read-only","set_by":"envtok-owner/oncall","by_unverified":"oncall"}`)
+	reply("DELETE /api/tags/{tag}/readonly", `{"tag":"{tag}","kind":"readonly","scope":"fleet","in_force_here":false,"here_now":""}`)
 	reply("GET /api/authority", `{"version":4,"authority":"redis","shops":[],"percent":0,"changed_by":"config","reason":"","poll_interval_seconds":1,"redis_stale":false}`)
 	reply("PUT /api/authority", `{"version":5,"authority":"redis","shops":[3],"percent":50,"changed_by":"admin API","reason":"x","poll_interval_seconds":1,"redis_stale":false}`)
 	a.srv = httptest.NewServer(mux)
@@ -80,6 +82,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"tags", "-x"}, 2, "", "flag provided but not defined: -x"},
 		{[]string{"tags", "extra"}, 2, "", "usage: holdfastctl tags\n"},
 		{[]string{"limit", "checkout"}, 2, "", "usage: holdfastctl limit TAG N\n"},
+		{[]string{"readonly"}, 2, "", "usage: holdfastctl readonly TAG\n"},
+		{[]string{"readonly", "batch", "now"}, 2, "", "usage: holdfastctl readonly TAG\n"},
+		{[]string{"readonly", "-h"}, 0, "readonly TAG", ""},
 		{[]string{"limit", "checkout", "two"}, 2, "", `got "two"`},
 		{[]string{"maxtxn", "checkout", "soon"}, 2, "", `got "soon"`},
 		{[]string{"drain", "checkout v2"}, 2, "", `try "checkout_v2"`},
@@ -120,6 +125,9 @@ func TestCommands(t *testing.T) {
 		{[]string{"maxtxn", "checkout", "2s"}, "PUT /api/tags/checkout/max_transaction_time?by=oncall&max=2s Bearer envtok", "longer than 2s are rolled back"},
 		{[]string{"maxtxn", "checkout", "off"}, "DELETE /api/tags/checkout/max_transaction_time?by=oncall Bearer envtok", "lifted checkout's own max_transaction_time"},
 		{[]string{"drain", "checkout", "-for", "30m", "-local", "-by", "alice"}, "POST /api/tags/checkout/drain?by=alice&for=30m0s&local=1 Bearer envtok", "drained checkout"},
+		{[]string{"readonly", "batch_*", "-reason", "INC-42", "-for", "1h"}, "PUT /api/tags/batch_%2A/readonly?by=oncall&for=1h0m0s&reason=INC-42 Bearer envtok",
+			"batch_* is read-only: its statements but reads, SHOW, SET, USE, BEGIN, COMMIT and ROLLBACK get error 9011 (lift: holdfastctl readonly batch_* off); on every holdfast instance, for 1h0m0s; set by envtok-owner/oncall (by unverified)\n"},
+		{[]string{"readonly", "batch_*", "off"}, "DELETE /api/tags/batch_%2A/readonly?by=oncall Bearer envtok", "batch_* may write again; on every holdfast instance\n"},
 	} {
 		before := len(a.requests())
 		code, out, errOut := holdfastctl(env, tc.args...)

@@ -396,6 +396,37 @@ func (c *Client) SetRoute(ctx context.Context, pattern, policy, reason string) (
 	return s, err
 }
 
+// ControlState is the answer to a change through PUT or DELETE
+// /api/tags/{tag}/{kind}.
+type ControlState struct {
+	Tag   string `json:"tag"`
+	Kind  string `json:"kind"`
+	Scope string `json:"scope"`
+	// InForceHere: a control of the kind holds for the tag on the
+	// instance asked, after the change; HereNow is it as shown.
+	InForceHere bool   `json:"in_force_here"`
+	HereNow     string `json:"here_now"`
+	Author
+}
+
+// SetControl puts a control of kind on tag (PUT /api/tags/{tag}/{kind},
+// with value= when not empty); set false lifts it (DELETE).
+func (c *Client) SetControl(ctx context.Context, tag, kind, value string, set bool, reason string) (ControlState, error) {
+	var s ControlState
+	method, q := http.MethodDelete, url.Values{}
+	if set {
+		method = http.MethodPut
+		if value != "" {
+			q.Set("value", value)
+		}
+		if reason != "" {
+			q.Set("reason", reason)
+		}
+	}
+	err := c.do(ctx, method, tagPath(tag, kind), c.Scope.query(q), &s, "tag", "kind", "in_force_here")
+	return s, err
+}
+
 // FleetControl is one of the fleet's controls (GET /api/controls).
 type FleetControl struct {
 	Tag     string    `json:"tag"`
@@ -405,6 +436,20 @@ type FleetControl struct {
 	Reason  string    `json:"reason"`
 	SetAt   time.Time `json:"set_at"`
 	Expires time.Time `json:"expires_at"`
+	// Shown is the value as holdfast shows it ("" from an older
+	// holdfast, or for a kind it does not know).
+	Shown string `json:"shown"`
+}
+
+// HereControl is a control in force on the instance asked, from any
+// source: config, local or fleet (GET /api/controls).
+type HereControl struct {
+	Tag    string `json:"tag"`
+	Kind   string `json:"kind"`
+	Shown  string `json:"shown"`
+	Source string `json:"source"`
+	Reason string `json:"reason"`
+	SetBy  string `json:"set_by"`
 }
 
 // Controls is the answer of GET /api/controls.
@@ -421,6 +466,9 @@ type Controls struct {
 	Truncated bool             `json:"truncated"`
 	Caps      []CapShares      `json:"caps"`
 	Instance  string           `json:"instance_id"`
+	// Here is every control in force on the instance, from every source
+	// (absent from an older holdfast).
+	Here []HereControl `json:"here"`
 	// NotEverywhere: see commands.go.
 	NotEverywhere []Unapplied `json:"not_everywhere"`
 }

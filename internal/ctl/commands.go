@@ -401,6 +401,14 @@ func writeControls(w io.Writer, cs Controls) error {
 			}
 		}
 	}
+	if len(cs.Here) > 0 {
+		fmt.Fprintln(w, "\nIN FORCE ON THIS INSTANCE, from every source (config.yaml, local, the fleet):")
+		fmt.Fprintf(w, "%-24s %-9s %-36s %-7s %-20s %s\n", "TAG", "KIND", "CONTROL", "FROM", "SET BY", "REASON")
+		for _, h := range cs.Here {
+			fmt.Fprintf(w, "%-24s %-9s %-36s %-7s %-20s %s\n", clean(h.Tag), clean(h.Kind), clean(h.Shown), clean(h.Source),
+				orDash(clean(SetByText(h.SetBy))), orDash(clean(h.Reason)))
+		}
+	}
 	return readState(w, cs.NoSchema, cs.Stale, cs.Known, cs.LastRead, cs.Error)
 }
 
@@ -431,6 +439,11 @@ func controlValue(fc FleetControl) string {
 	case "class":
 		if fc.Value >= 0 && fc.Value < int64(len(classNames)) {
 			return classNames[fc.Value]
+		}
+	case "limit", "route":
+	default:
+		if fc.Shown != "" {
+			return clean(fc.Shown) // a kind holdfastctl has no word of its own for
 		}
 	}
 	return strconv.FormatInt(fc.Value, 10)

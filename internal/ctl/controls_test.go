@@ -17,7 +17,9 @@ const controlsJSON = `{"fleet":true,"instance_id":"pod-b","known":true,"stale":f
  "caps":[{"tag":"capx","cap":3,"granted":1,"share":1,"admits":1,"renewed":"2026-03-01T12:00:00Z","grants":[
   {"instance_id":"pod-a","granted":1,"wanted":8,"share":1},
   {"instance_id":"pod-b","granted":1,"wanted":8,"share":1},
-  {"instance_id":"pod-c","granted":1,"wanted":7,"share":1}]}]}`
+  {"instance_id":"pod-c","granted":1,"wanted":7,"share":1}]}],
+ "here":[{"kind":"limit","tag":"capx","value":1,"shown":"at most 1 here, of 3 fleet-wide","source":"fleet","set_by":"oncall"},
+  {"kind":"class","tag":"report_*","value":2,"shown":"class background","source":"config"}]}`
 
 // holdfastctl controls shows the controls in force, the rows ignored (as
 // ignored, with why, never among those in force) and each instance's
@@ -45,6 +47,11 @@ func TestControlsShowsIgnoredAndShares(t *testing.T) {
 		if !strings.Contains(rest, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
+	}
+	_, here, ok := strings.Cut(rest, "IN FORCE ON THIS INSTANCE")
+	if !ok || !strings.Contains(here, "at most 1 here, of 3 fleet-wide") || !strings.Contains(here, "class background") ||
+		strings.Contains(here, "throttle") {
+		t.Errorf("the controls in force on the instance, from every source, are not shown (or show an ignored row):\n%s", here)
 	}
 	for _, ln := range strings.Split(rest, "\n") {
 		if strings.Contains(ln, "pod-c") && !strings.HasSuffix(strings.TrimSpace(ln), "1       1       7") {

@@ -7,8 +7,10 @@
 //     /api/holders, /api/pool; POST/DELETE /api/tags/{tag}/drain;
 //     PUT/DELETE /api/tags/{tag}/limit) and turns every failure into an
 //     *Error that names the admin address and what to check;
-//   - the commands (Tags, Holders, Top, Drain, Undrain, Limit), each writing
-//     plain text to an io.Writer;
+//   - the commands (Tags, Holders, Top, Drain, Undrain, Limit, ...), each
+//     writing plain text to an io.Writer, and Control, which sets a control
+//     of any kind offered as a command of its own (kinds.go) through the
+//     admin API's routes for every kind (PUT/DELETE /api/tags/{tag}/{kind});
 //   - Rates, the arithmetic behind top: the change of a tag's hold_seconds
 //     counter plus the age of its holds still open (WithInFlight, from
 //     /api/holders) over the wall time between two snapshots is the average

@@ -57,6 +57,7 @@ var patterns = []string{
 	"PUT /api/tags/{tag}/limit", "DELETE /api/tags/{tag}/limit",
 	"GET /api/authority", "PUT /api/authority", "GET /api/fleet", "GET /api/topology",
 	"GET /api/explain",
+	"PUT /api/tags/{tag}/{kind}", "DELETE /api/tags/{tag}/{kind}",
 }
 
 func newFakeAdmin(t *testing.T) *fakeAdmin {

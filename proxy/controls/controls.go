@@ -1,9 +1,25 @@
 // Package controls is what on-call and the configuration put in force on
-// the data path, by tag (or statement shape): drains, connection caps,
-// transaction bounds, overload classes and replica routing policies, from
-// every source (config.yaml, this instance, the fleet). It decides what is
-// in force for a key; it does no I/O, knows nothing of sessions or
-// connections, and is safe for concurrent use.
+// the data path, by tag, tag pattern or statement shape: drains,
+// connection caps, transaction bounds, overload classes, replica routing
+// policies and statement refusals, from every source (config.yaml, this
+// instance, the fleet), behind one type, Table.
+//
+// A kind of control (Kind) is one declaration: its name, how its value is
+// checked, read and shown, its merge rule (Strictest: drain, limit,
+// max_txn; Precedence, fleet over instance over configuration: class,
+// route), whether it names patterns or shapes, and its effect. The fleet
+// validates rows and the admin API sets controls through the same
+// registry (KindNamed), so a new kind is one Kind and, for a kind that
+// refuses statements, one Refuse rule.
+//
+// What is in force is an immutable Set, merged from every source and
+// published atomically on each change: the data path's questions (Free,
+// Class, BackgroundCapped, Route, Refuse) take no lock and cost one
+// atomic load while no control is in force; pattern lookups are cached,
+// bounded. The package does no I/O and knows nothing of sessions or
+// connections: admission under a drain or a limit (waiting, counting)
+// is the data path's (proxy/gate.go), told of each change by
+// Table.OnChange. It imports only leaves (proxy/sqlscan).
 package controls
 
 // Class is an overload class: while the pool is saturated, borrowers queue
