@@ -68,6 +68,10 @@ func (c HoldfastConfig) proc() holdfastproc.Config {
 		Admin:   c.AdminListen,
 		Backend: holdfastproc.Backend{Address: c.Backend.Addr, User: c.Backend.User, Password: c.Backend.Password, Database: c.Database},
 		Set:     c.Settings,
+		// The bench only reads the admin API (on loopback, where reads need
+		// no credential), and the file must stay one that a holdfast from
+		// before admin credentials reads too (-baseline-repo, -e-repo).
+		NoCredentials: true,
 	}
 	for _, u := range c.Users {
 		p.Users = append(p.Users, holdfastproc.User{Name: u, Password: u, AuthPlugin: "mysql_native_password", DefaultTag: c.DefaultTags[u]})
