@@ -417,6 +417,10 @@ type runner struct {
 	hfs       map[string]*Holdfast
 	eps       map[string]Endpoint
 	attrProcs []attrProc
+
+	// restoreMaxConns is the server's max_connections before setup raised
+	// it (0: not raised), set back by cleanup.
+	restoreMaxConns int
 }
 
 func (b *runner) printf(format string, a ...any) { fmt.Fprintf(b.w, format, a...) }
@@ -468,7 +472,8 @@ func (b *runner) setup(ctx context.Context) error {
 		want = max(want, o.ScaleConns+200) // the scale run's direct baseline
 	}
 	if maxConns < want && o.Mode == ModeProxy {
-		// Left raised: other runs on this server may depend on it.
+		// Set back when the run ends (cleanup): the server may be the
+		// machine's own, which the bench leaves as it found it.
 		stmts = append(stmts, fmt.Sprintf("SET GLOBAL max_connections = %d", want))
 	}
 	for _, q := range stmts {
@@ -476,7 +481,8 @@ func (b *runner) setup(ctx context.Context) error {
 			return fmt.Errorf("bench: %s: %w", q, err)
 		}
 		if strings.HasPrefix(q, "SET GLOBAL") {
-			b.printf("ran: %s (was %d; left raised)\n", q, maxConns)
+			b.restoreMaxConns = maxConns
+			b.printf("ran: %s (was %d; set back when the run ends)\n", q, maxConns)
 		}
 	}
 
@@ -601,6 +607,15 @@ func (b *runner) cleanup() {
 		b.relay.Stop()
 	}
 	if b.admin != nil {
+		if n := b.restoreMaxConns; n > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if _, err := b.admin.ExecContext(ctx, fmt.Sprintf("SET GLOBAL max_connections = %d", n)); err != nil {
+				b.printf("could not set max_connections back to %d: %v\n", n, err)
+			} else {
+				b.printf("max_connections set back to %d\n", n)
+			}
+			cancel()
+		}
 		b.admin.Close()
 	}
 	if b.dir != "" {
