@@ -35,11 +35,18 @@ import (
 // topology check (topologymon.go) reads the primary's gtid_binlog_pos and
 // each replica's gtid_slave_pos; a replica's lag is how long ago the
 // primary had the first position the replica has not applied. A replica
-// that cannot be read, lags past the bound, replicates from no one or
-// from another server than the primary, is the primary itself, or whose
-// session defaults differ from the primary's gets no reads until that
-// changes (each change is logged and counted); so does every replica
-// while no primary is known. A read whose
+// gets reads only while it replicates from the current primary, judged by
+// identity (followsPrimary in topology.go: the server_id its connected IO
+// thread reads from its source, else its source's address), so a former
+// primary gets reads again only once it replicates from the new one
+// within the bound. A replica that cannot be read, lags past the bound,
+// replicates from no one or from another server than the primary (a
+// retired primary, another replica), whose replication status holdfast's
+// account may not read (SLAVE MONITOR, REPLICATION CLIENT on MySQL), is
+// the primary itself, or whose session defaults differ from the
+// primary's gets no reads until that changes (each change is logged and
+// counted); so does every replica while no primary is known (a
+// switchover under way, a split brain). A read whose
 // replica connection fails before any byte of its answer reached the client
 // is run again on the primary: the one case where holdfast sends a
 // statement twice. Everything else goes to the primary.
