@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-db/holdfast/config"
 )
 
 // Servers of the tables below: identities as the check reads them.
@@ -222,6 +224,40 @@ func TestFollowsPrimary(t *testing.T) {
 		got, why := followsPrimary(tc.o, p, obs)
 		if got != tc.want || (got == (why != "")) {
 			t.Errorf("%s: %v (%q); want %v", tc.name, got, why, tc.want)
+		}
+	}
+}
+
+// With replicas configured, the addresses backend.address's name resolves
+// to are replicas too (those not configured already); a name of one
+// address (the primary's, or a VIP) or an address adds none.
+func TestNameReplicas(t *testing.T) {
+	lookup := func(host string) ([]string, error) {
+		switch host {
+		case "db-all":
+			return []string{"10.0.0.3", "10.0.0.1", "10.0.0.2", "10.0.0.1"}, nil
+		case "db-vip":
+			return []string{"10.0.0.9"}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	for _, tc := range []struct {
+		addr     string
+		replicas []string
+		want     []string
+	}{
+		{"db-all:3306", []string{"10.0.0.2:3306"}, []string{"10.0.0.1:3306", "10.0.0.3:3306"}},
+		{"db-all:3306", nil, []string{"10.0.0.1:3306", "10.0.0.2:3306", "10.0.0.3:3306"}},
+		{"db-vip:3306", []string{"10.0.0.2:3306"}, nil},
+		{"10.0.0.9:3306", []string{"10.0.0.2:3306"}, nil},
+		{"nowhere:3306", []string{"10.0.0.2:3306"}, nil},
+	} {
+		b := config.Backend{Address: tc.addr}
+		for _, r := range tc.replicas {
+			b.Replicas = append(b.Replicas, config.Replica{Address: r})
+		}
+		if got := nameReplicas(b, lookup); !slices.Equal(got, tc.want) {
+			t.Errorf("%s with %v: %v; want %v", tc.addr, tc.replicas, got, tc.want)
 		}
 	}
 }
