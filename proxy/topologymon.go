@@ -165,7 +165,10 @@ type topoMonitor struct {
 	state   topoState
 	since   time.Time
 	retired map[serverID]bool
-	warned  map[string]bool // warnings logged once (by key)
+	// warned are the warnings logged once (by key); the checks of one
+	// round run at once, so warnedMu guards it.
+	warnedMu sync.Mutex
+	warned   map[string]bool
 }
 
 // monConn is the monitor's connection to one candidate address.
@@ -564,10 +567,13 @@ func describeObs(obs []serverObs, d decision) string {
 }
 
 func (m *topoMonitor) warnOnce(key, msg string, args ...any) {
-	if m.warned[key] {
+	m.warnedMu.Lock()
+	seen := m.warned[key]
+	m.warned[key] = true
+	m.warnedMu.Unlock()
+	if seen {
 		return
 	}
-	m.warned[key] = true
 	m.s.log.Warn(msg, args...)
 }
 
