@@ -553,3 +553,24 @@ func TestSplitBrainWritesNowhere(t *testing.T) {
 		t.Errorf("holdfast_failover_split_brain %v after it ended, want 0", v)
 	}
 }
+
+// One server listed at two addresses (its own, and another that leads to
+// it, as an address the backend name resolves to may) gets reads as one
+// replica: the second record says it is the same server.
+func TestReplicaSameServerTwice(t *testing.T) {
+	var alias string
+	p := startSetProxy(t, true, func(c *config.Config) {
+		_, port, _ := net.SplitHostPort(c.Backend.Replicas[2].Address)
+		alias = net.JoinHostPort("localhost", port)
+		c.Backend.Replicas = append(c.Backend.Replicas, config.Replica{Address: alias})
+	})
+	waitFor(t, "server 3 checked at both addresses", func() bool {
+		a, b := p.replica(t, p.servers[2].Addr), p.replica(t, alias)
+		return a.Reason != "not checked yet" && b.Reason != "not checked yet" && (a.Up || b.Up)
+	})
+	a, b := p.replica(t, p.servers[2].Addr), p.replica(t, alias)
+	if a.Up == b.Up {
+		t.Fatalf("server 3 at %s: %+v; at %s: %+v; want one of them in service", p.servers[2].Addr, a, alias, b)
+	}
+	t.Logf("%s: in service %v %s; %s: in service %v %s", a.Address, a.Up, a.Reason, b.Address, b.Up, b.Reason)
+}

@@ -596,6 +596,7 @@ func (s *Server) updateReplicas(cands []candidate, obs []serverObs, d decision, 
 		rt.history = append(rt.history[i:], posSample{at: now, pos: pobs.binlogPos})
 		rt.mu.Unlock()
 	}
+	seen := map[serverID]string{} // replicas' servers: the address of the first replica that reached each
 	for i, c := range cands {
 		r := c.replica
 		if r == nil {
@@ -608,9 +609,17 @@ func (s *Server) updateReplicas(cands []candidate, obs []serverObs, d decision, 
 		if pobs != nil {
 			follows, why = followsPrimary(o, *pobs, obs)
 		}
+		first, dup := seen[o.id]
+		if o.id != "" && !dup {
+			seen[o.id] = c.addr
+		}
 		switch {
 		case !o.reachable:
 			st.reason = "cannot read its position: " + o.err
+		case dup:
+			// One server reached at two addresses (a replica's own and
+			// one the name resolves to) gets its reads once.
+			st.pos, st.reason = o.slavePos, "the same server as replica "+first+", which gets its reads"
 		case o.slavePos == nil:
 			st.reason = "cannot read its position: no gtid_slave_pos: replica routing needs MariaDB's GTIDs"
 		case d.roles[i] == rolePrimary:
