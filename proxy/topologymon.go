@@ -381,7 +381,7 @@ func (m *topoMonitor) observe(ctx context.Context, mc *monConn, c candidate) ser
 				grant = "REPLICATION CLIENT"
 			}
 			m.warnOnce("repl:"+c.addr, "the topology check cannot read whom a server replicates from: grant holdfast's account "+grant+
-				" (holdfast migrate -print-grants); until then a writable server is taken to replicate from no one", "addr", c.addr, "err", se.Msg)
+				" (holdfast migrate -print-grants); until then a writable server is taken to replicate from no one, and this server gets no replica reads", "addr", c.addr, "err", se.Msg)
 		}
 	}
 	return o
