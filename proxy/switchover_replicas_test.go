@@ -247,23 +247,36 @@ func TestSwitchoverReplicaReadsFollowPrimary(t *testing.T) {
 	}()
 	waitFor(t, "writes and reads before the switch", func() bool { return next.Load() > 20 })
 
-	// The moment holdfast has seen server 2 as the primary and taken
-	// server 3 out: every read that starts later must not reach server 3.
-	var c3Out atomic.Pointer[time.Time]
+	// The moment holdfast has seen that server 1 is no longer the primary
+	// and taken server 3 out (no primary, then server 2 the primary):
+	// every read that starts later must not reach server 3 until it is
+	// pointed at server 2. aOut is the last moment server 1 was seen out
+	// of service after that: reads that start before it must not reach
+	// server 1 either (it is back only once it replicates from server 2).
+	var c3Out, aOut atomic.Pointer[time.Time]
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		for c3Out.Load() == nil {
+		for {
 			tp := p.srv.Topology()
+			up := map[string]bool{}
+			for _, r := range p.srv.Replicas() {
+				up[r.Address] = r.Up
+			}
 			now := time.Now()
-			if tp.PrimaryChanges == 1 && tp.State == "primary" && !p.up(t, 2) {
+			if c3Out.Load() == nil && (tp.State != "primary" || tp.PrimaryChanges == 1) && !up[p.servers[2].Addr] {
 				c3Out.Store(&now)
-				return
+			}
+			if c3Out.Load() != nil {
+				if up[p.servers[0].Addr] {
+					return
+				}
+				aOut.Store(&now)
 			}
 			select {
 			case <-stop:
 				return
-			case <-time.After(2 * time.Millisecond):
+			case <-time.After(time.Millisecond):
 			}
 		}
 	}()
@@ -275,6 +288,13 @@ func TestSwitchoverReplicaReadsFollowPrimary(t *testing.T) {
 	waitFor(t, "server 3 out of service under the new primary", func() bool { return c3Out.Load() != nil })
 	out := *c3Out.Load()
 	waitFor(t, "the former primary in service", func() bool { return p.up(t, 0) })
+	<-watchDone
+	if aOut.Load() == nil { // server 1 was back by the first poll that saw the switch
+		aOut.Store(&out)
+	}
+	if p.srv.Topology().PrimaryChanges != 1 {
+		t.Fatalf("topology after the switchover: %+v", p.srv.Topology())
+	}
 	time.Sleep(300 * time.Millisecond)
 	if r := p.replica(t, p.servers[2].Addr); r.Up {
 		t.Fatalf("server 3, still replicating from the former primary, is in service: %+v", r)
@@ -301,7 +321,6 @@ func TestSwitchoverReplicaReadsFollowPrimary(t *testing.T) {
 	<-rywDone
 	close(stop)
 	reads := collect()
-	<-watchDone
 	if !p.up(t, 0) {
 		t.Logf("the former primary left service after its SQL thread stopped: %s", p.replica(t, p.servers[0].Addr).Reason)
 	}
@@ -317,10 +336,13 @@ func TestSwitchoverReplicaReadsFollowPrimary(t *testing.T) {
 	}
 	for _, r := range reads {
 		if r.err == nil && r.server == 3 && r.start.After(out) && r.start.Before(repointed) {
-			t.Errorf("a read that began %v after holdfast saw the new primary was served by server 3, which replicates from the former primary", r.start.Sub(out))
+			t.Errorf("a read that began %v after holdfast saw the switch was served by server 3, which replicates from the former primary", r.start.Sub(out))
+		}
+		if a := aOut.Load(); a != nil && r.err == nil && r.server == 1 && r.start.After(out) && r.start.Before(*a) {
+			t.Errorf("a read that began %v after holdfast saw the switch was served by the former primary before it replicated from the new one", r.start.Sub(out))
 		}
 	}
-	before, between, after := byServer(time.Time{}, steps.Start), byServer(out, repointed), byServer(inAgain, stalled)
+	before, during, between, after := byServer(time.Time{}, steps.Start), byServer(out, *aOut.Load()), byServer(*aOut.Load(), repointed), byServer(inAgain, stalled)
 	if between[1] == 0 {
 		t.Errorf("the former primary, replicating from the new one, served no read after the switch: %v", between)
 	}
@@ -364,8 +386,8 @@ func TestSwitchoverReplicaReadsFollowPrimary(t *testing.T) {
 	if ok == 0 {
 		t.Fatal("no write was read back")
 	}
-	t.Logf("reads by server: before the switch %v, after it %v, after server 3 was repointed %v; %d reads failed (during the switch); read-your-writes: %d checked, %d failed writes or reads (during the switch), reads of its writes by server after the former primary stopped applying %v",
-		before, between, after, errs, ok, failed, stalledBy)
+	t.Logf("reads by server: before the switch %v, from when holdfast saw it to the former primary's return %v (over %v), then %v, after server 3 was repointed %v; %d reads failed (during the switch); read-your-writes: %d checked, %d failed writes or reads (during the switch), reads of its writes by server after the former primary stopped applying %v",
+		before, during, aOut.Load().Sub(out).Round(time.Millisecond), between, after, errs, ok, failed, stalledBy)
 }
 
 // A replica whose IO thread is connecting to another server than the
