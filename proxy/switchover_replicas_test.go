@@ -596,3 +596,62 @@ func TestReplicaSameServerTwice(t *testing.T) {
 	}
 	t.Logf("%s: in service %v %s; %s: in service %v %s", a.Address, a.Up, a.Reason, b.Address, b.Up, b.Reason)
 }
+
+// The primary killed, server 2 promoted a moment later, server 3 left
+// connecting to the dead one (it still shows its server_id): from the
+// check that finds server 2 the primary, no read is served by server 3,
+// until the HA tool points it at server 2; then it gets reads again.
+func TestReplicaReadsAfterPrimaryKilled(t *testing.T) {
+	p := startSetProxy(t, true, func(c *config.Config) { c.Pool.AcquireTimeout = time.Second })
+	waitFor(t, "servers 2 and 3 in service", func() bool { return p.up(t, 1) && p.up(t, 2) })
+	db := p.open(t)
+	db.SetMaxOpenConns(8)
+	stop := make(chan struct{})
+	collect := readers(t, db, 3, stop)
+	time.Sleep(100 * time.Millisecond)
+	p.servers[0].Kill()
+	waitFor(t, "no primary", func() bool { return p.srv.Topology().State == "no_primary" })
+	if err := p.servers[1].Promote(t.Context()); err != nil {
+		close(stop)
+		t.Fatal(err)
+	}
+	p.vip.Retarget(p.servers[1].Addr)
+	var out time.Time
+	waitFor(t, "server 2 the primary, server 3 out", func() bool {
+		tp := p.srv.Topology()
+		out = time.Now()
+		return tp.State == "primary" && tp.PrimaryChanges == 1 && !p.up(t, 2)
+	})
+	time.Sleep(300 * time.Millisecond)
+	t.Logf("server 3: %s", p.replica(t, p.servers[2].Addr).Reason)
+	repointed := time.Now()
+	if err := p.servers[2].Follow(p.servers[1]); err != nil {
+		close(stop)
+		t.Fatal(err)
+	}
+	waitFor(t, "server 3 in service again", func() bool { return p.up(t, 2) })
+	inAgain := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	by := map[string]int{}
+	for _, r := range collect() {
+		switch {
+		case r.err != nil:
+			by["failed"]++
+			if r.start.After(out) {
+				t.Errorf("a read that began after the new primary was known failed: %v", r.err)
+			}
+		case r.start.After(out) && r.start.Before(repointed):
+			by["while 3 was out: "+strconv.Itoa(r.server)]++
+			if r.server != 2 {
+				t.Errorf("a read that began %v after server 2 was known the primary was served by server %d", r.start.Sub(out), r.server)
+			}
+		case r.start.After(inAgain):
+			by["after 3 was repointed: "+strconv.Itoa(r.server)]++
+		}
+	}
+	if by["after 3 was repointed: 3"] == 0 {
+		t.Errorf("server 3 served no read after it was pointed at the new primary: %v", by)
+	}
+	t.Logf("reads: %v", by)
+}
