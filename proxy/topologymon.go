@@ -616,14 +616,14 @@ func (s *Server) updateReplicas(cands []candidate, obs []serverObs, d decision, 
 		switch {
 		case !o.reachable:
 			st.reason = "cannot read its position: " + o.err
-		case dup:
-			// One server reached at two addresses (a replica's own and
-			// one the name resolves to) gets its reads once.
-			st.pos, st.reason = o.slavePos, "the same server as replica "+first+", which gets its reads"
 		case o.slavePos == nil:
 			st.reason = "cannot read its position: no gtid_slave_pos: replica routing needs MariaDB's GTIDs"
 		case d.roles[i] == rolePrimary:
 			st.pos, st.reason = o.slavePos, "it is the primary now"
+		case dup:
+			// One server reached at two addresses (a replica's own and
+			// one the name resolves to) gets its reads once.
+			st.pos, st.reason = o.slavePos, "the same server as replica "+first+": its reads go there"
 		case pobs == nil:
 			st.pos, st.reason = o.slavePos, "no primary to measure its lag against ("+d.state.String()+")"
 		case pobs.binlogPos == nil:
