@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,11 +36,18 @@ import (
 // topology check (topologymon.go) reads the primary's gtid_binlog_pos and
 // each replica's gtid_slave_pos; a replica's lag is how long ago the
 // primary had the first position the replica has not applied. A replica
-// that cannot be read, lags past the bound, replicates from no one or
-// from another server than the primary, is the primary itself, or whose
-// session defaults differ from the primary's gets no reads until that
-// changes (each change is logged and counted); so does every replica
-// while no primary is known. A read whose
+// gets reads only while it replicates from the current primary, judged by
+// identity (followsPrimary in topology.go: the server_id its connected IO
+// thread reads from its source, else its source's address), so a former
+// primary gets reads again only once it replicates from the new one
+// within the bound. A replica that cannot be read, lags past the bound,
+// replicates from no one or from another server than the primary (a
+// retired primary, another replica), whose replication status holdfast's
+// account may not read (SLAVE MONITOR, REPLICATION CLIENT on MySQL), is
+// the primary itself, or whose session defaults differ from the
+// primary's gets no reads until that changes (each change is logged and
+// counted); so does every replica while no primary is known (a
+// switchover under way, a split brain). A read whose
 // replica connection fails before any byte of its answer reached the client
 // is run again on the primary: the one case where holdfast sends a
 // statement twice. Everything else goes to the primary.
@@ -103,7 +111,13 @@ type posSample struct {
 	pos gtidPos
 }
 
-// newRouting builds the replicas of cfg (nil when there are none).
+// newRouting builds the replicas of cfg (nil when there are none): each
+// of backend.replicas, then each address backend.address resolves to now
+// that is not one of them, when it resolves to more than one (a name of
+// every server: the ones that are not the primary are replicas; each
+// check tells which is which). An address the name gains later is checked
+// for the topology but gets no reads until holdfast restarts. New calls
+// it.
 func (s *Server) newRouting(cfg config.Config) (*routing, error) {
 	if len(cfg.Backend.Replicas) == 0 {
 		return nil, nil
@@ -117,37 +131,90 @@ func (s *Server) newRouting(cfg config.Config) (*routing, error) {
 	}
 	s.ctrl.Replace(controls.Config, []*controls.Kind{controls.RouteKind}, routes)
 	for _, rc := range cfg.Backend.Replicas {
-		r := &replica{weight: max(1, rc.Weight)}
-		r.be.addr = rc.Address
-		bt, err := loadBackendTLS(cfg.Backend.TLS, rc.Address)
+		r, err := s.newReplica(cfg, rc, rc.Address)
 		if err != nil {
-			return nil, fmt.Errorf("proxy: replica %s: %w", rc.Address, err)
+			return nil, err
 		}
-		r.be.tls = &bt
-		r.max = rc.Max
-		lim := replicaLimits(cfg.Pool, rc.Max)
-		p, err := pool.New(pool.Options[variant, *backendConn]{
-			Dial: func(ctx context.Context, v variant) (*backendConn, error) {
-				bs, err := s.dialSettings(v)
-				if err != nil {
-					return nil, err
-				}
-				bc, err := dialBackend(ctx, r.be.settings(bs), v)
-				if err == nil {
-					bc.be = &r.be
-				}
-				return bc, err
-			},
-			OnFirstDial: func(bc *backendConn) error { return s.learnReplica(r, bc) },
-			Log:         s.log,
-		}, lim)
+		rt.replicas = append(rt.replicas, r)
+	}
+	for _, addr := range nameReplicas(cfg.Backend, lookupHost) {
+		r, err := s.newReplica(cfg, config.Replica{Address: addr}, cfg.Backend.Address)
 		if err != nil {
-			return nil, fmt.Errorf("proxy: replica %s: %w", rc.Address, err)
+			return nil, err
 		}
-		r.be.pool = p
 		rt.replicas = append(rt.replicas, r)
 	}
 	return rt, nil
+}
+
+// lookupHost resolves a name (a variable for tests).
+var lookupHost = func(host string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return net.DefaultResolver.LookupHost(ctx, host)
+}
+
+// nameReplicas are the addresses backend.address's name resolves to,
+// sorted, that are not among backend.replicas: none when it is an address
+// already, cannot be resolved, or resolves to one address only (the
+// primary's, or a VIP's that moves with it).
+func nameReplicas(b config.Backend, lookup func(string) ([]string, error)) []string {
+	host, port, err := net.SplitHostPort(b.Address)
+	if err != nil || net.ParseIP(host) != nil {
+		return nil
+	}
+	ips, err := lookup(host)
+	if err != nil {
+		return nil
+	}
+	slices.Sort(ips)
+	ips = slices.Compact(ips)
+	if len(ips) < 2 {
+		return nil
+	}
+	var out []string
+	for _, ip := range ips {
+		addr := net.JoinHostPort(ip, port)
+		if !slices.ContainsFunc(b.Replicas, func(rc config.Replica) bool { return rc.Address == addr }) {
+			out = append(out, addr)
+		}
+	}
+	return out
+}
+
+// newReplica builds one replica at rc.Address, its TLS checked against
+// tlsAddr's host name (its own address, or backend.address for an
+// address the name resolves to).
+func (s *Server) newReplica(cfg config.Config, rc config.Replica, tlsAddr string) (*replica, error) {
+	r := &replica{weight: max(1, rc.Weight)}
+	r.be.addr = rc.Address
+	bt, err := loadBackendTLS(cfg.Backend.TLS, tlsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: replica %s: %w", rc.Address, err)
+	}
+	r.be.tls = &bt
+	r.max = rc.Max
+	lim := replicaLimits(cfg.Pool, rc.Max)
+	p, err := pool.New(pool.Options[variant, *backendConn]{
+		Dial: func(ctx context.Context, v variant) (*backendConn, error) {
+			bs, err := s.dialSettings(v)
+			if err != nil {
+				return nil, err
+			}
+			bc, err := dialBackend(ctx, r.be.settings(bs), v)
+			if err == nil {
+				bc.be = &r.be
+			}
+			return bc, err
+		},
+		OnFirstDial: func(bc *backendConn) error { return s.learnReplica(r, bc) },
+		Log:         s.log,
+	}, lim)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: replica %s: %w", rc.Address, err)
+	}
+	r.be.pool = p
+	return r, nil
 }
 
 // errNoReplicas refuses a route set on an instance without replicas.

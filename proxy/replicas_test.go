@@ -426,3 +426,50 @@ func TestReplicaBusyFallsBack(t *testing.T) {
 			pr, rr, after.FellBack-before.FellBack, after.Up)
 	}
 }
+
+// Read-your-writes positions across a switchover: MariaDB numbers a
+// domain's transactions on, whichever server commits them (the new
+// primary's first GTID follows the last it applied from the former one,
+// with its own server_id), so a session's writes are kept as the highest
+// sequence number per domain, and a replica has them when its position
+// reaches that number in each domain, whatever server_id wrote it. A new
+// primary that writes in a domain of its own adds that domain.
+func TestReadYourWritesPositionsAcrossSwitch(t *testing.T) {
+	st := sessionWrites(t, "0-1-100")           // written on the former primary (server_id 1)
+	mustCover(t, "0-1-100", st, true)           // a replica of the former primary that applied it
+	mustCover(t, "0-1-99", st, false)           // one that did not
+	mustCover(t, "0-2-101", st, true)           // a replica of the new primary (server_id 2), which had it when promoted
+	st = sessionWrites(t, "0-1-100", "0-2-105") // then written on the new primary
+	mustCover(t, "0-1-100", st, false)          // the former primary before it applied the new one's writes
+	mustCover(t, "0-2-104", st, false)
+	mustCover(t, "0-2-105", st, true)
+	st = sessionWrites(t, "0-1-100", "7-2-3") // a new primary writing in a domain of its own
+	mustCover(t, "0-1-100", st, false)
+	mustCover(t, "0-1-100,7-2-2", st, false)
+	mustCover(t, "0-2-100,7-2-3", st, true)
+}
+
+// sessionWrites is a session's write positions after commits of gtids
+// (as the server's OK packets report them).
+func sessionWrites(t *testing.T, gtids ...string) gtidPos {
+	t.Helper()
+	s := &session{}
+	for _, g := range gtids {
+		s.noteWrite(g)
+	}
+	if s.state.WritesUnplaced {
+		t.Fatalf("%v: a write could not be placed", gtids)
+	}
+	return gtidPos(s.state.Writes)
+}
+
+func mustCover(t *testing.T, replicaPos string, writes gtidPos, want bool) {
+	t.Helper()
+	p, ok := parseGTIDPos(replicaPos)
+	if !ok {
+		t.Fatalf("cannot parse %q", replicaPos)
+	}
+	if got := p.covers(writes); got != want {
+		t.Errorf("a replica at %s has the session's writes %v: %v, want %v", replicaPos, writes, got, want)
+	}
+}

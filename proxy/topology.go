@@ -56,11 +56,14 @@ type serverObs struct {
 	// account may lack SLAVE MONITOR / REPLICATION CLIENT); replicating
 	// whether a replication thread runs (IO Yes or Connecting, SQL Yes);
 	// source the server_id and host:port of the source of the first that
-	// does ("" when unknown).
-	replKnown   bool
-	replicating bool
-	sourceNum   string
-	sourceAddr  string
+	// does ("" when unknown); sourceLinked whether that one's IO thread is
+	// connected to its source (IO Yes: then sourceNum is the server_id of
+	// the server it is connected to, not one it was connected to before).
+	replKnown    bool
+	replicating  bool
+	sourceLinked bool
+	sourceNum    string
+	sourceAddr   string
 	// GTID positions (MariaDB), nil when unreadable.
 	binlogPos, slavePos gtidPos
 }
@@ -221,4 +224,52 @@ func setString(m map[serverID]bool) string {
 	}
 	slices.Sort(l)
 	return strings.Join(l, ", ")
+}
+
+// followsPrimary reports whether o, a replica's observation, replicates
+// from the primary p (the observation decide made the primary), judged by
+// identity: while o's IO thread is connected, the server_id it read from
+// its source (Master_Server_Id) must be p's @@server_id; while it is not
+// connected (Connecting: that server_id may be a former source's, or 0),
+// the source's configured host:port must be an address the check reached
+// p at, or p's own @@hostname:@@port. A server whose replication status
+// cannot be read, that replicates from no one, or from another server (a
+// retired primary, another replica), does not. why says why not (""
+// when it does). updateReplicas calls it for every replica at every check.
+func followsPrimary(o serverObs, p serverObs, obs []serverObs) (ok bool, why string) {
+	switch {
+	case !o.replKnown:
+		return false, "cannot read whom it replicates from: grant holdfast's account SLAVE MONITOR (MariaDB) or REPLICATION CLIENT (MySQL)"
+	case !o.replicating:
+		return false, "it replicates from no one"
+	case o.sourceLinked && o.sourceNum != "":
+		if o.sourceNum == p.serverNum {
+			return true, ""
+		}
+		return false, "it replicates from server_id " + o.sourceNum + " (" + o.sourceAddr + "), not from the primary (server_id " + p.serverNum + ")"
+	}
+	if o.sourceAddr != "" {
+		if own := ownAddr(p.id); own != "" && strings.EqualFold(own, o.sourceAddr) {
+			return true, ""
+		}
+		for _, x := range obs {
+			if x.id == p.id && x.reachable && strings.EqualFold(x.addr, o.sourceAddr) {
+				return true, ""
+			}
+		}
+	}
+	src := o.sourceAddr
+	if src == "" {
+		src = "an unknown source"
+	}
+	return false, "it is not connected to its source, " + src + ", and that is not an address of the primary"
+}
+
+// ownAddr is the @@hostname:@@port part of a serverID ("" when none).
+func ownAddr(id serverID) string {
+	s := string(id)
+	if i := strings.LastIndexByte(s, '#'); i >= 0 {
+		return s[:i]
+	}
+	return ""
 }

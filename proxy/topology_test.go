@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-db/holdfast/config"
 )
 
 // Servers of the tables below: identities as the check reads them.
@@ -137,20 +139,21 @@ func TestReplicationOf(t *testing.T) {
 		rows     [][][]byte
 		repl     bool
 		num, src string
+		linked   bool
 	}{
-		{"no source configured", maria, nil, false, "", ""},
-		{"running", maria, [][][]byte{row("", "10.0.0.1", "3306", "Yes", "Yes", "1")}, true, "1", "10.0.0.1:3306"},
-		{"source down: IO connecting", maria, [][][]byte{row("", "10.0.0.1", "3306", "Connecting", "Yes", "1")}, true, "1", "10.0.0.1:3306"},
-		{"stopped (STOP SLAVE without RESET)", maria, [][][]byte{row("", "10.0.0.1", "3306", "No", "No", "1")}, false, "", ""},
-		{"multi-source: the second runs", maria, [][][]byte{row("a", "h1", "1", "No", "No", "7"), row("b", "h2", "2", "Yes", "Yes", "8")}, true, "8", "h2:2"},
-		{"started, not connected yet: source not known", maria, [][][]byte{row("", "10.0.0.1", "3306", "Connecting", "Yes", "0")}, true, "", "10.0.0.1:3306"},
-		{"MySQL channel", mysql, [][][]byte{row("10.0.0.2", "3307", "Yes", "Yes", "2")}, true, "2", "10.0.0.2:3307"},
+		{"no source configured", maria, nil, false, "", "", false},
+		{"running", maria, [][][]byte{row("", "10.0.0.1", "3306", "Yes", "Yes", "1")}, true, "1", "10.0.0.1:3306", true},
+		{"source down: IO connecting", maria, [][][]byte{row("", "10.0.0.1", "3306", "Connecting", "Yes", "1")}, true, "1", "10.0.0.1:3306", false},
+		{"stopped (STOP SLAVE without RESET)", maria, [][][]byte{row("", "10.0.0.1", "3306", "No", "No", "1")}, false, "", "", false},
+		{"multi-source: the second runs", maria, [][][]byte{row("a", "h1", "1", "No", "No", "7"), row("b", "h2", "2", "Yes", "Yes", "8")}, true, "8", "h2:2", true},
+		{"started, not connected yet: source not known", maria, [][][]byte{row("", "10.0.0.1", "3306", "Connecting", "Yes", "0")}, true, "", "10.0.0.1:3306", false},
+		{"MySQL channel", mysql, [][][]byte{row("10.0.0.2", "3307", "Yes", "Yes", "2")}, true, "2", "10.0.0.2:3307", true},
 	} {
 		r := *tc.r
 		r.rows = tc.rows
-		repl, num, src := replicationOf(&r)
-		if repl != tc.repl || num != tc.num || src != tc.src {
-			t.Errorf("%s: %v %q %q; want %v %q %q", tc.name, repl, num, src, tc.repl, tc.num, tc.src)
+		got := replicationOf(&r)
+		if got.replicating != tc.repl || got.num != tc.num || got.addr != tc.src || got.linked != tc.linked {
+			t.Errorf("%s: %+v; want %v %q %q linked %v", tc.name, got, tc.repl, tc.num, tc.src, tc.linked)
 		}
 	}
 }
@@ -185,5 +188,76 @@ func TestWaitPrimary(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a waiter was not woken when the primary became known")
+	}
+}
+
+// A replica follows the primary by identity: its connected IO thread's
+// source server_id; while it is not connected, its source's address, one
+// the primary was reached at or the primary's own hostname:port. A server
+// that replicates from no one, from a former primary or from another
+// replica, or whose status cannot be read, does not.
+func TestFollowsPrimary(t *testing.T) {
+	p := serverObs{addr: "10.0.0.2:3306", reachable: true, id: "db-b:3306#2", serverNum: "2"}
+	vip := serverObs{addr: "10.0.0.9:3306", fromName: true, reachable: true, id: "db-b:3306#2", serverNum: "2"}
+	obs := []serverObs{vip, p}
+	r := func(linked bool, num, src string) serverObs {
+		return serverObs{addr: "10.0.0.3:3306", reachable: true, id: "db-c:3306#3", serverNum: "3", readOnly: true,
+			replKnown: true, replicating: true, sourceLinked: linked, sourceNum: num, sourceAddr: src}
+	}
+	for _, tc := range []struct {
+		name string
+		o    serverObs
+		want bool
+	}{
+		{"connected to the primary", r(true, "2", "db-b:3306"), true},
+		{"connected to the primary through the VIP", r(true, "2", "10.0.0.9:3306"), true},
+		{"connected to the former primary", r(true, "1", "10.0.0.1:3306"), false},
+		{"connected to the former primary, which now sits behind the VIP's old address", r(true, "1", "10.0.0.9:3306"), false},
+		{"connecting to the primary's address", r(false, "", "10.0.0.2:3306"), true},
+		{"connecting to the VIP", r(false, "", "10.0.0.9:3306"), true},
+		{"connecting to the primary's hostname:port", r(false, "", "DB-B:3306"), true},
+		{"connecting to a retired server, server_id of the primary shown from before", r(false, "2", "10.0.0.1:3306"), false},
+		{"connecting to an unknown source", r(false, "", ""), false},
+		{"replicates from no one", serverObs{reachable: true, id: "db-a:3306#1", readOnly: true, replKnown: true}, false},
+		{"status not readable (no grant)", serverObs{reachable: true, id: "db-a:3306#1", readOnly: true}, false},
+	} {
+		got, why := followsPrimary(tc.o, p, obs)
+		if got != tc.want || (got == (why != "")) {
+			t.Errorf("%s: %v (%q); want %v", tc.name, got, why, tc.want)
+		}
+	}
+}
+
+// With replicas configured, the addresses backend.address's name resolves
+// to are replicas too (those not configured already); a name of one
+// address (the primary's, or a VIP) or an address adds none.
+func TestNameReplicas(t *testing.T) {
+	lookup := func(host string) ([]string, error) {
+		switch host {
+		case "db-all":
+			return []string{"10.0.0.3", "10.0.0.1", "10.0.0.2", "10.0.0.1"}, nil
+		case "db-vip":
+			return []string{"10.0.0.9"}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	for _, tc := range []struct {
+		addr     string
+		replicas []string
+		want     []string
+	}{
+		{"db-all:3306", []string{"10.0.0.2:3306"}, []string{"10.0.0.1:3306", "10.0.0.3:3306"}},
+		{"db-all:3306", nil, []string{"10.0.0.1:3306", "10.0.0.2:3306", "10.0.0.3:3306"}},
+		{"db-vip:3306", []string{"10.0.0.2:3306"}, nil},
+		{"10.0.0.9:3306", []string{"10.0.0.2:3306"}, nil},
+		{"nowhere:3306", []string{"10.0.0.2:3306"}, nil},
+	} {
+		b := config.Backend{Address: tc.addr}
+		for _, r := range tc.replicas {
+			b.Replicas = append(b.Replicas, config.Replica{Address: r})
+		}
+		if got := nameReplicas(b, lookup); !slices.Equal(got, tc.want) {
+			t.Errorf("%s with %v: %v; want %v", tc.addr, tc.replicas, got, tc.want)
+		}
 	}
 }

@@ -165,7 +165,10 @@ type topoMonitor struct {
 	state   topoState
 	since   time.Time
 	retired map[serverID]bool
-	warned  map[string]bool // warnings logged once (by key)
+	// warned are the warnings logged once (by key); the checks of one
+	// round run at once, so warnedMu guards it.
+	warnedMu sync.Mutex
+	warned   map[string]bool
 }
 
 // monConn is the monitor's connection to one candidate address.
@@ -367,7 +370,8 @@ func (m *topoMonitor) observe(ctx context.Context, mc *monConn, c candidate) ser
 	}
 	if len(res) > 1 {
 		o.replKnown = true
-		o.replicating, o.sourceNum, o.sourceAddr = replicationOf(res[1])
+		src := replicationOf(res[1])
+		o.replicating, o.sourceLinked, o.sourceNum, o.sourceAddr = src.replicating, src.linked, src.num, src.addr
 	} else {
 		var se *mysqlwire.SQLError
 		if errors.As(err, &se) {
@@ -377,7 +381,7 @@ func (m *topoMonitor) observe(ctx context.Context, mc *monConn, c candidate) ser
 				grant = "REPLICATION CLIENT"
 			}
 			m.warnOnce("repl:"+c.addr, "the topology check cannot read whom a server replicates from: grant holdfast's account "+grant+
-				" (holdfast migrate -print-grants); until then a writable server is taken to replicate from no one", "addr", c.addr, "err", se.Msg)
+				" (holdfast migrate -print-grants); until then a writable server is taken to replicate from no one, and this server gets no replica reads", "addr", c.addr, "err", se.Msg)
 		}
 	}
 	return o
@@ -391,10 +395,18 @@ func hasVarRow(r *textResult, name string) bool {
 // isOn reads a boolean variable's SHOW value.
 func isOn(v string) bool { return strings.EqualFold(v, "ON") || v == "1" }
 
+// replSource is whom a server replicates from, as replicationOf reads it.
+type replSource struct {
+	replicating bool   // a replication thread runs (IO Yes or Connecting, or SQL Yes)
+	linked      bool   // that connection's IO thread is connected (Yes)
+	num         string // the source's server_id ("" when not known)
+	addr        string // the source's host:port as configured on the replica ("" when not known)
+}
+
 // replicationOf reads SHOW ALL SLAVES STATUS (MariaDB) or SHOW REPLICA
 // STATUS (MySQL): whether a replication thread runs, and the source of
 // the first connection or channel whose thread runs.
-func replicationOf(r *textResult) (replicating bool, sourceNum, sourceAddr string) {
+func replicationOf(r *textResult) replSource {
 	col := func(names ...string) int {
 		for _, n := range names {
 			if i := slices.IndexFunc(r.columns, func(c string) bool { return strings.EqualFold(c, n) }); i >= 0 {
@@ -422,10 +434,10 @@ func replicationOf(r *textResult) (replicating bool, sourceNum, sourceAddr strin
 			if id == "0" {
 				id = "" // not known until the IO thread has connected
 			}
-			return true, id, src
+			return replSource{replicating: true, linked: strings.EqualFold(io, "Yes"), num: id, addr: src}
 		}
 	}
-	return false, "", ""
+	return replSource{}
 }
 
 // queryEach runs a text of several statements and returns each one's
@@ -555,16 +567,23 @@ func describeObs(obs []serverObs, d decision) string {
 }
 
 func (m *topoMonitor) warnOnce(key, msg string, args ...any) {
-	if m.warned[key] {
+	m.warnedMu.Lock()
+	seen := m.warned[key]
+	m.warned[key] = true
+	m.warnedMu.Unlock()
+	if seen {
 		return
 	}
-	m.warned[key] = true
 	m.s.log.Warn(msg, args...)
 }
 
 // updateReplicas sets each replica's state from its observation: in
-// service when it replicates from the primary (when that can be read),
-// within routing.max_replica_lag of the primary's position.
+// service when it replicates from the current primary (followsPrimary:
+// by the source's server_id, or its address while not connected; a
+// server whose replication status cannot be read gets no reads), within
+// routing.max_replica_lag of the primary's position. A former primary is
+// in service again only once it replicates from the new one within the
+// bound. The monitor calls it after each check that has replicas.
 func (s *Server) updateReplicas(cands []candidate, obs []serverObs, d decision, pobs *serverObs, now time.Time) {
 	rt := s.routing
 	if pobs != nil && pobs.binlogPos != nil {
@@ -577,6 +596,7 @@ func (s *Server) updateReplicas(cands []candidate, obs []serverObs, d decision, 
 		rt.history = append(rt.history[i:], posSample{at: now, pos: pobs.binlogPos})
 		rt.mu.Unlock()
 	}
+	seen := map[serverID]string{} // replicas' servers: the address of the first replica that reached each
 	for i, c := range cands {
 		r := c.replica
 		if r == nil {
@@ -584,6 +604,15 @@ func (s *Server) updateReplicas(cands []candidate, obs []serverObs, d decision, 
 		}
 		o := obs[i]
 		st := &replicaState{}
+		var follows bool
+		var why string
+		if pobs != nil {
+			follows, why = followsPrimary(o, *pobs, obs)
+		}
+		first, dup := seen[o.id]
+		if o.id != "" && !dup {
+			seen[o.id] = c.addr
+		}
 		switch {
 		case !o.reachable:
 			st.reason = "cannot read its position: " + o.err
@@ -591,14 +620,16 @@ func (s *Server) updateReplicas(cands []candidate, obs []serverObs, d decision, 
 			st.reason = "cannot read its position: no gtid_slave_pos: replica routing needs MariaDB's GTIDs"
 		case d.roles[i] == rolePrimary:
 			st.pos, st.reason = o.slavePos, "it is the primary now"
-		case o.replKnown && !o.replicating:
-			st.pos, st.reason = o.slavePos, "it replicates from no one"
+		case dup:
+			// One server reached at two addresses (a replica's own and
+			// one the name resolves to) gets its reads once.
+			st.pos, st.reason = o.slavePos, "the same server as replica "+first+": its reads go there"
 		case pobs == nil:
 			st.pos, st.reason = o.slavePos, "no primary to measure its lag against ("+d.state.String()+")"
 		case pobs.binlogPos == nil:
 			st.pos, st.reason = o.slavePos, "cannot read the primary's position"
-		case o.replKnown && o.sourceNum != "" && pobs.serverNum != "" && o.sourceNum != pobs.serverNum:
-			st.pos, st.reason = o.slavePos, fmt.Sprintf("it replicates from server_id %s (%s), not from the primary (server_id %s)", o.sourceNum, o.sourceAddr, pobs.serverNum)
+		case !follows:
+			st.pos, st.reason = o.slavePos, why
 		default:
 			st.pos = o.slavePos
 			var known bool
