@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,8 +39,16 @@ import (
 //   - planned: a switchover as an HA tool does it (dbtest.Switchover): the
 //     primary read-only, the replica caught up, promoted, the old primary
 //     pointed at it, the VIP moved;
+//   - pause: the same, with holdfast's `pause` control set on the clients'
+//     tag (PUT /api/tags/sw/pause, fleet-wide) PauseSettle before the
+//     flip and lifted (DELETE) once the VIP has moved: new transactions
+//     wait, open ones finish, so that none meets the flip. The direct path
+//     has no pause: it is the planned baseline again;
 //   - kill: the primary killed (SIGKILL), the replica promoted and the VIP
-//     moved PromoteAfter later.
+//     moved PromoteAfter later. The promotion applies the replica's relay
+//     log first (dbtest.PromoteApplied), as an HA tool does: what the
+//     replica had received of the old primary's acknowledged writes is
+//     kept.
 //
 // Every answer is recorded (when it began and ended, its code) and, at the
 // end, checked against the new primary: an acknowledged write must be
@@ -51,13 +60,17 @@ import (
 // SwitchoverOptions configure the harness.
 type SwitchoverOptions struct {
 	Go, Repo string
-	// Scenarios to run, in order: "planned", "kill".
+	// Scenarios to run, in order: "planned", "pause", "kill".
 	Scenarios []string
 	// Duration is each scenario's load; the fault comes at SwitchAt.
 	Duration, SwitchAt time.Duration
 	// PromoteAfter is how long after the kill the replica is promoted and
 	// the VIP moved.
 	PromoteAfter time.Duration
+	// PauseSettle is, in the pause scenario, how long after setting the
+	// pause the switchover begins: the transactions open when it was set
+	// finish meanwhile.
+	PauseSettle time.Duration
 	// Autocommit and Txn clients per path; Pace is each client's pause
 	// between two statements (or transactions).
 	Autocommit, Txn int
@@ -65,12 +78,18 @@ type SwitchoverOptions struct {
 	Keep            bool // keep the scratch directory
 }
 
-// DefaultSwitchoverOptions are the issue's run: 40 s of load, the fault at
-// 10 s, 24 + 8 clients per path.
+// DefaultSwitchoverOptions are the issue's load, shortened so that the
+// three scenarios take under two minutes: 25 s of load each, the
+// fault at 6 s, 24 + 8 clients per path.
 func DefaultSwitchoverOptions() SwitchoverOptions {
-	return SwitchoverOptions{Go: "go", Repo: ".", Scenarios: []string{"planned", "kill"}, Duration: 40 * time.Second,
-		SwitchAt: 10 * time.Second, PromoteAfter: 2 * time.Second, Autocommit: 24, Txn: 8, Pace: 5 * time.Millisecond}
+	return SwitchoverOptions{Go: "go", Repo: ".", Scenarios: []string{"planned", "pause", "kill"}, Duration: 25 * time.Second,
+		SwitchAt: 6 * time.Second, PromoteAfter: 2 * time.Second, PauseSettle: 300 * time.Millisecond, Autocommit: 24, Txn: 8,
+		Pace: 5 * time.Millisecond}
 }
+
+// swTag is the clients' tag (the app account's default_tag): the pause
+// scenario pauses it.
+const swTag = "sw"
 
 // Paths of the load.
 const (
@@ -102,9 +121,23 @@ const (
 
 // swEvents are the moments of one scenario, on the harness's clock.
 type swEvents struct {
-	start, fault, ended time.Time // load start; the fault began; the HA tool's last step
-	steps               dbtest.SwitchoverSteps
-	promoted            time.Time // kill: the replica promoted
+	// start is the load's start; fault to ended the switch as clients may
+	// feel it: planned, the primary read-only to the VIP moved; pause,
+	// the pause set to the pause lifted; kill, the kill to the promotion.
+	start, fault, ended time.Time
+	// flip is when the primary stopped taking writes: read-only
+	// (planned, pause), killed (kill). A transaction begun before it and
+	// ended after it was open at the flip.
+	flip     time.Time
+	steps    dbtest.SwitchoverSteps
+	promoted time.Time // kill: the replica promoted
+	// received is the GTID position the replica had received when it was
+	// promoted (kill), all of it applied first.
+	received string
+	// pause: the answers to setting and lifting the pause ("" until
+	// tried; "ok" when holdfast took it), and when each was answered.
+	pauseSet, pauseLift string
+	paused, lifted      time.Time
 	// From holdfast's admin API, polled: when it first showed the former
 	// primary retired, and a new primary.
 	retired, newPrimary time.Time
@@ -136,6 +169,7 @@ func RunSwitchover(ctx context.Context, o SwitchoverOptions, w io.Writer) error 
 		r.print(w)
 		reports = append(reports, r)
 	}
+	printTable(w, reports)
 	printAcceptance(w, reports)
 	if o.Keep {
 		printf("scratch directory kept: %s\n", dir)
@@ -198,14 +232,14 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 		return nil, err
 	}
 	cfgPath := filepath.Join(dir, "holdfast.yaml")
-	pc := holdfastproc.Config{Listen: listen, Admin: admin, Users: []holdfastproc.User{{Name: "app", Password: "app"}},
+	pc := holdfastproc.Config{Listen: listen, Admin: admin, Users: []holdfastproc.User{{Name: "app", Password: "app", DefaultTag: swTag}},
 		Backend: holdfastproc.Backend{Address: vip.Addr().String(), User: "app", Password: "app", Database: "sw"},
 		Fleet:   holdfastproc.Fleet{Database: "hf", User: "hf", Password: "hf"}}
 	if err := pc.Write(cfgPath, "generated by holdfast's switchover bench: holdfast's defaults but for these"); err != nil {
 		return nil, err
 	}
 	h := holdfastproc.New(holdfastproc.Options{Bin: bin, Config: cfgPath, LogPath: filepath.Join(dir, "holdfast.log"),
-		Unset: []string{"GOMAXPROCS"}, Ready: holdfastproc.MetricsReady(admin)})
+		Unset: []string{"GOMAXPROCS"}, Ready: swReady(admin, listen)})
 	if out, err := h.Migrate(ctx); err != nil {
 		return nil, fmt.Errorf("bench: %w\n%s", err, out)
 	}
@@ -250,23 +284,34 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 	}
 	ev.fault = time.Now()
 	switch scenario {
-	case "planned":
+	case "planned", "pause":
+		if scenario == "pause" {
+			ev.pauseSet = setPause(ctx, admin, http.MethodPut)
+			ev.paused = time.Now()
+			time.Sleep(o.PauseSettle)
+		}
 		ev.steps, err = dbtest.Switchover(ctx, x, y, func() { vip.Retarget(y.Addr) })
 		if err != nil {
 			return nil, err
 		}
-		ev.fault, ev.ended = ev.steps.ReadOnly, ev.steps.Moved
+		ev.flip, ev.fault, ev.ended = ev.steps.ReadOnly, ev.steps.ReadOnly, ev.steps.Moved
+		if scenario == "pause" {
+			ev.pauseLift = setPause(ctx, admin, http.MethodDelete)
+			ev.lifted = time.Now()
+			ev.fault, ev.ended = ev.paused, ev.lifted
+		}
 	case "kill":
 		x.Kill()
+		ev.flip = ev.fault
 		time.Sleep(o.PromoteAfter)
-		if err := y.Promote(ctx); err != nil {
+		if ev.received, err = y.PromoteApplied(ctx, 30*time.Second); err != nil {
 			return nil, err
 		}
 		ev.promoted = time.Now()
 		vip.Retarget(y.Addr)
 		ev.ended = time.Now()
 	default:
-		return nil, fmt.Errorf("bench: unknown scenario %q (want planned or kill)", scenario)
+		return nil, fmt.Errorf("bench: unknown scenario %q (want planned, pause or kill)", scenario)
 	}
 	select {
 	case <-ctx.Done():
@@ -415,6 +460,62 @@ func swRows(ctx context.Context, db *sql.DB) (map[int64]bool, error) {
 		have[id] = true
 	}
 	return have, rows.Err()
+}
+
+// swReady is holdfast's readiness for the load: it knows the primary
+// (GET /api/topology) and answers a statement through it, so that no
+// client's first statement meets holdfast still starting.
+func swReady(admin, listen string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if t := fetchTopology(admin); t.State != "primary" {
+			return fmt.Errorf("bench: holdfast's topology is %q, not yet a primary", t.State)
+		}
+		c := mysql.NewConfig()
+		c.Net, c.Addr, c.User, c.Passwd, c.DBName, c.Timeout = "tcp", listen, "app", "app", "sw", 2*time.Second
+		conn, err := mysql.NewConnector(c)
+		if err != nil {
+			return err
+		}
+		db := sql.OpenDB(conn)
+		defer db.Close()
+		_, err = db.ExecContext(ctx, "SELECT 1")
+		return err
+	}
+}
+
+// setPause sets (PUT) or lifts (DELETE) holdfast's pause control on the
+// clients' tag, fleet-wide, as an HA tool or on-call does around a planned
+// switchover. It returns "ok", or holdfast's refusal (a holdfast without
+// the pause control answers 404): the run goes on without the pause, and
+// the report says so.
+func setPause(ctx context.Context, admin, method string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	u := "http://" + admin + "/api/tags/" + swTag + "/pause"
+	if method == http.MethodPut {
+		u += "?reason=planned+switchover&by=bench-switchover"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return err.Error()
+	}
+	req.Header.Set("Authorization", "Bearer "+holdfastproc.AdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		var ans struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &ans) != nil || ans.Error == "" {
+			ans.Error = strings.Join(strings.Fields(string(body)), " ")
+		}
+		return fmt.Sprintf("%s: %s", resp.Status, ans.Error)
+	}
+	return "ok"
 }
 
 // swTopology is what the harness reads of GET /api/topology.
