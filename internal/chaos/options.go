@@ -105,7 +105,7 @@ type Options struct {
 	ControlEvery      time.Duration
 
 	// RetryBudget bounds how long a client repeats one call that got a
-	// retryable answer (unknown outcome, 9107, 2003, 1040, 1053, no
+	// retryable answer (unknown outcome, 9107, 9010, 2003, 1040, 1053, no
 	// connection) before it gives the order up.
 	RetryBudget time.Duration
 	// AnswerTimeout is the client's read timeout: a call unanswered this
