@@ -300,3 +300,18 @@ func slaveStatusField(ctx context.Context, conn *sql.Conn, name string) (string,
 	}
 	return "", fmt.Errorf("SHOW SLAVE STATUS has no column %s", name)
 }
+
+// SemiSyncArgs are the server arguments of lossless semi-synchronous
+// replication (MariaDB's built-in semi-sync, wait point AFTER_SYNC), for
+// both servers of a pair whose roles may swap: a primary commits, and
+// answers the client, only once a replica has received the transaction,
+// so that a primary killed with SIGKILL takes no acknowledged write with
+// it (PromoteApplied keeps what the replica received). A primary with no
+// semi-sync replica connected (a promoted one whose old primary is dead)
+// does not wait (rpl_semi_sync_master_wait_no_slave=OFF). Without these,
+// asynchronous replication loses the acknowledged writes that had not yet
+// reached the replica when the primary died: the harnesses of issue 45
+// (bench-switchover, chaos's failover) use them, as an HA setup that
+// promises no lost write does.
+var SemiSyncArgs = []string{"--rpl-semi-sync-master-enabled=ON", "--rpl-semi-sync-slave-enabled=ON",
+	"--rpl-semi-sync-master-wait-point=AFTER_SYNC", "--rpl-semi-sync-master-wait-no-slave=OFF"}

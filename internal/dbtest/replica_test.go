@@ -129,3 +129,33 @@ func TestPromoteAppliedKeepsTheRelayLog(t *testing.T) {
 		t.Fatalf("the promoted replica takes no write: %v", err)
 	}
 }
+
+// A pair started with SemiSyncArgs replicates semi-synchronously: the
+// primary's commits wait for the replica's acknowledgement.
+func TestSemiSyncPair(t *testing.T) {
+	p, r := StartReplicaPair(t, SemiSyncArgs...)
+	pdb, rdb := p.Open(""), r.Open("")
+	defer pdb.Close()
+	defer rdb.Close()
+	// The replica's IO thread registers as a semi-sync client shortly
+	// after it connects.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n, err := GlobalStatus(t.Context(), pdb, "Rpl_semi_sync_master_clients")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d semi-sync replicas connected, want 1", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := pdb.Exec("CREATE DATABASE ss; CREATE TABLE ss.t (id INT PRIMARY KEY); INSERT INTO ss.t VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := GlobalStatus(t.Context(), pdb, "Rpl_semi_sync_master_yes_tx"); err != nil || n < 1 {
+		t.Fatalf("%d transactions acknowledged by the replica, want some (%v)", n, err)
+	}
+}
