@@ -27,7 +27,8 @@ import (
 )
 
 // The switchover harness (`make bench-switchover`, cmd/holdfast-bench-switchover):
-// two private MariaDB servers with binary logging and GTID replication, a
+// two private MariaDB servers with binary logging and GTID replication
+// (lossless semi-synchronous: dbtest.SemiSyncArgs), a
 // relay standing in for the VIP (or DNS name) an HA tool moves, holdfast
 // in front of the VIP with an ordinary backend account (no SUPER: the
 // read-only primary refuses its writes with 1290), and the same load on
@@ -192,12 +193,15 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 	if err != nil {
 		return nil, err
 	}
-	x, err := dbtest.NewPrivate(xdir, "--log-slave-updates=1")
+	// Lossless semi-synchronous replication on both (their roles swap):
+	// without it a killed primary takes the acknowledged writes its
+	// replica had not yet received with it, on both paths alike.
+	x, err := dbtest.NewPrivate(xdir, append([]string{"--log-slave-updates=1"}, dbtest.SemiSyncArgs...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer x.Stop()
-	y, err := dbtest.NewPrivate(ydir, "--server-id=2", "--read-only=1", "--log-slave-updates=1")
+	y, err := dbtest.NewPrivate(ydir, append([]string{"--server-id=2", "--read-only=1", "--log-slave-updates=1"}, dbtest.SemiSyncArgs...)...)
 	if err != nil {
 		return nil, err
 	}
