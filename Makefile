@@ -137,7 +137,9 @@ client-memory:
 ## chaos: the fault harness: 256 clients of checkout traffic through CALL holdfast.* against a
 ## private MariaDB while backend connections, MariaDB and holdfast are killed, then three
 ## instances on one database, then three instances while on-call controls change and instances
-## and backend connections are killed; checks every answer and every unit on the database (~13 min)
+## and backend connections are killed, reads on a killed replica, planned switchovers of a primary
+## and replica behind a VIP, and the primary killed with its replica promoted 2 s later; checks every
+## answer and every unit on the database (~20 min). One scenario: CHAOS_FLAGS='-scenarios failover'
 chaos:
 	@scripts/mariadb-up.sh >/dev/null && $(GO) run ./cmd/holdfast-chaos -go $(GO) $(CHAOS_FLAGS)
 

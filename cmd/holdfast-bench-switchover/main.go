@@ -28,6 +28,7 @@ func main() {
 	flag.DurationVar(&o.SwitchAt, "switch-at", o.SwitchAt, "when the fault comes, into the load")
 	flag.DurationVar(&o.PromoteAfter, "promote-after", o.PromoteAfter, "kill: how long after the kill the replica is promoted and the VIP moved")
 	flag.DurationVar(&o.PauseSettle, "pause-settle", o.PauseSettle, "pause: how long after the pause is set the switchover begins (open transactions finish meanwhile)")
+	flag.StringVar(&o.PauseTag, "pause-tag", "sw", "pause: the tag paused (the clients' default_tag is sw)")
 	flag.IntVar(&o.Autocommit, "autocommit", o.Autocommit, "clients per path running autocommit INSERTs")
 	flag.IntVar(&o.Txn, "txn", o.Txn, "clients per path running short transactions (BEGIN, two INSERTs, COMMIT)")
 	flag.DurationVar(&o.Pace, "pace", o.Pace, "each client's pause between two operations")

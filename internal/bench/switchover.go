@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -70,8 +72,10 @@ type SwitchoverOptions struct {
 	PromoteAfter time.Duration
 	// PauseSettle is, in the pause scenario, how long after setting the
 	// pause the switchover begins: the transactions open when it was set
-	// finish meanwhile.
+	// finish meanwhile. PauseTag is the tag paused ("" none: the clients'
+	// own tag, swTag).
 	PauseSettle time.Duration
+	PauseTag    string
 	// Autocommit and Txn clients per path; Pace is each client's pause
 	// between two statements (or transactions).
 	Autocommit, Txn int
@@ -290,7 +294,7 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 	switch scenario {
 	case "planned", "pause":
 		if scenario == "pause" {
-			ev.pauseSet = setPause(ctx, admin, http.MethodPut)
+			ev.pauseSet = setPause(ctx, admin, cmp.Or(o.PauseTag, swTag), http.MethodPut)
 			ev.paused = time.Now()
 			time.Sleep(o.PauseSettle)
 		}
@@ -300,7 +304,7 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 		}
 		ev.flip, ev.fault, ev.ended = ev.steps.ReadOnly, ev.steps.ReadOnly, ev.steps.Moved
 		if scenario == "pause" {
-			ev.pauseLift = setPause(ctx, admin, http.MethodDelete)
+			ev.pauseLift = setPause(ctx, admin, cmp.Or(o.PauseTag, swTag), http.MethodDelete)
 			ev.lifted = time.Now()
 			ev.fault, ev.ended = ev.paused, ev.lifted
 		}
@@ -487,15 +491,15 @@ func swReady(admin, listen string) func(ctx context.Context) error {
 	}
 }
 
-// setPause sets (PUT) or lifts (DELETE) holdfast's pause control on the
-// clients' tag, fleet-wide, as an HA tool or on-call does around a planned
+// setPause sets (PUT) or lifts (DELETE) holdfast's pause control on tag,
+// fleet-wide, as an HA tool or on-call does around a planned
 // switchover. It returns "ok", or holdfast's refusal (a holdfast without
 // the pause control answers 404): the run goes on without the pause, and
 // the report says so.
-func setPause(ctx context.Context, admin, method string) string {
+func setPause(ctx context.Context, admin, tag, method string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	u := "http://" + admin + "/api/tags/" + swTag + "/pause"
+	u := "http://" + admin + "/api/tags/" + url.PathEscape(tag) + "/pause"
 	if method == http.MethodPut {
 		u += "?reason=planned+switchover&by=bench-switchover"
 	}
