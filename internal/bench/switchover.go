@@ -118,10 +118,13 @@ type swAnswer struct {
 	msg        string
 }
 
-// Driver-side outcomes, in the client library's numbering.
+// Driver-side outcomes. codeLost is in the client library's numbering;
+// codeRefused is a number no server sends, so that the report tells the
+// client's own failure to connect from holdfast's error 2003 (it could
+// not reach the backend).
 const (
 	codeLost    = 2013 // the connection broke after the statement went out: in doubt
-	codeRefused = 2003 // the connection could not be made: nothing ran
+	codeRefused = 1    // the connection could not be made, or the driver sent nothing on it: nothing ran
 )
 
 // swEvents are the moments of one scenario, on the harness's clock.
@@ -348,7 +351,10 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 func swClient(ctx context.Context, rec *swRecorder, path, addr, user string, client int, txn bool, pace time.Duration, ids *atomic.Int64) {
 	c := mysql.NewConfig()
 	c.Net, c.Addr, c.User, c.Passwd, c.DBName = "tcp", addr, user, user, "sw"
-	c.Timeout, c.ReadTimeout, c.WriteTimeout = 5*time.Second, 60*time.Second, 60*time.Second
+	// A connect waits up to 30 s, longer than holdfast is to hold anything
+	// while there is no primary: a login it holds shows as latency, not as
+	// the client's own timeout.
+	c.Timeout, c.ReadTimeout, c.WriteTimeout = 30*time.Second, 60*time.Second, 60*time.Second
 	conn, err := mysql.NewConnector(c)
 	if err != nil {
 		panic(err)

@@ -177,7 +177,9 @@ func fmtCodes(m map[uint16]int) string {
 		case codeLost:
 			name = "2013(lost)"
 		case codeRefused:
-			name = "2003(refused)"
+			name = "no-connection(client)"
+		case 2003:
+			name = "2003(backend unreachable)"
 		}
 		l = append(l, fmt.Sprintf("%s×%d", name, m[k]))
 	}
