@@ -130,11 +130,11 @@ const (
 // swEvents are the moments of one scenario, on the harness's clock.
 type swEvents struct {
 	// start is the load's start; fault to ended the switch as clients may
-	// feel it: planned, the primary read-only to the VIP moved; pause,
+	// feel it: planned, the primary made read-only to the VIP moved; pause,
 	// the pause set to the pause lifted; kill, the kill to the promotion.
 	start, fault, ended time.Time
-	// flip is when the primary stopped taking writes: read-only
-	// (planned, pause), killed (kill). A transaction begun before it and
+	// flip is when the primary stopped taking writes: made read-only
+	// (planned, pause: when the SET went out), killed (kill). A transaction begun before it and
 	// ended after it was open at the flip.
 	flip     time.Time
 	steps    dbtest.SwitchoverSteps
@@ -305,7 +305,9 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 		if err != nil {
 			return nil, err
 		}
-		ev.flip, ev.fault, ev.ended = ev.steps.ReadOnly, ev.steps.ReadOnly, ev.steps.Moved
+		// The flip is when SET GLOBAL read_only went out: some writes
+		// are refused before it returns.
+		ev.flip, ev.fault, ev.ended = ev.steps.Start, ev.steps.Start, ev.steps.Moved
 		if scenario == "pause" {
 			ev.pauseLift = setPause(ctx, admin, cmp.Or(o.PauseTag, swTag), http.MethodDelete)
 			ev.lifted = time.Now()
