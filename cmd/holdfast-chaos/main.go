@@ -1,7 +1,8 @@
 // Command holdfast-chaos is holdfast's fault harness (`make chaos`): it
 // runs the real holdfast against a private MariaDB, drives checkout
 // traffic through CALL holdfast.* while killing backend connections,
-// MariaDB or holdfast, or with several instances on one database, and
+// MariaDB or holdfast, with several instances on one database, or while
+// the primary is switched over or killed and its replica promoted, and
 // checks on the database that the stock is whole and every answer was
 // true. It exits 1 on any violation. See package internal/chaos.
 package main
@@ -19,7 +20,7 @@ import (
 
 func main() {
 	o := chaos.DefaultOptions()
-	scenarios := flag.String("scenarios", "all", "comma-separated scenarios: backend, mariadb, holdfast, instances, controls, replica, or all")
+	scenarios := flag.String("scenarios", "all", "comma-separated scenarios: backend, mariadb, holdfast, instances, controls, replica, switchover, failover, or all")
 	flag.StringVar(&o.Repo, "repo", o.Repo, "holdfast's repository root (where ./cmd/holdfast is built)")
 	flag.StringVar(&o.Go, "go", o.Go, "the go command")
 	flag.BoolVar(&o.Race, "race", o.Race, "build holdfast with -race; a reported data race is a violation")
@@ -33,6 +34,8 @@ func main() {
 	flag.DurationVar(&o.HoldfastKillEvery, "holdfast-kill-every", o.HoldfastKillEvery, "holdfast and controls scenarios: kill holdfast (controls: one instance after another) this often")
 	flag.IntVar(&o.Instances, "instances", o.Instances, "instances and controls scenarios: holdfast instances")
 	flag.DurationVar(&o.ControlEvery, "control-every", o.ControlEvery, "controls scenario: change an on-call control this often")
+	flag.DurationVar(&o.SwitchoverEvery, "switchover-every", o.SwitchoverEvery, "switchover scenario: switch the primary over this often; failover scenario: kill the primary this far into the traffic")
+	flag.DurationVar(&o.PromoteAfter, "promote-after", o.PromoteAfter, "failover scenario: promote the replica this long after the kill")
 	flag.Uint64Var(&o.Seed, "seed", o.Seed, "random seed (0: from the clock)")
 	flag.Parse()
 	var err error

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -10,10 +11,12 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +29,8 @@ import (
 )
 
 // The switchover harness (`make bench-switchover`, cmd/holdfast-bench-switchover):
-// two private MariaDB servers with binary logging and GTID replication, a
+// two private MariaDB servers with binary logging and GTID replication
+// (lossless semi-synchronous: dbtest.SemiSyncArgs), a
 // relay standing in for the VIP (or DNS name) an HA tool moves, holdfast
 // in front of the VIP with an ordinary backend account (no SUPER: the
 // read-only primary refuses its writes with 1290), and the same load on
@@ -38,8 +42,16 @@ import (
 //   - planned: a switchover as an HA tool does it (dbtest.Switchover): the
 //     primary read-only, the replica caught up, promoted, the old primary
 //     pointed at it, the VIP moved;
+//   - pause: the same, with holdfast's `pause` control set on the clients'
+//     tag (PUT /api/tags/sw/pause, fleet-wide) PauseSettle before the
+//     flip and lifted (DELETE) once the VIP has moved: new transactions
+//     wait, open ones finish, so that none meets the flip. The direct path
+//     has no pause: it is the planned baseline again;
 //   - kill: the primary killed (SIGKILL), the replica promoted and the VIP
-//     moved PromoteAfter later.
+//     moved PromoteAfter later. The promotion applies the replica's relay
+//     log first (dbtest.PromoteApplied), as an HA tool does: what the
+//     replica had received of the old primary's acknowledged writes is
+//     kept.
 //
 // Every answer is recorded (when it began and ended, its code) and, at the
 // end, checked against the new primary: an acknowledged write must be
@@ -51,13 +63,19 @@ import (
 // SwitchoverOptions configure the harness.
 type SwitchoverOptions struct {
 	Go, Repo string
-	// Scenarios to run, in order: "planned", "kill".
+	// Scenarios to run, in order: "planned", "pause", "kill".
 	Scenarios []string
 	// Duration is each scenario's load; the fault comes at SwitchAt.
 	Duration, SwitchAt time.Duration
 	// PromoteAfter is how long after the kill the replica is promoted and
 	// the VIP moved.
 	PromoteAfter time.Duration
+	// PauseSettle is, in the pause scenario, how long after setting the
+	// pause the switchover begins: the transactions open when it was set
+	// finish meanwhile. PauseTag is the tag paused ("" none: the clients'
+	// own tag, swTag).
+	PauseSettle time.Duration
+	PauseTag    string
 	// Autocommit and Txn clients per path; Pace is each client's pause
 	// between two statements (or transactions).
 	Autocommit, Txn int
@@ -65,12 +83,18 @@ type SwitchoverOptions struct {
 	Keep            bool // keep the scratch directory
 }
 
-// DefaultSwitchoverOptions are the issue's run: 40 s of load, the fault at
-// 10 s, 24 + 8 clients per path.
+// DefaultSwitchoverOptions are the issue's load, shortened so that the
+// three scenarios take under two minutes: 25 s of load each, the
+// fault at 6 s, 24 + 8 clients per path.
 func DefaultSwitchoverOptions() SwitchoverOptions {
-	return SwitchoverOptions{Go: "go", Repo: ".", Scenarios: []string{"planned", "kill"}, Duration: 40 * time.Second,
-		SwitchAt: 10 * time.Second, PromoteAfter: 2 * time.Second, Autocommit: 24, Txn: 8, Pace: 5 * time.Millisecond}
+	return SwitchoverOptions{Go: "go", Repo: ".", Scenarios: []string{"planned", "pause", "kill"}, Duration: 25 * time.Second,
+		SwitchAt: 6 * time.Second, PromoteAfter: 2 * time.Second, PauseSettle: 300 * time.Millisecond, Autocommit: 24, Txn: 8,
+		Pace: 5 * time.Millisecond}
 }
+
+// swTag is the clients' tag (the app account's default_tag): the pause
+// scenario pauses it.
+const swTag = "sw"
 
 // Paths of the load.
 const (
@@ -94,17 +118,34 @@ type swAnswer struct {
 	msg        string
 }
 
-// Driver-side outcomes, in the client library's numbering.
+// Driver-side outcomes. codeLost is in the client library's numbering;
+// codeRefused is a number no server sends, so that the report tells the
+// client's own failure to connect from holdfast's error 2003 (it could
+// not reach the backend).
 const (
 	codeLost    = 2013 // the connection broke after the statement went out: in doubt
-	codeRefused = 2003 // the connection could not be made: nothing ran
+	codeRefused = 1    // the connection could not be made, or the driver sent nothing on it: nothing ran
 )
 
 // swEvents are the moments of one scenario, on the harness's clock.
 type swEvents struct {
-	start, fault, ended time.Time // load start; the fault began; the HA tool's last step
-	steps               dbtest.SwitchoverSteps
-	promoted            time.Time // kill: the replica promoted
+	// start is the load's start; fault to ended the switch as clients may
+	// feel it: planned, the primary made read-only to the VIP moved; pause,
+	// the pause set to the pause lifted; kill, the kill to the promotion.
+	start, fault, ended time.Time
+	// flip is when the primary stopped taking writes: made read-only
+	// (planned, pause: when the SET went out), killed (kill). A transaction begun before it and
+	// ended after it was open at the flip.
+	flip     time.Time
+	steps    dbtest.SwitchoverSteps
+	promoted time.Time // kill: the replica promoted
+	// received is the GTID position the replica had received when it was
+	// promoted (kill), all of it applied first.
+	received string
+	// pause: the answers to setting and lifting the pause ("" until
+	// tried; "ok" when holdfast took it), and when each was answered.
+	pauseSet, pauseLift string
+	paused, lifted      time.Time
 	// From holdfast's admin API, polled: when it first showed the former
 	// primary retired, and a new primary.
 	retired, newPrimary time.Time
@@ -136,6 +177,7 @@ func RunSwitchover(ctx context.Context, o SwitchoverOptions, w io.Writer) error 
 		r.print(w)
 		reports = append(reports, r)
 	}
+	printTable(w, reports)
 	printAcceptance(w, reports)
 	if o.Keep {
 		printf("scratch directory kept: %s\n", dir)
@@ -158,12 +200,15 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 	if err != nil {
 		return nil, err
 	}
-	x, err := dbtest.NewPrivate(xdir, "--log-slave-updates=1")
+	// Lossless semi-synchronous replication on both (their roles swap):
+	// without it a killed primary takes the acknowledged writes its
+	// replica had not yet received with it, on both paths alike.
+	x, err := dbtest.NewPrivate(xdir, append([]string{"--log-slave-updates=1"}, dbtest.SemiSyncArgs...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer x.Stop()
-	y, err := dbtest.NewPrivate(ydir, "--server-id=2", "--read-only=1", "--log-slave-updates=1")
+	y, err := dbtest.NewPrivate(ydir, append([]string{"--server-id=2", "--read-only=1", "--log-slave-updates=1"}, dbtest.SemiSyncArgs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -198,14 +243,14 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 		return nil, err
 	}
 	cfgPath := filepath.Join(dir, "holdfast.yaml")
-	pc := holdfastproc.Config{Listen: listen, Admin: admin, Users: []holdfastproc.User{{Name: "app", Password: "app"}},
+	pc := holdfastproc.Config{Listen: listen, Admin: admin, Users: []holdfastproc.User{{Name: "app", Password: "app", DefaultTag: swTag}},
 		Backend: holdfastproc.Backend{Address: vip.Addr().String(), User: "app", Password: "app", Database: "sw"},
 		Fleet:   holdfastproc.Fleet{Database: "hf", User: "hf", Password: "hf"}}
 	if err := pc.Write(cfgPath, "generated by holdfast's switchover bench: holdfast's defaults but for these"); err != nil {
 		return nil, err
 	}
 	h := holdfastproc.New(holdfastproc.Options{Bin: bin, Config: cfgPath, LogPath: filepath.Join(dir, "holdfast.log"),
-		Unset: []string{"GOMAXPROCS"}, Ready: holdfastproc.MetricsReady(admin)})
+		Unset: []string{"GOMAXPROCS"}, Ready: swReady(admin, listen)})
 	if out, err := h.Migrate(ctx); err != nil {
 		return nil, fmt.Errorf("bench: %w\n%s", err, out)
 	}
@@ -250,23 +295,36 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 	}
 	ev.fault = time.Now()
 	switch scenario {
-	case "planned":
+	case "planned", "pause":
+		if scenario == "pause" {
+			ev.pauseSet = setPause(ctx, admin, cmp.Or(o.PauseTag, swTag), http.MethodPut)
+			ev.paused = time.Now()
+			time.Sleep(o.PauseSettle)
+		}
 		ev.steps, err = dbtest.Switchover(ctx, x, y, func() { vip.Retarget(y.Addr) })
 		if err != nil {
 			return nil, err
 		}
-		ev.fault, ev.ended = ev.steps.ReadOnly, ev.steps.Moved
+		// The flip is when SET GLOBAL read_only went out: some writes
+		// are refused before it returns.
+		ev.flip, ev.fault, ev.ended = ev.steps.Start, ev.steps.Start, ev.steps.Moved
+		if scenario == "pause" {
+			ev.pauseLift = setPause(ctx, admin, cmp.Or(o.PauseTag, swTag), http.MethodDelete)
+			ev.lifted = time.Now()
+			ev.fault, ev.ended = ev.paused, ev.lifted
+		}
 	case "kill":
 		x.Kill()
+		ev.flip = ev.fault
 		time.Sleep(o.PromoteAfter)
-		if err := y.Promote(ctx); err != nil {
+		if ev.received, err = y.PromoteApplied(ctx, 30*time.Second); err != nil {
 			return nil, err
 		}
 		ev.promoted = time.Now()
 		vip.Retarget(y.Addr)
 		ev.ended = time.Now()
 	default:
-		return nil, fmt.Errorf("bench: unknown scenario %q (want planned or kill)", scenario)
+		return nil, fmt.Errorf("bench: unknown scenario %q (want planned, pause or kill)", scenario)
 	}
 	select {
 	case <-ctx.Done():
@@ -295,7 +353,10 @@ func runScenario(ctx context.Context, o SwitchoverOptions, scenario, bin, dir st
 func swClient(ctx context.Context, rec *swRecorder, path, addr, user string, client int, txn bool, pace time.Duration, ids *atomic.Int64) {
 	c := mysql.NewConfig()
 	c.Net, c.Addr, c.User, c.Passwd, c.DBName = "tcp", addr, user, user, "sw"
-	c.Timeout, c.ReadTimeout, c.WriteTimeout = 5*time.Second, 60*time.Second, 60*time.Second
+	// A connect waits up to 30 s, longer than holdfast is to hold anything
+	// while there is no primary: a login it holds shows as latency, not as
+	// the client's own timeout.
+	c.Timeout, c.ReadTimeout, c.WriteTimeout = 30*time.Second, 60*time.Second, 60*time.Second
 	conn, err := mysql.NewConnector(c)
 	if err != nil {
 		panic(err)
@@ -415,6 +476,62 @@ func swRows(ctx context.Context, db *sql.DB) (map[int64]bool, error) {
 		have[id] = true
 	}
 	return have, rows.Err()
+}
+
+// swReady is holdfast's readiness for the load: it knows the primary
+// (GET /api/topology) and answers a statement through it, so that no
+// client's first statement meets holdfast still starting.
+func swReady(admin, listen string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if t := fetchTopology(admin); t.State != "primary" {
+			return fmt.Errorf("bench: holdfast's topology is %q, not yet a primary", t.State)
+		}
+		c := mysql.NewConfig()
+		c.Net, c.Addr, c.User, c.Passwd, c.DBName, c.Timeout = "tcp", listen, "app", "app", "sw", 2*time.Second
+		conn, err := mysql.NewConnector(c)
+		if err != nil {
+			return err
+		}
+		db := sql.OpenDB(conn)
+		defer db.Close()
+		_, err = db.ExecContext(ctx, "SELECT 1")
+		return err
+	}
+}
+
+// setPause sets (PUT) or lifts (DELETE) holdfast's pause control on tag,
+// fleet-wide, as an HA tool or on-call does around a planned
+// switchover. It returns "ok", or holdfast's refusal (a holdfast without
+// the pause control answers 404): the run goes on without the pause, and
+// the report says so.
+func setPause(ctx context.Context, admin, tag, method string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	u := "http://" + admin + "/api/tags/" + url.PathEscape(tag) + "/pause"
+	if method == http.MethodPut {
+		u += "?reason=planned+switchover&by=bench-switchover"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return err.Error()
+	}
+	req.Header.Set("Authorization", "Bearer "+holdfastproc.AdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		var ans struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &ans) != nil || ans.Error == "" {
+			ans.Error = strings.Join(strings.Fields(string(body)), " ")
+		}
+		return fmt.Sprintf("%s: %s", resp.Status, ans.Error)
+	}
+	return "ok"
 }
 
 // swTopology is what the harness reads of GET /api/topology.

@@ -31,6 +31,7 @@ type swPath struct {
 	path                string
 	ops, ok             int
 	codes               map[uint16]int // failures by code
+	beforeFault         int            // failures of operations ended before the fault began
 	afterEnd            int            // failures of operations begun after the fault ended
 	afterEndCodes       map[uint16]int
 	lostAcked           int // acknowledged, not on the new primary
@@ -39,7 +40,7 @@ type swPath struct {
 	inDoubtCommitted    int // ... and its rows are there
 	readOnly            int // answered 1290 by a read-only server
 	readOnlyAfterRetire int // ... begun after holdfast showed the former primary retired
-	openAtFlip          int // transactions begun before the fault and ended after it
+	openAtFlip          int // transactions begun before the flip and ended after it
 	switchingOpen       int // 9010 answers to transactions open at the flip
 	switching           int // 9010 answers
 	baseline            map[bool]time.Duration
@@ -117,6 +118,9 @@ func (r *swReport) analyse(path string) swPath {
 		}
 		if a.code != 0 {
 			p.codes[a.code]++
+			if a.end.Before(r.ev.fault) {
+				p.beforeFault++
+			}
 			if !a.start.Before(r.ev.ended) {
 				p.afterEnd++
 				p.afterEndCodes[a.code]++
@@ -128,7 +132,7 @@ func (r *swReport) analyse(path string) swPath {
 				p.readOnlyAfterRetire++
 			}
 		}
-		open := a.txn && a.start.Before(r.ev.fault) && a.end.After(r.ev.fault)
+		open := a.txn && a.start.Before(r.ev.flipAt()) && a.end.After(r.ev.flipAt())
 		if open {
 			p.openAtFlip++
 		}
@@ -148,8 +152,18 @@ func (r *swReport) analyse(path string) swPath {
 }
 
 // switchDuration is the fault's length: read-only to the VIP moved
-// (planned), or the kill to the promotion (kill).
+// (planned), the pause set to the pause lifted (pause), or the kill to the
+// promotion (kill).
 func (r *swReport) switchDuration() time.Duration { return r.ev.ended.Sub(r.ev.fault) }
+
+// flipAt is when the primary stopped taking writes (the fault's start
+// when not recorded).
+func (ev swEvents) flipAt() time.Time {
+	if ev.flip.IsZero() {
+		return ev.fault
+	}
+	return ev.flip
+}
 
 func fmtCodes(m map[uint16]int) string {
 	if len(m) == 0 {
@@ -163,7 +177,9 @@ func fmtCodes(m map[uint16]int) string {
 		case codeLost:
 			name = "2013(lost)"
 		case codeRefused:
-			name = "2003(refused)"
+			name = "no-connection(client)"
+		case 2003:
+			name = "2003(backend unreachable)"
 		}
 		l = append(l, fmt.Sprintf("%s×%d", name, m[k]))
 	}
@@ -188,11 +204,17 @@ func (r *swReport) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "timeline (from the fault at %.1fs into the load): ", ev.fault.Sub(ev.start).Seconds())
 	switch r.scenario {
-	case "planned":
+	case "planned", "pause":
+		if r.scenario == "pause" {
+			fmt.Fprintf(w, "pause set %s (%s), ", rel(ev.paused), ev.pauseSet)
+		}
 		fmt.Fprintf(w, "read-only %s, caught up %s, promoted %s, old primary replicating %s, VIP moved %s",
 			rel(ev.steps.ReadOnly), rel(ev.steps.CaughtUp), rel(ev.steps.Promoted), rel(ev.steps.Repointed), rel(ev.steps.Moved))
+		if r.scenario == "pause" {
+			fmt.Fprintf(w, ", pause lifted %s (%s)", rel(ev.lifted), ev.pauseLift)
+		}
 	case "kill":
-		fmt.Fprintf(w, "primary killed %s, replica promoted and VIP moved %s", rel(ev.fault), rel(ev.promoted))
+		fmt.Fprintf(w, "primary killed %s, replica promoted (its relay log, up to %s, applied first) and VIP moved %s", rel(ev.fault), ev.received, rel(ev.promoted))
 	}
 	fmt.Fprintf(w, "; holdfast showed the former primary retired %s, the new primary %s\n", rel(ev.retired), rel(ev.newPrimary))
 	fmt.Fprintf(w, "switch duration %s; holdfast at the end: %d primary changes, %.2fs without a primary, %d checks, %d read-only answers, %d connections and %d dials retired\n",
@@ -201,11 +223,11 @@ func (r *swReport) print(w io.Writer) {
 	for _, path := range []string{pathHoldfast, pathDirect} {
 		p := r.analyse(path)
 		fmt.Fprintf(w, "%-8s %6d operations, %6d succeeded; errors by code: %s\n", p.path, p.ops, p.ok, fmtCodes(p.codes))
-		fmt.Fprintf(w, "         errors begun after the switch ended: %d (%s); acknowledged writes lost: %d; answers that said nothing ran while it had: %d\n",
-			p.afterEnd, fmtCodes(p.afterEndCodes), p.lostAcked, p.lies)
+		fmt.Fprintf(w, "         errors ended before the switch began: %d; begun after it ended: %d (%s); acknowledged writes lost: %d; answers that said nothing ran while it had: %d\n",
+			p.beforeFault, p.afterEnd, fmtCodes(p.afterEndCodes), p.lostAcked, p.lies)
 		fmt.Fprintf(w, "         in doubt (connection lost): %d, of which committed: %d; answered 1290 by a read-only server: %d (%d begun after holdfast retired it)\n",
 			p.inDoubt, p.inDoubtCommitted, p.readOnly, p.readOnlyAfterRetire)
-		fmt.Fprintf(w, "         transactions open at the fault: %d (9010 answers: %d, to those open at the fault: %d); median before: autocommit %s, transaction %s\n",
+		fmt.Fprintf(w, "         transactions open at the flip: %d (9010 answers: %d, to those open at the flip: %d); median before: autocommit %s, transaction %s\n",
 			p.openAtFlip, p.switching, p.switchingOpen, fmtMs(p.baseline[false]), fmtMs(p.baseline[true]))
 		fmt.Fprintf(w, "         worst operation's added latency: %s (began %s); first success ending after the %s: %s after it\n",
 			fmtMs(p.worst), rel(p.worstAt), map[bool]string{true: "promotion", false: "VIP moved"}[r.scenario == "kill"], fmtMs(p.resumeAfter))
@@ -225,7 +247,14 @@ func (r *swReport) checks() []swCheck {
 	add := func(what string, met bool, got string, a ...any) {
 		out = append(out, swCheck{scenario: r.scenario, what: what, got: fmt.Sprintf(got, a...), met: met})
 	}
+	bound := r.switchDuration() + time.Second
 	switch r.scenario {
+	case "pause":
+		add("the pause set and lifted through the admin API", r.ev.pauseSet == "ok" && r.ev.pauseLift == "ok", "set: %s; lifted: %s", r.ev.pauseSet, r.ev.pauseLift)
+		add("0 errors at all", len(p.codes) == 0, "%s", fmtCodes(p.codes))
+		add("0 acknowledged writes lost", p.lostAcked == 0, "%d", p.lostAcked)
+		add("no write answered by a read-only server", p.readOnly == 0, "%d × 1290", p.readOnly)
+		add("worst added latency ≤ pause duration + 1 s", p.worst <= bound, "%s vs %s", fmtMs(p.worst), fmtMs(bound))
 	case "planned":
 		other := 0
 		for c, n := range p.codes {
@@ -238,13 +267,29 @@ func (r *swReport) checks() []swCheck {
 		add("0 errors begun after the switch ended", p.afterEnd == 0, "%d", p.afterEnd)
 		add("0 acknowledged writes lost", p.lostAcked == 0, "%d", p.lostAcked)
 		add("no write answered by a read-only server", p.readOnly == 0, "%d × 1290", p.readOnly)
-		bound := r.switchDuration() + time.Second
 		add("worst added latency ≤ switch duration + 1 s", p.worst <= bound, "%s vs %s", fmtMs(p.worst), fmtMs(bound))
 	case "kill":
 		add("every answer true (no \"nothing ran\" answer for a write that is there)", p.lies == 0, "%d untrue", p.lies)
+		add("0 acknowledged writes lost (the replica's relay log applied)", p.lostAcked == 0, "%d", p.lostAcked)
 		add("writes resume within 1 s of the promotion", p.resumeAfter >= 0 && p.resumeAfter <= time.Second, "%s", fmtMs(p.resumeAfter))
 	}
 	return out
+}
+
+// printTable prints every scenario's figures, per path, as one Markdown
+// table (the README's).
+func printTable(w io.Writer, rs []*swReport) {
+	fmt.Fprintf(w, "\n== summary (one row per scenario and path; worst added latency is over the switch, against the switch's duration) ==\n")
+	fmt.Fprintln(w, "| scenario | path | operations | errors by code | 9010 (to transactions open at the flip) | transactions open at the flip | acknowledged writes lost | writes answered by a read-only server | in doubt (committed) | untrue answers | errors begun after the switch | worst added latency / switch | first success after the VIP moved (kill: the promotion) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rs {
+		for _, path := range []string{pathHoldfast, pathDirect} {
+			p := r.analyse(path)
+			fmt.Fprintf(w, "| %s | %s | %d | %s | %d (%d) | %d | %d | %d | %d (%d) | %d | %d | %s / %s | %s |\n",
+				r.scenario, path, p.ops, fmtCodes(p.codes), p.switching, p.switchingOpen, p.openAtFlip, p.lostAcked, p.readOnly,
+				p.inDoubt, p.inDoubtCommitted, p.lies, p.afterEnd, fmtMs(p.worst), fmtMs(r.switchDuration()), fmtMs(p.resumeAfter))
+		}
+	}
 }
 
 // printAcceptance prints every scenario's checks, PASS or FAIL, and a

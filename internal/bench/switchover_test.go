@@ -58,3 +58,39 @@ func TestSwitchoverReport(t *testing.T) {
 		}
 	}
 }
+
+// The pause scenario's checks: the pause taken by holdfast, no error at
+// all (not even 9010), latency within the pause's length plus a second;
+// and the kill scenario's lost acknowledged writes.
+func TestSwitchoverPauseAndKillChecks(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ev := swEvents{start: t0, fault: at(10000), flip: at(10300), ended: at(11000), paused: at(10000), lifted: at(11000),
+		pauseSet: "ok", pauseLift: "ok"}
+	ans := []swAnswer{
+		{path: pathHoldfast, ids: []int64{1}, start: at(100), end: at(102)},
+		{path: pathHoldfast, ids: []int64{2, 3}, txn: true, start: at(10010), end: at(11050)}, // waited out the pause
+	}
+	r := &swReport{scenario: "pause", ev: ev, answers: ans, have: map[int64]bool{1: true, 2: true, 3: true}}
+	failed := func() (out []string) {
+		for _, c := range r.checks() {
+			if !c.met {
+				out = append(out, c.what)
+			}
+		}
+		return out
+	}
+	if f := failed(); len(f) != 0 {
+		t.Fatalf("failed checks %q, want none", f)
+	}
+	r.answers = append(r.answers, swAnswer{path: pathHoldfast, ids: []int64{4}, start: at(10500), end: at(10600), code: codeSwitching})
+	r.ev.pauseSet = "404 Not Found: no such kind"
+	if f := strings.Join(failed(), "|"); f != "the pause set and lifted through the admin API|0 errors at all" {
+		t.Fatalf("failed checks %q", f)
+	}
+	r.scenario, r.ev.promoted = "kill", at(10500)
+	delete(r.have, 3)
+	if f := strings.Join(failed(), "|"); f != "0 acknowledged writes lost (the replica's relay log applied)" {
+		t.Fatalf("failed checks %q", f)
+	}
+}

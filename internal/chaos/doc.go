@@ -12,7 +12,13 @@
 //   - mariadb: MariaDB is killed with SIGKILL and restarted;
 //   - holdfast: holdfast is killed with SIGKILL and restarted;
 //   - instances: three holdfast instances share one database, the clients
-//     spread over them.
+//     spread over them;
+//   - controls: on-call controls changed through several instances;
+//   - replica: reads routed to a replica that is killed and restarted;
+//   - switchover: the database on a primary and a replica of its own
+//     behind a VIP the harness moves, switched over as an HA tool does;
+//   - failover: the same pair, the primary killed with SIGKILL and the
+//     replica promoted 2 s later (its relay log applied first).
 //
 // Every call and its answer goes into a client-side journal (journal.go);
 // after the traffic stops the harness reads the database and judges the

@@ -28,7 +28,8 @@ const (
 	// Answered: a result set came back.
 	Answered Kind = iota
 	// Failed: a MySQL error came back (other than 9108). By the MySQL
-	// convention, nothing was done.
+	// convention, nothing was done (9010: nothing ran, or the transaction
+	// was rolled back).
 	Failed
 	// Unknown: the client cannot know whether the call took effect: its
 	// connection died after the call was sent, or the answer was 9108.
@@ -183,15 +184,21 @@ const (
 	codeUnavailable    = 2003
 	codePoolExhausted  = 1040
 	codeShutdown       = 1053
+	// codeSwitching (9010) is holdfast's "the primary is switching":
+	// the statement or CALL ran nowhere, or its transaction was rolled
+	// back; retry it. A true answer, judged as nothing done.
+	codeSwitching = 9010
 )
 
 // expectedCodes lists, per procedure, the errors a true answer may carry
 // in this workload. Others (1105 above all; 9102, 9103, 9105, which the
 // harness never provokes; 9003, 9004, 1317, ...) are violations.
+// 1290 (a read-only server refused the write) is one of them: holdfast
+// must never pass on a former primary's refusal.
 var expectedCodes = map[string][]uint16{
-	procReserve: {codeInsufficient, codeBusy, codeUnavailable, codePoolExhausted, codeShutdown},
-	procClaim:   {codeExpired, codeGuard, codeBusy, codeUnavailable, codePoolExhausted, codeShutdown},
-	procRelease: {codeBusy, codeUnavailable, codePoolExhausted, codeShutdown},
+	procReserve: {codeInsufficient, codeBusy, codeUnavailable, codePoolExhausted, codeShutdown, codeSwitching},
+	procClaim:   {codeExpired, codeGuard, codeBusy, codeUnavailable, codePoolExhausted, codeShutdown, codeSwitching},
+	procRelease: {codeBusy, codeUnavailable, codePoolExhausted, codeShutdown, codeSwitching},
 }
 
 // expectedCode reports whether a failed call's code may be a true answer:
@@ -209,7 +216,7 @@ func (c *Call) retryable() bool {
 		return true
 	case Failed:
 		switch c.Code {
-		case codeBusy, codeUnavailable, codePoolExhausted, codeShutdown, codeTagDrained, codeTagLimit:
+		case codeBusy, codeUnavailable, codePoolExhausted, codeShutdown, codeTagDrained, codeTagLimit, codeSwitching:
 			return true
 		}
 	}

@@ -83,6 +83,11 @@ func TestJudgeTrueAnswers(t *testing.T) {
 		call(Call{Proc: procRelease, Token: token(3), Kind: Answered, Outcome: "released", Qty: 2}).row(3, "c", 2, "", 2).
 		// Unreachable: nothing.
 		call(failed(procReserve, "d", 0, codeUnavailable)).
+		// The primary switching (9010): nothing ran; the repeat made it,
+		// and a claim answered 9010 claimed nothing until its repeat did.
+		call(failed(procReserve, "g", 0, codeSwitching)).call(reserved("g", 5, false)).
+		call(failed(procClaim, "", 5, codeSwitching)).call(claimed(5, "claimed")).row(5, "g", 1, "normal", -1).
+		call(reserved("h", 6, false)).call(failed(procRelease, "", 6, codeSwitching)).row(6, "h", 0, "", -1).
 		// Lost and never made.
 		call(lost(procReserve, "e", 0)).call(failed(procReserve, "e", 0, codeBusy)).
 		// Abandoned.
@@ -100,8 +105,8 @@ func TestJudgeTrueAnswers(t *testing.T) {
 	if r := v.Resolved[procClaim]["connection lost"]; r == nil || r.Effect != 1 {
 		t.Errorf("claim lost resolved %+v, want took effect 1", r)
 	}
-	if got := v.ClaimedUnits[PoolKey{1, 1}]; got != 4 {
-		t.Errorf("claimed units %d, want 4", got)
+	if got := v.ClaimedUnits[PoolKey{1, 1}]; got != 6 {
+		t.Errorf("claimed units %d, want 6", got)
 	}
 }
 
@@ -139,6 +144,12 @@ func TestJudgeFindsUntrueAnswers(t *testing.T) {
 			false, checkAnswers, "recorded quantity 2"},
 		{"1105", newWorld().call(failed(procClaim, "", 9, 1105)),
 			false, checkCodes, "error 1105"},
+		{"1290 from a former primary", newWorld().call(failed(procReserve, "a", 0, 1290)),
+			false, checkCodes, "error 1290"},
+		{"9010 for a reserve that took effect", newWorld().call(failed(procReserve, "a", 0, codeSwitching)).row(1, "a", 0, "", -1),
+			false, checkAnswers, "no call that could have made it"},
+		{"9010 for a claim that deducted", newWorld().call(reserved("a", 1, false)).call(failed(procClaim, "", 1, codeSwitching)).row(1, "a", 1, "normal", -1),
+			false, checkAnswers, "no claim that could have made it"},
 		{"a dropped client connection", newWorld().call(lost(procReserve, "a", 0)),
 			false, checkDropped, "client connection died"},
 		{"a hung call", newWorld().call(Call{Proc: procReserve, Key: "a", Kind: Unknown, Dropped: true, Hung: true}),

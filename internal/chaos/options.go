@@ -41,10 +41,24 @@ const (
 	// back (read-your-writes) after each reserve, and readers read the
 	// stock: every read must be answered, and truly.
 	Replica Scenario = "replica"
+	// Switchover runs the scenario's database on a primary and a replica
+	// of its own (GTID replication) behind a VIP (a relay the harness
+	// moves), holdfast's backend address the VIP, and switches the
+	// primary over every Options.SwitchoverEvery as an HA tool does a
+	// planned switchover: the primary read-only, the replica caught up and
+	// promoted, the old primary replicating from it, the VIP moved. The
+	// engine's calls must keep exactly-once answers; 9010 is a true
+	// "nothing ran" answer, 1290 from a read-only server is not one.
+	Switchover Scenario = "switchover"
+	// Failover is Switchover's setup with the primary killed (SIGKILL)
+	// Options.SwitchoverEvery into the traffic and the replica promoted
+	// Options.PromoteAfter later (its relay log applied first, then the
+	// VIP moved), once.
+	Failover Scenario = "failover"
 )
 
 // Scenarios lists every scenario in order.
-var Scenarios = []Scenario{KillBackend, KillMariaDB, KillHoldfast, Instances, Controls, Replica}
+var Scenarios = []Scenario{KillBackend, KillMariaDB, KillHoldfast, Instances, Controls, Replica, Switchover, Failover}
 
 // ParseScenarios reads a comma-separated list of scenario names ("all"
 // for every one).
@@ -103,9 +117,14 @@ type Options struct {
 	HoldfastDown      time.Duration
 	Instances         int
 	ControlEvery      time.Duration
+	// SwitchoverEvery is how often the switchover scenario switches the
+	// primary over, and when into the traffic the failover scenario kills
+	// it; PromoteAfter how long after the kill the replica is promoted.
+	SwitchoverEvery time.Duration
+	PromoteAfter    time.Duration
 
 	// RetryBudget bounds how long a client repeats one call that got a
-	// retryable answer (unknown outcome, 9107, 2003, 1040, 1053, no
+	// retryable answer (unknown outcome, 9107, 9010, 2003, 1040, 1053, no
 	// connection) before it gives the order up.
 	RetryBudget time.Duration
 	// AnswerTimeout is the client's read timeout: a call unanswered this
@@ -127,8 +146,8 @@ type Options struct {
 	Seed         uint64 // of the clients' random choices; 0: from the clock
 }
 
-// DefaultOptions returns the settings of `make chaos`: 256 clients, five
-// scenarios of 100 s of traffic each, about 13 minutes in all.
+// DefaultOptions returns the settings of `make chaos`: 256 clients, eight
+// scenarios of 100 s of traffic each, about 20 minutes in all.
 func DefaultOptions() Options {
 	return Options{
 		Repo: ".", Go: "go",
@@ -144,6 +163,8 @@ func DefaultOptions() Options {
 		HoldfastDown:      time.Second,
 		Instances:         3,
 		ControlEvery:      2 * time.Second,
+		SwitchoverEvery:   30 * time.Second,
+		PromoteAfter:      2 * time.Second,
 		RetryBudget:       30 * time.Second,
 		AnswerTimeout:     30 * time.Second,
 		Settle:            90 * time.Second,
@@ -168,6 +189,7 @@ func ShortOptions(sc Scenario) Options {
 	o.MariaDBDown = []time.Duration{time.Second}
 	o.HoldfastKillEvery = 2 * time.Second
 	o.HoldfastDown = 300 * time.Millisecond
+	o.SwitchoverEvery = 1500 * time.Millisecond
 	o.Settle = 60 * time.Second
 	o.Items = 6
 	o.ScarceItems = 1
@@ -191,6 +213,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("chaos: pool cap must be positive")
 	case o.Instances < 1:
 		return fmt.Errorf("chaos: instances must be positive")
+	case o.SwitchoverEvery <= 0 || o.PromoteAfter < 0:
+		return fmt.Errorf("chaos: switchover-every must be positive and promote-after not negative")
 	case len(o.MariaDBDown) == 0:
 		return fmt.Errorf("chaos: no MariaDB downtime given")
 	}

@@ -139,6 +139,10 @@ func (r *Result) faultLine() string {
 		return fmt.Sprintf("%d control changes, instance kills and backend kills (%d missed: no live instance answered, or nothing to kill)", r.Faults, r.FaultMisses)
 	case Replica:
 		return fmt.Sprintf("the replica killed and restarted %d times", r.Faults)
+	case Switchover:
+		return fmt.Sprintf("%d planned switchovers", r.Faults)
+	case Failover:
+		return fmt.Sprintf("%d primary killed and replica promoted", r.Faults)
 	}
 	return fmt.Sprintf("none besides the %d instances", r.Starts)
 }

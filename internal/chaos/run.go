@@ -105,6 +105,10 @@ func describeScenario(o *Options, sc Scenario) string {
 			o.Instances, o.ControlEvery, o.HoldfastKillEvery, 5*o.BackendKillEvery)
 	case Replica:
 		return fmt.Sprintf("reads routed to a replica, the replica kill -9 every %s, restarted after %v", o.MariaDBKillEvery, o.MariaDBDown)
+	case Switchover:
+		return fmt.Sprintf("a primary and a replica behind a VIP, a planned switchover every %s", o.SwitchoverEvery)
+	case Failover:
+		return fmt.Sprintf("a primary and a replica behind a VIP, the primary kill -9 at %s, the replica promoted %s later", o.SwitchoverEvery, o.PromoteAfter)
 	}
 	return string(sc)
 }

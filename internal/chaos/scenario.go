@@ -24,8 +24,11 @@ type scenario struct {
 	bin, dir string
 	srv      *dbtest.Private
 	replica  *dbtest.Private // the replica scenario's replica of srv
-	root     *sql.DB         // the private server, as root
+	root     *sql.DB         // the private server (the pair's first primary), as root
 	rng      *rand.Rand
+	// pair is the switchover and failover scenarios' own servers and VIP
+	// (nil in the others): their database lives there, not on srv.
+	pair *pair
 
 	db  *sql.DB // the scenario's holdfast tables (tablesDB), as root
 	hs  []*holdfast
@@ -65,12 +68,18 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 // instances and stocks the items.
 func (s *scenario) setup(ctx context.Context) error {
 	name := fmt.Sprintf("chaos_%d_%s", s.n, s.sc)
-	replica := ""
+	replica, backend := "", s.srv.Addr
 	if s.sc == Replica {
 		if err := s.startReplica(ctx); err != nil {
 			return err
 		}
 		replica = s.replica.Addr
+	}
+	if s.sc == Switchover || s.sc == Failover {
+		if err := s.startPair(ctx); err != nil {
+			return err
+		}
+		s.root, backend = s.pair.root, s.pair.vip.Addr().String()
 	}
 	// holdfast's own work runs as backendUser too (no fleet.user), so
 	// that the backend kills reach the engine's connections: it needs its
@@ -85,7 +94,14 @@ func (s *scenario) setup(ctx context.Context) error {
 			return fmt.Errorf("chaos: %s: %w", q, err)
 		}
 	}
-	s.db = s.srv.Open(tablesDB(name))
+	if s.pair != nil {
+		var err error
+		if s.db, err = s.pair.openVIP(tablesDB(name)); err != nil {
+			return err
+		}
+	} else {
+		s.db = s.srv.Open(tablesDB(name))
+	}
 	instances := 1
 	if s.sc == Instances || s.sc == Controls {
 		instances = s.o.Instances
@@ -100,7 +116,7 @@ func (s *scenario) setup(ctx context.Context) error {
 			return err
 		}
 		h, err := newHoldfast(i, fmt.Sprintf("s%d-holdfast-%d", s.n, i), s.bin, s.dir, holdfastConfig{Listen: listen, Admin: admin,
-			Backend: s.srv.Addr, Database: name, TTL: s.o.TTL, PoolCap: s.o.PoolCap, Replica: replica})
+			Backend: backend, Database: name, TTL: s.o.TTL, PoolCap: s.o.PoolCap, Replica: replica})
 		if err != nil {
 			return err
 		}
@@ -151,6 +167,9 @@ func (s *scenario) close() {
 	if s.db != nil {
 		s.db.Close()
 	}
+	if s.pair != nil {
+		s.pair.close()
+	}
 }
 
 // traffic runs the clients for Options.Traffic with the scenario's fault,
@@ -184,6 +203,10 @@ func (s *scenario) traffic(ctx context.Context) {
 				readStock(faultCtx, s.dbs[i%len(s.dbs)][0], s.hs[0].cfg.tables(), stocked, &s.stockReads, &s.readMu, &s.readViolations)
 			})
 		}
+	case Switchover:
+		bg.Go(func() { s.pair.switchovers(faultCtx, o.SwitchoverEvery, &s.faults) })
+	case Failover:
+		bg.Go(func() { s.pair.failover(faultCtx, o.SwitchoverEvery, o.PromoteAfter, &s.faults) })
 	case Controls:
 		crng := rand.New(rand.NewPCG(s.rng.Uint64(), 3))
 		krng := rand.New(rand.NewPCG(s.rng.Uint64(), 4))
@@ -238,6 +261,9 @@ func (s *scenario) traffic(ctx context.Context) {
 		}
 		res.Notes = append(res.Notes, note)
 	}
+	if s.pair != nil {
+		res.Notes = append(res.Notes, s.pair.switchNotes(start, s.calls)...)
+	}
 	res.tally(s.calls)
 	res.Faults, res.FaultMisses, res.Violations = s.faults.counts()
 	res.Violations = append(res.Violations, s.readViolations...)
@@ -252,6 +278,12 @@ func (s *scenario) check(ctx context.Context) error {
 	res.Journal = filepath.Join(s.dir, fmt.Sprintf("s%d-journal.jsonl", s.n))
 	if err := writeJournal(res.Journal, s.calls); err != nil {
 		return err
+	}
+	if s.pair != nil {
+		// The facts from the primary itself: a pooled connection through
+		// the VIP may still be on a former primary.
+		s.db.Close()
+		s.db = s.pair.current().Open(s.hs[0].cfg.tables())
 	}
 	f, err := readFacts(ctx, s.db, s.initial)
 	if err != nil {

@@ -226,3 +226,92 @@ func Switchover(ctx context.Context, old, next *Private, move func()) (Switchove
 	st.Moved = time.Now()
 	return st, nil
 }
+
+// PromoteApplied makes p, a replica whose primary is gone (killed, or cut
+// off), the primary as a careful HA tool does (orchestrator's and MHA's
+// "apply the relay logs first"): it makes sure the SQL thread runs, stops
+// the IO thread, so that what the replica received is fixed, waits up to
+// wait until the SQL thread has applied everything the IO thread received
+// (MASTER_GTID_WAIT on Gtid_IO_Pos), then promotes it (Promote). Without
+// that wait, RESET SLAVE ALL throws away the relay log and every
+// transaction in it: writes the old primary acknowledged, which the
+// replica held, are lost. It returns the GTID position received (the
+// empty string when the replica never received anything). Who calls it:
+// the switchover bench and the chaos harness, after a kill -9.
+func (p *Private) PromoteApplied(ctx context.Context, wait time.Duration) (received string, err error) {
+	db, err := p.open("")
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	// The SQL thread first: with both threads stopped, MariaDB (GTID
+	// replication) forgets the relay log and what the IO thread received.
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return "", fmt.Errorf("dbtest: promote %s: %w", p.Addr, err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"START SLAVE SQL_THREAD", "STOP SLAVE IO_THREAD"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return "", fmt.Errorf("dbtest: promote %s: %s: %w", p.Addr, q, err)
+		}
+	}
+	received, err = slaveStatusField(ctx, conn, "Gtid_IO_Pos")
+	if err != nil {
+		return "", fmt.Errorf("dbtest: promote %s: %w", p.Addr, err)
+	}
+	if received != "" {
+		var waited int
+		if err := conn.QueryRowContext(ctx, "SELECT MASTER_GTID_WAIT(?, ?)", received, wait.Seconds()).Scan(&waited); err != nil || waited != 0 {
+			_, _, lastErr, _ := SlaveThreads(db)
+			return received, fmt.Errorf("dbtest: promote %s: the relay log (up to %s) was not applied within %v (%d): %v %s", p.Addr, received, wait, waited, err, lastErr)
+		}
+	}
+	return received, p.Promote(ctx)
+}
+
+// slaveStatusField reads one column of SHOW SLAVE STATUS on conn ("" when
+// the server replicates from no one).
+func slaveStatusField(ctx context.Context, conn *sql.Conn, name string) (string, error) {
+	rows, err := conn.QueryContext(ctx, "SHOW SLAVE STATUS")
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return "", err
+	}
+	if !rows.Next() {
+		return "", rows.Err()
+	}
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return "", err
+	}
+	for i, c := range cols {
+		if c == name {
+			return vals[i].String, rows.Err()
+		}
+	}
+	return "", fmt.Errorf("SHOW SLAVE STATUS has no column %s", name)
+}
+
+// SemiSyncArgs are the server arguments of lossless semi-synchronous
+// replication (MariaDB's built-in semi-sync, wait point AFTER_SYNC), for
+// both servers of a pair whose roles may swap: a primary commits, and
+// answers the client, only once a replica has received the transaction,
+// so that a primary killed with SIGKILL takes no acknowledged write with
+// it (PromoteApplied keeps what the replica received). A primary with no
+// semi-sync replica connected (a promoted one whose old primary is dead)
+// does not wait (rpl_semi_sync_master_wait_no_slave=OFF). Without these,
+// asynchronous replication loses the acknowledged writes that had not yet
+// reached the replica when the primary died: the harnesses of issue 45
+// (bench-switchover, chaos's failover) use them, as an HA setup that
+// promises no lost write does.
+var SemiSyncArgs = []string{"--rpl-semi-sync-master-enabled=ON", "--rpl-semi-sync-slave-enabled=ON",
+	"--rpl-semi-sync-master-wait-point=AFTER_SYNC", "--rpl-semi-sync-master-wait-no-slave=OFF"}
