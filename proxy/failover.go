@@ -165,6 +165,7 @@ func (s *session) endHold(h *hold) {
 // (the name or VIP has not moved yet), within failover.hold of h's start.
 func (s *session) takePrimary(h *hold, tag *attribution.Tag, key string, cl class) error {
 	for {
+		began := time.Now()
 		err := s.srv.take(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &s.srv.primary)
 		if err == nil || !errors.Is(err, pool.ErrRetired) {
 			return err
@@ -173,6 +174,7 @@ func (s *session) takePrimary(h *hold, tag *attribution.Tag, key string, cl clas
 			if serr := s.wait(h, key, true); serr != nil {
 				return serr
 			}
+			h.start = began // the pool's own wait counts in the hold
 		}
 		cfg := s.srv.config().Failover
 		left := time.Until(h.start.Add(cfg.Hold))
@@ -298,7 +300,6 @@ func (s *session) afterReadOnly(c command, bc *backendConn, before *plan.Session
 	b := c.base()
 	if !reran && plan.RetryReadOnly(b.kind, b.info, before) {
 		s.release(false)
-		s.state.Txn.BeginInFlight = false
 		h := hold{start: time.Now()}
 		s.awaitDemoted(&h, server)
 		s.srv.fo.retried.Add(1)
