@@ -145,9 +145,9 @@ func writers(t *testing.T, db *sql.DB, n int, stop <-chan struct{}, next *atomic
 // primary at once (before the VIP moves): its connections close, idle ones
 // at once, and none is lent again, so no statement that starts after that
 // is answered 1290 by it; once the new primary is known every write
-// succeeds, and every acknowledged write is on the new primary.
-// (Statements in flight at the flip may still fail until the statement
-// path holds and retries them.)
+// succeeds, and every acknowledged write is on the new primary (see
+// TestSwitchoverHoldsStatements for what the statements in flight at the
+// flip see).
 func TestSwitchoverRetiresFormerPrimary(t *testing.T) {
 	p := startSwitchoverProxy(t)
 	db := p.open(t)
