@@ -475,8 +475,10 @@ func TestSwitchoverHoldsStatements(t *testing.T) {
 	p := startSwitchoverProxy(t)
 	auto, txns, steps, known := switchUnderLoad(t, p, nil, nil)
 	codes := map[uint16]int{}
+	var worst time.Duration
 	for _, a := range auto {
 		codes[a.code]++
+		worst = max(worst, a.end.Sub(a.start))
 		if a.err != nil {
 			t.Errorf("autocommit insert %d failed: %v", a.id, a.err)
 		}
@@ -502,8 +504,9 @@ func TestSwitchoverHoldsStatements(t *testing.T) {
 	if fo.HeldNow != 0 {
 		t.Errorf("%d statements still held", fo.HeldNow)
 	}
-	t.Logf("%d autocommit inserts (by code %v), %d transactions (%d rolled back with 9010); switch %v; held %d (%.3fs in all), retried %d, refused %d",
-		len(auto), codes, len(txns), rolledBack, steps.Moved.Sub(steps.Start).Round(time.Millisecond), fo.Held, fo.HeldSeconds, fo.Retried, fo.Refused)
+	t.Logf("%d autocommit inserts (by code %v, the slowest %v), %d transactions (%d rolled back with 9010); switch %v (read-only to VIP moved), new primary known %v after read-only; held %d (%.3fs in all), retried %d, refused %d",
+		len(auto), codes, worst.Round(time.Millisecond), len(txns), rolledBack, steps.Moved.Sub(steps.Start).Round(time.Millisecond),
+		known.Sub(steps.Start).Round(time.Millisecond), fo.Held, fo.HeldSeconds, fo.Retried, fo.Refused)
 }
 
 // With a pause on every tag set before the flip (once no backend
