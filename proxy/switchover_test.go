@@ -672,3 +672,48 @@ func TestSwitchoverEndsSessionsOnFormerPrimary(t *testing.T) {
 		t.Fatalf("rows on the new primary: %v", have)
 	}
 }
+
+// A 1290 from a primary that has just turned read-only, for what holdfast
+// does not run again (a text of several statements, a transaction's
+// statement), reaches the client as 9010: nothing of it ran, and the
+// transaction is rolled back, the session going on outside one.
+func TestReadOnlyAnswerNotRetried(t *testing.T) {
+	p := startSwitchoverProxy(t, func(c *config.Config, _, _ *dbtest.Private) { c.Routing.CheckInterval = time.Hour })
+	waitFor(t, "the primary known", func() bool { return p.srv.Topology().State == "primary" })
+	multi, txn := p.conn(t, "multiStatements=true"), p.conn(t)
+	ctx := t.Context()
+	if _, err := txn.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txn.ExecContext(ctx, "INSERT INTO t VALUES (1, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.primary.SetReadOnly(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	_, err := multi.ExecContext(ctx, "INSERT INTO t VALUES (10, 1); INSERT INTO t VALUES (11, 1)")
+	if code, state := codeOf(err); code != codePrimarySwitching || state != statePrimarySwitching {
+		t.Fatalf("a text of two inserts refused by the read-only primary: %v; want 9010", err)
+	}
+	_, err = txn.ExecContext(ctx, "INSERT INTO t VALUES (2, 1)")
+	if code, state := codeOf(err); code != codePrimarySwitching || state != statePrimarySwitching {
+		t.Fatalf("a transaction's statement refused by the read-only primary: %v; want 9010", err)
+	}
+	var inTxn int
+	if err := p.primary.SetReadOnly(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the primary known again", func() bool {
+		p.srv.NoteReadOnly()
+		return p.srv.Topology().State == "primary"
+	})
+	if err := txn.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&inTxn); err != nil || inTxn != 0 {
+		t.Fatalf("@@in_transaction after the 9010: %d %v", inTxn, err)
+	}
+	have := rowsOn(t, p.primary)
+	for _, id := range []int64{1, 2, 10, 11} {
+		if have[id] != 0 {
+			t.Errorf("row %d is there: %v", id, have)
+		}
+	}
+}
