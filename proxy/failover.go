@@ -226,11 +226,38 @@ func (s *session) lostToSwitch() *mysqlwire.SQLError {
 		"holdfast: the primary switched during this transaction: it was rolled back on the former primary, and the session is outside a transaction now; retry the transaction")
 }
 
+// confirmWait bounds how long confirmReadOnly waits for a topology check
+// that began after the 1290.
+const confirmWait = time.Second
+
 // confirmReadOnly reports whether the server of bc, which answered the
 // session's statement 1290, is read-only now (1290 also comes of other
-// options, such as secure_file_priv): asked on bc itself. A failure to ask
-// says no.
+// options, such as secure_file_priv). It asks the topology monitor for a
+// check (the 1290 asked already; one that began before the answer may be
+// under way) and reads that check's view of the server, so that nothing
+// runs on the session's connection (whose diagnostics, SHOW WARNINGS,
+// are the client's). When no such check comes within confirmWait, or it
+// did not see that server (a name already moved away from it), it asks
+// on bc itself. A failure to ask says no.
 func (s *session) confirmReadOnly(bc *backendConn) bool {
+	t := s.srv.topo
+	since := time.Now()
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+	for deadline := since.Add(confirmWait); time.Now().Before(deadline) && s.srv.ctx.Err() == nil; time.Sleep(2 * time.Millisecond) {
+		v := t.view.Load()
+		if v == nil || !v.at.After(since) {
+			continue
+		}
+		for _, o := range v.obs {
+			if o.reachable && o.id == bc.server && bc.server != "" {
+				return o.readOnly
+			}
+		}
+		break
+	}
 	unbound := bc.bound(s.srv.exchangeTimeout())
 	res, err := bc.queryLocked("SELECT @@global.read_only")
 	unbound()
