@@ -95,8 +95,23 @@ func (s *session) wait(h *hold, key string, primary bool) *mysqlwire.SQLError {
 		h.on = true
 		srv.fo.held.Add(1)
 	}
-	ctx, cancel := context.WithDeadline(srv.ctx, h.start.Add(cfg.Hold))
+	// A kill of the session, or its client hanging up, ends the hold as it
+	// ends a CALL holdfast.* (interrupt, kill.go).
+	killed, kill := context.WithCancelCause(srv.ctx)
+	defer kill(nil)
+	ctx, cancel := context.WithDeadline(killed, h.start.Add(cfg.Hold))
 	defer cancel()
+	s.interrupted.Store(false)
+	s.mu.Lock()
+	s.execCall = kill
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.execCall = nil
+		s.mu.Unlock()
+	}()
+	s.watch.arm()
+	defer s.watch.disarm()
 	waitedPrimary := false
 	for {
 		changes := srv.ctrl.Changes()
@@ -144,6 +159,9 @@ func pausedBy(c controls.Control, key string) string {
 func (s *session) holdOver(h *hold, bound time.Duration, why string) *mysqlwire.SQLError {
 	if s.srv.ctx.Err() != nil {
 		return poolErr(pool.ErrClosed)
+	}
+	if s.interrupted.Load() {
+		return newErr(codeQueryInterrupted, "70100", "Query execution was interrupted (holdfast: while it was held, %s; nothing ran)", why)
 	}
 	s.srv.fo.refused.Add(1)
 	return newErr(codePrimarySwitching, statePrimarySwitching,

@@ -717,3 +717,47 @@ func TestReadOnlyAnswerNotRetried(t *testing.T) {
 		}
 	}
 }
+
+// A held statement is a running one: KILL QUERY ends it at once with 1317,
+// nothing having run, and the session goes on.
+func TestHeldStatementKilled(t *testing.T) {
+	p := startSwitchoverProxy(t)
+	waitFor(t, "the primary known", func() bool { return p.srv.Topology().State == "primary" })
+	c, killer := p.conn(t), p.open(t)
+	ctx := t.Context()
+	var id int64
+	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.primary.SetReadOnly(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "no primary", func() bool { return p.srv.Topology().State == "no_primary" })
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.ExecContext(ctx, "INSERT INTO t VALUES (1, 1)")
+		done <- err
+	}()
+	waitFor(t, "the insert held", func() bool { return p.srv.FailoverStats().HeldNow == 1 })
+	if _, err := killer.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if code, _ := codeOf(err); code != codeQueryInterrupted {
+			t.Fatalf("the killed held insert: %v; want 1317", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("KILL QUERY did not end the held insert")
+	}
+	if err := p.primary.SetReadOnly(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the primary known again", func() bool { return p.srv.Topology().State == "primary" })
+	if _, err := c.ExecContext(ctx, "INSERT INTO t VALUES (2, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	if have := rowsOn(t, p.primary); have[1] != 0 || have[2] != 1 {
+		t.Fatalf("rows: %v", have)
+	}
+}
