@@ -96,11 +96,9 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 				return nil, s.borrowRefused(serr)
 			}
 		}
-		if err := s.takePrimary(&h, tag, key, cl); err != nil {
-			var se *mysqlwire.SQLError
-			if errors.As(err, &se) {
-				return nil, s.borrowRefused(se)
-			}
+		if serr, err := s.takePrimary(&h, tag, key, cl); serr != nil {
+			return nil, s.borrowRefused(serr)
+		} else if err != nil {
 			if errors.Is(err, errShed) {
 				s.endDeferredBegin()
 			}

@@ -181,23 +181,24 @@ func (s *session) endHold(h *hold) {
 // takePrimary takes a lease of the primary for the session (see take),
 // holding the statement while the address leads only to a retired server
 // (the name or VIP has not moved yet), within failover.hold of h's start.
-func (s *session) takePrimary(h *hold, tag *attribution.Tag, key string, cl class) error {
+// A refusal by the hold is serr (9010); err is take's.
+func (s *session) takePrimary(h *hold, tag *attribution.Tag, key string, cl class) (serr *mysqlwire.SQLError, err error) {
 	for {
 		began := time.Now()
 		err := s.srv.take(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &s.srv.primary)
 		if err == nil || !errors.Is(err, pool.ErrRetired) {
-			return err
+			return nil, err
 		}
 		if !h.on {
 			if serr := s.wait(h, key, true); serr != nil {
-				return serr
+				return serr, nil
 			}
 			h.start = began // the pool's own wait counts in the hold
 		}
 		cfg := s.srv.config().Failover
 		left := time.Until(h.start.Add(cfg.Hold))
 		if left <= 0 {
-			return s.holdOver(h, cfg.Hold, "backend.address leads only to a former primary")
+			return s.holdOver(h, cfg.Hold, "backend.address leads only to a former primary"), nil
 		}
 		// The pool dialed again with a back-off until its acquire
 		// timeout: wait a little and try again while the hold lasts.
@@ -206,7 +207,7 @@ func (s *session) takePrimary(h *hold, tag *attribution.Tag, key string, cl clas
 		case <-t.C:
 		case <-s.srv.ctx.Done():
 			t.Stop()
-			return pool.ErrClosed
+			return nil, pool.ErrClosed
 		}
 	}
 }
