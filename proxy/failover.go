@@ -28,7 +28,7 @@ import (
 // A statement answered 1290 ("read-only") by a server that is read-only
 // now ran nowhere: one that policy.RetryReadOnly allows, with nothing of
 // its answer sent to the client, is sent once more, through the hold, to
-// the new primary (retryReadOnly). A transaction or pinned state on a
+// the new primary (afterReadOnly). A transaction or pinned state on a
 // former primary is lost: the transaction is rolled back and answered 9010
 // at its next statement (or instead of the 1290), the session going on
 // outside a transaction; a pinned session is answered 9010 and closed.
