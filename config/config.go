@@ -62,6 +62,7 @@ type Config struct {
 	Tags        Tags        `yaml:"tags"`
 	Overload    Overload    `yaml:"overload"`
 	Routing     Routing     `yaml:"routing"`
+	Failover    Failover    `yaml:"failover"`
 	Fleet       Fleet       `yaml:"fleet"`
 	Reservation Reservation `yaml:"reservation"`
 }
@@ -324,6 +325,20 @@ type Routing struct {
 	// without replicas: which one is the primary (read_only, whom it
 	// replicates from), its GTID position, a replica down or back.
 	CheckInterval time.Duration `yaml:"check_interval"`
+}
+
+// Failover bounds the statements held while there is no usable primary (a
+// switchover or failover under way, a split brain) or a pause control is
+// in force (proxy/failover.go). Reloaded on SIGHUP.
+type Failover struct {
+	// Hold is how long a statement that needs a backend connection it
+	// does not hold yet waits, holding none, for a usable primary (or for
+	// a pause to lift) before it is answered 9010. Zero: no holding (9010
+	// at once).
+	Hold time.Duration `yaml:"hold"`
+	// MaxHeld bounds the statements held at once on this instance; one
+	// more is answered 9010 at once. Zero: none is held.
+	MaxHeld int `yaml:"max_held"`
 }
 
 // Routing policies, in the order a tag matching several takes them.
@@ -615,6 +630,7 @@ func Default() Config {
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
 		Overload:    Overload{Reserve: 4, BackgroundWait: time.Second, CriticalWait: 100 * time.Millisecond},
 		Routing:     Routing{MaxReplicaLag: time.Second, CheckInterval: 100 * time.Millisecond},
+		Failover:    Failover{Hold: 15 * time.Second, MaxHeld: 1000},
 		Fleet:       Fleet{PollInterval: time.Second, TTL: 5 * time.Second, ConnectionReserve: 10, Database: "holdfast"},
 		Reservation: Reservation{Enabled: true, Engine: DefaultEngine()},
 	}
@@ -940,6 +956,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Routing.CheckInterval <= 0 {
 		return bad("routing.check_interval", "must be positive, got %v", c.Routing.CheckInterval)
+	}
+	if c.Failover.Hold < 0 {
+		return bad("failover.hold", "must be 0 (no holding) or positive, got %v", c.Failover.Hold)
+	}
+	if c.Failover.MaxHeld < 0 {
+		return bad("failover.max_held", "must be 0 (none held) or more, got %d", c.Failover.MaxHeld)
 	}
 	for t, d := range c.Tags.MaxTransactionTime {
 		if !validTag(t) {

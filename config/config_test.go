@@ -52,6 +52,8 @@ func TestParse(t *testing.T) {
 		{"users from the backend", "auth:\n  from_backend:\n    enabled: true\n    lookup_user: look\n    cache_ttl: 5s\n  failure_delay: 0\n", func(c Config) bool {
 			return c.Auth.FromBackend.Enabled && c.Auth.FromBackend.CacheTTL == 5*time.Second && c.Auth.FailureDelay == 0
 		}},
+		{"failover defaults", "", func(c Config) bool { return c.Failover.Hold == 15*time.Second && c.Failover.MaxHeld == 1000 }},
+		{"failover without holding", "failover:\n  hold: 0\n  max_held: 0\n", func(c Config) bool { return c.Failover == Failover{} }},
 		{"sessions.max_clients left out is bounded", "sessions:\n  statement_cache: 10\n", func(c Config) bool { return c.Sessions.MaxClients == 10000 }},
 		{"sessions.max_clients 0 is no cap", "sessions:\n  max_clients: 0\n", func(c Config) bool { return c.Sessions.MaxClients == 0 }},
 		{"a user's tags and bound", "users:\n  - name: r\n    default_tag: report\n    tags: [\"report_*\", export]\n    refuse_other_tags: true\n    max_clients: 20\n", func(c Config) bool {
@@ -105,6 +107,8 @@ func TestParse(t *testing.T) {
 		{"shared credential token", "admin:\n  credentials:\n    - {name: a, scope: read, token: 0123456789abcdef}\n    - {name: b, scope: write, token: 0123456789abcdef}\n", "config: admin.credentials[1].token: the same as admin.credentials[0]'s"},
 		{"admin.token shared with a credential", "admin:\n  token: 0123456789abcdef\n  credentials:\n    - {name: a, scope: read, token: 0123456789abcdef}\n", "config: admin.token: the same as admin.credentials[0]'s"},
 		{"tls half set", "tls:\n  cert_file: a.pem\n", "config: tls: cert_file and key_file"},
+		{"negative failover hold", "failover:\n  hold: -1s\n", "config: failover.hold: must be 0 (no holding) or positive, got -1s"},
+		{"negative max_held", "failover:\n  max_held: -5\n", "config: failover.max_held: must be 0 (none held) or more, got -5"},
 		{"log level", "log:\n  level: chatty\n", "config: log.level"},
 		{"statement cache", "sessions:\n  statement_cache: 0\n", "config: sessions.statement_cache"},
 		{"negative max_procs", "max_procs: -1\n", "config: max_procs"},

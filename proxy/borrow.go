@@ -48,10 +48,25 @@ func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
 // brought to the session's state) and starts a deferred BEGIN on it (with
 // ahead, in the same write as the statement the caller sends next, see
 // startDeferredBegin).
+//
+// A new borrow waits first, holding no connection, while there is no
+// usable primary or a pause is in force for key (failover.go); a
+// connection the session keeps on a former primary is closed, and the
+// answer is 9010 (errStateLost: the caller closes the session).
 func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool) (*backendConn, *mysqlwire.SQLError) {
-	if s.lease.bc != nil {
+	if bc := s.lease.bc; bc != nil {
+		if s.onFormerPrimary(bc) {
+			return nil, s.lostToSwitch()
+		}
 		s.waitKills()
-		return s.lease.bc, nil
+		return bc, nil
+	}
+	var h hold
+	defer s.endHold(&h)
+	if s.srv.mustHold(key, s.route == nil) {
+		if serr := s.wait(&h, key, s.route == nil); serr != nil {
+			return nil, s.borrowRefused(serr)
+		}
 	}
 	// The session's state is restored once the hold is visible to the
 	// janitor and to kills: take without sync, then sync below.
@@ -76,13 +91,16 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 		}
 	}
 	if s.lease.bc == nil {
-		if err := s.srv.take(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &s.srv.primary); err != nil {
-			if errors.Is(err, errShed) && s.state.Txn.PendingBegin != nil {
-				// Shedding answers "transaction rolled back" (40001): the
-				// deferred BEGIN never reached the backend, so it ends here.
-				s.state.Txn.PendingBegin = nil
-				s.state.Status &^= mysqlwire.StatusInTrans
-				s.setTxnTag(nil)
+		if !h.on && s.srv.mustHold(key, true) { // a read that fell back to the primary
+			if serr := s.wait(&h, key, true); serr != nil {
+				return nil, s.borrowRefused(serr)
+			}
+		}
+		if serr, err := s.takePrimary(&h, tag, key, cl); serr != nil {
+			return nil, s.borrowRefused(serr)
+		} else if err != nil {
+			if errors.Is(err, errShed) {
+				s.endDeferredBegin()
 			}
 			return nil, leaseErr(err)
 		}
@@ -121,6 +139,27 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 		return nil, newErr(codeServerLost, "HY000", "holdfast: lost the backend connection while restoring session state: %v", err)
 	}
 	return bc, nil
+}
+
+// borrowRefused ends a deferred BEGIN that a borrow refused with a
+// 9010 left unsent (like shedding's, it answers "transaction rolled
+// back", 40001), and returns serr.
+func (s *session) borrowRefused(serr *mysqlwire.SQLError) *mysqlwire.SQLError {
+	if serr.Code == codePrimarySwitching {
+		s.endDeferredBegin()
+	}
+	return serr
+}
+
+// endDeferredBegin ends a deferred BEGIN that never reached the backend
+// (a borrow refused): the transaction ends here.
+func (s *session) endDeferredBegin() {
+	if s.state.Txn.PendingBegin == nil {
+		return
+	}
+	s.state.Txn.PendingBegin = nil
+	s.state.Status &^= mysqlwire.StatusInTrans
+	s.setTxnTag(nil)
 }
 
 // keepsBackend reports whether the session keeps its backend connection

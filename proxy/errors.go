@@ -38,6 +38,8 @@ const (
 	codeShapeBlocked     = 9007 // the statement's shape is blocked by on-call
 	codeShapeLimit       = 9008 // no slot under the shape's cap in time
 	codeProtected        = 9009 // a client statement writes, locks or alters one of holdfast's tables
+	// codePrimarySwitching (9010, "the primary is switching") is declared
+	// in failover.go with its SQLSTATE.
 	// The codes of statements refused by a statement-level on-call
 	// control are declared with their kinds, in proxy/controls (a
 	// controls.Refusal carries code and SQLSTATE to controlErr).

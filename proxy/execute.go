@@ -279,12 +279,14 @@ func (s *session) execute(c command, p *plan.Plan) bool {
 			return keep
 		}
 	}
-	if p.Pipe {
-		if handled, keep := s.runPipelined(c, p); handled {
+	reran := false
+	if p.Pipe && !s.srv.mustHold(p.Key, true) { // a held statement borrows (run)
+		var handled, keep bool
+		if handled, keep, reran = s.runPipelined(c, p); handled {
 			return keep
 		}
 	}
-	return s.run(c, p)
+	return s.runStmt(c, p, reran)
 }
 
 // refusalErr is what a client is told of a command its plan refuses.
@@ -298,14 +300,20 @@ func refusalErr(p *plan.Plan) *mysqlwire.SQLError {
 // run sends command c on a connection of the session's own (held, or
 // borrowed for it: on the replica s.route names, else on the primary) and
 // relays the response; then afterStatement records what it did to the
-// session.
-func (s *session) run(c command, p *plan.Plan) bool {
+// session. A statement is sent again (a read after its replica failed, a
+// pipelined read a kill hit, a write a former primary refused) once at
+// most.
+func (s *session) run(c command, p *plan.Plan) bool { return s.runStmt(c, p, false) }
+
+// runStmt is run; reran: c is being sent again (see run).
+func (s *session) runStmt(c command, p *plan.Plan, reran bool) bool {
 	b := c.base()
 	info, tag := b.info, b.tag
+	before := s.state.View(s.lease.bc != nil) // the session as c found it (retryReadOnly)
 	bc, serr := s.borrow(tag, p.Key, p.Class, p.Ahead)
 	if serr != nil {
 		s.writeErr(serr)
-		return true
+		return serr != errStateLost
 	}
 	held := s.state.KeepsConn()
 	var after string // holdfast's kept values to put back after the statement
@@ -346,8 +354,8 @@ func (s *session) run(c command, p *plan.Plan) bool {
 	s.setExec(nil, nil)
 	s.stmtEnd(tag, start, err != nil || errPkt != nil || rr.failed)
 	if err != nil {
-		if s.rerunOnPrimary(err, sent, seq) {
-			return s.run(c, p)
+		if !reran && s.rerunOnPrimary(err, sent, seq) {
+			return s.runStmt(c, p, true)
 		}
 		if s.beginFailed(err) {
 			return true
@@ -359,6 +367,16 @@ func (s *session) run(c command, p *plan.Plan) bool {
 		s.state.RowCount = -1
 		s.maybeRelease()
 		return true
+	}
+	if rr.failed && rr.errCode == codeReadOnly && !rr.started && s.cw.n == sent && bc.be == &s.srv.primary {
+		// Refused by a server that may be a former primary: nothing of
+		// the answer has left yet.
+		if handled, keep, again := s.afterReadOnly(c, bc, &before, reran, seq); handled {
+			if again {
+				return s.runStmt(c, p, true)
+			}
+			return keep
+		}
 	}
 	c.ended(s, &rr)
 	s.afterStatement(bc, &rr, info, tag)

@@ -87,8 +87,11 @@ func (s *session) ensureVars() {
 // autocommit plain SELECT, of a tag under no admission control, not of
 // the background class while it is capped). A pipelined statement takes
 // no lease of its own, so passes no control. handled is false when no
-// pipe could take it (the caller then borrows a connection as usual).
-func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
+// pipe could take it (the caller then borrows a connection as usual);
+// reran then says that it ran on a pipe and is to be sent again (its
+// answer dropped: a kill meant for another hit it, or its pipe's server
+// was retired before its turn).
+func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep, reran bool) {
 	tag, cl, text := c.base().tag, pl.Class, c.text()
 	start := time.Now()
 	q := s.srv.pipes.waiters
@@ -110,7 +113,7 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
 		}
 		if err := q.Enqueue(w); err != nil {
 			s.writeErr(poolErr(pool.ErrClosed))
-			return true, true
+			return true, true, false
 		}
 		// A place may have opened between the failed try and queueing.
 		if p, turn, cmd, wait = s.srv.joinPipe(s, c, cl); p != nil || !wait {
@@ -125,7 +128,7 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
 			} else {
 				s.writeErr(poolErr(fmt.Errorf("%w after %v (every backend connection busy)", pool.ErrTimeout, time.Since(start).Round(time.Millisecond))))
 			}
-			return true, true
+			return true, true, false
 		}
 		if p, turn, cmd, wait = s.srv.joinPipe(s, c, cl); p == nil && !wait {
 			// Woken, but off to borrow a connection instead: the place
@@ -134,7 +137,7 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
 		}
 	}
 	if p == nil {
-		return false, true
+		return false, true, false
 	}
 	<-turn
 	// Our turn: the statements before ours are done, so the backend thread
@@ -148,6 +151,11 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
 	p.mu.Lock()
 	err := p.err
 	p.mu.Unlock()
+	// A pipe whose server was retired before this turn (it joined before
+	// the retirement) must not answer it: a former primary's data may be
+	// behind the new one's. Its answer is read (the pipe stays in step)
+	// and dropped, and it runs again on a connection of its own.
+	retired := s.srv.pool.Retired(p.bc)
 	var rr relayResult
 	sent, seq := s.cw.n, s.w.Seq
 	if err == nil {
@@ -173,25 +181,26 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep bool) {
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey = time.Time{}, "", ""
 	s.mu.Unlock()
-	if err == nil && rr.failed && rr.errCode == codeQueryInterrupted && !s.interrupted.Load() && s.cw.n == sent {
+	if err == nil && s.cw.n == sent && (retired || rr.failed && rr.errCode == codeQueryInterrupted && !s.interrupted.Load()) {
 		// Interrupted by a kill meant for the statement queued before ours
-		// on the pipe, and nothing of the answer has left yet: drop it and
-		// run the statement again on a connection of its own.
+		// on the pipe, or answered by a retired server, and nothing of the
+		// answer has left yet: drop it and run the statement again on a
+		// connection of its own.
 		s.w.Drop()
 		s.w.Seq = seq
 		s.srv.pipeReruns.Add(1)
-		return false, true
+		return false, true, true
 	}
 	if err != nil {
 		if errors.Is(err, errClientGone) {
-			return true, false
+			return true, false, false
 		}
 		s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during a read-only statement; nothing was changed, it is safe to retry"))
-		return true, true
+		return true, true, false
 	}
 	s.state.Status = rr.status & sessionstate.Status
 	s.srv.pipelined.Add(1)
-	return true, true
+	return true, true, false
 }
 
 // joinPipe queues command c on a pipe matching the session's state, or

@@ -74,7 +74,8 @@ func (s *session) scanMode() sqlscan.Mode {
 // client. Then what was buffered of the answer is dropped (the client's
 // sequence back to seq), the replica leaves service, its connection is
 // closed, and the session routes to the primary; the caller sends the
-// statement again (the one statement holdfast sends twice: it only reads).
+// statement again (it only reads; a write is sent again only when it is
+// certain it did not run: see failover.go).
 func (s *session) rerunOnPrimary(err error, sent int64, seq uint8) bool {
 	r := s.route
 	if r == nil || !isIOError(err) || errors.Is(err, errClientGone) || s.cw.n != sent || s.interrupted.Load() {
@@ -196,6 +197,6 @@ func (s *session) relayFailed(err error, rr *relayResult, held bool) bool {
 		return false
 	}
 	s.state.Status &^= mysqlwire.StatusInTrans
-	s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; it may or may not have taken effect (holdfast never retries a statement)"))
+	s.writeErr(newErr(codeServerLost, "HY000", "holdfast: lost the backend connection during the statement; it may or may not have taken effect (holdfast does not run it again: it retries only a statement it knows did not run)"))
 	return true
 }

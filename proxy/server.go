@@ -92,6 +92,8 @@ type Server struct {
 	routing *routing // nil without backend.replicas
 	// topo is which server is the primary (topology.go); never nil.
 	topo *topology
+	// fo counts the statements held while it has none (failover.go).
+	fo failover
 	// ctrl is the on-call controls of every source, and those in force
 	// (controls.go).
 	ctrl       controls.Table

@@ -252,7 +252,7 @@ func (s *session) stmtPrepare(p []byte) bool {
 	bc, serr := s.borrow(tag, key, s.srv.classOf(key), false)
 	if serr != nil {
 		s.writeErr(serr)
-		return true
+		return serr != errStateLost
 	}
 	s.setExec(bc, nil)
 	unbound := bc.bound(s.srv.exchangeTimeout())

@@ -44,6 +44,9 @@ type Topology struct {
 	ReadOnlyAnswers    uint64  `json:"read_only_answers"`
 	RetiredConnections uint64  `json:"retired_connections"`
 	RetiredDials       uint64  `json:"retired_dials"`
+	// Failover is the statements held while there was no usable primary
+	// or a pause was in force, retried, and answered 9010.
+	Failover FailoverStats `json:"failover"`
 }
 
 // TopologyServer is one candidate address at the last check.
@@ -76,7 +79,8 @@ func (s *Server) Topology() Topology {
 	ps := s.pool.Stats()
 	out := Topology{State: topoUnknown.String(), CheckIntervalSeconds: t.interval.Seconds(), Servers: []TopologyServer{}, Retired: []string{},
 		PrimaryChanges: t.primaryChanges.Load(), SplitBrains: t.splitBrains.Load(), NoPrimarySeconds: t.noPrimary(time.Now()).Seconds(),
-		Checks: t.checks.Load(), ReadOnlyAnswers: t.readOnlyAnswers.Load(), RetiredConnections: ps.Closed[pool.CloseRetired], RetiredDials: ps.RetiredDials}
+		Checks: t.checks.Load(), ReadOnlyAnswers: t.readOnlyAnswers.Load(), RetiredConnections: ps.Closed[pool.CloseRetired], RetiredDials: ps.RetiredDials,
+		Failover: s.FailoverStats()}
 	v := t.view.Load()
 	if v == nil {
 		return out
@@ -144,6 +148,18 @@ var (
 		"Statements a backend answered with error 1290 (read-only), each of which made holdfast check the servers at once.", nil, nil)
 	dFailoverRetiredDials = prometheus.NewDesc("holdfast_failover_retired_dials_total",
 		"Dials of the backend address that reached a retired server (a former primary): closed at once.", nil, nil)
+	dFailoverHeldNow = prometheus.NewDesc("holdfast_failover_held_statements",
+		"Statements held now, holding no backend connection, for a usable primary (or a pause to lift).", nil, nil)
+	dFailoverHeld = prometheus.NewDesc("holdfast_failover_held_total",
+		"Statements held for a usable primary or a pause (each counted once).", nil, nil)
+	dFailoverHeldSecs = prometheus.NewDesc("holdfast_failover_held_seconds",
+		"How long each held statement was held.", nil, nil)
+	dFailoverRetried = prometheus.NewDesc("holdfast_failover_retried_total",
+		"Statements answered 1290 by a read-only former primary and run again on the new one (certain not to have run).", nil, nil)
+	dFailoverRefused = prometheus.NewDesc("holdfast_failover_refused_total",
+		"Statements answered 9010 (the primary is switching): held past failover.hold or failover.max_held, or a transaction or pinned session lost with a former primary.", nil, nil)
+	dFailoverPauseWaits = prometheus.NewDesc("holdfast_failover_pause_waits_total",
+		"Statements held by a pause control.", nil, nil)
 	dTopologyChecks = prometheus.NewDesc("holdfast_topology_checks_total",
 		"Topology checks run (each reads every candidate server once).", nil, nil)
 )
@@ -155,7 +171,8 @@ type topologyCollector struct{ s *Server }
 
 func (c topologyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dBackendRole, dFailoverNoPrimary, dFailoverSplit, dFailoverChanges, dFailoverSplits,
-		dFailoverNoPrimarySecs, dFailoverReadOnly, dFailoverRetiredDials, dTopologyChecks} {
+		dFailoverNoPrimarySecs, dFailoverReadOnly, dFailoverRetiredDials, dFailoverHeldNow, dFailoverHeld, dFailoverHeldSecs,
+		dFailoverRetried, dFailoverRefused, dFailoverPauseWaits, dTopologyChecks} {
 		ch <- d
 	}
 }
@@ -194,5 +211,12 @@ func (c topologyCollector) Collect(ch chan<- prometheus.Metric) {
 	g(dFailoverNoPrimarySecs, prometheus.CounterValue, t.noPrimary(time.Now()).Seconds())
 	g(dFailoverReadOnly, prometheus.CounterValue, float64(t.readOnlyAnswers.Load()))
 	g(dFailoverRetiredDials, prometheus.CounterValue, float64(c.s.pool.Stats().RetiredDials))
+	fo := &c.s.fo
+	g(dFailoverHeldNow, prometheus.GaugeValue, float64(fo.heldNow.Load()))
+	g(dFailoverHeld, prometheus.CounterValue, float64(fo.held.Load()))
+	ch <- fo.heldTime.Snapshot().Metric(dFailoverHeldSecs)
+	g(dFailoverRetried, prometheus.CounterValue, float64(fo.retried.Load()))
+	g(dFailoverRefused, prometheus.CounterValue, float64(fo.refused.Load()))
+	g(dFailoverPauseWaits, prometheus.CounterValue, float64(fo.pauseWaits.Load()))
 	g(dTopologyChecks, prometheus.CounterValue, float64(t.checks.Load()))
 }

@@ -66,7 +66,13 @@ Commands:
                          write get error 9011 on every instance: all but reads, SHOW, SET,
                          USE, BEGIN, COMMIT and ROLLBACK (readonly TAG off lifts it)
       -reason TEXT       recorded with the control and shown in its error
-    drain, undrain, limit, maxtxn, class, route, shape and readonly also take:
+  pause TAG              for a planned switchover: TAG's statements (or those of the tags
+                         matching a pattern; * for all) that need a new backend connection
+                         wait, holding none, on every instance; open transactions and
+                         pinned sessions go on; past failover.hold they get error 9010
+  resume TAG             lift the pause (the same as pause TAG off): held statements run
+      -reason TEXT       recorded with the control
+    drain, undrain, limit, maxtxn, class, route, shape, readonly and pause also take:
       -for D             lift the control by itself after D (e.g. 30m), everywhere (not with -local)
       -local             act on the instance asked only, not the fleet
       -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)

@@ -46,6 +46,8 @@ func newAdmin(t *testing.T) *admin {
 	reply("DELETE /api/tags/{tag}/max_transaction_time", `{"tag":"{tag}","max_transaction_seconds":0}`)
 	reply("PUT /api/tags/{tag}/readonly", `{"tag":"{tag}","kind":"readonly","scope":"fleet","in_force_here":true,"here_now":"read-only","set_by":"envtok-owner/oncall","by_unverified":"oncall"}`)
 	reply("DELETE /api/tags/{tag}/readonly", `{"tag":"{tag}","kind":"readonly","scope":"fleet","in_force_here":false,"here_now":""}`)
+	reply("PUT /api/tags/{tag}/pause", `{"tag":"{tag}","kind":"pause","scope":"fleet","in_force_here":true,"here_now":"paused"}`)
+	reply("DELETE /api/tags/{tag}/pause", `{"tag":"{tag}","kind":"pause","scope":"fleet","in_force_here":false,"here_now":""}`)
 	reply("GET /api/authority", `{"version":4,"authority":"redis","shops":[],"percent":0,"changed_by":"config","reason":"","poll_interval_seconds":1,"redis_stale":false}`)
 	reply("PUT /api/authority", `{"version":5,"authority":"redis","shops":[3],"percent":50,"changed_by":"admin API","reason":"x","poll_interval_seconds":1,"redis_stale":false}`)
 	a.srv = httptest.NewServer(mux)
@@ -85,6 +87,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"readonly"}, 2, "", "usage: holdfastctl readonly TAG\n"},
 		{[]string{"readonly", "batch", "now"}, 2, "", "usage: holdfastctl readonly TAG\n"},
 		{[]string{"readonly", "-h"}, 0, "readonly TAG", ""},
+		{[]string{"resume"}, 2, "", "usage: holdfastctl resume TAG\n"},
+		{[]string{"resume", "x", "off"}, 2, "", "usage: holdfastctl resume TAG\n"},
 		{[]string{"limit", "checkout", "two"}, 2, "", `got "two"`},
 		{[]string{"maxtxn", "checkout", "soon"}, 2, "", `got "soon"`},
 		{[]string{"drain", "checkout v2"}, 2, "", `try "checkout_v2"`},
@@ -128,6 +132,10 @@ func TestCommands(t *testing.T) {
 		{[]string{"readonly", "batch_*", "-reason", "INC-42", "-for", "1h"}, "PUT /api/tags/batch_%2A/readonly?by=oncall&for=1h0m0s&reason=INC-42 Bearer envtok",
 			"batch_* is read-only: its statements but reads, SHOW, SET, USE, BEGIN, COMMIT and ROLLBACK get error 9011 (lift: holdfastctl readonly batch_* off); on every holdfast instance, for 1h0m0s; set by envtok-owner/oncall (by unverified)\n"},
 		{[]string{"readonly", "batch_*", "off"}, "DELETE /api/tags/batch_%2A/readonly?by=oncall Bearer envtok", "batch_* may write again; on every holdfast instance\n"},
+		{[]string{"pause", "*", "-reason", "switchover"}, "PUT /api/tags/%2A/pause?by=oncall&reason=switchover Bearer envtok",
+			"* is paused: its statements that need a new backend connection wait (open transactions go on), then get error 9010 past failover.hold (lift: holdfastctl pause * off); on every holdfast instance\n"},
+		{[]string{"pause", "*", "off"}, "DELETE /api/tags/%2A/pause?by=oncall Bearer envtok", "* is no longer paused: held statements run; on every holdfast instance\n"},
+		{[]string{"resume", "*"}, "DELETE /api/tags/%2A/pause?by=oncall Bearer envtok", "* is no longer paused: held statements run; on every holdfast instance\n"},
 	} {
 		before := len(a.requests())
 		code, out, errOut := holdfastctl(env, tc.args...)

@@ -28,6 +28,19 @@ type TagControl struct {
 	// Set and Lifted are the line printed after a change, %s standing
 	// for the tag (a fmt format with one verb).
 	Set, Lifted string
+	// Command is the command's name when it is not Kind's; Lift: the
+	// command only lifts the kind (holdfastctl resume TAG is pause TAG
+	// off).
+	Command string
+	Lift    bool
+}
+
+// Name is the command's name.
+func (tc TagControl) Name() string {
+	if tc.Command != "" {
+		return tc.Command
+	}
+	return tc.Kind
 }
 
 // tagControls are the kinds holdfastctl offers as commands of their own,
@@ -36,12 +49,17 @@ var tagControls = []TagControl{
 	{Kind: "readonly", Pattern: true,
 		Set:    "%s is read-only: its statements but reads, SHOW, SET, USE, BEGIN, COMMIT and ROLLBACK get error 9011",
 		Lifted: "%s may write again"},
+	{Kind: "pause", Pattern: true,
+		Set:    "%s is paused: its statements that need a new backend connection wait (open transactions go on), then get error 9010 past failover.hold",
+		Lifted: "%s is no longer paused: held statements run"},
+	{Kind: "pause", Command: "resume", Pattern: true, Lift: true,
+		Lifted: "%s is no longer paused: held statements run"},
 }
 
 // TagControlNamed returns the kind offered as command cmd.
 func TagControlNamed(cmd string) (TagControl, bool) {
 	for _, tc := range tagControls {
-		if tc.Kind == cmd {
+		if tc.Name() == cmd {
 			return tc, true
 		}
 	}
@@ -52,6 +70,8 @@ func TagControlNamed(cmd string) (TagControl, bool) {
 // got (a kind without a value takes an optional "off").
 func (tc TagControl) Args(got []string) []string {
 	switch {
+	case tc.Lift:
+		return []string{"TAG"}
 	case tc.Value != "":
 		return []string{"TAG", tc.Value}
 	case len(got) == 2 && strings.EqualFold(got[1], "off"):
@@ -70,7 +90,7 @@ func (c *CLI) Control(ctx context.Context, tc TagControl, tag, value, reason str
 	if err := CheckTag(check); err != nil {
 		return err
 	}
-	lift := strings.EqualFold(value, "off")
+	lift := tc.Lift || strings.EqualFold(value, "off")
 	if lift {
 		value = ""
 	}

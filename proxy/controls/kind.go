@@ -79,6 +79,10 @@ const (
 	// EffectRefusal refuses statements of the key before they run, by
 	// Kind.Refuse (Table.Refuse).
 	EffectRefusal
+	// EffectPause holds the key's new borrows, holding no connection,
+	// until it is lifted or failover.hold passes (Table.Paused;
+	// proxy/failover.go).
+	EffectPause
 )
 
 // Kind declares one control kind: its name, its value, its merge rule,

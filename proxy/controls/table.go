@@ -59,9 +59,27 @@ type Table struct {
 	OnChange func(old, cur *Set)
 
 	set atomic.Pointer[Set] // in force; nil: no control at all
+	// changed is closed, and replaced, at every change of what is in
+	// force (Changes); nil until the first call of Changes.
+	changed atomic.Pointer[chan struct{}]
 
 	mu  sync.Mutex // guards src; held while a change is published
 	src [NumSources]map[ckey]Control
+}
+
+// Changes returns a channel closed at the next change of what is in
+// force: a waiter loads what it waits on, then waits on the channel it
+// got before that load (see proxy/failover.go). Safe at any time.
+func (t *Table) Changes() <-chan struct{} {
+	for {
+		if ch := t.changed.Load(); ch != nil {
+			return *ch
+		}
+		ch := make(chan struct{})
+		if t.changed.CompareAndSwap(nil, &ch) {
+			return ch
+		}
+	}
 }
 
 // Load returns the controls in force now (nil: none), an immutable
@@ -194,6 +212,9 @@ func (t *Table) publishLocked(changed []*Kind) {
 		cur = nil
 	}
 	t.set.Store(cur)
+	if ch := t.changed.Swap(nil); ch != nil {
+		close(*ch)
+	}
 	if t.OnChange != nil {
 		t.OnChange(old, cur)
 	}
@@ -266,6 +287,8 @@ type Set struct {
 	admit      map[string]struct{}
 	refusers   []*kindSet
 	background bool
+	// pausers are the kinds that pause borrows with a control in force.
+	pausers []*kindSet
 }
 
 // finish computes the summaries of s's kinds.
@@ -284,6 +307,8 @@ func (s *Set) finish() {
 			}
 		case EffectRefusal:
 			s.refusers = append(s.refusers, ks)
+		case EffectPause:
+			s.pausers = append(s.pausers, ks)
 		case EffectClass:
 			s.background = ks.names(int64(Background))
 		}
@@ -584,4 +609,19 @@ func (t *Table) Refuse(key string, info *sqlscan.Info) error {
 		}
 	}
 	return nil
+}
+
+// Paused returns the pause in force for key (a control of an EffectPause
+// kind), if any: the key's new borrows wait (proxy/failover.go).
+func (t *Table) Paused(key string) (Control, bool) {
+	s := t.set.Load()
+	if s == nil || s.pausers == nil {
+		return Control{}, false
+	}
+	for _, ks := range s.pausers {
+		if c, ok := ks.lookup(key); ok {
+			return c, true
+		}
+	}
+	return Control{}, false
 }

@@ -1,0 +1,365 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdfast-db/holdfast/attribution"
+	"github.com/holdfast-db/holdfast/proxy/controls"
+	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
+	plan "github.com/holdfast-db/holdfast/proxy/policy"
+	"github.com/holdfast-db/holdfast/proxy/pool"
+)
+
+// Held, not failed. While there is no usable primary (a switchover or a
+// failover under way, a split brain: topology.go), a statement that needs
+// the primary and a connection the session does not hold yet waits,
+// holding no backend connection, until the topology knows a primary, and
+// then borrows one there; so does one whose borrow found only a retired
+// server behind backend.address (pool.ErrRetired: the name or VIP has not
+// moved yet), and one of a tag a pause control is in force for (any
+// borrow, replica reads and pipelined ones included). A statement is held
+// at most failover.hold in all, and at most failover.max_held at once on
+// an instance; past either it is answered 9010, "the primary is
+// switching", with nothing run.
+//
+// A statement answered 1290 ("read-only") by a server that is read-only
+// now ran nowhere: one that policy.RetryReadOnly allows, with nothing of
+// its answer sent to the client, is sent once more, through the hold, to
+// the new primary (afterReadOnly). A transaction or pinned state on a
+// former primary is lost: the transaction is rolled back and answered 9010
+// at its next statement (or instead of the 1290), the session going on
+// outside a transaction; a pinned session is answered 9010 and closed.
+//
+// The session's goroutine is the only caller of the session's methods
+// here. When nothing is switching and no pause is in force, the cost on
+// the statement path is two atomic loads (mustHold).
+
+// codePrimarySwitching is error 9010: no usable primary within
+// failover.hold (or failover.max_held statements held already), a pause
+// that outlasted failover.hold, or a transaction or pinned state lost with
+// a former primary. SQLSTATE 40001 (serialization failure: the
+// transaction was rolled back), not 08xxx: nothing ran, the statement may
+// be retried at once on the same client connection, and drivers and pools
+// treat 08xxx as a broken connection to throw away, which it is not
+// (but after a pinned session's 9010, which closes it).
+const (
+	codePrimarySwitching  = 9010
+	statePrimarySwitching = "40001"
+)
+
+// failover is the server's counts of held statements (Server.fo).
+type failover struct {
+	heldNow atomic.Int64 // statements held now
+	// Since start: statements held (each once, however long), retried
+	// after a 1290, answered 9010, and held by a pause.
+	held, retried, refused, pauseWaits atomic.Uint64
+	heldTime                           attribution.Histogram // how long each was held
+}
+
+// mustHold reports whether a new borrow for key waits first: while there
+// is no usable primary (primary: the borrow is for the primary's work), or
+// a pause is in force for key. Two atomic loads when neither.
+func (s *Server) mustHold(key string, primary bool) bool {
+	if primary && s.topo.badSince.Load() != 0 {
+		return true
+	}
+	_, paused := s.ctrl.Paused(key)
+	return paused
+}
+
+// hold is one statement's hold: zero until it first waits.
+type hold struct {
+	start  time.Time
+	on     bool // counted in heldNow
+	paused bool // counted in pauseWaits
+}
+
+// wait holds the statement h is of, holding no backend connection, while
+// a borrow for key must not start (see mustHold; primary: the borrow is
+// for the primary), within failover.hold from the hold's start. A nil
+// answer: go on and borrow. h is ended by the caller (endHold) either way.
+func (s *session) wait(h *hold, key string, primary bool) *mysqlwire.SQLError {
+	srv := s.srv
+	cfg := srv.config().Failover
+	if !h.on {
+		h.start = time.Now()
+		if srv.fo.heldNow.Add(1) > int64(cfg.MaxHeld) {
+			srv.fo.heldNow.Add(-1)
+			srv.fo.refused.Add(1)
+			return newErr(codePrimarySwitching, statePrimarySwitching,
+				"holdfast: the primary is switching and %d statements are held already (failover.max_held); nothing ran, retry", cfg.MaxHeld)
+		}
+		h.on = true
+		srv.fo.held.Add(1)
+	}
+	// A kill of the session, or its client hanging up, ends the hold as it
+	// ends a CALL holdfast.* (interrupt, kill.go).
+	killed, kill := context.WithCancelCause(srv.ctx)
+	defer kill(nil)
+	ctx, cancel := context.WithDeadline(killed, h.start.Add(cfg.Hold))
+	defer cancel()
+	s.interrupted.Store(false)
+	s.mu.Lock()
+	s.execCall = kill
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.execCall = nil
+		s.mu.Unlock()
+	}()
+	s.watch.arm()
+	defer s.watch.disarm()
+	waitedPrimary := false
+	for {
+		changes := srv.ctrl.Changes()
+		if c, ok := srv.ctrl.Paused(key); ok {
+			if !h.paused {
+				h.paused = true
+				srv.fo.pauseWaits.Add(1)
+			}
+			select {
+			case <-changes:
+				continue
+			case <-ctx.Done():
+				return s.holdOver(h, cfg.Hold, pausedBy(c, key))
+			}
+		}
+		if primary && !waitedPrimary && srv.topo.badSince.Load() != 0 {
+			waitedPrimary = true
+			if srv.topo.waitPrimary(ctx) != nil {
+				return s.holdOver(h, cfg.Hold, "no usable primary")
+			}
+			continue
+		}
+		return nil
+	}
+}
+
+// pausedBy says who paused key, for the 9010 of a pause that outlasted
+// the hold.
+func pausedBy(c controls.Control, key string) string {
+	by := "tag '" + key + "' is paused by on-call"
+	if c.Key != key {
+		by += " under " + c.Key
+	}
+	switch {
+	case c.Reason != "":
+		by += " (" + c.Reason + ")"
+	case c.SetBy != "":
+		by += " (set by " + c.SetBy + ")"
+	}
+	return by
+}
+
+// holdOver is the answer of a hold that ran out: 9010 (the server closing:
+// its shutdown error).
+func (s *session) holdOver(h *hold, bound time.Duration, why string) *mysqlwire.SQLError {
+	if s.srv.ctx.Err() != nil {
+		return poolErr(pool.ErrClosed)
+	}
+	if s.interrupted.Load() {
+		return newErr(codeQueryInterrupted, "70100", "Query execution was interrupted (holdfast: while it was held, %s; nothing ran)", why)
+	}
+	s.srv.fo.refused.Add(1)
+	return newErr(codePrimarySwitching, statePrimarySwitching,
+		"holdfast: the primary is switching: %s for %v (failover.hold); nothing ran, retry", why, bound.Round(time.Millisecond))
+}
+
+// endHold ends h's hold, if it waited.
+func (s *session) endHold(h *hold) {
+	if !h.on {
+		return
+	}
+	h.on = false
+	s.srv.fo.heldNow.Add(-1)
+	s.srv.fo.heldTime.Observe(time.Since(h.start))
+}
+
+// takePrimary takes a lease of the primary for the session (see take),
+// holding the statement while the address leads only to a retired server
+// (the name or VIP has not moved yet), within failover.hold of h's start.
+// A refusal by the hold is serr (9010); err is take's.
+func (s *session) takePrimary(h *hold, tag *attribution.Tag, key string, cl class) (serr *mysqlwire.SQLError, err error) {
+	for {
+		began := time.Now()
+		err := s.srv.take(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &s.srv.primary)
+		if err == nil || !errors.Is(err, pool.ErrRetired) {
+			return nil, err
+		}
+		if !h.on {
+			if serr := s.wait(h, key, true); serr != nil {
+				return serr, nil
+			}
+			h.start = began // the pool's own wait counts in the hold
+		}
+		cfg := s.srv.config().Failover
+		left := time.Until(h.start.Add(cfg.Hold))
+		if left <= 0 {
+			return s.holdOver(h, cfg.Hold, "backend.address leads only to a former primary"), nil
+		}
+		// The pool dialed again with a back-off until its acquire
+		// timeout: wait a little and try again while the hold lasts.
+		t := time.NewTimer(min(left, 50*time.Millisecond))
+		select {
+		case <-t.C:
+		case <-s.srv.ctx.Done():
+			t.Stop()
+			return nil, pool.ErrClosed
+		}
+	}
+}
+
+// onFormerPrimary reports whether bc, a connection of the session's, is
+// to a server the primary's pool retired (a former primary).
+func (s *session) onFormerPrimary(bc *backendConn) bool {
+	return bc.be == &s.srv.primary && s.srv.pool.Retired(bc)
+}
+
+// errStateLost is the 9010 of a pinned session whose state was on a
+// former primary; the session is closed after it (run, prepare).
+var errStateLost = newErr(codePrimarySwitching, statePrimarySwitching,
+	"holdfast: the primary switched: this session's state (temporary tables, locks, prepared transactions, or another reason it kept its backend connection) was on the former primary and is lost; the connection is closed, reconnect")
+
+// lostToSwitch ends what the session kept on a former primary: its
+// connection is closed (which rolls an open transaction back), and the
+// answer is 9010: errStateLost for a pinned session (whose caller closes
+// it), else a rolled-back transaction, the session outside one now.
+func (s *session) lostToSwitch() *mysqlwire.SQLError {
+	pinned := s.state.PinReason != ""
+	inTxn := s.state.InTxn()
+	s.srv.log.Warn("the primary switched while a session kept a connection to the former one: it is closed", "client", s.id,
+		"transaction", inTxn, "pinned", s.state.PinReason)
+	s.release(false)
+	s.srv.fo.refused.Add(1)
+	if pinned {
+		return errStateLost
+	}
+	s.state.Status &^= mysqlwire.StatusInTrans
+	s.state.Txn.PendingBegin = nil
+	s.state.Txn.HoldNext = false
+	s.setTxnTag(nil)
+	return newErr(codePrimarySwitching, statePrimarySwitching,
+		"holdfast: the primary switched during this transaction: it was rolled back on the former primary, and the session is outside a transaction now; retry the transaction")
+}
+
+// confirmWait bounds how long confirmReadOnly waits for a topology check
+// that began after the 1290.
+const confirmWait = time.Second
+
+// confirmReadOnly reports whether the server of bc, which answered the
+// session's statement 1290, is read-only now (1290 also comes of other
+// options, such as secure_file_priv). It asks the topology monitor for a
+// check (the 1290 asked already; one that began before the answer may be
+// under way) and reads that check's view of the server, so that nothing
+// runs on the session's connection (whose diagnostics, SHOW WARNINGS,
+// are the client's). When no such check comes within confirmWait, or it
+// did not see that server (a name already moved away from it), it asks
+// on bc itself. A failure to ask says no.
+func (s *session) confirmReadOnly(bc *backendConn) bool {
+	t := s.srv.topo
+	since := time.Now()
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+	for deadline := since.Add(confirmWait); time.Now().Before(deadline) && s.srv.ctx.Err() == nil; time.Sleep(2 * time.Millisecond) {
+		v := t.view.Load()
+		if v == nil || !v.at.After(since) {
+			continue
+		}
+		for _, o := range v.obs {
+			if o.reachable && o.id == bc.server && bc.server != "" {
+				return o.readOnly
+			}
+		}
+		break
+	}
+	unbound := bc.bound(s.srv.exchangeTimeout())
+	res, err := bc.queryLocked("SELECT @@global.read_only")
+	unbound()
+	if err != nil || len(res.rows) != 1 || len(res.rows[0]) != 1 {
+		return false
+	}
+	return isOn(string(res.rows[0][0]))
+}
+
+// awaitDemoted waits, within failover.hold of h's start, until the
+// topology no longer takes server for the primary: a 1290 made the monitor
+// check again at once (NoteReadOnly), and a retried statement must not be
+// lent another connection to that same server meanwhile.
+func (s *session) awaitDemoted(h *hold, server serverID) {
+	deadline := h.start.Add(s.srv.config().Failover.Hold)
+	for time.Now().Before(deadline) && s.srv.ctx.Err() == nil {
+		v := s.srv.topo.view.Load()
+		if v == nil || v.state != topoPrimary || v.primary != server {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// FailoverStats are the counts of held statements (the
+// holdfast_failover_held* metrics), since start but HeldNow.
+type FailoverStats struct {
+	// HeldNow are the statements held now (no usable primary, a retired
+	// address, or a pause).
+	HeldNow int64 `json:"held_now"`
+	// Held statements (each once), and the seconds they were held in all.
+	Held        uint64  `json:"held"`
+	HeldSeconds float64 `json:"held_seconds"`
+	// Retried: statements answered 1290 by a read-only former primary and
+	// run again on the new one. Refused: answered 9010. PauseWaits:
+	// statements held by a pause control.
+	Retried    uint64 `json:"retried"`
+	Refused    uint64 `json:"refused"`
+	PauseWaits uint64 `json:"pause_waits"`
+}
+
+// FailoverStats returns the counts of held statements.
+func (s *Server) FailoverStats() FailoverStats {
+	fo := &s.fo
+	return FailoverStats{HeldNow: fo.heldNow.Load(), Held: fo.held.Load(), HeldSeconds: fo.heldTime.Snapshot().Sum,
+		Retried: fo.retried.Load(), Refused: fo.refused.Load(), PauseWaits: fo.pauseWaits.Load()}
+}
+
+// afterReadOnly handles a statement c answered 1290 on bc, a connection
+// of the primary's pool, with nothing of the answer sent to the client
+// yet (seq: the client's sequence before it). Unless bc's server is
+// read-only now (confirmReadOnly), it is not handled: the 1290 goes to
+// the client as it is. Else the buffered answer is dropped, bc closed,
+// and: a statement policy.RetryReadOnly allows (before: the session as c
+// found it), not sent again already, runs again (again: the caller sends
+// it, and the borrow holds it until a new primary is known); a
+// transaction or pinned state is lost (lostToSwitch: 9010; keep is false
+// for a pinned session); anything else is answered 9010, nothing having
+// run.
+func (s *session) afterReadOnly(c command, bc *backendConn, before *plan.Session, reran bool, seq uint8) (handled, keep, again bool) {
+	if !s.confirmReadOnly(bc) {
+		return false, true, false
+	}
+	s.w.Drop()
+	s.w.Seq = seq
+	server := bc.server
+	b := c.base()
+	if !reran && plan.RetryReadOnly(b.kind, b.info, before) {
+		s.release(false)
+		h := hold{start: time.Now()}
+		s.awaitDemoted(&h, server)
+		s.srv.fo.retried.Add(1)
+		s.srv.log.Info("statement refused by a read-only former primary: running it on the new one", "client", s.id, "server", server)
+		return true, true, true
+	}
+	if s.state.KeepsConn() {
+		serr := s.lostToSwitch()
+		s.writeErr(serr)
+		return true, serr != errStateLost, false
+	}
+	s.release(false)
+	s.srv.fo.refused.Add(1)
+	s.writeErr(newErr(codePrimarySwitching, statePrimarySwitching,
+		"holdfast: the primary is switching: the statement was refused by the former primary, now read-only; nothing ran, retry"))
+	return true, true, false
+}
