@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -489,7 +491,10 @@ func gatherTopology(t *testing.T, srv *Server) map[string]*dto.MetricFamily {
 // holdfast_failover_split_brain is 1. When one turns read-only, writes go
 // to the other again.
 func TestSplitBrainWritesNowhere(t *testing.T) {
-	p := startSetProxy(t, true, func(c *config.Config) { c.Pool.AcquireTimeout = time.Second })
+	p := startSetProxy(t, true, func(c *config.Config) {
+		c.Pool.AcquireTimeout = time.Second
+		c.Failover.Hold = 500 * time.Millisecond // held past it: 9010
+	})
 	db := p.open(t)
 	if _, err := db.Exec("INSERT INTO t VALUES (1, 0)"); err != nil {
 		t.Fatal(err)
@@ -514,8 +519,9 @@ func TestSplitBrainWritesNowhere(t *testing.T) {
 		_, err := db.ExecContext(ctx, "INSERT INTO t VALUES (?, 0)", 100+i)
 		cancel()
 		if err != nil {
-			if errs == 0 {
-				t.Logf("a write during the split brain: %v", err)
+			var me *mysql.MySQLError
+			if !errors.As(err, &me) || me.Number != 9010 {
+				t.Errorf("a write during the split brain: %v; want 9010, the primary is switching", err)
 			}
 			errs++
 		}
@@ -602,7 +608,10 @@ func TestReplicaSameServerTwice(t *testing.T) {
 // check that finds server 2 the primary, no read is served by server 3,
 // until the HA tool points it at server 2; then it gets reads again.
 func TestReplicaReadsAfterPrimaryKilled(t *testing.T) {
-	p := startSetProxy(t, true, func(c *config.Config) { c.Pool.AcquireTimeout = time.Second })
+	p := startSetProxy(t, true, func(c *config.Config) {
+		c.Pool.AcquireTimeout = time.Second
+		c.Failover.Hold = 500 * time.Millisecond // held past it: 9010
+	})
 	waitFor(t, "servers 2 and 3 in service", func() bool { return p.up(t, 1) && p.up(t, 2) })
 	db := p.open(t)
 	db.SetMaxOpenConns(8)
