@@ -54,7 +54,7 @@ func TestGrantsNeverExceedTheCap(t *testing.T) {
 			for round := 0; round < 40; round++ {
 				want := (round*(i+1) + i) % 7
 				held = min(held, want) // statements end
-				sh, err := st.Grant(ctx, "t", id, want, max(held, ceiling), ttl, hour)
+				sh, err := st.Grant(ctx, "t", id, want, max(held, ceiling), ttl, hour, 0)
 				if err != nil {
 					errs <- err
 					return
@@ -89,7 +89,7 @@ func TestGrantsNeverExceedTheCap(t *testing.T) {
 	var last [4]Share
 	for round := 0; round < 4; round++ {
 		for i := range held {
-			sh, err := st.Grant(ctx, "t", fmt.Sprint("inst", i), capN, max(held[i], ceiling[i]), ttl, hour)
+			sh, err := st.Grant(ctx, "t", fmt.Sprint("inst", i), capN, max(held[i], ceiling[i]), ttl, hour, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func TestGrantOfABusyInstanceShrinks(t *testing.T) {
 	held := map[string]int{}
 	ceiling := map[string]int{}
 	renew := func(id string) Share {
-		sh, err := st.Grant(ctx, "t", id, 8, max(held[id], ceiling[id]), ttl, hour)
+		sh, err := st.Grant(ctx, "t", id, 8, max(held[id], ceiling[id]), ttl, hour, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,21 +164,21 @@ func TestGrantOfAGoneInstanceReturns(t *testing.T) {
 	if err := st.SetControl(ctx, Control{Tag: "t", Kind: KindLimit, Value: 4, SetBy: "test"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if sh, err := st.Grant(ctx, "t", "gone", 4, 0, ttl, hour); err != nil || sh.Granted != 4 {
+	if sh, err := st.Grant(ctx, "t", "gone", 4, 0, ttl, hour, 0); err != nil || sh.Granted != 4 {
 		t.Fatalf("first instance granted %+v (%v), want all 4", sh, err)
 	}
-	sh, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour)
+	sh, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour, 0)
 	if err != nil || sh.Granted != 0 || sh.Fair != 2 || len(sh.Grants) != 2 {
 		t.Fatalf("while the first holds all: %+v (%v), want nothing granted yet, a fair share of 2, two rows", sh, err)
 	}
 	time.Sleep(2 * ttl)
-	if sh, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour); err != nil || sh.Granted != 4 || len(sh.Grants) != 1 {
+	if sh, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour, 0); err != nil || sh.Granted != 4 || len(sh.Grants) != 1 {
 		t.Fatalf("after the first lapsed: %+v (%v), want all 4", sh, err)
 	}
 	if _, err := st.RemoveControl(ctx, "t", KindLimit); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour); !errors.Is(err, ErrNoCap) {
+	if _, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour, 0); !errors.Is(err, ErrNoCap) {
 		t.Fatalf("after the cap was lifted: %v, want ErrNoCap", err)
 	}
 }
