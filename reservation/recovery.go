@@ -96,8 +96,9 @@ func (c *callRun) again(ctx context.Context, err error, own bool) bool {
 	if !switched && !(c.unsure && isBorrowError(err)) {
 		return false
 	}
-	if switched && c.e.hold > 0 && holdCall(ctx) {
+	if switched && c.e.hold > 0 && holdCall(ctx) && !c.held {
 		c.held = true
+		c.e.m.held.inc(c.proc)
 	}
 	if ctx.Err() != nil {
 		return false

@@ -78,7 +78,8 @@ type switchOp struct {
 	resErr     error
 	second     string // claim's or release's outcome; "" on error
 	secErr     error
-	after      bool // the reserve started after the switch ended
+	after      bool          // the reserve started after the switch ended
+	took       time.Duration // the longest of its two calls
 }
 
 // load runs workers reserving one unit each and claiming or releasing it
@@ -99,7 +100,9 @@ func (v *switchEnv) load(workers int, stop <-chan struct{}, switched *atomic.Boo
 				op := &switchOp{key: fmt.Sprintf("k-%d-%d", w, i), lines: restest.LinesJSON(item, 1, 1), item: item, claim: i%2 == 0,
 					after: switched.Load()}
 				ctx := context.Background()
+				start := time.Now()
 				_, rows, err := v.eng.Call(ctx, "reserve", []any{int64(shop), op.key, op.lines, nil})
+				op.took = time.Since(start)
 				op.resErr = err
 				if err == nil {
 					op.token = rows[0][0].(string)
@@ -107,7 +110,9 @@ func (v *switchEnv) load(workers int, stop <-chan struct{}, switched *atomic.Boo
 					if op.claim {
 						proc = "claim"
 					}
+					start := time.Now()
 					_, rows, err := v.eng.Call(ctx, proc, []any{op.token})
+					op.took = max(op.took, time.Since(start))
 					op.secErr = err
 					if err == nil {
 						op.second = rows[0][1].(string)
@@ -138,8 +143,10 @@ func (v *switchEnv) check(t *testing.T, ops []*switchOp, allowLost bool, allowed
 	ctx := t.Context()
 	claimed := map[int64]int64{}
 	codes := map[uint16]int{}
+	var longest time.Duration
 	lost, answered := 0, 0
 	for _, op := range ops {
+		longest = max(longest, op.took)
 		for _, err := range []error{op.resErr, op.secErr} {
 			if err == nil {
 				continue
@@ -198,7 +205,15 @@ func (v *switchEnv) check(t *testing.T, ops []*switchOp, allowLost bool, allowed
 	if err != nil || len(rep.Bad) > 0 {
 		t.Errorf("stock invariant after the switch: %+v %v", rep.Bad, err)
 	}
-	t.Logf("%d keys, %d reservations checked, answers other than success %v, lost by the replication of the killed primary %d", len(ops), answered, codes, lost)
+	held := uint64(0)
+	for _, n := range v.eng.Stats().Held {
+		held += n
+	}
+	t.Logf("%d keys, %d reservations checked, calls held %d, longest call %v, answers other than success %v, lost by the replication of the killed primary %d",
+		len(ops), answered, held, longest.Round(time.Millisecond), codes, lost)
+	if held == 0 {
+		t.Error("no call was held through the switch")
+	}
 	if answered == 0 {
 		t.Error("no reserve answered")
 	}
