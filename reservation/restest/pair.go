@@ -103,6 +103,50 @@ func (p *Pair) SwitchoverAfter(ctx context.Context, readOnly time.Duration) (dbt
 	return st, err
 }
 
+// SemiSync turns on semi-synchronous replication from the primary to the
+// replica (MariaDB's built-in): a COMMIT is acknowledged only once the
+// replica has received it, so a killed primary's acknowledged writes are
+// on its promoted replica (KillAndPromote's wait lets the replica apply
+// them), as with an HA setup that promises no acknowledged write is lost.
+func (p *Pair) SemiSync(t testing.TB) {
+	t.Helper()
+	SemiSync(t, p.Primary, p.Replica)
+}
+
+// SemiSync is Pair.SemiSync for any private primary and its replica.
+func SemiSync(t testing.TB, primary, replica *dbtest.Private) {
+	t.Helper()
+	for _, step := range []struct {
+		on *dbtest.Private
+		qs []string
+	}{
+		{primary, []string{"SET GLOBAL rpl_semi_sync_master_enabled = 1", "SET GLOBAL rpl_semi_sync_master_timeout = 30000"}},
+		{replica, []string{"SET GLOBAL rpl_semi_sync_slave_enabled = 1", "STOP SLAVE IO_THREAD", "START SLAVE IO_THREAD"}},
+	} {
+		db := step.on.Open("")
+		for _, q := range step.qs {
+			if _, err := db.Exec(q); err != nil {
+				db.Close()
+				t.Fatalf("restest: semi-sync on %s: %s: %v", step.on.Addr, q, err)
+			}
+		}
+		db.Close()
+	}
+	root := primary.Open("")
+	defer root.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var name, v string
+		if err := root.QueryRow("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'").Scan(&name, &v); err == nil && v == "1" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("restest: the replica did not connect as a semi-synchronous replica")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // KillAndPromote kills the primary (SIGKILL), and after wait promotes the
 // replica and moves the VIP to it; the promoted replica becomes p.Primary
 // and p.Replica is nil.
