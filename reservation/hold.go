@@ -184,3 +184,8 @@ func holdCall(ctx context.Context) bool {
 	c, ok := ctx.Value(callCtxKey{}).(*callCtx)
 	return ok && c.hold()
 }
+
+// ReadOnlyRefusal reports whether err (of a Conn, or of a TxRunner) is a
+// server's refusal to write because it is read-only: the primary is being
+// switched over. Nothing was done. For the refiller's background loop.
+func ReadOnlyRefusal(err error) bool { return readOnlyRefusal(err) }
