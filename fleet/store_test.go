@@ -356,3 +356,41 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("%s not gathered", name)
 	return 0
 }
+
+// Out of a time without writes (the renewer's own row as stale as the
+// others': a switchover of the primary), a renewal takes no lapsed grant
+// over but gives every stale row a fresh ttl; a renewer whose own row is
+// fresh takes a lapsed grant over as before.
+func TestGrantAfterATimeWithoutWrites(t *testing.T) {
+	st := migrated(t)
+	ctx := context.Background()
+	const ttl, poll = 400 * time.Millisecond, 100 * time.Millisecond
+	if err := st.SetControl(ctx, Control{Tag: "t", Kind: KindLimit, Value: 4, SetBy: "test"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if _, err := st.Grant(ctx, "t", id, 4, 0, ttl, hour, poll); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(ttl + poll) // nobody renews: both rows lapse
+	sh, err := st.Grant(ctx, "t", "a", 4, 0, ttl, hour, poll)
+	if err != nil || len(sh.Grants) != 2 || sh.Granted > 4-sh.Grants[1].Granted {
+		t.Fatalf("out of a time without writes: %+v (%v), want b's row kept and the cap kept", sh, err)
+	}
+	// b does not come back: a's renewals every poll, its own row fresh
+	// now, take b's grant over once b's fresh ttl has passed.
+	bumped := time.Now()
+	for time.Since(bumped) < ttl+2*poll {
+		time.Sleep(poll)
+		if sh, err = st.Grant(ctx, "t", "a", 4, 0, ttl, hour, poll); err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(bumped) < ttl/2 && len(sh.Grants) != 2 {
+			t.Fatalf("within b's fresh ttl: %+v, want b's row kept", sh)
+		}
+	}
+	if len(sh.Grants) != 1 || sh.Granted != 4 {
+		t.Fatalf("after b's fresh ttl: %+v, want b's grant back to a, all 4", sh)
+	}
+}
