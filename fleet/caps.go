@@ -40,7 +40,7 @@ const (
 // grantStore is the part of Store the caps use: a seam for tests of the
 // sharing with no database.
 type grantStore interface {
-	Grant(ctx context.Context, tag, instance string, want, used int, ttl, period time.Duration) (Share, error)
+	Grant(ctx context.Context, tag, instance string, want, used int, ttl, period, poll time.Duration) (Share, error)
 	ReleaseGrants(ctx context.Context, instance string, keep []string) error
 }
 
@@ -56,7 +56,37 @@ type capState struct {
 	// turn is when the round turns (local time), when this instance's
 	// share changes then (zero: it does not).
 	turn time.Time
+	// switching: the grant is kept past its renewal's deadline because
+	// the database refuses writes (keepThrough).
+	switching bool
 }
+
+// keepThrough reports whether a grant whose renewal failed with err, and
+// whose deadline (ttl − poll after its last renewal) has passed, stays in
+// force: while the database refuses the renewal as read-only (the
+// primary is being switched over: it refuses every instance's writes),
+// for at most Options.SwitchHold past the deadline. Nobody can take the
+// grant over meanwhile, and the first renewal after the switch gives
+// every grant a fresh ttl (Store.Grant), so the grants still add up to no
+// more than the cap. Only where ttl is at least 4 × poll, as Store.Grant
+// needs. An unreachable database is not such a refusal (it may be this
+// instance alone that cannot reach it): the grant lapses as before, ttl
+// − poll after its last renewal (4 s by default, longer than a failover
+// that promotes a replica within 2 s).
+func (f *Fleet) keepThrough(err error, c capState, now time.Time) bool {
+	if c.renewed.IsZero() || f.o.TTL < 4*f.o.Poll || !ReadOnly(err) {
+		return false
+	}
+	hold := f.o.SwitchHold
+	if hold <= 0 {
+		hold = DefaultSwitchHold
+	}
+	return now.Sub(c.renewed) < f.o.TTL-f.o.Poll+hold
+}
+
+// DefaultSwitchHold is how long past its deadline a cap's grant is kept
+// through a switchover of the primary when Options.SwitchHold is zero.
+const DefaultSwitchHold = 15 * time.Second
 
 // CapShares is one fleet-wide cap's split among the instances, as this
 // instance read it at its last renewal.
@@ -81,16 +111,28 @@ func (f *Fleet) renew(ctx context.Context, tag string, c capState, now time.Time
 	held, want := f.o.Applier.Demand(tag, restart)
 	c.tried = now
 	// It may admit up to its ceiling while the renewal runs.
-	sh, err := f.grants.Grant(ctx, tag, f.o.Self.ID, want, max(held, c.ceiling), f.o.TTL, TurnRounds*f.o.Poll)
+	sh, err := f.grants.Grant(ctx, tag, f.o.Self.ID, want, max(held, c.ceiling), f.o.TTL, TurnRounds*f.o.Poll, f.o.Poll)
 	switch {
 	case errors.Is(err, ErrNoCap):
 		return c, false
 	case err == nil:
-		c.share, c.renewed, c.turn, c.want = sh, now, time.Time{}, want
+		if c.switching {
+			f.o.Log.Info("fleet: this instance's grant of a fleet-wide cap is renewed again after a switchover of the primary", "tag", tag)
+		}
+		c.share, c.renewed, c.turn, c.want, c.switching = sh, now, time.Time{}, want, false
 		c.ceiling = min(sh.Granted, sh.Fair)
 		if sh.Next != sh.Fair {
 			c.turn = now.Add(sh.RoundLeft)
 		}
+	case now.Sub(c.renewed) >= f.o.TTL-f.o.Poll && f.keepThrough(err, c, now):
+		// A switchover of the primary: nobody can take the grant over
+		// (Store.Grant), so it stays in force, and the tag is not
+		// starved while the primary moves.
+		if !c.switching {
+			f.o.Log.Warn("fleet: cannot renew this instance's grant of a fleet-wide cap while the primary is switched over; keeping it", "tag", tag,
+				"granted", c.share.Granted, "admits", c.ceiling, "err", err)
+		}
+		c.switching = true
 	case now.Sub(c.renewed) >= f.o.TTL-f.o.Poll:
 		// Not renewed: the others may take this grant over once it
 		// lapses, so stop using it first.

@@ -44,7 +44,7 @@ type memRow struct {
 	renewed time.Time
 }
 
-func (m *memGrants) Grant(_ context.Context, tag, instance string, want, used int, ttl, period time.Duration) (Share, error) {
+func (m *memGrants) Grant(_ context.Context, tag, instance string, want, used int, ttl, period, _ time.Duration) (Share, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var gs []Grant

@@ -45,6 +45,10 @@ type Options struct {
 	ConnReserve int
 	StmtShare   float64
 	Log         *slog.Logger
+	// SwitchHold bounds how long past its deadline a cap's grant is kept
+	// while the database refuses its renewal as read-only (a switchover
+	// of the primary: caps.go, keepThrough). 0: DefaultSwitchHold.
+	SwitchHold time.Duration
 }
 
 // Fleet keeps this instance in step with the fleet's tables. New starts
@@ -88,6 +92,8 @@ type Fleet struct {
 	applied     []Applied
 	polls       uint64
 	failures    uint64
+	hbErr       error // the last heartbeat's failure; nil: it was recorded
+	hbFailures  uint64
 	limits      ServerLimits
 	sizing      Sizing
 }
@@ -184,7 +190,9 @@ func (f *Fleet) Close() error {
 // Poll runs one round: this instance's heartbeat, the controls read and
 // applied, its grants of fleet-wide caps renewed. An instance that cannot
 // read the controls keeps the last it read (their expiries counted on its
-// own clock meanwhile) and says so (Status).
+// own clock meanwhile) and says so (Status). A heartbeat that fails (the
+// database refusing writes during a switchover of the primary) fails no
+// poll: Status says so, and the error is the controls' read's alone.
 func (f *Fleet) Poll(ctx context.Context) error {
 	f.pollMu.Lock()
 	defer f.pollMu.Unlock()
@@ -195,11 +203,12 @@ func (f *Fleet) Poll(ctx context.Context) error {
 	if f.o.StmtBudget != nil {
 		self.StmtBudget = f.o.StmtBudget()
 	}
-	err := st.Heartbeat(ctx, self)
-	var read ControlsRead
-	if err == nil {
-		read, err = st.Controls(ctx)
-	}
+	// The heartbeat is a write: while the primary is switched over (a
+	// read-only server refuses it) it fails, and the controls are read
+	// all the same (a read-only server still answers reads), so the
+	// poll goes on without it.
+	hbErr := st.Heartbeat(ctx, self)
+	read, err := st.Controls(ctx)
 	var members []Member
 	if err == nil {
 		members, err = st.Members(ctx, f.o.TTL)
@@ -211,6 +220,7 @@ func (f *Fleet) Poll(ctx context.Context) error {
 	now := f.now()
 	f.mu.Lock()
 	f.polls++
+	f.noteHeartbeatLocked(hbErr)
 	switch {
 	case err == nil:
 		if !f.known || f.lastErr != nil {
@@ -258,6 +268,24 @@ func (f *Fleet) Poll(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// noteHeartbeatLocked records the heartbeat's outcome (err: it failed),
+// and logs the first failure of a streak and its end.
+func (f *Fleet) noteHeartbeatLocked(err error) {
+	switch {
+	case err == nil || errors.Is(err, ErrNoSchema):
+		if f.hbErr != nil {
+			f.o.Log.Info("fleet: this instance's heartbeat is recorded again")
+		}
+		f.hbErr = nil
+	default:
+		f.hbFailures++
+		if f.hbErr == nil {
+			f.o.Log.Warn("fleet: cannot record this instance's heartbeat (the controls are still read and applied)", "err", err)
+		}
+		f.hbErr = err
+	}
 }
 
 // sizeLocked sums the live instances' pool.max and statement budgets
@@ -493,17 +521,23 @@ type Status struct {
 	// Ignored are the control rows this instance does not apply (invalid,
 	// or of a kind it does not know), and why; Truncated: it read only
 	// the first MaxControls rows.
-	Ignored     []Ignored    `json:"ignored"`
-	Truncated   bool         `json:"truncated"`
-	Applied     []Applied    `json:"applied"`
-	Caps        []CapShares  `json:"caps"` // the fleet-wide caps' splits
-	Members     []Member     `json:"members"`
-	Limits      ServerLimits `json:"server_limits"`
-	Sizing      Sizing       `json:"sizing"`
-	Duties      []string     `json:"duties"` // the fleet duties this instance runs now
-	Polls       uint64       `json:"polls"`
-	Failures    uint64       `json:"failures"`
-	PollSeconds float64      `json:"poll_seconds"`
+	Ignored   []Ignored    `json:"ignored"`
+	Truncated bool         `json:"truncated"`
+	Applied   []Applied    `json:"applied"`
+	Caps      []CapShares  `json:"caps"` // the fleet-wide caps' splits
+	Members   []Member     `json:"members"`
+	Limits    ServerLimits `json:"server_limits"`
+	Sizing    Sizing       `json:"sizing"`
+	Duties    []string     `json:"duties"` // the fleet duties this instance runs now
+	Polls     uint64       `json:"polls"`
+	Failures  uint64       `json:"failures"`
+	// HeartbeatError is why the last heartbeat could not be recorded
+	// (empty: it was), HeartbeatFailures how many have failed since
+	// start. A failed heartbeat fails no poll: the controls are read
+	// and applied all the same.
+	HeartbeatError    string  `json:"heartbeat_error,omitempty"`
+	HeartbeatFailures uint64  `json:"heartbeat_failures"`
+	PollSeconds       float64 `json:"poll_seconds"`
 	// Tables is the schema holding holdfast's tables, and TablesLegacy
 	// reports that it is backend.database, not fleet.database (an install
 	// made before that setting, not moved yet). Set by the caller of
@@ -527,6 +561,10 @@ func (f *Fleet) Status() Status {
 		Applied: slices.Clone(f.applied), Caps: f.capSharesLocked(), Members: slices.Clone(f.members),
 		Limits: f.limits, Sizing: f.sizing,
 		Polls: f.polls, Failures: f.failures, PollSeconds: f.o.Poll.Seconds()}
+	st.HeartbeatFailures = f.hbFailures
+	if f.hbErr != nil {
+		st.HeartbeatError = f.hbErr.Error()
+	}
 	if f.lastErr != nil {
 		st.Error = f.lastErr.Error()
 		st.Stale = !f.noSchema

@@ -272,8 +272,10 @@ func (s *Store) Leave(ctx context.Context, id string) error {
 // Members returns the instances seen within ttl (the database's clock),
 // and forgets those not seen for ten times as long.
 func (s *Store) Members(ctx context.Context, ttl time.Duration) ([]Member, error) {
+	// Forgetting is a write, which a read-only server (a primary being
+	// switched over) refuses: then the instances are read all the same.
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM holdfast_members WHERE last_seen < NOW(6) - INTERVAL ? MICROSECOND`,
-		(10 * ttl).Microseconds()); err != nil {
+		(10 * ttl).Microseconds()); err != nil && !ReadOnly(err) {
 		return nil, missing(err)
 	}
 	recorded := !s.oldMembersTable()
@@ -361,22 +363,40 @@ type Share struct {
 // used) when above its share, up to its share when below, but only into
 // slots no live row holds. So the grants of a cap's live rows never add up
 // to more than the cap. ErrNoCap: the cap was lifted (or has expired).
-func (s *Store) Grant(ctx context.Context, tag, instance string, want, used int, ttl, period time.Duration) (Share, error) {
+//
+// poll is the instances' poll interval (0: none is assumed). When
+// instance's own row has not been renewed for ttl − 2 × poll (and ttl is
+// at least 4 × poll), it could not write either: the database took no
+// writes (the primary was switched over, or failed over). The other rows
+// not renewed meanwhile are then not taken over but given a fresh ttl
+// (their renewed_at moved to now): their instances may have kept
+// admitting under their grants through the switch (Fleet, caps.go), and
+// renew them at their next poll; a gone instance's lapses a ttl later.
+func (s *Store) Grant(ctx context.Context, tag, instance string, want, used int, ttl, period, poll time.Duration) (Share, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return Share{}, err
 	}
 	defer func() { _ = tx.Rollback() }()
 	var capN, nowMicros int64
-	switch err := tx.QueryRowContext(ctx, `SELECT value, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
-FROM holdfast_controls WHERE tag = ? AND kind = 'limit' AND (expires_at IS NULL OR expires_at > NOW(6)) FOR UPDATE`, tag).Scan(&capN, &nowMicros); {
+	var ownAge sql.NullInt64 // microseconds since instance's row was renewed; NULL: no row
+	switch err := tx.QueryRowContext(ctx, `SELECT value, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
+  (SELECT TIMESTAMPDIFF(MICROSECOND, renewed_at, NOW(6)) FROM holdfast_cap_grants WHERE tag = ? AND instance_id = ?)
+FROM holdfast_controls WHERE tag = ? AND kind = 'limit' AND (expires_at IS NULL OR expires_at > NOW(6)) FOR UPDATE`,
+		tag, instance, tag).Scan(&capN, &nowMicros, &ownAge); {
 	case errors.Is(err, sql.ErrNoRows):
 		return Share{}, ErrNoCap
 	case err != nil:
 		return Share{}, missing(err)
 	}
 	capN = min(max(capN, 0), math.MaxInt32)
-	if _, err := tx.ExecContext(ctx, `DELETE FROM holdfast_cap_grants WHERE tag = ? AND renewed_at < NOW(6) - INTERVAL ? MICROSECOND`,
+	if outage := ttl - 2*poll; poll > 0 && ttl >= 4*poll && ownAge.Valid && ownAge.Int64 >= outage.Microseconds() {
+		// Out of a time without writes: nobody's grant is taken over.
+		if _, err := tx.ExecContext(ctx, `UPDATE holdfast_cap_grants SET renewed_at = NOW(6)
+WHERE tag = ? AND instance_id <> ? AND renewed_at < NOW(6) - INTERVAL ? MICROSECOND`, tag, instance, outage.Microseconds()); err != nil {
+			return Share{}, missing(err)
+		}
+	} else if _, err := tx.ExecContext(ctx, `DELETE FROM holdfast_cap_grants WHERE tag = ? AND renewed_at < NOW(6) - INTERVAL ? MICROSECOND`,
 		tag, ttl.Microseconds()); err != nil {
 		return Share{}, missing(err)
 	}
@@ -471,4 +491,12 @@ ON DUPLICATE KEY UPDATE
 func (s *Store) ReleaseDuty(ctx context.Context, duty, holder string) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM holdfast_duties WHERE duty = ? AND holder = ?`, duty, holder)
 	return missing(err)
+}
+
+// ReadOnly reports whether err is a server's refusal to write because it
+// is read-only (1290 --read-only, 1836 super_read_only): the primary is
+// being switched over, or the address leads to a replica.
+func ReadOnly(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1290 || me.Number == 1836)
 }

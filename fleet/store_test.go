@@ -54,7 +54,7 @@ func TestGrantsNeverExceedTheCap(t *testing.T) {
 			for round := 0; round < 40; round++ {
 				want := (round*(i+1) + i) % 7
 				held = min(held, want) // statements end
-				sh, err := st.Grant(ctx, "t", id, want, max(held, ceiling), ttl, hour)
+				sh, err := st.Grant(ctx, "t", id, want, max(held, ceiling), ttl, hour, 0)
 				if err != nil {
 					errs <- err
 					return
@@ -89,7 +89,7 @@ func TestGrantsNeverExceedTheCap(t *testing.T) {
 	var last [4]Share
 	for round := 0; round < 4; round++ {
 		for i := range held {
-			sh, err := st.Grant(ctx, "t", fmt.Sprint("inst", i), capN, max(held[i], ceiling[i]), ttl, hour)
+			sh, err := st.Grant(ctx, "t", fmt.Sprint("inst", i), capN, max(held[i], ceiling[i]), ttl, hour, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func TestGrantOfABusyInstanceShrinks(t *testing.T) {
 	held := map[string]int{}
 	ceiling := map[string]int{}
 	renew := func(id string) Share {
-		sh, err := st.Grant(ctx, "t", id, 8, max(held[id], ceiling[id]), ttl, hour)
+		sh, err := st.Grant(ctx, "t", id, 8, max(held[id], ceiling[id]), ttl, hour, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,21 +164,21 @@ func TestGrantOfAGoneInstanceReturns(t *testing.T) {
 	if err := st.SetControl(ctx, Control{Tag: "t", Kind: KindLimit, Value: 4, SetBy: "test"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if sh, err := st.Grant(ctx, "t", "gone", 4, 0, ttl, hour); err != nil || sh.Granted != 4 {
+	if sh, err := st.Grant(ctx, "t", "gone", 4, 0, ttl, hour, 0); err != nil || sh.Granted != 4 {
 		t.Fatalf("first instance granted %+v (%v), want all 4", sh, err)
 	}
-	sh, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour)
+	sh, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour, 0)
 	if err != nil || sh.Granted != 0 || sh.Fair != 2 || len(sh.Grants) != 2 {
 		t.Fatalf("while the first holds all: %+v (%v), want nothing granted yet, a fair share of 2, two rows", sh, err)
 	}
 	time.Sleep(2 * ttl)
-	if sh, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour); err != nil || sh.Granted != 4 || len(sh.Grants) != 1 {
+	if sh, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour, 0); err != nil || sh.Granted != 4 || len(sh.Grants) != 1 {
 		t.Fatalf("after the first lapsed: %+v (%v), want all 4", sh, err)
 	}
 	if _, err := st.RemoveControl(ctx, "t", KindLimit); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour); !errors.Is(err, ErrNoCap) {
+	if _, err := st.Grant(ctx, "t", "new", 4, 0, ttl, hour, 0); !errors.Is(err, ErrNoCap) {
 		t.Fatalf("after the cap was lifted: %v, want ErrNoCap", err)
 	}
 }
@@ -355,4 +355,42 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("%s not gathered", name)
 	return 0
+}
+
+// Out of a time without writes (the renewer's own row as stale as the
+// others': a switchover of the primary), a renewal takes no lapsed grant
+// over but gives every stale row a fresh ttl; a renewer whose own row is
+// fresh takes a lapsed grant over as before.
+func TestGrantAfterATimeWithoutWrites(t *testing.T) {
+	st := migrated(t)
+	ctx := context.Background()
+	const ttl, poll = 400 * time.Millisecond, 100 * time.Millisecond
+	if err := st.SetControl(ctx, Control{Tag: "t", Kind: KindLimit, Value: 4, SetBy: "test"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if _, err := st.Grant(ctx, "t", id, 4, 0, ttl, hour, poll); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(ttl + poll) // nobody renews: both rows lapse
+	sh, err := st.Grant(ctx, "t", "a", 4, 0, ttl, hour, poll)
+	if err != nil || len(sh.Grants) != 2 || sh.Granted > 4-sh.Grants[1].Granted {
+		t.Fatalf("out of a time without writes: %+v (%v), want b's row kept and the cap kept", sh, err)
+	}
+	// b does not come back: a's renewals every poll, its own row fresh
+	// now, take b's grant over once b's fresh ttl has passed.
+	bumped := time.Now()
+	for time.Since(bumped) < ttl+2*poll {
+		time.Sleep(poll)
+		if sh, err = st.Grant(ctx, "t", "a", 4, 0, ttl, hour, poll); err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(bumped) < ttl/2 && len(sh.Grants) != 2 {
+			t.Fatalf("within b's fresh ttl: %+v, want b's row kept", sh)
+		}
+	}
+	if len(sh.Grants) != 1 || sh.Granted != 4 {
+		t.Fatalf("after b's fresh ttl: %+v, want b's grant back to a, all 4", sh)
+	}
 }

@@ -183,13 +183,20 @@ type borrowFailure interface{ BorrowErr() error }
 
 // procErr turns an engine error into the client's ERR packet: a call that
 // got no connection is answered like any statement that gets none (1040,
-// 2003, 9001, 9002, 1053); an error with a MySQL code keeps it. Anything
+// 2003, 9001, 9002, 1053); an error with a MySQL code keeps it, but for a
+// read-only refusal (1290), answered 2003: nothing was done. Anything
 // else is a bug or a statement of the engine that the database refused:
 // 1105 with the engine's text, which names the procedure. The engine never
 // returns a lost backend connection as such (see reservation.Engine.Call).
 func procErr(name string, err error) *mysqlwire.SQLError {
 	var se *mysqlwire.SQLError
-	if errors.As(err, &se) {
+	if errors.As(err, &se) && se.Code == codeReadOnly {
+		// Never a former primary's read-only refusal (the engine holds a
+		// call through a switchover and answers what it did): nothing
+		// was done.
+		return newErr(2003, "HY000", "holdfast.%s: the primary is read-only (a switchover of the primary); nothing was done, retry", name)
+	}
+	if se != nil {
 		return se
 	}
 	var bf borrowFailure

@@ -132,7 +132,16 @@ func (r *Refiller) CheckDirty(ctx context.Context) {
 		}
 		for _, s := range states {
 			if s.needsFill || s.needsTrim {
-				if err := r.refillShared(ctx, s.key, Background); err != nil && ctx.Err() == nil {
+				switch err := r.refillShared(ctx, s.key, Background); {
+				case err == nil || ctx.Err() != nil:
+				case reservation.ReadOnlyRefusal(err):
+					// The primary is being switched over: look again at
+					// the next tick, on the new primary.
+					r.log.Debug("refiller: refill refused by a read-only server", "pool", s.key.String(), "err", err)
+					r.mu.Lock()
+					r.dirty[s.key] = struct{}{}
+					r.mu.Unlock()
+				default:
 					r.log.Warn("refiller: refill failed", "pool", s.key.String(), "err", err)
 				}
 			}

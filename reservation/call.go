@@ -45,7 +45,8 @@ func Procedures() map[string][]string {
 // float64, string, []byte or time.Time) or an error.
 //
 // The call has one deadline, Config.CallTimeout (or ctx's, if earlier), shared by everything it
-// does, recovery from lost backend connections included (see recovery.go). Errors meant for the
+// does, recovery from lost backend connections included (see recovery.go); a call that meets a
+// switchover of the primary is held, its deadline moved out to Options.Hold (see hold.go). Errors meant for the
 // client implement MySQLError() (code, sqlState, message): *Error, and *UnavailableError for a
 // call that did nothing because the database could not be reached (its BorrowErr, when set, is
 // the Conns.Borrow error, which a caller that knows its Conns may answer with its own code). A
@@ -72,9 +73,9 @@ func (e *Engine) CallWith(ctx context.Context, name string, args []any, o CallOp
 	if e.loops.Closed() {
 		return nil, nil, ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+	cctx, cancel := newCallCtx(ctx, e.cfg.CallTimeout, e.hold, e.switching)
 	defer cancel()
-	return p.run(e, ctx, args, &o)
+	return p.run(e, cctx, args, &o)
 }
 
 // Argument decoding. Integers may arrive as int64, uint64, an integral

@@ -7,7 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type Collector struct {
 	e *Engine
 
-	reserves, claims, ops, lateClaims, recoveries                       *prometheus.Desc
+	reserves, claims, ops, lateClaims, recoveries, held                 *prometheus.Desc
 	backoffs, inlineRefills, rejected, stallEscapes, batches, txRetries *prometheus.Desc
 	swept, sweepCycles, pruned, oneTrip, claimOneTrip                   *prometheus.Desc
 	reconCycles, reconErrors, reconViolating                            *prometheus.Desc
@@ -27,6 +27,7 @@ func NewCollector(e *Engine) *Collector {
 		claims:         d("claims_total", "CALL holdfast.claim answers, by outcome.", "outcome"),
 		ops:            d("operations_total", "Other CALL holdfast.* answers, by procedure and outcome.", "procedure", "outcome"),
 		recoveries:     d("recoveries_total", "Times a CALL lost its backend connection (or the answer to its COMMIT) and the engine found out on a fresh connection what the call had done, and finished it, by procedure.", "procedure"),
+		held:           d("held_calls_total", "CALLs held through a switchover of the primary (a read-only refusal, a lost connection, or no connection while there was no usable primary): their deadline moved from call_timeout out to the hold, by procedure.", "procedure"),
 		lateClaims:     d("late_claims_total", "Claims after the reservation expired (each one is alerted): held = units still held, forced = forced deduction succeeded, failed = ledger short, refund needed.", "result"),
 		backoffs:       d("backoffs_total", "Jittered retries after a shortfall caused by rows other transactions held."),
 		inlineRefills:  d("inline_refills_total", "Reserves that had to wait for an inline refill because their pool was really short; the leading indicator of reserve p99."),
@@ -52,7 +53,7 @@ func NewCollector(e *Engine) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.reserves, c.claims, c.ops, c.recoveries, c.lateClaims, c.backoffs, c.inlineRefills,
+	for _, d := range []*prometheus.Desc{c.reserves, c.claims, c.ops, c.recoveries, c.held, c.lateClaims, c.backoffs, c.inlineRefills,
 		c.rejected, c.stallEscapes, c.batches, c.oneTrip, c.claimOneTrip, c.txRetries, c.swept, c.sweepCycles, c.pruned, c.reconCycles, c.reconErrors, c.reconViolating,
 		c.reconAlerting, c.reconAlerts, c.reserveDur, c.claimDur, c.batchSize} {
 		ch <- d
@@ -81,6 +82,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, p := range procNames {
 		counter(c.recoveries, s.Recoveries[p], p)
+		counter(c.held, s.Held[p], p)
 	}
 	counter(c.lateClaims, s.Claims["late"], "held")
 	counter(c.lateClaims, s.Claims["forced"], "forced")

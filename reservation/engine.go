@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
@@ -85,6 +86,19 @@ type Options struct {
 	// (lifecycle.DutySweeper) and the reconciler (DutyReconciler) now;
 	// nil runs both.
 	Duties lifecycle.Duties
+	// Hold is how long a call may be held through a switchover of the
+	// primary (hold.go): from its start, its deadline (call_timeout)
+	// moves out to Hold once it meets a read-only refusal, a lost
+	// connection or a held borrow failure. Zero means DefaultHold;
+	// negative, no holding beyond call_timeout.
+	Hold time.Duration
+	// Switching, when non-nil, reports whether there is no usable primary
+	// now (a switchover or failover under way, a split brain): a borrow
+	// that fails meanwhile is held, and a call whose deadline comes
+	// meanwhile is held. It must not block. The proxy gives its topology
+	// check's view; nil: a borrow failure is held only when it is not the
+	// database's (or the Conns') coded answer.
+	Switching func() bool
 }
 
 // Engine answers CALL holdfast.* and runs the sweeper and the reconciler.
@@ -92,16 +106,18 @@ type Options struct {
 // Call may be used from any goroutine, before Start too (the loops are
 // maintenance, not a precondition), until Close.
 type Engine struct {
-	cfg      Config
-	conns    Conns
-	replica  Conns
-	refiller Refiller
-	log      *slog.Logger
-	duties   lifecycle.Duties
-	tx       TxRunner
-	m        metrics
-	iso      isoVar        // the isolation variable's name, learned once
-	sessions chan struct{} // one token per session that may be open
+	cfg       Config
+	conns     Conns
+	replica   Conns
+	refiller  Refiller
+	log       *slog.Logger
+	duties    lifecycle.Duties
+	tx        TxRunner
+	m         metrics
+	hold      time.Duration // Options.Hold, defaulted; 0: none
+	switching func() bool   // Options.Switching
+	iso       isoVar        // the isolation variable's name, learned once
+	sessions  chan struct{} // one token per session that may be open
 
 	// comb holds one combiner per pool with single-line reserves queued;
 	// see combiner.go.
@@ -139,12 +155,20 @@ func New(cfg Config, opts Options) (*Engine, error) {
 	}
 	conns := markConns{opts.Conns} // tells lost connections from the database's answers
 	e := &Engine{
-		cfg:      cfg,
-		conns:    conns,
-		replica:  opts.ReplicaConns,
-		refiller: opts.Refiller,
-		log:      opts.Logger,
-		duties:   opts.Duties,
+		cfg:       cfg,
+		conns:     conns,
+		replica:   opts.ReplicaConns,
+		refiller:  opts.Refiller,
+		log:       opts.Logger,
+		duties:    opts.Duties,
+		hold:      opts.Hold,
+		switching: opts.Switching,
+	}
+	switch {
+	case e.hold == 0:
+		e.hold = DefaultHold
+	case e.hold < 0:
+		e.hold = 0
 	}
 	if e.replica == nil {
 		e.replica = conns

@@ -82,6 +82,9 @@ type UnavailableError struct {
 	Err  error  // the last failure
 	// borrow is set when Err is a Borrow failure.
 	borrow bool
+	// held is set when the call was held through a switchover of the
+	// primary (hold.go) and no writable primary answered within the hold.
+	held bool
 }
 
 func (e *UnavailableError) Error() string {
@@ -102,6 +105,9 @@ func (e *UnavailableError) BorrowErr() error {
 
 // MySQLError implements the proxy's interface: 2003, nothing was done.
 func (e *UnavailableError) MySQLError() (uint16, string, string) {
+	if e.held {
+		return CodeUnavailable, "HY000", "holdfast." + e.Proc + ": no writable primary answered within the hold through a switchover of the primary; nothing was done, retry"
+	}
 	return CodeUnavailable, "HY000", "holdfast." + e.Proc + ": the database could not be reached; nothing was done, retry"
 }
 

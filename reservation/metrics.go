@@ -141,6 +141,7 @@ type metrics struct {
 	claims                counterVec
 	ops                   []counterVec // by op, then outcome
 	recoveries            counterVec   // by procNames
+	held                  counterVec   // by procNames: calls held through a switchover (hold.go)
 	backoffs              atomic.Uint64
 	inlineRefills         atomic.Uint64
 	rejected              atomic.Uint64
@@ -170,6 +171,7 @@ func (m *metrics) init() {
 	m.reserves = newCounterVec(len(reserveOutcomes))
 	m.claims = newCounterVec(len(claimOutcomes))
 	m.recoveries = newCounterVec(len(procNames))
+	m.held = newCounterVec(len(procNames))
 	m.ops = make([]counterVec, len(opNames))
 	for i := range m.ops {
 		m.ops[i] = newCounterVec(len(opOutcomes))
@@ -196,6 +198,9 @@ type Stats struct {
 	// connection (or a commit's answer) and went on on a fresh connection:
 	// finding out what it had done, and finishing it.
 	Recoveries map[string]uint64
+	// Held counts, by procedure, the calls held through a switchover of
+	// the primary (their deadline moved out to the hold: hold.go).
+	Held map[string]uint64
 	// Backoffs counts jittered sleeps after a shortfall caused by rows other
 	// transactions held.
 	Backoffs uint64
@@ -253,6 +258,7 @@ func (e *Engine) Stats() Stats {
 		Claims:                m.claims.snapshot(claimOutcomes),
 		Ops:                   map[string]map[string]uint64{},
 		Recoveries:            m.recoveries.snapshot(procNames),
+		Held:                  m.held.snapshot(procNames),
 		Backoffs:              m.backoffs.Load(),
 		InlineRefills:         m.inlineRefills.Load(),
 		Rejected:              m.rejected.Load(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
 )
@@ -56,7 +57,13 @@ type callRun struct {
 	unsure bool
 	last   error // the failure of the last attempt it went on from
 	tries  int
+	// held: the call met a switchover and its deadline moved out to the
+	// hold (hold.go).
+	held bool
 }
+
+// heldPause bounds the pause between the attempts of a held call.
+const heldPause = 100 * time.Millisecond
 
 func (e *Engine) newCall(proc int) *callRun {
 	switch proc {
@@ -83,14 +90,27 @@ func (c *callRun) again(ctx context.Context, err error, own bool) bool {
 			return false
 		}
 	}
-	if !lost && !(c.unsure && isBorrowError(err)) {
+	// A switchover (hold.go): the step did nothing (a read-only refusal,
+	// a held borrow failure) or lost its connection. The call is held.
+	switched := lost || readOnlyRefusal(err) || c.e.holdBorrow(err)
+	if !switched && !(c.unsure && isBorrowError(err)) {
 		return false
+	}
+	if switched && c.e.hold > 0 && holdCall(ctx) && !c.held {
+		c.held = true
+		c.e.m.held.inc(c.proc)
 	}
 	if ctx.Err() != nil {
 		return false
 	}
 	c.last = err
-	if lifecycle.Sleep(ctx, jitter(c.e.cfg.BackoffMin, c.e.cfg.BackoffMax, c.tries)) != nil {
+	pause := jitter(c.e.cfg.BackoffMin, c.e.cfg.BackoffMax, c.tries)
+	if c.held && !lost {
+		// Nothing to recover: wait for the new primary without
+		// hammering the old one.
+		pause = jitter(c.e.cfg.BackoffMin, max(c.e.cfg.BackoffMax, heldPause), c.tries)
+	}
+	if lifecycle.Sleep(ctx, pause) != nil {
 		return false
 	}
 	c.tries++
@@ -131,25 +151,37 @@ func (c *callRun) answer(ctx context.Context, err error) error {
 		}
 		return &Error{Code: CodeShutdown, State: "08S01", Msg: "holdfast." + c.name() + ": holdfast is shutting down; nothing was done", err: err}
 	case isBorrowError(err) && !errors.Is(err, context.DeadlineExceeded):
-		return &UnavailableError{Proc: c.name(), Err: err, borrow: true}
+		return &UnavailableError{Proc: c.name(), Err: err, borrow: true, held: c.held}
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 		if c.last != nil {
-			return &UnavailableError{Proc: c.name(), Err: c.last}
+			return &UnavailableError{Proc: c.name(), Err: c.last, held: c.held, borrow: isBorrowError(c.last) && c.held}
 		}
 		return &Error{Code: CodeBusy, State: "HY000", err: err,
 			Msg: "holdfast." + c.name() + ": could not finish within call_timeout (" + c.e.cfg.CallTimeout.String() +
 				") because of lock contention or a slow database; nothing was done, retry"}
 	case connLost(err):
-		return &UnavailableError{Proc: c.name(), Err: err}
+		return &UnavailableError{Proc: c.name(), Err: err, held: c.held}
+	case readOnlyRefusal(err):
+		// Never a former primary's 1290: nothing was done.
+		return &UnavailableError{Proc: c.name(), Err: err, held: c.held}
 	}
 	return err
+}
+
+// limit names the call's deadline for a message: call_timeout, or the
+// hold for a held call.
+func (c *callRun) limit() string {
+	if c.held {
+		return "the hold through a switchover of the primary (" + max(c.e.hold, c.e.cfg.CallTimeout).String() + ")"
+	}
+	return "call_timeout (" + c.e.cfg.CallTimeout.String() + ")"
 }
 
 func (c *callRun) outcomeUnknown(cause error) *Error {
 	msg := "holdfast." + c.name() + ": outcome unknown: the connection to the database was lost while the call committed"
 	if c.idempotent {
-		msg += ", and no connection to the database could be had again within call_timeout (" + c.e.cfg.CallTimeout.String() +
-			"); the call may or may not have taken effect. Repeating the same CALL is safe: it answers what was done, or does it"
+		msg += ", and no connection to the database could be had again within " + c.limit() +
+			"; the call may or may not have taken effect. Repeating the same CALL is safe: it answers what was done, or does it"
 	} else {
 		msg += "; the change may or may not have been made. holdfast." + c.name() +
 			" is not idempotent: read the stock (holdfast.availability) before repeating it"

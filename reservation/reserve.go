@@ -159,7 +159,6 @@ type outcome struct {
 // answered as the reservation it made.
 func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, error) {
 	call := e.newCall(procReserve)
-	deadline, _ := ctx.Deadline() // Call always sets one
 
 	choice := make([]int, len(req.lines)) // index into each line's locations
 	seen := make([][]string, len(req.lines))
@@ -252,7 +251,8 @@ func (e *Engine) reserve(ctx context.Context, req *reserveReq) (*reservation, er
 		}
 		// Give up on contention while there is still time to answer: the
 		// next try would not finish within the deadline.
-		if final == nil && time.Until(deadline) <= e.cfg.BackoffMax {
+		// (The deadline moves out when the call is held: hold.go.)
+		if deadline, _ := ctx.Deadline(); final == nil && time.Until(deadline) <= e.cfg.BackoffMax {
 			final = newError(CodeBusy, "HY000",
 				"holdfast.reserve: could not take the units within call_timeout (%v) because of pool contention; nothing was reserved, retry", e.cfg.CallTimeout)
 		}

@@ -158,7 +158,8 @@ func (e *Engine) sessionTx(ctx context.Context, s *session, fn func(ctx context.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_, rerr := s.c.Exec(rctx, "ROLLBACK"+tc.cleanup)
 		cancel()
-		if rerr != nil {
+		if rerr != nil || readOnlyRefusal(err) {
+			// A read-only server: the session must not stay on it.
 			s.broken = true
 			return err
 		}

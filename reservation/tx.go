@@ -86,7 +86,9 @@ func (r TxRunner) once(ctx context.Context, tag string, fn func(ctx context.Cont
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_, rerr := c.Exec(rctx, "ROLLBACK"+tc.cleanup)
-		broken = rerr != nil || tc.unsure
+		// A read-only server's connection is not lent again: the next
+		// borrow may reach the new primary (hold.go).
+		broken = rerr != nil || tc.unsure || readOnlyRefusal(err)
 		return err
 	}
 	if tc.begin != "" || tc.ended {
@@ -96,7 +98,7 @@ func (r TxRunner) once(ctx context.Context, tag string, fn func(ctx context.Cont
 	// The outcome of a failed COMMIT is known only for server errors (the
 	// transaction was rolled back); a lost connection leaves it unknown.
 	err = tc.note(err, true)
-	broken = tc.unsure
+	broken = tc.unsure || readOnlyRefusal(err)
 	return err
 }
 

@@ -58,7 +58,15 @@ func newEngine(cfg config.Config, srv *proxy.Server, t *tables, duties lifecycle
 		closeIdleOnChange(srv, e.replica, 2)
 		replica = reservation.SQLConns(e.replica)
 	}
-	e.eng, err = reservation.New(rc.Engine, reservation.Options{Conns: conns, ReplicaConns: replica, Refiller: ref, Logger: log, Duties: duties})
+	// A call that meets a switchover of the primary is held up to the
+	// hold (reservation.DefaultHold), and held whatever its borrow's
+	// failure while the topology check sees no usable primary.
+	switching := func() bool {
+		st := srv.Topology().State
+		return st == "no_primary" || st == "split_brain"
+	}
+	e.eng, err = reservation.New(rc.Engine, reservation.Options{Conns: conns, ReplicaConns: replica, Refiller: ref, Logger: log, Duties: duties,
+		Switching: switching})
 	if err != nil {
 		return nil, err
 	}
