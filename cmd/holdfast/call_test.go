@@ -319,13 +319,14 @@ func (r *cutRelay) arm(trigger string) {
 
 func (r *cutRelay) wasCut() bool { return r.cut.Load() }
 
-// startVia starts holdfast with its backend at backend (a relay) and
-// call_timeout set, after `holdfast migrate`.
+// startVia starts holdfast with its backend at backend (a relay),
+// call_timeout set and a hold (failover.hold) of 2 s, so that calls the
+// cut database refuses answer soon, after `holdfast migrate`.
 func startVia(t *testing.T, backend string, callTimeout time.Duration) *process {
 	t.Helper()
 	p := newProcess(t)
 	dbtest.WriteHoldfastConfig(t, p.config, holdfastproc.Config{Listen: p.addr, Users: appUser,
-		Backend: holdfastproc.Backend{Address: backend, Database: p.db}, YAML: fmt.Sprintf("reservation:\n  call_timeout: %s\n", callTimeout)})
+		Backend: holdfastproc.Backend{Address: backend, Database: p.db}, YAML: fmt.Sprintf("reservation:\n  call_timeout: %s\nfailover:\n  hold: 2s\n", callTimeout)})
 	p.migrate(t)
 	return p.serve(t)
 }

@@ -59,14 +59,20 @@ func newEngine(cfg config.Config, srv *proxy.Server, t *tables, duties lifecycle
 		replica = reservation.SQLConns(e.replica)
 	}
 	// A call that meets a switchover of the primary is held up to the
-	// hold (reservation.DefaultHold), and held whatever its borrow's
+	// hold (failover.hold), and held whatever its borrow's
 	// failure while the topology check sees no usable primary.
 	switching := func() bool {
 		st := srv.Topology().State
 		return st == "no_primary" || st == "split_brain"
 	}
+	// failover.hold bounds a held call as it bounds a held statement;
+	// its 0 (no holding) is the engine's negative.
+	hold := cfg.Failover.Hold
+	if hold == 0 {
+		hold = -1
+	}
 	e.eng, err = reservation.New(rc.Engine, reservation.Options{Conns: conns, ReplicaConns: replica, Refiller: ref, Logger: log, Duties: duties,
-		Switching: switching})
+		Hold: hold, Switching: switching})
 	if err != nil {
 		return nil, err
 	}

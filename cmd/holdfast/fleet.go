@@ -47,7 +47,8 @@ func newFleet(cfg config.Config, srv *proxy.Server, t *tables, duties []string, 
 		SchemaMin: reservation.SchemaMin, SchemaMax: reservation.SchemaVersion(), Kinds: fleet.KnownKinds()}
 	f := fleet.New(fleet.Options{Store: fleet.NewStore(db), Applier: srv, Self: self,
 		Poll: cfg.Fleet.PollInterval, TTL: cfg.Fleet.TTL, Duties: duties, StmtBudget: srv.StatementBudget,
-		ConnReserve: cfg.Fleet.ConnectionReserve, StmtShare: cfg.Sessions.PreparedStatementShare, Log: log})
+		ConnReserve: cfg.Fleet.ConnectionReserve, StmtShare: cfg.Sessions.PreparedStatementShare, Log: log,
+		SwitchHold: cfg.Failover.Hold})
 	return f, func() { _ = f.Close(); db.Close() }, nil
 }
 
