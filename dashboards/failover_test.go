@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,7 +149,7 @@ func heldAndRefused(t *testing.T, prom prometheus, primary *dbtest.Private, addr
 		waitSeries(t, prom, expr, expr, 20*time.Second)
 	}
 	d := loadDashboard(t)
-	row := false
+	row, shown := false, ""
 	for _, p := range d.Panels {
 		if p.Type == "row" {
 			row = p.Title == "Primary and failover"
@@ -159,12 +160,19 @@ func heldAndRefused(t *testing.T, prom prometheus, primary *dbtest.Private, addr
 		}
 		for _, tg := range p.Targets {
 			expr := grafanaVars.Replace(tg.Expr)
+			shown += expr + "\n"
 			s := prom.mustQuery(t, expr, time.Time{})
 			if len(s) == 0 {
 				t.Errorf("panel %q %s: no data\n%s", p.Title, tg.RefID, expr)
 				continue
 			}
 			t.Logf("panel %q %s: %s", p.Title, tg.RefID, describeAll(s))
+		}
+	}
+	for _, m := range []string{"holdfast_failover_held_statements", "holdfast_failover_held_total", "holdfast_failover_held_seconds_bucket",
+		"holdfast_failover_retried_total", "holdfast_failover_refused_total", "holdfast_failover_pause_waits_total"} {
+		if !strings.Contains(shown, m+"{") {
+			t.Errorf("no panel of the Primary and failover row shows %s", m)
 		}
 	}
 }
