@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/holdfast-db/holdfast/config"
 	"github.com/holdfast-db/holdfast/fleet"
 	"github.com/holdfast-db/holdfast/internal/lifecycle"
 	"github.com/holdfast-db/holdfast/proxy"
@@ -92,6 +93,10 @@ type Options struct {
 	// configuration read again and applied, as on SIGHUP. nil serves no
 	// such route.
 	Reload Reloader
+	// Failover is the failover section in force (failover.hold and
+	// failover.max_held, as the last reload left them), shown with the
+	// topology; nil shows none.
+	Failover func() config.Failover
 	// Log receives refused requests and the on-call changes made through
 	// this listener; nil discards them.
 	Log *slog.Logger

@@ -66,7 +66,7 @@ func startHoldfast(t *testing.T, mutate ...func(*config.Config)) *holdfast {
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(admin.NewCollector(srv, srv.Recorder()))
-	adm := admin.New(srv, admin.Options{Gatherer: reg, Access: admin.Access{Credentials: []admin.Credential{
+	adm := admin.New(srv, admin.Options{Gatherer: reg, Failover: func() config.Failover { return cfg.Failover }, Access: admin.Access{Credentials: []admin.Credential{
 		{Name: holdfastproc.AdminCredential, Scope: admin.ScopeWrite, Token: holdfastproc.AdminToken}}}})
 	ts := httptest.NewServer(adm.Handler())
 	t.Cleanup(func() {

@@ -134,8 +134,10 @@ type statusJSON struct {
 	Classes []proxy.ClassStat `json:"classes"`
 	// Replicas are backend.replicas and their state (empty: none).
 	Replicas []proxy.ReplicaState `json:"replicas"`
-	// Topology is which server is the primary (null: not checked).
-	Topology *proxy.Topology `json:"topology"`
+	// Topology is which server is the primary, the statements held, and
+	// the pauses in force: GET /api/topology's answer (null: the server
+	// checks no topology).
+	Topology *topologyJSON `json:"topology"`
 }
 
 // fleetJSON is what this instance knows of the fleet: whether its

@@ -132,7 +132,9 @@
   }
 
   // Which server is the primary: its address, or no primary / split brain,
-  // each server's role, and the switchovers seen.
+  // each server's role, the switchovers seen, the statements held now and
+  // since start (retried, refused with 9010, held by a pause), the hold's
+  // settings, and any pause in force.
   function renderTopology(s) {
     const t = s.topology;
     $("card-topology").hidden = !t;
@@ -148,6 +150,14 @@
       (x.error && !x.reachable ? " — " + x.error : "")).join(" · ") +
       " · " + t.primary_changes + " switchovers seen, " + fmtSec(t.no_primary_seconds) + " without a primary, " +
       t.retired_connections + " connections retired";
+    const f = t.failover || {}, pauses = t.pauses || [];
+    const held = (f.held_now || 0) + " statements held now · since start " + (f.held || 0) + " held (" +
+      fmtSec(f.held_seconds || 0) + " in all), " + (f.retried || 0) + " retried, " + (f.refused || 0) + " refused with 9010, " +
+      (f.pause_waits || 0) + " pause waits" +
+      (t.hold ? " · hold " + fmtSec(t.hold.seconds) + ", at most " + t.hold.max_held + " held" : "") +
+      (pauses.length ? " · PAUSED: " + pauses.map((p) => p.tag + " (" + p.source + (p.reason ? ", " + p.reason : "") + ")").join(", ") : "");
+    $("topology-held").textContent = held;
+    if (t.state === "primary" && ((f.held_now || 0) > 0 || pauses.length > 0)) $("card-topology").className = "card warn";
   }
 
   // backend.replicas: how many get reads, each one's lag and reads.

@@ -187,7 +187,8 @@ func serve(path string, cfg config.Config) error {
 	var adm *admin.Admin
 	if cfg.Admin.Listen != "" {
 		adm = admin.New(srv, admin.Options{Access: ac.Access, Pprof: cfg.Admin.Pprof, Gatherer: reg, Log: log,
-			Authority: eng.authority(), Fleet: adminFleet, Ready: ready.get, Reload: rl.reload})
+			Authority: eng.authority(), Fleet: adminFleet, Ready: ready.get, Reload: rl.reload,
+			Failover: func() config.Failover { return rl.current().Failover }})
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
 			return fmt.Errorf("admin listener: %w", err)

@@ -77,7 +77,9 @@ Commands:
       -local             act on the instance asked only, not the fleet
       -by NAME           recorded as who set it (default: $HOLDFAST_CTL_BY, else $USER@host)
   topology               which server is the primary, each server's role (replica,
-                         read-only, split brain, unreachable), the switchovers seen
+                         read-only, split brain, unreachable), the switchovers seen,
+                         statements held, retried and refused with 9010, the hold's
+                         settings (failover.hold, failover.max_held) and any pause
   controls               the fleet's controls in force: who set them, when, why, until when
   explain SQL            the plan SQL would get now on the instance asked: refused or not,
                          answered by holdfast or run, on the primary, a pipe or a replica,

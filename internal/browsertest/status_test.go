@@ -323,6 +323,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if card := value(t, ctx, "read the overload card", chromedp.Text(css(`#card-overload`))); !strings.Contains(card, "nothing shed") || !strings.Contains(card, "critical") || strings.Contains(card, "undefined") {
 		t.Errorf("overload card: %q", card)
 	}
+	// The primary card: the one server, and the statements held,
+	// retried and refused with 9010 (none here), with the hold's settings.
+	if card := value(t, ctx, "read the primary card", chromedp.Text(css(`#card-topology`))); !strings.Contains(card, "0 statements held now") ||
+		!strings.Contains(card, "refused with 9010") || !strings.Contains(card, "hold 15.0s, at most 1000 held") || strings.Contains(card, "undefined") {
+		t.Errorf("primary card: %q", card)
+	}
 	steps(t, ctx, "let the page refresh", chromedp.Sleep(2500*time.Millisecond))
 	png := value(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 	shot := filepath.Join(t.TempDir(), "status-page.png")

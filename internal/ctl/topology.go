@@ -27,6 +27,37 @@ type Topology struct {
 	ReadOnlyAnswers      uint64           `json:"read_only_answers"`
 	RetiredConnections   uint64           `json:"retired_connections"`
 	RetiredDials         uint64           `json:"retired_dials"`
+	Failover             TopologyFailover `json:"failover"`
+	// Hold is the hold's settings in force; nil when the answer has none.
+	Hold *TopologyHold `json:"hold"`
+	// Pauses are the pause controls in force on the instance.
+	Pauses []TopologyPause `json:"pauses"`
+}
+
+// TopologyFailover is the statements held while there was no usable
+// primary or a pause was in force, since start but HeldNow.
+type TopologyFailover struct {
+	HeldNow     int64   `json:"held_now"`
+	Held        uint64  `json:"held"`
+	HeldSeconds float64 `json:"held_seconds"`
+	Retried     uint64  `json:"retried"`
+	Refused     uint64  `json:"refused"` // answered 9010
+	PauseWaits  uint64  `json:"pause_waits"`
+}
+
+// TopologyHold is failover.hold (seconds; 0: 9010 at once) and
+// failover.max_held (0: none held).
+type TopologyHold struct {
+	Seconds float64 `json:"seconds"`
+	MaxHeld int     `json:"max_held"`
+}
+
+// TopologyPause is a pause control in force.
+type TopologyPause struct {
+	Tag    string `json:"tag"`
+	Source string `json:"source"`
+	Reason string `json:"reason"`
+	SetBy  string `json:"set_by"`
 }
 
 // TopologyServer is one candidate server.
@@ -110,6 +141,27 @@ func writeTopology(w io.Writer, t Topology, now time.Time) error {
 	}
 	fmt.Fprintf(&b, "since start: %d primary changes, %d split brains, %s without a primary, %d read-only answers, %d connections and %d dials retired\n",
 		t.PrimaryChanges, t.SplitBrains, fmtSeconds(t.NoPrimarySeconds)+"s", t.ReadOnlyAnswers, t.RetiredConnections, t.RetiredDials)
+	f := t.Failover
+	fmt.Fprintf(&b, "held: %d statements now; since start %d held (%ss in all), %d retried on the new primary, %d refused with 9010, %d held by a pause\n",
+		f.HeldNow, f.Held, fmtSeconds(f.HeldSeconds), f.Retried, f.Refused, f.PauseWaits)
+	if h := t.Hold; h != nil {
+		if h.Seconds == 0 || h.MaxHeld == 0 {
+			b.WriteString("hold: off (failover.hold or failover.max_held is 0): statements needing the primary get 9010 at once while there is none\n")
+		} else {
+			fmt.Fprintf(&b, "hold: up to %ss a statement (failover.hold), at most %d held at once (failover.max_held), then 9010\n",
+				strconv.FormatFloat(h.Seconds, 'f', -1, 64), h.MaxHeld)
+		}
+	}
+	for _, p := range t.Pauses {
+		fmt.Fprintf(&b, "PAUSED: %s (%s", clean(p.Tag), clean(p.Source))
+		if p.Reason != "" {
+			fmt.Fprintf(&b, ", %s", clean(p.Reason))
+		}
+		if p.SetBy != "" {
+			fmt.Fprintf(&b, ", by %s", clean(p.SetBy))
+		}
+		b.WriteString("): new statements wait; lift with holdfastctl resume\n")
+	}
 	if len(t.Retired) > 0 {
 		fmt.Fprintf(&b, "retired (no connection lent to them): %s\n", clean(strings.Join(t.Retired, ", ")))
 	}

@@ -14,7 +14,9 @@ const topologyJSON = `{"state":"primary","primary":"db-y:3306#2","primary_addres
 	`"replicating":"yes","replicates_from":"10.0.0.2:3306 (server_id 2)","retired":true},` +
 	`{"address":"10.0.0.3:3306","source":"backend.replicas","role":"unreachable","replicating":"unknown","error":"connection refused"}],` +
 	`"retired":["db-x:3306#1"],"primary_changes":1,"split_brains":0,"no_primary_seconds":4.2,"read_only_answers":17,` +
-	`"retired_connections":9,"retired_dials":3}`
+	`"retired_connections":9,"retired_dials":3,` +
+	`"failover":{"held_now":2,"held":40,"held_seconds":12.5,"retried":6,"refused":3,"pause_waits":11},` +
+	`"hold":{"seconds":15,"max_held":1000},"pauses":[{"kind":"pause","tag":"*","source":"fleet","reason":"switchover","set_by":"oncall"}]}`
 
 func TestTopologyCommand(t *testing.T) {
 	f := newFakeAdmin(t)
@@ -33,13 +35,17 @@ func TestTopologyCommand(t *testing.T) {
 		"1 primary changes, 0 split brains, 4.20s without a primary, 17 read-only answers, 9 connections and 3 dials retired\n",
 		"retired (no connection lent to them): db-x:3306#1\n",
 		"checked every 0.1s, last 30s ago\n",
+		"held: 2 statements now; since start 40 held (12.5s in all), 6 retried on the new primary, 3 refused with 9010, 11 held by a pause\n",
+		"hold: up to 15s a statement (failover.hold), at most 1000 held at once (failover.max_held), then 9010\n",
+		"PAUSED: * (fleet, switchover, by oncall): new statements wait; lift with holdfastctl resume\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in:\n%s", want, out.String())
 		}
 	}
 	out.Reset()
-	if err := writeTopology(&out, Topology{State: "split_brain"}, now); err != nil || !strings.HasPrefix(out.String(), "SPLIT BRAIN: ") {
+	if err := writeTopology(&out, Topology{State: "split_brain", Hold: &TopologyHold{}}, now); err != nil || !strings.HasPrefix(out.String(), "SPLIT BRAIN: ") ||
+		!strings.Contains(out.String(), "hold: off") || strings.Contains(out.String(), "PAUSED") {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 }
