@@ -136,7 +136,7 @@ func TestClaimOneTripRaces(t *testing.T) {
 // finds out on a fresh connection and answers "claimed" either way,
 // deducting once; when the database stays unreachable it answers 9108.
 func TestOneTripClaimFaultsTellTheTruth(t *testing.T) {
-	v, f := oneTripFaultEnv(t, envOpts{cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }})
+	v, f := oneTripFaultEnv(t, envOpts{hold: 600 * time.Millisecond, cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }})
 	v.receive(2104, 1, 100)
 	ctx := context.Background()
 	for _, after := range []bool{false, true} {

@@ -33,6 +33,8 @@ type envOpts struct {
 	// wrap, when set, wraps the Conns the engine borrows from (the refiller
 	// keeps the plain ones): the seam for fault injection.
 	wrap func(reservation.Conns) reservation.Conns
+	// hold is Options.Hold (zero: the engine's default).
+	hold time.Duration
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -69,7 +71,7 @@ func (v *env) addEngine(o envOpts) (*reservation.Engine, *refiller.Refiller) {
 	if o.wrap != nil {
 		conns = o.wrap(conns)
 	}
-	eng, err := reservation.New(cfg, reservation.Options{Conns: conns, Refiller: ref, Logger: logger})
+	eng, err := reservation.New(cfg, reservation.Options{Conns: conns, Refiller: ref, Logger: logger, Hold: o.hold})
 	if err != nil {
 		t.Fatal(err)
 	}

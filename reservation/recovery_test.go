@@ -317,7 +317,7 @@ func mysqlError(err error) (uint16, string, string) {
 // (the change was made, or not, whole), and once the database is back the
 // repeated identical CALL answers the truth.
 func TestOutcomeUnknownPastDeadline(t *testing.T) {
-	v, f := faultEnv(t, envOpts{cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }})
+	v, f := faultEnv(t, envOpts{hold: 600 * time.Millisecond, cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }})
 	v.receive(45, 1, 100)
 	ctx := context.Background()
 	unknown := func(t *testing.T, err error) {
@@ -416,7 +416,7 @@ func TestOutcomeUnknownPastDeadline(t *testing.T) {
 // (UnavailableError, with the Borrow error for the proxy to refine), never
 // 9108 and never the driver's message, and changes nothing.
 func TestNothingDoneWhenUnreachable(t *testing.T) {
-	v, f := faultEnv(t, envOpts{cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }})
+	v, f := faultEnv(t, envOpts{hold: 600 * time.Millisecond, cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }})
 	v.receive(46, 1, 100)
 	ctx := context.Background()
 	tok, err := reserve(ctx, v.eng, "nothing-setup", 600, 46, 1, 1)
@@ -513,7 +513,7 @@ const stmtReserveOneTrip = "@holdfast_batch_units"
 // answers 9108 (it cannot know that nothing was done), and the same CALL
 // repeated later answers what was done.
 func TestOneTripFaultsTellTheTruth(t *testing.T) {
-	v, f := oneTripFaultEnv(t, envOpts{cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }})
+	v, f := oneTripFaultEnv(t, envOpts{hold: 600 * time.Millisecond, cfg: func(c *reservation.Config) { c.CallTimeout = 300 * time.Millisecond }})
 	v.receive(48, 1, 100)
 	ctx := context.Background()
 	for _, after := range []bool{false, true} {
