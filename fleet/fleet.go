@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -467,9 +468,7 @@ func sorted(m map[string]*Applied) []Applied {
 // the control is the fleet's, and a failed poll here (logged, and shown
 // as stale) only delays it on this instance to the next poll.
 func (f *Fleet) Set(ctx context.Context, c Control, expires time.Duration) error {
-	wctx, cancel := context.WithTimeout(ctx, f.o.Poll+f.o.TTL/2)
-	err := f.o.Store.SetControl(wctx, c, expires)
-	cancel()
+	err := f.writeHeld(ctx, func(wctx context.Context) error { return f.o.Store.SetControl(wctx, c, expires) })
 	if err != nil {
 		return err
 	}
@@ -481,14 +480,55 @@ func (f *Fleet) Set(ctx context.Context, c Control, expires time.Duration) error
 // instance before it returns; it reports whether one was in force. The
 // write is bounded and its error reported as Set's.
 func (f *Fleet) Remove(ctx context.Context, tag string, kind Kind) (bool, error) {
-	wctx, cancel := context.WithTimeout(ctx, f.o.Poll+f.o.TTL/2)
-	ok, err := f.o.Store.RemoveControl(wctx, tag, kind)
-	cancel()
+	var ok bool
+	err := f.writeHeld(ctx, func(wctx context.Context) (err error) {
+		ok, err = f.o.Store.RemoveControl(wctx, tag, kind)
+		return err
+	})
 	if err != nil {
 		return false, err
 	}
 	f.pollAfterWrite(ctx)
 	return ok, nil
+}
+
+// writeHeld runs write, a control's write, each try bounded. A try the
+// database refused as read-only (ReadOnly: the primary is being switched
+// over, and nothing was written) or that could not connect at all (the
+// primary down, a replica not promoted yet) is tried again, on a new
+// connection, until the switch hold (Options.SwitchHold) has passed since
+// the first or ctx ends: on-call's lift of a pause right after the flip
+// must not fail because holdfast has not seen the new primary yet. Other
+// errors, whose write may have reached the table, are returned at once.
+func (f *Fleet) writeHeld(ctx context.Context, write func(context.Context) error) error {
+	hold := f.o.SwitchHold
+	if hold <= 0 {
+		hold = DefaultSwitchHold
+	}
+	deadline := time.Now().Add(hold)
+	wait := 20 * time.Millisecond
+	for {
+		wctx, cancel := context.WithTimeout(ctx, f.o.Poll+f.o.TTL/2)
+		err := write(wctx)
+		cancel()
+		if err == nil || !(ReadOnly(err) || dialFailed(err)) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		f.o.Log.Debug("fleet: a control's write found no writable primary; trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
+}
+
+// dialFailed reports whether err is a failure to connect: nothing was
+// sent.
+func dialFailed(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 // pollAfterWrite applies a change just written, whether or not the

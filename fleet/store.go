@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -136,19 +137,37 @@ ON DUPLICATE KEY UPDATE value = VALUES(value), set_by = VALUES(set_by), reason =
 		exp = expires.Microseconds()
 		args = append(args, exp)
 	}
-	_, err := s.db.ExecContext(ctx, q, args...)
+	_, err := s.execControl(ctx, q, args...)
 	return missing(err)
 }
 
 // RemoveControl lifts tag's control of kind; it reports whether there was
 // one in force.
 func (s *Store) RemoveControl(ctx context.Context, tag string, kind Kind) (bool, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM holdfast_controls WHERE tag = ? AND kind = ?`, tag, string(kind))
+	res, err := s.execControl(ctx, `DELETE FROM holdfast_controls WHERE tag = ? AND kind = ?`, tag, string(kind))
 	if err != nil {
 		return false, missing(err)
 	}
 	n, err := res.RowsAffected()
 	return n > 0, err
+}
+
+// execControl runs a control's write on a connection of its own, which is
+// closed rather than used again when the server refused the write as
+// read-only (ReadOnly): that server is no longer the primary, and the
+// next try dials the backend's address again, which a switchover moves
+// to the new one.
+func (s *Store) execControl(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	res, err := conn.ExecContext(ctx, q, args...)
+	if ReadOnly(err) {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	return res, err
 }
 
 // Member is one holdfast instance of the fleet.
