@@ -286,6 +286,23 @@ func (s *session) confirmReadOnly(bc *backendConn) bool {
 	return isOn(string(res.rows[0][0]))
 }
 
+// awaitCheck waits, at most confirmWait, for a topology check that
+// begins after the call to end, so that what it found (a server turned
+// read-only is no longer the primary) applies to the next borrow.
+func (s *Server) awaitCheck() {
+	t := s.topo
+	since := time.Now()
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+	for deadline := since.Add(confirmWait); time.Now().Before(deadline) && s.ctx.Err() == nil; time.Sleep(2 * time.Millisecond) {
+		if v := t.view.Load(); v != nil && v.at.After(since) {
+			return
+		}
+	}
+}
+
 // awaitDemoted waits, within failover.hold of h's start, until the
 // topology no longer takes server for the primary: a 1290 made the monitor
 // check again at once (NoteReadOnly), and a retried statement must not be
