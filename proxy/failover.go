@@ -180,13 +180,17 @@ func (s *session) endHold(h *hold) {
 
 // takePrimary takes a lease of the primary for the session (see take),
 // holding the statement while the address leads only to a retired server
-// (the name or VIP has not moved yet), within failover.hold of h's start.
-// A refusal by the hold is serr (9010); err is take's.
+// (the name or VIP has not moved yet), or when its wait for a connection
+// timed out across a switchover (it queued before the flip, and the
+// connections it waited for were the former primary's), within
+// failover.hold of h's start. A refusal by the hold is serr (9010); err
+// is take's.
 func (s *session) takePrimary(h *hold, tag *attribution.Tag, key string, cl class) (serr *mysqlwire.SQLError, err error) {
 	for {
-		began := time.Now()
+		began, gen := time.Now(), s.srv.topo.gen.Load()
 		err := s.srv.take(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &s.srv.primary)
-		if err == nil || !errors.Is(err, pool.ErrRetired) {
+		switched := errors.Is(err, pool.ErrTimeout) && (s.srv.topo.gen.Load() != gen || s.srv.topo.badSince.Load() != 0)
+		if err == nil || !errors.Is(err, pool.ErrRetired) && !switched {
 			return nil, err
 		}
 		if !h.on {
@@ -198,6 +202,9 @@ func (s *session) takePrimary(h *hold, tag *attribution.Tag, key string, cl clas
 		cfg := s.srv.config().Failover
 		left := time.Until(h.start.Add(cfg.Hold))
 		if left <= 0 {
+			if switched {
+				return s.holdOver(h, cfg.Hold, "no connection to the new primary"), nil
+			}
 			return s.holdOver(h, cfg.Hold, "backend.address leads only to a former primary"), nil
 		}
 		// The pool dialed again with a back-off until its acquire
