@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -264,7 +265,8 @@ const confirmWait = time.Second
 // runs on the session's connection (whose diagnostics, SHOW WARNINGS,
 // are the client's). When no such check comes within confirmWait, or it
 // did not see that server (a name already moved away from it), it asks
-// on bc itself. A failure to ask says no.
+// on bc itself. A failure to ask says no. A check that finds the server
+// writable is followed by one more, which decides (see the loop).
 func (s *session) confirmReadOnly(bc *backendConn) bool {
 	t := s.srv.topo
 	since := time.Now()
@@ -272,17 +274,31 @@ func (s *session) confirmReadOnly(bc *backendConn) bool {
 	case t.kick <- struct{}{}:
 	default:
 	}
+	writable := 0 // checks that found the server writable
 	for deadline := since.Add(confirmWait); time.Now().Before(deadline) && s.srv.ctx.Err() == nil; time.Sleep(2 * time.Millisecond) {
 		v := t.view.Load()
 		if v == nil || !v.at.After(since) {
 			continue
 		}
-		for _, o := range v.obs {
-			if o.reachable && o.id == bc.server && bc.server != "" {
-				return o.readOnly
-			}
+		i := slices.IndexFunc(v.obs, func(o serverObs) bool { return o.reachable && o.id == bc.server && bc.server != "" })
+		if i < 0 {
+			break
 		}
-		break
+		if v.obs[i].readOnly {
+			return true
+		}
+		// MariaDB refuses writes a moment before @@read_only reads 1
+		// (SET GLOBAL read_only shows the old value while it takes the
+		// global read lock, then sets both): a check that began right
+		// after the refusal may still read 0. The next one decides.
+		if writable++; writable == 2 {
+			return false
+		}
+		since = v.at
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
 	}
 	unbound := bc.bound(s.srv.exchangeTimeout())
 	res, err := bc.queryLocked("SELECT @@global.read_only")
