@@ -268,17 +268,12 @@ const confirmWait = time.Second
 // on bc itself. A failure to ask says no. A check that finds the server
 // writable is followed by one more, which decides (see the loop).
 func (s *session) confirmReadOnly(bc *backendConn) bool {
-	t := s.srv.topo
 	since := time.Now()
-	select {
-	case t.kick <- struct{}{}:
-	default:
-	}
-	writable := 0 // checks that found the server writable
-	for deadline := since.Add(confirmWait); time.Now().Before(deadline) && s.srv.ctx.Err() == nil; time.Sleep(2 * time.Millisecond) {
-		v := t.view.Load()
-		if v == nil || !v.at.After(since) {
-			continue
+	deadline := since.Add(confirmWait)
+	for writable := 0; ; { // checks that found the server writable
+		v := s.srv.checkAfter(since, deadline)
+		if v == nil {
+			break
 		}
 		i := slices.IndexFunc(v.obs, func(o serverObs) bool { return o.reachable && o.id == bc.server && bc.server != "" })
 		if i < 0 {
@@ -295,10 +290,6 @@ func (s *session) confirmReadOnly(bc *backendConn) bool {
 			return false
 		}
 		since = v.at
-		select {
-		case t.kick <- struct{}{}:
-		default:
-		}
 	}
 	unbound := bc.bound(s.srv.exchangeTimeout())
 	res, err := bc.queryLocked("SELECT @@global.read_only")
@@ -309,21 +300,17 @@ func (s *session) confirmReadOnly(bc *backendConn) bool {
 	return isOn(string(res.rows[0][0]))
 }
 
-// awaitCheck waits, at most confirmWait, for a topology check that
-// begins after the call to end, so that what it found (a server turned
-// read-only is no longer the primary) applies to the next borrow.
-func (s *Server) awaitCheck() {
-	t := s.topo
-	since := time.Now()
-	select {
-	case t.kick <- struct{}{}:
-	default:
-	}
-	for deadline := since.Add(confirmWait); time.Now().Before(deadline) && s.ctx.Err() == nil; time.Sleep(2 * time.Millisecond) {
-		if v := t.view.Load(); v != nil && v.at.After(since) {
-			return
+// checkAfter asks the topology monitor for a check and returns the view
+// of the first check that began after since, waiting for it until
+// deadline (nil then, or when the server closes).
+func (s *Server) checkAfter(since, deadline time.Time) *topoView {
+	s.topo.checkNow()
+	for ; time.Now().Before(deadline) && s.ctx.Err() == nil; time.Sleep(2 * time.Millisecond) {
+		if v := s.topo.view.Load(); v != nil && v.at.After(since) {
+			return v
 		}
 	}
+	return nil
 }
 
 // awaitDemoted waits, within failover.hold of h's start, until the

@@ -61,6 +61,16 @@ func newTestProxy(t testing.TB, log *slog.Logger, mutate ...func(*config.Config)
 	for _, m := range mutate {
 		m(&cfg)
 	}
+	p := serveProxy(t, cfg, log)
+	p.db, p.user = db, user
+	return p
+}
+
+// serveProxy validates cfg, starts holdfast on it listening on a free
+// port, and closes it when the test ends (a Serve error fails the test).
+// The returned proxy's db and user are the caller's to fill in.
+func serveProxy(t testing.TB, cfg config.Config, log *slog.Logger) *testProxy {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +90,7 @@ func newTestProxy(t testing.TB, log *slog.Logger, mutate ...func(*config.Config)
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &testProxy{srv: srv, addr: ln.Addr().String(), db: db, user: user, cfg: cfg}
+	return &testProxy{srv: srv, addr: ln.Addr().String(), cfg: cfg}
 }
 
 // selfThread is an SQL expression for the id of the backend thread that

@@ -204,7 +204,8 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep, reran b
 		s.w.Seq = seq
 		s.srv.pipeReruns.Add(1)
 		s.srv.fo.retried.Add(1)
-		s.srv.awaitCheck()
+		now := time.Now()
+		s.srv.checkAfter(now, now.Add(confirmWait))
 		return false, true, true
 	}
 	if err != nil {

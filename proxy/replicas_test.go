@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"database/sql"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,26 +45,10 @@ func startPairProxy(t *testing.T, policies map[string]string) *pairProxy {
 	cfg.Routing.CheckInterval = 50 * time.Millisecond
 	cfg.Users = []config.User{{Name: "app", Password: "app"}}
 	cfg.Pool.Min, cfg.Pool.Max = 0, 4
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	p := &pairProxy{testProxy: &testProxy{srv: srv, addr: ln.Addr().String(), db: "rt", cfg: cfg}, primary: primary, replica: replica, pdb: pdb, rdb: rdb}
+	tp := serveProxy(t, cfg, testLogger(t))
+	tp.db = "rt"
+	srv := tp.srv
+	p := &pairProxy{testProxy: tp, primary: primary, replica: replica, pdb: pdb, rdb: rdb}
 	waitFor(t, "the replica in service", func() bool { rs := srv.Replicas(); return len(rs) == 1 && rs[0].Up })
 	return p
 }

@@ -100,26 +100,9 @@ func startSetProxy(t *testing.T, slaveMonitor bool, mutate ...func(c *config.Con
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	p.testProxy = &testProxy{srv: srv, addr: ln.Addr().String(), db: "sw", user: "app", cfg: cfg}
+	p.testProxy = serveProxy(t, cfg, testLogger(t))
+	p.db, p.user = "sw", "app"
+	srv := p.srv
 	waitFor(t, "the primary known", func() bool { return srv.Topology().State == "primary" })
 	return p
 }

@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -58,26 +57,9 @@ func startSwitchoverProxy(t *testing.T, mutate ...func(c *config.Config, primary
 	for _, m := range mutate {
 		m(&cfg, primary, replica)
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return &switchoverProxy{testProxy: &testProxy{srv: srv, addr: ln.Addr().String(), db: "sw", user: "app", cfg: cfg},
+	tp := serveProxy(t, cfg, testLogger(t))
+	tp.db, tp.user = "sw", "app"
+	return &switchoverProxy{testProxy: tp,
 		primary: primary, replica: replica, vip: vip}
 }
 

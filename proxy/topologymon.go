@@ -123,8 +123,14 @@ func (t *topology) waitPrimary(ctx context.Context) error {
 // fleet's connections) may call it, at any time; it does not block.
 func (s *Server) NoteReadOnly() {
 	s.topo.readOnlyAnswers.Add(1)
+	s.topo.checkNow()
+}
+
+// checkNow has the monitor check the servers again at once (after
+// kickGap), unless a check is asked for already; it does not block.
+func (t *topology) checkNow() {
 	select {
-	case s.topo.kick <- struct{}{}:
+	case t.kick <- struct{}{}:
 	default:
 	}
 }
