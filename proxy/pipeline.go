@@ -191,23 +191,6 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep, reran b
 		s.srv.pipeReruns.Add(1)
 		return false, true, true
 	}
-	if err == nil && s.cw.n == sent && rr.failed && rr.errCode == codeReadOnly && s.retryOffPipe(c) {
-		// Refused 1290 by the pipe's server, which may have just turned
-		// read-only (a switchover's first step): nothing ran. The answer
-		// is dropped, and the statement runs again on a connection of
-		// its own once a topology check begun after the refusal has
-		// applied what it found: held while there is no primary, then on
-		// the new one. That run is the statement's one rerun: a 1290 from
-		// a read-only server there is 9010, one of another cause (such as
-		// secure_file_priv) goes to the client as it is.
-		s.w.Drop()
-		s.w.Seq = seq
-		s.srv.pipeReruns.Add(1)
-		s.srv.fo.retried.Add(1)
-		now := time.Now()
-		s.srv.checkAfter(now, now.Add(confirmWait))
-		return false, true, true
-	}
 	if err != nil {
 		if errors.Is(err, errClientGone) {
 			return true, false, false
@@ -218,15 +201,6 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep, reran b
 	s.state.Status = rr.status & sessionstate.Status
 	s.srv.pipelined.Add(1)
 	return true, true, false
-}
-
-// retryOffPipe reports whether command c, refused 1290 on a pipe, may
-// be sent again (policy.RetryReadOnly over the session as it is: a pipe
-// is only ever joined by a session that holds no connection).
-func (s *session) retryOffPipe(c command) bool {
-	b := c.base()
-	st := s.state.View(false)
-	return plan.RetryReadOnly(b.kind, b.info, &st)
 }
 
 // joinPipe queues command c on a pipe matching the session's state, or
