@@ -504,6 +504,12 @@ func (m *topoMonitor) apply(d decision, obs []serverObs, now time.Time) {
 		} else if prevState != topoPrimary {
 			s.log.Info("primary found", "primary", d.primary, "addresses", addrsOf(obs, d.primary))
 		}
+		if prevState != topoPrimary || d.primary != m.last {
+			// Borrowers whose dials failed meanwhile (the primary down,
+			// or the address leading to a retired one) dial again now,
+			// not at the end of their back-off.
+			s.pool.Redial()
+		}
 		m.last = d.primary
 	case topoNoPrimary:
 		if prevState == topoPrimary || prevState == topoSplitBrain {

@@ -167,6 +167,7 @@ func (p *Pool[K, C]) acquireSlow(ctx context.Context, key K, handicap time.Durat
 			p.giveBack(grant[K, C]{key: key, dial: true})
 			return zero, err
 		}
+		redial := *p.redial.Load() // before the dial: a Redial during it counts
 		c, err := p.dialSlot(ctx, key)
 		if err == nil {
 			p.lent(start, w != nil)
@@ -178,11 +179,14 @@ func (p *Pool[K, C]) acquireSlow(ctx context.Context, key K, handicap time.Durat
 		t := time.NewTimer(backoff + rand.N(backoff))
 		select {
 		case <-t.C:
+			backoff = min(2*backoff, p.opts.MaxDialBackoff)
+		case <-redial:
+			t.Stop()
+			backoff = p.opts.DialBackoff
 		case <-ctx.Done():
 			t.Stop()
 			return zero, p.timeoutErr(ctx, start)
 		}
-		backoff = min(2*backoff, p.opts.MaxDialBackoff)
 	}
 }
 

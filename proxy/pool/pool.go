@@ -117,6 +117,9 @@ type Pool[K comparable, C Conn[K]] struct {
 	firstDone atomic.Bool
 
 	retired atomic.Pointer[func(C) bool] // Retire's test; nil: none
+	// redial is closed by Redial: borrowers backing off after a failed
+	// dial wait on it too.
+	redial atomic.Pointer[chan struct{}]
 
 	mu        sync.Mutex // guards following, and every Slot of this pool
 	lim       Limits[K]
@@ -188,6 +191,8 @@ func New[K comparable, C Conn[K]](o Options[K, C], l Limits[K]) (*Pool[K, C], er
 		keys: map[K]*keyState[C]{},
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	redial := make(chan struct{})
+	p.redial.Store(&redial)
 	p.q = waitq.New[K](p.giveBack)
 	p.setLimitsLocked(l)
 	return p, nil

@@ -19,7 +19,7 @@ import (
 //   - a new dial it matches (the address still leads to the former server)
 //     is closed at once and fails with ErrRetired, so that a borrower
 //     backs off and dials again, until the address leads elsewhere or its
-//     wait ends;
+//     wait ends (Redial cuts the back-off short once it does);
 //   - Retired reports it to whoever shares a lent connection (pipes).
 //
 // The test runs under the pool's lock (and on the Release path): it must
@@ -78,6 +78,17 @@ func (p *Pool[K, C]) Retired(c C) bool {
 // did: the server behind the address changed, and what was learned of the
 // former one may not hold for the new one. Safe at any time.
 func (p *Pool[K, C]) Relearn() { p.firstDone.Store(false) }
+
+// Redial has every borrower backing off after a failed dial (the server
+// down, or the address still leading to a retired one) dial again at
+// once, its back-off starting over: the server behind the address has
+// changed (a new primary was found there), and a back-off of up to
+// 2 × Options.MaxDialBackoff would have the borrowers sleep through it.
+// Safe at any time, from any goroutine.
+func (p *Pool[K, C]) Redial() {
+	ch := make(chan struct{})
+	close(*p.redial.Swap(&ch))
+}
 
 // retiredDialLocked closes the state of a dial that reached a retired
 // server (its slot freed, counted as a failed dial) and returns the

@@ -210,3 +210,24 @@ func TestRetireUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// A borrower backing off after a dial that reached the retired server
+// dials again at once on Redial (the new server found behind the
+// address), however long its back-off.
+func TestRedialCutsBackoffShort(t *testing.T) {
+	l := baseLimits()
+	l.AcquireTimeout = time.Hour
+	e := newPool(t, l, func(o *Options[key, *fakeConn]) { o.DialBackoff, o.MaxDialBackoff = time.Hour, time.Hour })
+	c := e.acquire(0)
+	e.p.Release(c, true)
+	e.p.Retire(onServer(0))
+	ch := e.acquireGo(context.Background(), 0)
+	e.waitFor(func() bool { return e.p.Stats().RetiredDials == 1 }, "a dial to be refused")
+	e.d.server.Store(1)
+	e.p.Redial()
+	r := recv(t, ch)
+	if r.err != nil || r.c.server != 1 {
+		t.Fatalf("after Redial: %v, %v; want a connection to server 1", r.c, r.err)
+	}
+	e.p.Release(r.c, true)
+}
