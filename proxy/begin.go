@@ -49,7 +49,7 @@ func (s *session) endDeferred() {
 // transaction is lost (see beginLost).
 func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	begin := s.state.Txn.PendingBegin
-	s.state.Txn.PendingBegin = nil
+	s.state.Txn.PendingBegin, s.state.Txn.SentBegin = nil, begin
 	if ahead {
 		bc.w.Seq = 0
 		if err := bc.w.WritePacket(begin); err != nil {

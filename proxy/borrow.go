@@ -52,14 +52,18 @@ func (s *session) noteTag(tag *attribution.Tag, tagged bool) {
 // A new borrow waits first, holding no connection, while there is no
 // usable primary or a pause is in force for key (failover.go); a
 // connection the session keeps on a former primary is closed, and the
-// answer is 9010 (errStateLost: the caller closes the session).
+// answer is 9010 (errStateLost: the caller closes the session), unless
+// it held only a transaction that had done nothing yet, which starts
+// again on a new borrow (restartFresh).
 func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool) (*backendConn, *mysqlwire.SQLError) {
 	if bc := s.lease.bc; bc != nil {
-		if s.onFormerPrimary(bc) {
+		if !s.onFormerPrimary(bc) {
+			s.waitKills()
+			return bc, nil
+		}
+		if !s.restartFresh() {
 			return nil, s.lostToSwitch()
 		}
-		s.waitKills()
-		return bc, nil
 	}
 	var h hold
 	defer s.endHold(&h)
@@ -177,6 +181,7 @@ func (s *session) release(reusable bool) {
 	}
 	s.srv.give(&s.lease, reusable, s.state.Txn.Tag, s.id, s.lastSQL, s.lastMode)
 	s.state.Txn.BeginInFlight = false // a BEGIN sent ahead belongs to that connection
+	s.state.Txn.SentBegin = nil
 	s.holding.Store(false)
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey, s.inTxn = time.Time{}, "", "", false

@@ -309,12 +309,13 @@ func (s *session) run(c command, p *plan.Plan) bool { return s.runStmt(c, p, fal
 func (s *session) runStmt(c command, p *plan.Plan, reran bool) bool {
 	b := c.base()
 	info, tag := b.info, b.tag
-	before := s.state.View(s.lease.bc != nil) // the session as c found it (retryReadOnly)
+	before := s.state.View(s.lease.bc != nil) // the session as c found it (afterReadOnly)
 	bc, serr := s.borrow(tag, p.Key, p.Class, p.Ahead)
 	if serr != nil {
 		s.writeErr(serr)
 		return serr != errStateLost
 	}
+	begin := s.state.Txn.SentBegin // non-nil: c is its transaction's first statement (afterReadOnly)
 	held := s.state.KeepsConn()
 	var after string // holdfast's kept values to put back after the statement
 	if p.PutKept {
@@ -333,6 +334,7 @@ func (s *session) runStmt(c command, p *plan.Plan, reran bool) bool {
 	s.reply.hideChange = s.hidesStatementChange(c)
 	sent, seq := s.cw.n, s.w.Seq
 	errPkt, err := c.send(s, bc)
+	s.state.Txn.SentBegin = nil // the transaction has run c
 	if err == nil && errPkt == nil {
 		rr, err = s.relay(bc, c.code())
 	}
@@ -371,7 +373,7 @@ func (s *session) runStmt(c command, p *plan.Plan, reran bool) bool {
 	if rr.failed && rr.errCode == codeReadOnly && !rr.started && s.cw.n == sent && bc.be == &s.srv.primary {
 		// Refused by a server that may be a former primary: nothing of
 		// the answer has left yet.
-		if handled, keep, again := s.afterReadOnly(c, bc, &before, reran, seq); handled {
+		if handled, keep, again := s.afterReadOnly(c, bc, &before, begin, reran, seq); handled {
 			if again {
 				return s.runStmt(c, p, true)
 			}

@@ -220,6 +220,24 @@ func (s *session) takePrimary(h *hold, tag *attribution.Tag, key string, cl clas
 	}
 }
 
+// restartFresh ends the session's lease on a former primary when all it
+// held was a transaction that had done nothing but begin (its BEGIN went
+// out with a prepare): the connection is closed, which rolls the BEGIN
+// back there, and the BEGIN is pending again, to go out on the session's
+// next borrow (on the new primary). It reports false, changing nothing,
+// for anything else the session keeps on the connection.
+func (s *session) restartFresh() bool {
+	begin := s.state.Txn.SentBegin
+	if begin == nil || s.state.PinReason != "" || s.state.Txn.HoldNext {
+		return false
+	}
+	server := s.lease.bc.server
+	s.release(false)
+	s.state.Txn.PendingBegin = begin
+	s.srv.log.Info("a transaction that had only begun on a former primary begins again on the new one", "client", s.id, "server", server)
+	return true
+}
+
 // onFormerPrimary reports whether bc, a connection of the session's, is
 // to a server the primary's pool retired (a former primary).
 func (s *session) onFormerPrimary(bc *backendConn) bool {
@@ -359,11 +377,13 @@ func (s *Server) FailoverStats() FailoverStats {
 // the client as it is. Else the buffered answer is dropped, bc closed,
 // and: a statement policy.RetryReadOnly allows (before: the session as c
 // found it), not sent again already, runs again (again: the caller sends
-// it, and the borrow holds it until a new primary is known); a
-// transaction or pinned state is lost (lostToSwitch: 9010; keep is false
-// for a pinned session); anything else is answered 9010, nothing having
-// run.
-func (s *session) afterReadOnly(c command, bc *backendConn, before *plan.Session, reran bool, seq uint8) (handled, keep, again bool) {
+// it, and the borrow holds it until a new primary is known); so does a
+// transaction's first statement with the deferred BEGIN it carried
+// (begin), which policy.ReplayBegin allows: the transaction had done
+// nothing; other transactions and pinned state are lost (lostToSwitch:
+// 9010; keep is false for a pinned session); anything else is answered
+// 9010, nothing having run.
+func (s *session) afterReadOnly(c command, bc *backendConn, before *plan.Session, begin []byte, reran bool, seq uint8) (handled, keep, again bool) {
 	if !s.confirmReadOnly(bc) {
 		return false, true, false
 	}
@@ -371,12 +391,19 @@ func (s *session) afterReadOnly(c command, bc *backendConn, before *plan.Session
 	s.w.Seq = seq
 	server := bc.server
 	b := c.base()
-	if !reran && plan.RetryReadOnly(b.kind, b.info, before) {
+	retry := !reran && plan.RetryReadOnly(b.kind, b.info, before)
+	replay := !reran && begin != nil && plan.ReplayBegin(b.kind, b.info, before)
+	if retry || replay {
+		// Closed, not given back: the former primary rolls the BEGIN back.
 		s.release(false)
+		if replay {
+			s.state.Txn.PendingBegin = begin
+		}
 		h := hold{start: time.Now()}
 		s.awaitDemoted(&h, server)
 		s.srv.fo.retried.Add(1)
-		s.srv.log.Info("statement refused by a read-only former primary: running it on the new one", "client", s.id, "server", server)
+		s.srv.log.Info("statement refused by a read-only former primary: running it on the new one", "client", s.id, "server", server,
+			"with_begin", replay)
 		return true, true, true
 	}
 	if s.state.KeepsConn() {

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -604,6 +605,121 @@ func TestReadOnlyAnswerRetried(t *testing.T) {
 	}
 	if fo := p.srv.FailoverStats(); fo.Retried != 1 || fo.Refused != 0 {
 		t.Fatalf("failover counts: %+v; want one retry", fo)
+	}
+}
+
+// A transaction that had done nothing but begin on a primary that then
+// turned read-only starts again on the new primary, and goes on there:
+// its first statement, refused 1290 with the deferred BEGIN it carried
+// (text), or after a prepare that carried the BEGIN (prepared), is sent
+// again with the BEGIN, once; one whose connection the switch retired
+// before its first statement (restarted) begins again on a new borrow;
+// one that prepares while the address still leads to the former primary
+// waits for the new one. A transaction that had run a statement before
+// is still rolled back with 9010 (TestReadOnlyAnswerNotRetried).
+func TestTransactionBegunOnReadOnlyReplayed(t *testing.T) {
+	p := startSwitchoverProxy(t, func(c *config.Config, _, _ *dbtest.Private) {
+		c.Routing.CheckInterval = time.Hour
+		// Connections open before the switch: the text insert below
+		// finds one idle, and reaches the former primary without a dial.
+		c.Pool.Min = c.Pool.Max
+	})
+	waitFor(t, "the primary known and the pool filled", func() bool {
+		return p.srv.Topology().State == "primary" && p.srv.pool.Stats().Idle == 4
+	})
+	ctx := t.Context()
+	const insert = "INSERT INTO t VALUES (?, ?)"
+	names := []string{"text", "prepared", "restarted", "prepared late"}
+	conns := make([]*sql.Conn, len(names))
+	stmts := make([]*sql.Stmt, len(names))
+	for i := range conns {
+		conns[i] = p.conn(t)
+		if _, err := conns[i].ExecContext(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 2; i++ { // their BEGIN goes out with the prepare
+		var err error
+		if stmts[i], err = conns[i].PrepareContext(ctx, insert); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.primary.SetReadOnly(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, len(names))
+	run := func(i int, f func() error) {
+		go func() {
+			if err := f(); err != nil {
+				done <- fmt.Errorf("%s: %w", names[i], err)
+				return
+			}
+			done <- nil
+		}()
+	}
+	// Both reach the read-only primary before holdfast checks it (only a
+	// 1290 has it check here).
+	run(0, func() error { _, err := conns[0].ExecContext(ctx, "INSERT INTO t VALUES (1, 1)"); return err })
+	run(1, func() error { _, err := stmts[1].ExecContext(ctx, 2, 1); return err })
+	waitFor(t, "the two first inserts held", func() bool { return p.srv.FailoverStats().HeldNow == 2 })
+	run(2, func() error { _, err := stmts[2].ExecContext(ctx, 3, 1); return err })
+	waitFor(t, "the restarted transaction held", func() bool { return p.srv.FailoverStats().HeldNow == 3 })
+	retiredDials := p.srv.pool.Stats().RetiredDials
+	run(3, func() error {
+		var err error
+		if stmts[3], err = conns[3].PrepareContext(ctx, insert); err != nil {
+			return err
+		}
+		_, err = stmts[3].ExecContext(ctx, 4, 1)
+		return err
+	})
+	waitFor(t, "the late prepare's dial to reach the former primary", func() bool { return p.srv.pool.Stats().RetiredDials > retiredDials })
+	odb, ndb := p.primary.Open(""), p.replica.Open("")
+	defer odb.Close()
+	defer ndb.Close()
+	if err := dbtest.CaughtUp(ctx, odb, ndb, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.replica.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.primary.FollowDemoted(p.replica); err != nil {
+		t.Fatal(err)
+	}
+	p.vip.Retarget(p.replica.Addr)
+	waitFor(t, "the new primary known", func() bool {
+		p.srv.NoteReadOnly()
+		return p.srv.Topology().PrimaryChanges == 1
+	})
+	for range names {
+		if err := <-done; err != nil {
+			t.Fatalf("a transaction's first insert across the switch: %v; want success", err)
+		}
+	}
+	for i, c := range conns {
+		var inTxn int
+		if err := c.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&inTxn); err != nil || inTxn != 1 {
+			t.Fatalf("%s transaction after its first insert: @@in_transaction %d, %v; want 1", names[i], inTxn, err)
+		}
+		if _, err := c.ExecContext(ctx, "INSERT INTO t VALUES (?, 2)", 11+i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both rows of each transaction or none: the first is rolled back.
+	if _, err := conns[0].ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns[1:] {
+		if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[int64]int{2: 1, 12: 1, 3: 1, 13: 1, 4: 1, 14: 1}
+	if have := rowsOn(t, p.replica); !maps.Equal(have, want) {
+		t.Fatalf("rows on the new primary: %v; want %v (the committed transactions), once each", have, want)
+	}
+	if fo := p.srv.FailoverStats(); fo.Retried < 1 || fo.Refused != 0 {
+		t.Fatalf("failover counts: %+v; want retries, no 9010", fo)
 	}
 }
 

@@ -75,6 +75,9 @@ type Session struct {
 	InTxn bool
 	// PendingBegin: a BEGIN was answered and not yet sent.
 	PendingBegin bool
+	// FreshTxn: the deferred BEGIN went out, and nothing but prepares
+	// has run in the transaction since.
+	FreshTxn bool
 	// Holding: the session holds a backend connection now.
 	Holding bool
 	// Pinned: session state ties it to its connection for good.

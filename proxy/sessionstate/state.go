@@ -59,6 +59,11 @@ type Txn struct {
 	// PendingBegin is a BEGIN answered and not yet sent (the COM_QUERY to
 	// send), nil when none.
 	PendingBegin []byte
+	// SentBegin is the deferred BEGIN that went out, while nothing but
+	// prepares has run in its transaction since (nil otherwise): the
+	// transaction has done nothing, and may start again on another
+	// connection (a former primary's, see proxy/failover.go).
+	SentBegin []byte
 	// BeginInFlight: the deferred BEGIN went out ahead of the statement
 	// just written, and its OK is still to be read.
 	BeginInFlight bool
@@ -149,6 +154,7 @@ func (st *State) View(holding bool) policy.Session {
 	return policy.Session{
 		InTxn:          st.InTxn(),
 		PendingBegin:   st.Txn.PendingBegin != nil,
+		FreshTxn:       st.Txn.SentBegin != nil,
 		Holding:        holding,
 		Pinned:         st.PinReason != "",
 		HoldNext:       st.Txn.HoldNext,
