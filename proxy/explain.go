@@ -196,6 +196,15 @@ func (s *Server) controlsMet(p *plan.Plan, info *sqlscan.Info) []string {
 	if maxTxn > 0 {
 		out = append(out, fmt.Sprintf("tag %s max_transaction_time %v", p.Key, maxTxn.Round(time.Millisecond)))
 	}
+	hold := s.config().Failover.Hold
+	if c, ok := s.ctrl.Paused(p.Key); ok {
+		out = append(out, fmt.Sprintf("%s: it waits, holding no connection, until the pause is lifted; past failover.hold (%v), error %d",
+			pausedBy(c, p.Key), hold, codePrimarySwitching))
+	}
+	if p.Action == plan.Run && p.Route == controls.RoutePrimary && s.topo.badSince.Load() != 0 {
+		out = append(out, fmt.Sprintf("no usable primary now (%s): it waits, holding no connection, for one; past failover.hold (%v), error %d",
+			s.Topology().State, hold, codePrimarySwitching))
+	}
 	if p.Class != controls.Normal || s.ctrl.Load() != nil {
 		c := "class " + p.Class.String()
 		if p.Class == controls.Background && s.ctrl.BackgroundCapped() {

@@ -22,6 +22,9 @@ func TestExplain(t *testing.T) {
 	p.srv.ProtectTables(p.db, holdfastTables)
 	p.srv.DrainTag("batch", "INC-7", 0)
 	p.srv.LimitTag("report", 2)
+	if err := p.srv.SetControl("pause", "maint*", 0, "switchover", "test"); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.srv.SetTagClass("report", "background"); err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +50,11 @@ func TestExplain(t *testing.T) {
 			return e.Action == "refuse" && e.Refusal != nil && e.Refusal.Code == codeProtected
 		}},
 		{"app", "", "BEGIN", func(e Explanation) bool { return e.Action == "defer BEGIN" }},
+		{"app", "maint_job", "UPDATE t SET a = 1", func(e Explanation) bool {
+			return e.Action == "run" && slices.ContainsFunc(e.Controls, func(s string) bool {
+				return strings.Contains(s, "tag 'maint_job' is paused by on-call under maint* (switchover)") && strings.Contains(s, "error 9010")
+			})
+		}},
 		{"app", "", "SELECT @@wait_timeout", func(e Explanation) bool {
 			return e.Backend == "primary" && slices.ContainsFunc(e.Steps, func(s string) bool { return strings.Contains(s, "kept variables") })
 		}},
