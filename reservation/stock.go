@@ -98,15 +98,25 @@ func (e *Engine) stockAnswer(op int, row []any, err error) ([]string, [][]any, e
 //
 // None of the three stock procedures is idempotent, so one whose connection
 // was lost during COMMIT answers 9108 at once (recovery.go); one lost
-// earlier is run again.
+// earlier is run again, and so is one that created the ledger row second
+// (1062: nothing was made).
 func (e *Engine) changeStock(ctx context.Context, op int, k PoolKey, next func(int64) int64, o *CallOptions) ([]any, error) {
 	call := e.newCall(procOp(op))
+	created := false
 	for {
 		row, delta, err := e.changeStockOnce(ctx, opNames[op], k, next)
 		if err == nil {
 			e.refiller.Notify(k, 0)
 			o.changed(Change{Pool: k, OnHandDelta: delta})
 			return row, nil
+		}
+		if IsDBError(err, errNumDupKey) && !created {
+			// The pool had no ledger row, and another call created it
+			// (and the pool's first units) meanwhile: READ COMMITTED locks
+			// no gap. The database refused an INSERT before the COMMIT,
+			// so nothing was made: run it again, once, on that row.
+			created = true
+			continue
 		}
 		if !call.again(ctx, err, true) {
 			return nil, call.answer(ctx, err)
