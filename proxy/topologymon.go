@@ -38,8 +38,10 @@ type topology struct {
 	kick     chan struct{} // cap 1: check again now
 
 	// gen counts the changes of the retired set (a primary that changed,
-	// turned read-only, or a split brain): connections made before a
-	// change may be to a server no longer to be used.
+	// turned read-only, or a split brain) and the primaries found (after
+	// none, or another): connections made before a change may be to a
+	// server no longer to be used (one made while there was no primary
+	// may have reached the former one through a name not yet moved).
 	gen  atomic.Uint64
 	view atomic.Pointer[topoView]
 
@@ -148,8 +150,8 @@ func (s *Server) noteBackendErr(code uint16) {
 }
 
 // OnTopologyChange registers f to run after each change of the servers
-// holdfast uses for the primary's work (a switchover seen, the primary
-// turning read-only, a split brain): on the monitor's goroutine, without
+// holdfast uses for the primary's work (the primary turning read-only, a
+// split brain, a primary found after none or another): on the monitor's goroutine, without
 // locks, in order of registration. f must not block for long. Register
 // before Serve.
 func (s *Server) OnTopologyChange(f func()) {
@@ -533,19 +535,23 @@ func (m *topoMonitor) apply(d decision, obs []serverObs, now time.Time) {
 	m.retired = retired
 	t.setPrimary(d.state == topoPrimary)
 	t.view.Store(&topoView{at: now, state: d.state, since: m.since, primary: d.primary, obs: obs, roles: d.roles, retired: retired})
-	if !changedRetired {
+	found := d.state == topoPrimary && (prevState != topoPrimary || d.primary != prevPrimary) && prevPrimary != ""
+	if !changedRetired && !found {
 		return
 	}
-	r := retired
 	t.gen.Add(1)
-	s.pool.Retire(func(bc *backendConn) bool { return bc.server != "" && r[bc.server] })
-	if m.last != "" && r[m.last] {
-		// The pool's next dial reaches a server not retired (a dial that
-		// reaches a retired one is refused before it learns anything):
-		// it learns that server, the new primary as a rule, at once.
-		s.pool.Relearn()
+	if changedRetired {
+		r := retired
+		s.pool.Retire(func(bc *backendConn) bool { return bc.server != "" && r[bc.server] })
+		if m.last != "" && r[m.last] {
+			// The pool's next dial reaches a server not retired (a dial
+			// that reaches a retired one is refused before it learns
+			// anything): it learns that server, the new primary as a
+			// rule, at once.
+			s.pool.Relearn()
+		}
+		s.log.Warn("servers retired: connections to them are no longer lent, idle ones closed, in-use ones closed on release", "retired", setString(r))
 	}
-	s.log.Warn("servers retired: connections to them are no longer lent, idle ones closed, in-use ones closed on release", "retired", setString(r))
 	t.hooksMu.Lock()
 	hooks := slices.Clone(t.hooks)
 	t.hooksMu.Unlock()
