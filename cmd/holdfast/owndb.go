@@ -199,7 +199,39 @@ func (c *followConn) PrepareContext(ctx context.Context, query string) (driver.S
 		st, err = p.PrepareContext(ctx, query)
 	}
 	c.noteErr(err)
-	return st, err
+	if err != nil {
+		return nil, err
+	}
+	return &followStmt{Stmt: st, c: c}, nil
+}
+
+// followStmt is a prepared statement of a followConn: a 1290 it is
+// answered retires the connection as one of a text statement does
+// (noteErr). database/sql prepares every statement with arguments (the
+// driver does not interpolate them here), so the fleet's writes meet a
+// read-only primary through it.
+type followStmt struct {
+	driver.Stmt
+	c *followConn
+}
+
+func (s *followStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	res, err := s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
+	s.c.noteErr(err)
+	return res, err
+}
+
+func (s *followStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	rows, err := s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+	s.c.noteErr(err)
+	return rows, err
+}
+
+func (s *followStmt) CheckNamedValue(nv *driver.NamedValue) error {
+	if c, ok := s.Stmt.(driver.NamedValueChecker); ok {
+		return c.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
 }
 
 // The rest is go-sql-driver's own.
