@@ -579,3 +579,63 @@ func TestAdminToken(t *testing.T) {
 }
 
 var _ = sql.ErrNoRows
+
+// A limit that comes into force while the tag's statements run counts
+// them in, and each gives its slot back as it ends: the tag goes on at
+// the limit, its waiters served, and nothing is left counted once the
+// load stops (a slot not given back would wedge the tag: waiters only,
+// each refused after pool.acquire_timeout).
+func TestLimitSetUnderLoad(t *testing.T) {
+	p := startProxy(t, func(c *config.Config) {
+		c.Pool.Max, c.Pool.MaxIdle = 8, 8
+		c.Pool.AcquireTimeout = 3 * time.Second
+	})
+	db := p.open(t)
+	db.SetMaxOpenConns(8)
+	const clients = 4
+	stop := make(chan struct{})
+	var served, afterLimit atomic.Int64
+	limited := make(chan struct{})
+	errc := make(chan error, clients)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := db.Exec("/* conn_tag:capz */ DO SLEEP(0.1)")
+				if err != nil {
+					errc <- err
+					return
+				}
+				served.Add(1)
+				select {
+				case <-limited:
+					afterLimit.Add(1)
+				default:
+				}
+			}
+		})
+	}
+	waitFor(t, "every client's statement running", func() bool { return p.srv.heldBy("capz") == clients })
+	p.srv.LimitTag("capz", 2)
+	close(limited)
+	waitFor(t, "statements served under the limit", func() bool { return afterLimit.Load() >= 20 })
+	close(stop)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatalf("a statement under the limit: %v", err)
+	}
+	p.srv.gates.mu.Lock()
+	gt := p.srv.gates.m["capz"]
+	inUse, pre := gt.inUse, gt.pre
+	p.srv.gates.mu.Unlock()
+	if inUse != 0 || pre != 0 {
+		t.Fatalf("after the load: %d slots counted (%d of holds before the limit); want 0", inUse, pre)
+	}
+	t.Logf("%d statements, %d after the limit", served.Load(), afterLimit.Load())
+}

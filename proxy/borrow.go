@@ -183,9 +183,24 @@ func (s *session) release(reusable bool) {
 	s.state.Txn.BeginInFlight = false // a BEGIN sent ahead belongs to that connection
 	s.state.Txn.SentBegin = nil
 	s.holding.Store(false)
+	s.endHoldMirror(true)
+}
+
+// endHoldMirror clears what the janitor, kills and the controls see of
+// the session's hold (and inTxn with txn), and gives back the slot of a
+// limit that counted the hold in when it came into force (markHolders).
+func (s *session) endHoldMirror(txn bool) {
 	s.mu.Lock()
-	s.holdSince, s.holdTag, s.holdKey, s.inTxn = time.Time{}, "", "", false
+	s.holdSince, s.holdTag, s.holdKey = time.Time{}, "", ""
+	if txn {
+		s.inTxn = false
+	}
+	pre := s.preGated
+	s.preGated = ""
 	s.mu.Unlock()
+	if pre != "" {
+		s.srv.gates.exitPre(pre)
+	}
 }
 
 // controlsByTag reports whether some on-call control (of any kind and

@@ -98,11 +98,11 @@ func (s *Server) applyReserve() {
 	s.classes.reserveMu.Lock()
 	defer s.classes.reserveMu.Unlock()
 	if !s.ctrl.BackgroundCapped() {
-		s.classes.gate.setLimit(backgroundGateKey, noLimit, 0)
+		s.classes.gate.setLimit(backgroundGateKey, noLimit, nil)
 		return
 	}
 	cfg := s.config()
-	s.classes.gate.setLimit(backgroundGateKey, max(cfg.Pool.Max-cfg.Overload.Reserve, 1), 0)
+	s.classes.gate.setLimit(backgroundGateKey, max(cfg.Pool.Max-cfg.Overload.Reserve, 1), nil)
 }
 
 // applyConfigClasses puts overload.classes in force.

@@ -88,7 +88,7 @@ func (s *Server) enforceLocked(key string, cur *controls.Set) {
 		s.log.Warn("tag undrained", "tag", tag)
 	}
 	if eff.limit != limit {
-		s.gates.setLimit(tag, eff.limit, s.heldBy(tag))
+		s.gates.setLimit(tag, eff.limit, func() int { return s.markHolders(tag) })
 		switch {
 		case eff.limit == noLimit:
 			s.log.Info("tag connection limit lifted", "tag", tag)
@@ -123,7 +123,7 @@ func (s *Server) enforceShapeLocked(key string, eff gateControl) {
 		s.log.Warn("statement shape unblocked", "shape", shape)
 	}
 	if eff.limit != limit {
-		g.setLimit(key, eff.limit, 0)
+		g.setLimit(key, eff.limit, nil)
 		switch {
 		case eff.limit == noLimit:
 			s.log.Info("statement shape cap lifted", "shape", shape)

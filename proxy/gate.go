@@ -31,9 +31,12 @@ type gate struct {
 	drainedAt time.Time
 	reason    string
 	killTimer *time.Timer
-	limit     int           // noLimit: none (0 admits no one: a fleet cap's empty grant)
-	inUse     int           // borrows entered under the limit
-	maxTxn    time.Duration // the tag's max_transaction_time (0: the configured one)
+	limit     int // noLimit: none (0 admits no one: a fleet cap's empty grant)
+	inUse     int // borrows entered under the limit, and pre
+	// pre are the holds under way when the limit came into force, counted
+	// in inUse: each gives its slot back at its end (exitPre).
+	pre    int
+	maxTxn time.Duration // the tag's max_transaction_time (0: the configured one)
 	// of says what the limit is: this instance's own, or its share of a
 	// fleet-wide cap; peak is the most borrows held and queued under the
 	// limit at once since the fleet last asked (demand).
@@ -180,6 +183,24 @@ func (g *gates) exit(tag string) {
 	if gt == nil {
 		return
 	}
+	g.exitLocked(tag, gt)
+}
+
+// exitPre ends a hold that was under way when tag's limit came into force
+// (see gate.pre); once the limit is lifted, or set again, it counts
+// nothing.
+func (g *gates) exitPre(tag string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gt := g.m[tag]
+	if gt == nil || gt.pre == 0 {
+		return
+	}
+	gt.pre--
+	g.exitLocked(tag, gt)
+}
+
+func (g *gates) exitLocked(tag string, gt *gate) {
 	if (gt.limit == noLimit || gt.inUse <= gt.limit) && gt.waiters.HandOff(true) {
 		return // the slot goes on to the oldest waiter
 	}
@@ -284,20 +305,27 @@ func (g *gates) undrain(tag string) {
 const noLimit = -1
 
 // setLimit caps tag at n connections (noLimit lifts the cap; 0 admits no
-// one). held is how many the tag holds now, so a new cap counts borrows
-// already in flight. Lowered under what is held, the limit admits no one
-// until what is held has fallen under it.
-func (g *gates) setLimit(tag string, n, held int) {
+// one). held (nil: none) counts and marks the holds of tag under way, when
+// the cap comes into force, so that it counts borrows already in flight:
+// each gives its slot back at its end (exitPre); it runs under g.mu, so a
+// hold ends either before it (not counted) or after (counted, given back).
+// Lowered under what is held, the limit admits no one until what is held
+// has fallen under it.
+func (g *gates) setLimit(tag string, n int, held func() int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	gt := g.getLocked(tag)
 	if gt.limit == noLimit && n != noLimit {
-		gt.inUse = held
+		gt.inUse, gt.pre = 0, 0
+		if held != nil {
+			gt.pre = held()
+			gt.inUse = gt.pre
+		}
 	}
 	gt.limit = n
 	if n == noLimit {
 		gt.of = limitOf{}
-		gt.inUse = 0
+		gt.inUse, gt.pre = 0, 0
 		gt.waiters.HandOffAll(false)
 	} else {
 		for gt.inUse < gt.limit && gt.waiters.HandOff(true) {

@@ -66,6 +66,27 @@ func shapeShown(h uint64, recorded bool) string {
 // know it (a folded tag by the name its statements carry).
 func (s *Server) heldBy(tag string) int { return s.heldByKey()[tag] }
 
+// markHolders counts the client sessions holding a connection under key
+// now and marks each, so that its hold's end gives back the slot the
+// limit coming into force counts it in (setLimit). Called under the
+// gates' lock: a hold that ends before it is not counted, one that ends
+// after it gives its slot back. The engine's holds are not counted (they
+// are few and short, and a cap on a holdfast:* tag is rare).
+func (s *Server) markHolders(key string) int {
+	n := 0
+	s.mu.Lock()
+	for _, x := range s.sessions {
+		x.mu.Lock()
+		if !x.holdSince.IsZero() && x.holdKey == key {
+			x.preGated = key
+			n++
+		}
+		x.mu.Unlock()
+	}
+	s.mu.Unlock()
+	return n
+}
+
 // heldByKey counts connections held now by the names the on-call controls
 // know their tags by.
 func (s *Server) heldByKey() map[string]int {

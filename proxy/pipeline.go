@@ -178,9 +178,7 @@ func (s *session) runPipelined(c command, pl *plan.Plan) (handled, keep, reran b
 	p.leave()
 	s.srv.statementDone(&s.turnLease, tag, turnAt, time.Now(), err != nil || rr.failed)
 	s.srv.give(&s.turnLease, true, tag, s.id, nil, 0)
-	s.mu.Lock()
-	s.holdSince, s.holdTag, s.holdKey = time.Time{}, "", ""
-	s.mu.Unlock()
+	s.endHoldMirror(false)
 	if err == nil && s.cw.n == sent && (retired || rr.failed && rr.errCode == codeQueryInterrupted && !s.interrupted.Load()) {
 		// Interrupted by a kill meant for the statement queued before ours
 		// on the pipe, or answered by a retired server, and nothing of the

@@ -148,6 +148,10 @@ type session struct {
 	holdSince time.Time // zero when no backend connection is held
 	holdTag   string    // the hold's tag, as accounted
 	holdKey   string    // ... and as the on-call controls know it (see policy.Key)
+	// preGated is the key of a limit that came into force while this
+	// hold was under way, which counted it in (markHolders): its end
+	// gives that slot back (endHoldMirror).
+	preGated string
 	inTxn     bool
 	stmtText  []byte
 	stmtShape uint64       // stmtText's shape
