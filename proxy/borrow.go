@@ -114,6 +114,7 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 	s.holding.Store(true)
 	s.mu.Lock()
 	s.holdSince, s.holdTag, s.holdKey = now, tag.Name(), key
+	s.gatedKey = s.lease.gated
 	// A deferred BEGIN starts below: the transaction runs from its first
 	// statement on, and the bounds on transactions apply to that statement
 	// too (a failed start releases, which clears it).
@@ -191,15 +192,15 @@ func (s *session) release(reusable bool) {
 // limit that counted the hold in when it came into force (markHolders).
 func (s *session) endHoldMirror(txn bool) {
 	s.mu.Lock()
-	s.holdSince, s.holdTag, s.holdKey = time.Time{}, "", ""
+	s.holdSince, s.holdTag, s.holdKey, s.gatedKey = time.Time{}, "", "", ""
 	if txn {
 		s.inTxn = false
 	}
-	pre := s.preGated
+	pre, epoch := s.preGated, s.preEpoch
 	s.preGated = ""
 	s.mu.Unlock()
 	if pre != "" {
-		s.srv.gates.exitPre(pre)
+		s.srv.gates.exitPre(pre, epoch)
 	}
 }
 

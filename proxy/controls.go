@@ -88,7 +88,7 @@ func (s *Server) enforceLocked(key string, cur *controls.Set) {
 		s.log.Warn("tag undrained", "tag", tag)
 	}
 	if eff.limit != limit {
-		s.gates.setLimit(tag, eff.limit, func() int { return s.markHolders(tag) })
+		s.gates.setLimit(tag, eff.limit, func(epoch uint64) (int, int) { return s.markHolders(tag, epoch) })
 		switch {
 		case eff.limit == noLimit:
 			s.log.Info("tag connection limit lifted", "tag", tag)

@@ -33,9 +33,12 @@ type gate struct {
 	killTimer *time.Timer
 	limit     int // noLimit: none (0 admits no one: a fleet cap's empty grant)
 	inUse     int // borrows entered under the limit, and pre
-	// pre are the holds under way when the limit came into force, counted
-	// in inUse: each gives its slot back at its end (exitPre).
+	// pre are the holds under way when the limit came into force that
+	// entered no gate of the tag, counted in inUse: each gives its slot
+	// back at its end (exitPre), if the limit's epoch (counting the
+	// times a limit came into force) is still the same.
 	pre    int
+	epoch  uint64
 	maxTxn time.Duration // the tag's max_transaction_time (0: the configured one)
 	// of says what the limit is: this instance's own, or its share of a
 	// fleet-wide cap; peak is the most borrows held and queued under the
@@ -60,8 +63,9 @@ type gates struct {
 	// whether a borrow must go through enter (free).
 	stopped atomic.Pointer[map[string]struct{}]
 
-	mu sync.Mutex // guards m
-	m  map[string]*gate
+	mu     sync.Mutex // guards m and epochs
+	m      map[string]*gate
+	epochs uint64 // limits that came into force (gate.epoch)
 }
 
 // GateState is one tag's controls, for the admin API and metrics.
@@ -187,13 +191,13 @@ func (g *gates) exit(tag string) {
 }
 
 // exitPre ends a hold that was under way when tag's limit came into force
-// (see gate.pre); once the limit is lifted, or set again, it counts
-// nothing.
-func (g *gates) exitPre(tag string) {
+// at epoch (see gate.pre); once the limit is lifted, or set again, it
+// counts nothing.
+func (g *gates) exitPre(tag string, epoch uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	gt := g.m[tag]
-	if gt == nil || gt.pre == 0 {
+	if gt == nil || gt.pre == 0 || gt.epoch != epoch {
 		return
 	}
 	gt.pre--
@@ -305,21 +309,23 @@ func (g *gates) undrain(tag string) {
 const noLimit = -1
 
 // setLimit caps tag at n connections (noLimit lifts the cap; 0 admits no
-// one). held (nil: none) counts and marks the holds of tag under way, when
-// the cap comes into force, so that it counts borrows already in flight:
-// each gives its slot back at its end (exitPre); it runs under g.mu, so a
-// hold ends either before it (not counted) or after (counted, given back).
-// Lowered under what is held, the limit admits no one until what is held
-// has fallen under it.
-func (g *gates) setLimit(tag string, n int, held func() int) {
+// one). held (nil: none) counts the holds of tag under way when the cap
+// comes into force at an epoch, so that it counts borrows already in
+// flight, and marks those that will give their slot back through exitPre
+// (the others leave an earlier gate of the tag through exit): it runs
+// under g.mu, so a hold ends either before it (not counted) or after
+// (counted, given back once). Lowered under what is held, the limit admits
+// no one until what is held has fallen under it.
+func (g *gates) setLimit(tag string, n int, held func(epoch uint64) (held, marked int)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	gt := g.getLocked(tag)
 	if gt.limit == noLimit && n != noLimit {
+		g.epochs++ // across the gates: a tag's gate may be forgotten and made again
+		gt.epoch = g.epochs
 		gt.inUse, gt.pre = 0, 0
 		if held != nil {
-			gt.pre = held()
-			gt.inUse = gt.pre
+			gt.inUse, gt.pre = held(gt.epoch)
 		}
 	}
 	gt.limit = n

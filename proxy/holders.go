@@ -67,24 +67,29 @@ func shapeShown(h uint64, recorded bool) string {
 func (s *Server) heldBy(tag string) int { return s.heldByKey()[tag] }
 
 // markHolders counts the client sessions holding a connection under key
-// now and marks each, so that its hold's end gives back the slot the
-// limit coming into force counts it in (setLimit). Called under the
-// gates' lock: a hold that ends before it is not counted, one that ends
-// after it gives its slot back. The engine's holds are not counted (they
-// are few and short, and a cap on a holdfast:* tag is rare).
-func (s *Server) markHolders(key string) int {
-	n := 0
+// now, for the limit of key coming into force at epoch (setLimit), and
+// marks those whose lease entered no limit of key, so that the hold's end
+// gives back the slot it is counted in (exitPre); a lease that entered an
+// earlier limit of key gives it back as it leaves that one (gates.exit).
+// Called under the gates' lock: a hold that ends before it is not
+// counted, one that ends after it gives its slot back once. The engine's
+// holds are not counted (they are few and short, and a cap on a
+// holdfast:* tag is rare).
+func (s *Server) markHolders(key string, epoch uint64) (held, marked int) {
 	s.mu.Lock()
 	for _, x := range s.sessions {
 		x.mu.Lock()
 		if !x.holdSince.IsZero() && x.holdKey == key {
-			x.preGated = key
-			n++
+			held++
+			if x.gatedKey != key {
+				x.preGated, x.preEpoch = key, epoch
+				marked++
+			}
 		}
 		x.mu.Unlock()
 	}
 	s.mu.Unlock()
-	return n
+	return held, marked
 }
 
 // heldByKey counts connections held now by the names the on-call controls

@@ -49,7 +49,9 @@ const (
 // holding any before it, never after): Server.mu, then session.killMu,
 // then session.mu, then pipes.mu, then pipe.mu, then the pool's and the
 // wait queues' own locks; the controls table's lock (s.ctrl) before
-// Server.mu and gates.mu; gates.mu before its queues' locks; killer.mu is
+// Server.mu and gates.mu; gates.mu before Server.mu (a limit coming into
+// force counts the sessions' holds: markHolders) and before its queues'
+// locks; killer.mu is
 // taken with session.killMu held and nothing else; limitsMu before the
 // pool's and accounts.mu; the backendUsers lookup slot before
 // backendUsers.mu. No lock is held across I/O except killer.mu (one kill

@@ -148,14 +148,17 @@ type session struct {
 	holdSince time.Time // zero when no backend connection is held
 	holdTag   string    // the hold's tag, as accounted
 	holdKey   string    // ... and as the on-call controls know it (see policy.Key)
+	// gatedKey mirrors the lease's gated key (the limit it entered).
 	// preGated is the key of a limit that came into force while this
-	// hold was under way, which counted it in (markHolders): its end
-	// gives that slot back (endHoldMirror).
-	preGated string
-	inTxn     bool
-	stmtText  []byte
-	stmtShape uint64       // stmtText's shape
-	stmtMode  sqlscan.Mode // stmtText's lexing mode
+	// hold was under way, which counted it in (markHolders), preEpoch
+	// that limit's epoch: the hold's end gives that slot back
+	// (endHoldMirror).
+	gatedKey, preGated string
+	preEpoch           uint64
+	inTxn              bool
+	stmtText           []byte
+	stmtShape          uint64       // stmtText's shape
+	stmtMode           sqlscan.Mode // stmtText's lexing mode
 }
 
 // preparedStmts is a client's binary-protocol prepared statements, by
