@@ -334,16 +334,33 @@ func (s *Server) checkAfter(since, deadline time.Time) *topoView {
 // awaitDemoted waits, within failover.hold of h's start, until the
 // topology no longer takes server for the primary: a 1290 made the monitor
 // check again at once (NoteReadOnly), and a retried statement must not be
-// lent another connection to that same server meanwhile.
-func (s *session) awaitDemoted(h *hold, server serverID) {
+// lent another connection to that same server meanwhile. A kill of the
+// session's statement ends the wait: it reports false then.
+func (s *session) awaitDemoted(h *hold, server serverID) bool {
+	killed, kill := context.WithCancelCause(s.srv.ctx)
+	defer kill(nil)
+	s.mu.Lock()
+	s.execCall = kill
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.execCall = nil
+		s.mu.Unlock()
+	}()
 	deadline := h.start.Add(s.srv.config().Failover.Hold)
-	for time.Now().Before(deadline) && s.srv.ctx.Err() == nil {
+	for time.Now().Before(deadline) && killed.Err() == nil {
 		v := s.srv.topo.view.Load()
 		if v == nil || v.state != topoPrimary || v.primary != server {
-			return
+			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-killed.Done():
+			t.Stop()
+		}
 	}
+	return !s.interrupted.Load()
 }
 
 // FailoverStats are the counts of held statements (the
@@ -400,7 +417,14 @@ func (s *session) afterReadOnly(c command, bc *backendConn, before *plan.Session
 			s.state.Txn.PendingBegin = begin
 		}
 		h := hold{start: time.Now()}
-		s.awaitDemoted(&h, server)
+		if s.interrupted.Load() || !s.awaitDemoted(&h, server) {
+			// Killed (KILL QUERY, KILL) as it was refused or while it
+			// waited: it is not sent again. A transaction had still only
+			// begun, and goes on so.
+			s.writeErr(newErr(codeQueryInterrupted, "70100",
+				"Query execution was interrupted (holdfast: after the former primary, now read-only, refused it; nothing ran)"))
+			return true, true, false
+		}
 		s.srv.fo.retried.Add(1)
 		s.srv.log.Info("statement refused by a read-only former primary: running it on the new one", "client", s.id, "server", server,
 			"with_begin", replay)
