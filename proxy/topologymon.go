@@ -506,12 +506,6 @@ func (m *topoMonitor) apply(d decision, obs []serverObs, now time.Time) {
 		} else if prevState != topoPrimary {
 			s.log.Info("primary found", "primary", d.primary, "addresses", addrsOf(obs, d.primary))
 		}
-		if prevState != topoPrimary || d.primary != m.last {
-			// Borrowers whose dials failed meanwhile (the primary down,
-			// or the address leading to a retired one) dial again now,
-			// not at the end of their back-off.
-			s.pool.Redial()
-		}
 		m.last = d.primary
 	case topoNoPrimary:
 		if prevState == topoPrimary || prevState == topoSplitBrain {
@@ -535,8 +529,17 @@ func (m *topoMonitor) apply(d decision, obs []serverObs, now time.Time) {
 	m.retired = retired
 	t.setPrimary(d.state == topoPrimary)
 	t.view.Store(&topoView{at: now, state: d.state, since: m.since, primary: d.primary, obs: obs, roles: d.roles, retired: retired})
-	found := d.state == topoPrimary && (prevState != topoPrimary || d.primary != prevPrimary) && prevPrimary != ""
-	if !changedRetired && !found {
+	found := d.state == topoPrimary && (prevState != topoPrimary || d.primary != prevPrimary)
+	// Borrowers whose dials failed meanwhile (the primary down, or the
+	// address leading to a retired one) dial again once a primary is
+	// found, not at the end of their back-off: after Retire below, so
+	// that a dial still reaching a retired server is refused.
+	defer func() {
+		if found {
+			s.pool.Redial()
+		}
+	}()
+	if !changedRetired && (!found || prevPrimary == "") {
 		return
 	}
 	t.gen.Add(1)

@@ -58,6 +58,12 @@ func closeIdleOnChange(srv *proxy.Server, db *sql.DB, idle int) {
 func (c *followConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	cfg := c.base.Clone()
 	cfg.DBName = c.t.Schema()
+	var gen uint64
+	if c.topo != nil {
+		// Before the dial: a change while it is under way makes the
+		// connection stale (it may have reached the former primary).
+		gen = c.topo.TopologyGeneration()
+	}
 	dc, err := connect(ctx, cfg)
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == errUnknownDB {
@@ -69,11 +75,7 @@ func (c *followConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	fc := &followConn{Conn: dc, db: cfg.DBName, t: c.t, topo: c.topo}
-	if c.topo != nil {
-		fc.gen = c.topo.TopologyGeneration()
-	}
-	return fc, nil
+	return &followConn{Conn: dc, db: cfg.DBName, t: c.t, topo: c.topo, gen: gen}, nil
 }
 
 func connect(ctx context.Context, cfg *mysql.Config) (driver.Conn, error) {
