@@ -30,9 +30,10 @@ type swReport struct {
 type swPath struct {
 	path                string
 	ops, ok             int
-	codes               map[uint16]int // failures by code
-	beforeFault         int            // failures of operations ended before the fault began
-	afterEnd            int            // failures of operations begun after the fault ended
+	codes               map[uint16]int      // failures by code
+	first               map[uint16]swAnswer // the first failure of each code
+	beforeFault         int                 // failures of operations ended before the fault began
+	afterEnd            int                 // failures of operations begun after the fault ended
 	afterEndCodes       map[uint16]int
 	lostAcked           int // acknowledged, not on the new primary
 	lies                int // "nothing ran", yet a row is there
@@ -65,7 +66,7 @@ func classOf(a swAnswer) string {
 
 // analyse computes a path's figures.
 func (r *swReport) analyse(path string) swPath {
-	p := swPath{path: path, codes: map[uint16]int{}, afterEndCodes: map[uint16]int{}, baseline: map[bool]time.Duration{}, resumeAfter: -1}
+	p := swPath{path: path, codes: map[uint16]int{}, first: map[uint16]swAnswer{}, afterEndCodes: map[uint16]int{}, baseline: map[bool]time.Duration{}, resumeAfter: -1}
 	var before [2][]time.Duration
 	for _, a := range r.answers {
 		if a.path == path && a.code == 0 && a.end.Before(r.ev.fault) {
@@ -118,6 +119,9 @@ func (r *swReport) analyse(path string) swPath {
 		}
 		if a.code != 0 {
 			p.codes[a.code]++
+			if f, ok := p.first[a.code]; !ok || a.end.Before(f.end) {
+				p.first[a.code] = a
+			}
 			if a.end.Before(r.ev.fault) {
 				p.beforeFault++
 			}
@@ -231,6 +235,14 @@ func (r *swReport) print(w io.Writer) {
 			p.openAtFlip, p.switching, p.switchingOpen, fmtMs(p.baseline[false]), fmtMs(p.baseline[true]))
 		fmt.Fprintf(w, "         worst operation's added latency: %s (began %s); first success ending after the %s: %s after it\n",
 			fmtMs(p.worst), rel(p.worstAt), map[bool]string{true: "promotion", false: "VIP moved"}[r.scenario == "kill"], fmtMs(p.resumeAfter))
+		for _, code := range slices.Sorted(maps.Keys(p.first)) {
+			a := p.first[code]
+			kind := "autocommit insert"
+			if a.txn {
+				kind = "transaction"
+			}
+			fmt.Fprintf(w, "         first %d: a %s begun %s, answered %s: %s\n", code, kind, rel(a.start), rel(a.end), a.msg)
+		}
 	}
 }
 
