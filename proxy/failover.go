@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -131,12 +132,33 @@ func (s *session) wait(h *hold, key string, primary bool) *mysqlwire.SQLError {
 		if primary && !waitedPrimary && srv.topo.badSince.Load() != 0 {
 			waitedPrimary = true
 			if srv.topo.waitPrimary(ctx) != nil {
-				return s.holdOver(h, cfg.Hold, "no usable primary")
+				return s.holdOver(h, cfg.Hold, srv.noPrimaryWhy())
 			}
 			continue
 		}
 		return nil
 	}
+}
+
+// noPrimaryWhy says why there is no usable primary now, for a 9010: no
+// server reachable (a primary down), or none writable (a switchover under
+// way), or a split brain.
+func (s *Server) noPrimaryWhy() string {
+	v := s.topo.view.Load()
+	switch {
+	case v == nil:
+		return "no usable primary"
+	case v.state == topoSplitBrain:
+		return "no usable primary (a split brain: more than one server is writable and replicates from no one)"
+	}
+	var down []string
+	for _, o := range v.obs {
+		if o.reachable {
+			return "no usable primary (no server is writable and replicates from no one)"
+		}
+		down = append(down, o.addr+": "+o.err)
+	}
+	return "no usable primary (the backend is unreachable: " + strings.Join(down, "; ") + ")"
 }
 
 // pausedBy says who paused key, for the 9010 of a pause that outlasted
@@ -182,15 +204,20 @@ func (s *session) endHold(h *hold) {
 // takePrimary takes a lease of the primary for the session (see take),
 // holding the statement while the address leads only to a retired server
 // (the name or VIP has not moved yet), or when its wait for a connection
-// timed out across a switchover (it queued before the flip, and the
-// connections it waited for were the former primary's), within
+// timed out, or its dials kept failing, across a switchover (it queued
+// before the flip, and the connections it waited for were the former
+// primary's; the VIP moved under its dial), within
 // failover.hold of h's start. A refusal by the hold is serr (9010); err
 // is take's.
 func (s *session) takePrimary(h *hold, tag *attribution.Tag, key string, cl class) (serr *mysqlwire.SQLError, err error) {
 	for {
 		began, gen := time.Now(), s.srv.topo.gen.Load()
 		err := s.srv.take(s.srv.ctx, &s.lease, tag, key, cl, s.variant, leaseState{}, &s.srv.primary)
-		switched := errors.Is(err, pool.ErrTimeout) && (s.srv.topo.gen.Load() != gen || s.srv.topo.badSince.Load() != 0)
+		// A wait that timed out, or dials that kept failing, across a
+		// change of the topology (or while there is no primary): the
+		// switch, not the pool, kept the borrow from a connection.
+		failed := errors.Is(err, pool.ErrTimeout) || errors.Is(err, pool.ErrBackendDown)
+		switched := failed && (s.srv.topo.gen.Load() != gen || s.srv.topo.badSince.Load() != 0)
 		if err == nil || !errors.Is(err, pool.ErrRetired) && !switched {
 			return nil, err
 		}
