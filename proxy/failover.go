@@ -99,19 +99,11 @@ func (s *session) wait(h *hold, key string, primary bool) *mysqlwire.SQLError {
 	}
 	// A kill of the session, or its client hanging up, ends the hold as it
 	// ends a CALL holdfast.* (interrupt, kill.go).
-	killed, kill := context.WithCancelCause(srv.ctx)
-	defer kill(nil)
+	s.interrupted.Store(false)
+	killed, unregister := s.killable()
+	defer unregister()
 	ctx, cancel := context.WithDeadline(killed, h.start.Add(cfg.Hold))
 	defer cancel()
-	s.interrupted.Store(false)
-	s.mu.Lock()
-	s.execCall = kill
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.execCall = nil
-		s.mu.Unlock()
-	}()
 	s.watch.arm()
 	defer s.watch.disarm()
 	waitedPrimary := false
@@ -364,16 +356,8 @@ func (s *Server) checkAfter(since, deadline time.Time) *topoView {
 // lent another connection to that same server meanwhile. A kill of the
 // session's statement ends the wait: it reports false then.
 func (s *session) awaitDemoted(h *hold, server serverID) bool {
-	killed, kill := context.WithCancelCause(s.srv.ctx)
-	defer kill(nil)
-	s.mu.Lock()
-	s.execCall = kill
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.execCall = nil
-		s.mu.Unlock()
-	}()
+	killed, unregister := s.killable()
+	defer unregister()
 	deadline := h.start.Add(s.srv.config().Failover.Hold)
 	for time.Now().Before(deadline) && killed.Err() == nil {
 		v := s.srv.topo.view.Load()

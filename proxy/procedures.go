@@ -125,28 +125,36 @@ var errCallInterrupted = errors.New("KILL QUERY, KILL, or the client hanging up"
 // they end a statement on the backend; the engine answers such a call
 // with what it did (nothing, or an outcome it cannot know).
 func (s *session) callProcedure(name string, args []any, tag *attribution.Tag) ([]string, [][]any, error) {
-	ctx, cancel := context.WithCancelCause(s.srv.ctx)
-	defer cancel(nil)
-	s.mu.Lock()
-	s.execCall = cancel
-	s.mu.Unlock()
+	ctx, unregister := s.killable()
+	defer unregister()
 	s.interrupted.Store(false)
 	s.watch.arm()
 	defer s.watch.disarm()
 	if err := s.srv.admitOnly(ctx, &s.callLease, tag, s.keyOf(tag)); err != nil {
-		s.mu.Lock()
-		s.execCall = nil
-		s.mu.Unlock()
 		if context.Cause(ctx) == errCallInterrupted {
 			return nil, nil, newErr(codeQueryInterrupted, "70100", "holdfast.%s: interrupted while queued under its tag's connection limit; nothing was done", name)
 		}
 		return nil, nil, callRefused{err}
 	}
-	cols, rows, err := s.srv.procs.Call(attribution.WithCallers(ctx, tag), name, args)
+	return s.srv.procs.Call(attribution.WithCallers(ctx, tag), name, args)
+}
+
+// killable registers what the session's goroutine waits on now (a CALL
+// holdfast.*, a statement held for the primary) as its running statement:
+// a KILL QUERY, a KILL or its client hanging up (interrupt, kill.go)
+// cancels the context returned, with errCallInterrupted. unregister ends
+// that, and must be called before the session runs anything else.
+func (s *session) killable() (ctx context.Context, unregister func()) {
+	ctx, cancel := context.WithCancelCause(s.srv.ctx)
 	s.mu.Lock()
-	s.execCall = nil
+	s.execCall = cancel
 	s.mu.Unlock()
-	return cols, rows, err
+	return ctx, func() {
+		s.mu.Lock()
+		s.execCall = nil
+		s.mu.Unlock()
+		cancel(nil)
+	}
 }
 
 // procRefused returns the error for a CALL holdfast.* this session may not
