@@ -64,6 +64,31 @@ func startSwitchoverProxy(t *testing.T, mutate ...func(c *config.Config, primary
 		primary: primary, replica: replica, vip: vip}
 }
 
+// finishSwitchover does the rest of a switchover whose primary the test
+// made read-only itself: the replica catches up and is promoted, the
+// former primary follows it, the VIP moves, and holdfast is asked to check
+// (its routing.check_interval may be long) until it knows the new primary.
+func (p *switchoverProxy) finishSwitchover(t *testing.T) {
+	t.Helper()
+	odb, ndb := p.primary.Open(""), p.replica.Open("")
+	defer odb.Close()
+	defer ndb.Close()
+	if err := dbtest.CaughtUp(t.Context(), odb, ndb, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.replica.Promote(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.primary.FollowDemoted(p.replica); err != nil {
+		t.Fatal(err)
+	}
+	p.vip.Retarget(p.replica.Addr)
+	waitFor(t, "the new primary known", func() bool {
+		p.srv.NoteReadOnly()
+		return p.srv.Topology().PrimaryChanges == 1
+	})
+}
+
 // ownAccount gives holdfast an account of its own (fleet.user), so that
 // its own connections (the topology check's, kills') are not counted as
 // the backend account's.
@@ -580,23 +605,7 @@ func TestReadOnlyAnswerRetried(t *testing.T) {
 	waitFor(t, "the insert answered 1290 and held", func() bool { return p.srv.FailoverStats().HeldNow == 1 })
 	// The rest of the switchover; the check that finds the new primary
 	// is asked for.
-	odb, ndb := p.primary.Open(""), p.replica.Open("")
-	defer odb.Close()
-	defer ndb.Close()
-	if err := dbtest.CaughtUp(t.Context(), odb, ndb, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.replica.Promote(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.primary.FollowDemoted(p.replica); err != nil {
-		t.Fatal(err)
-	}
-	p.vip.Retarget(p.replica.Addr)
-	waitFor(t, "the new primary known", func() bool {
-		p.srv.NoteReadOnly()
-		return p.srv.Topology().PrimaryChanges == 1
-	})
+	p.finishSwitchover(t)
 	if err := <-done; err != nil {
 		t.Fatalf("the insert refused by the former primary: %v; want success", err)
 	}
@@ -674,23 +683,7 @@ func TestTransactionBegunOnReadOnlyReplayed(t *testing.T) {
 		return err
 	})
 	waitFor(t, "the late prepare's dial to reach the former primary", func() bool { return p.srv.pool.Stats().RetiredDials > retiredDials })
-	odb, ndb := p.primary.Open(""), p.replica.Open("")
-	defer odb.Close()
-	defer ndb.Close()
-	if err := dbtest.CaughtUp(ctx, odb, ndb, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.replica.Promote(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.primary.FollowDemoted(p.replica); err != nil {
-		t.Fatal(err)
-	}
-	p.vip.Retarget(p.replica.Addr)
-	waitFor(t, "the new primary known", func() bool {
-		p.srv.NoteReadOnly()
-		return p.srv.Topology().PrimaryChanges == 1
-	})
+	p.finishSwitchover(t)
 	for range names {
 		if err := <-done; err != nil {
 			t.Fatalf("a transaction's first insert across the switch: %v; want success", err)

@@ -8,13 +8,7 @@ import (
 
 func TestRetryReadOnly(t *testing.T) {
 	free := Session{Autocommit: true, VarsKnown: true}
-	for _, tc := range []struct {
-		name string
-		cmd  Command
-		sql  string
-		st   func(*Session)
-		want bool
-	}{
+	checkRule(t, "RetryReadOnly", RetryReadOnly, free, []ruleCase{
 		{"an autocommit insert", Query, "INSERT INTO t VALUES (1)", nil, true},
 		{"a prepared insert", Execute, "INSERT INTO t VALUES (?)", nil, true},
 		{"an update", Query, "UPDATE t SET a = 1", nil, true},
@@ -27,33 +21,12 @@ func TestRetryReadOnly(t *testing.T) {
 		{"after SET TRANSACTION", Query, "INSERT INTO t VALUES (1)", func(s *Session) { s.HoldNext = true }, false},
 		{"autocommit off", Query, "INSERT INTO t VALUES (1)", func(s *Session) { s.Autocommit = false }, false},
 		{"COM_INIT_DB", InitDB, "", nil, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			st := free
-			if tc.st != nil {
-				tc.st(&st)
-			}
-			var info *sqlscan.Info
-			if tc.sql != "" {
-				i := sqlscan.Scan([]byte(tc.sql))
-				info = &i
-			}
-			if got := RetryReadOnly(tc.cmd, info, &st); got != tc.want {
-				t.Fatalf("RetryReadOnly(%s, %q, %+v) = %v, want %v", tc.cmd, tc.sql, st, got, tc.want)
-			}
-		})
-	}
+	})
 }
 
 func TestReplayBegin(t *testing.T) {
 	begun := Session{Autocommit: true, VarsKnown: true, InTxn: true, PendingBegin: true}
-	for _, tc := range []struct {
-		name string
-		cmd  Command
-		sql  string
-		st   func(*Session)
-		want bool
-	}{
+	checkRule(t, "ReplayBegin", ReplayBegin, begun, []ruleCase{
 		{"the first insert of a transaction", Query, "INSERT INTO t VALUES (1)", nil, true},
 		{"a prepared first insert", Execute, "INSERT INTO t VALUES (?)", nil, true},
 		{"the first execute, its prepare having sent BEGIN", Execute, "INSERT INTO t VALUES (?)", func(s *Session) { s.PendingBegin, s.Holding, s.FreshTxn = false, true, true }, true},
@@ -67,9 +40,24 @@ func TestReplayBegin(t *testing.T) {
 		{"pinned", Query, "INSERT INTO t VALUES (1)", func(s *Session) { s.Pinned, s.Holding = true, true }, false},
 		{"after SET TRANSACTION", Query, "INSERT INTO t VALUES (1)", func(s *Session) { s.HoldNext = true }, false},
 		{"COM_INIT_DB", InitDB, "", nil, false},
-	} {
+	})
+}
+
+// ruleCase is one command, on a session changed from a base one by st.
+type ruleCase struct {
+	name string
+	cmd  Command
+	sql  string
+	st   func(*Session)
+	want bool
+}
+
+// checkRule checks rule (named name) against each case.
+func checkRule(t *testing.T, name string, rule func(Command, *sqlscan.Info, *Session) bool, base Session, cases []ruleCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			st := begun
+			st := base
 			if tc.st != nil {
 				tc.st(&st)
 			}
@@ -78,8 +66,8 @@ func TestReplayBegin(t *testing.T) {
 				i := sqlscan.Scan([]byte(tc.sql))
 				info = &i
 			}
-			if got := ReplayBegin(tc.cmd, info, &st); got != tc.want {
-				t.Fatalf("ReplayBegin(%s, %q, %+v) = %v, want %v", tc.cmd, tc.sql, st, got, tc.want)
+			if got := rule(tc.cmd, info, &st); got != tc.want {
+				t.Fatalf("%s(%s, %q, %+v) = %v, want %v", name, tc.cmd, tc.sql, st, got, tc.want)
 			}
 		})
 	}
