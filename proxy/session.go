@@ -63,6 +63,9 @@ type session struct {
 
 	// ps is the client's prepared statements (stmt.go).
 	ps preparedStmts
+	// txlog records the open transaction for a replay on a new primary
+	// (failover.transaction_replay, replay.go).
+	txlog txnLog
 
 	// Attribution.
 	// connTag is the conn_tag attribute, else the user's default (see
