@@ -551,6 +551,13 @@ type swTopology struct {
 	ReadOnlyAnswers    uint64   `json:"read_only_answers"`
 	RetiredConnections uint64   `json:"retired_connections"`
 	RetiredDials       uint64   `json:"retired_dials"`
+	Failover           struct {
+		Held             uint64 `json:"held"`
+		Retried          uint64 `json:"retried"`
+		Refused          uint64 `json:"refused"`
+		TxnsReplayed     uint64 `json:"transactions_replayed"`
+		TxnReplaysFailed uint64 `json:"transaction_replays_failed"`
+	} `json:"failover"`
 }
 
 func fetchTopology(admin string) swTopology {
