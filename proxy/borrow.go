@@ -150,6 +150,7 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 		return nil, newErr(codeServerLost, "HY000", "holdfast: lost the backend connection while restoring session state: %v", err)
 	}
 	if s.txlog.pending {
+		s.endHold(&h) // the hold ends here: the replay is the statement's work
 		if serr := s.replayOn(bc); serr != nil {
 			return nil, serr
 		}
@@ -162,8 +163,13 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 // back", 40001), and returns serr.
 func (s *session) borrowRefused(serr *mysqlwire.SQLError) *mysqlwire.SQLError {
 	if s.txlog.pending {
-		// 9010 (counted already) or 1317 (a kill while held).
-		return s.replayLost("no usable primary within failover.hold, or failover.max_held statements held already", true)
+		// 9010 (counted already), 1317 (a kill while held), or the
+		// server shutting down (its own answer).
+		lost := s.replayLost("no usable primary within failover.hold, or failover.max_held statements held already", true)
+		if serr.Code != codePrimarySwitching && !s.interrupted.Load() {
+			return serr
+		}
+		return lost
 	}
 	if serr.Code == codePrimarySwitching {
 		s.endDeferredBegin()

@@ -387,6 +387,9 @@ func (s *session) runStmt(c command, p *plan.Plan, reran bool) bool {
 	}
 	c.ended(s, &rr)
 	s.afterStatement(bc, &rr, info, tag)
+	if s.txlog.on && !s.state.InTxn() {
+		s.txlog.stop() // the transaction ended on a connection the session keeps
+	}
 	return true
 }
 

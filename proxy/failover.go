@@ -281,6 +281,7 @@ func (s *session) lostToSwitch() *mysqlwire.SQLError {
 	s.srv.log.Warn("the primary switched while a session kept a connection to the former one: it is closed", "client", s.id,
 		"transaction", inTxn, "pinned", s.state.PinReason)
 	s.release(false)
+	s.txlog.stop()
 	s.srv.fo.refused.Add(1)
 	if pinned {
 		return errStateLost
@@ -451,13 +452,13 @@ func (s *session) afterReadOnly(c command, bc *backendConn, before *plan.Session
 	}
 	if !reran && plan.ReplayTxn(b.kind, b.info, before) && s.replayLater() {
 		// The transaction is replayed on the new primary's connection the
-		// statement borrows when it is sent again.
+		// statement borrows when it is sent again (counted retried there).
+		s.txlog.rerun = true
 		h := hold{start: time.Now()}
 		if s.interrupted.Load() || !s.awaitDemoted(&h, server) {
 			s.writeErr(s.replayLost("its statement was killed", false))
 			return true, true, false
 		}
-		s.srv.fo.retried.Add(1)
 		return true, true, true
 	}
 	if s.state.KeepsConn() {

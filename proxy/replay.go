@@ -62,8 +62,9 @@ type txnLog struct {
 	// COMMIT the former primary refused still finds the record whole.
 	next string
 	// pending: the transaction's connection was closed for a switch, and
-	// it is replayed on the session's next borrow.
-	pending bool
+	// it is replayed on the session's next borrow; rerun: the statement
+	// that met the switch was refused, and is sent again after it.
+	pending, rerun bool
 }
 
 // logStmt is one recorded statement: a text's COM_QUERY packet, or a
@@ -98,7 +99,7 @@ func (l *txnLog) start(begin []byte) {
 
 // stop ends the record.
 func (l *txnLog) stop() {
-	l.on, l.broken, l.next, l.hashing, l.pending = false, "", "", false, false
+	l.on, l.broken, l.next, l.hashing, l.pending, l.rerun = false, "", "", false, false, false
 	clear(l.stmts) // the executes' statements
 	l.stmts = l.stmts[:0]
 	if cap(l.buf) > replayLogCap {
@@ -192,7 +193,7 @@ func (s *session) recordStmt(c command, rr *relayResult) {
 func (s *session) replayable() bool {
 	l := &s.txlog
 	return l.on && l.broken == "" && !l.pending && s.state.InTxn() && s.state.PinReason == "" && !s.state.Txn.HoldNext &&
-		s.state.Txn.PendingBegin == nil
+		s.state.Txn.PendingBegin == nil && s.srv.config().Failover.TransactionReplay
 }
 
 // replayLater closes the session's connection to a former primary (the
@@ -221,10 +222,21 @@ func (s *session) replayOn(bc *backendConn) *mysqlwire.SQLError {
 	s.setExec(bc, nil) // a kill of the session reaches the replay
 	err := s.replayStmts(bc)
 	s.setExec(nil, nil)
+	// A kill that came during the replay, or after its last statement
+	// (runStmt clears the mark as it sends the client's statement), ends
+	// it.
+	s.waitKills()
+	if err == nil && s.interrupted.Load() {
+		err = errors.New("the session's statement was killed")
+	}
 	if err != nil {
 		return s.replayLost(err.Error(), false)
 	}
 	s.srv.fo.replayed.Add(1)
+	if l.rerun {
+		s.srv.fo.retried.Add(1)
+		l.rerun = false
+	}
 	s.srv.log.Info("a transaction the primary switch met was replayed on the new primary", "client", s.id, "statements", len(l.stmts))
 	return nil
 }
@@ -361,6 +373,7 @@ func (s *session) readReplayed(bc *backendConn) error {
 func (s *session) replayLost(why string, counted bool) *mysqlwire.SQLError {
 	s.txlog.pending = false
 	s.release(false)
+	s.txlog.stop() // with or without a connection to release
 	s.state.Status &^= mysqlwire.StatusInTrans
 	s.state.Txn.PendingBegin = nil
 	s.state.Txn.HoldNext = false

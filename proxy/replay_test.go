@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -219,5 +220,66 @@ func TestTransactionReplayHoldRunsOut(t *testing.T) {
 	}
 	if fo := p.srv.FailoverStats(); fo.TxnReplaysFailed != 1 || fo.Refused != 1 || fo.TxnsReplayed != 0 {
 		t.Fatalf("failover counts: %+v; want one replay failed, one 9010", fo)
+	}
+}
+
+// A replay that did not take place leaves no record behind: after its
+// 9010, a transaction the session opens without a BEGIN (autocommit off)
+// is not recorded, so a switch that meets it answers 9010 instead of
+// replaying the rolled-back transaction's statements with it.
+func TestFailedReplayLeavesNoRecord(t *testing.T) {
+	p := startSwitchoverProxy(t, func(c *config.Config, _, _ *dbtest.Private) {
+		c.Failover.TransactionReplay = true
+		c.Failover.Hold = time.Second
+		c.Routing.CheckInterval = time.Hour
+	})
+	waitFor(t, "the primary known", func() bool { return p.srv.Topology().State == "primary" })
+	ctx := t.Context()
+	mustExec(t, p.open(t), "INSERT INTO t VALUES (3, 0)")
+	txn := p.conn(t)
+	mustExecConn(t, txn, "SET autocommit = 0")
+	mustExecConn(t, txn, "BEGIN")
+	mustExecConn(t, txn, "INSERT INTO t VALUES (1, 1)")
+	if err := p.primary.SetReadOnly(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txn.ExecContext(ctx, "INSERT INTO t VALUES (2, 1)"); !strings.Contains(fmt.Sprint(err), "could not be replayed") {
+		t.Fatalf("a transaction's statement with no new primary within failover.hold: %v; want 9010 saying it was not replayed", err)
+	}
+	writable := func() {
+		if err := p.primary.SetReadOnly(ctx, false); err != nil {
+			t.Error(err)
+		}
+		waitFor(t, "the primary known again", func() bool {
+			p.srv.NoteReadOnly()
+			return p.srv.Topology().State == "primary"
+		})
+	}
+	writable()
+	mustExecConn(t, txn, "UPDATE t SET w = w + 10 WHERE id = 3")
+	if err := p.primary.SetReadOnly(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		waitFor(t, "the read-only primary seen", func() bool { return p.srv.Topology().State == "no_primary" })
+		writable()
+	}()
+	_, err := txn.ExecContext(ctx, "UPDATE t SET w = w + 10 WHERE id = 3")
+	<-back
+	if code, _ := codeOf(err); code != codePrimarySwitching {
+		t.Fatalf("the implicit transaction's statement the read-only primary refused: %v; want 9010 (it has no record to replay)", err)
+	}
+	mustExecConn(t, txn, "COMMIT")
+	mustExecConn(t, txn, "SET autocommit = 1")
+	db := p.primary.Open("sw")
+	defer db.Close()
+	var w int
+	if err := db.QueryRow("SELECT w FROM t WHERE id = 3").Scan(&w); err != nil || w != 0 {
+		t.Fatalf("row 3: w %d, %v; want 0 (both updates rolled back)", w, err)
+	}
+	if have := rowsOn(t, p.primary); have[1] != 0 || have[2] != 0 {
+		t.Fatalf("rows: %v; want none of the rolled-back transaction's", have)
 	}
 }

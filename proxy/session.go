@@ -420,6 +420,7 @@ func (s *session) waitKills() {
 // resetSession is COM_RESET_CONNECTION: a fresh session on the same login.
 func (s *session) resetSession() {
 	s.returnBackend()
+	s.txlog.stop()
 	s.pinned.Store(false)
 	s.forgetStmts()
 	s.ps.stmts = map[uint32]*clientStmt{}
