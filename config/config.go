@@ -339,6 +339,15 @@ type Failover struct {
 	// MaxHeld bounds the statements held at once on this instance; one
 	// more is answered 9010 at once. Zero: none is held.
 	MaxHeld int `yaml:"max_held"`
+	// TransactionReplay: a transaction open on a former primary when the
+	// primary switched is replayed on the new primary, from its BEGIN,
+	// when every answer there is the one the client saw (instead of 9010).
+	// Only transactions begun with a plain BEGIN or START TRANSACTION
+	// that run typed row statements (proxy/policy.NotReplayable).
+	TransactionReplay bool `yaml:"transaction_replay"`
+	// TransactionReplayMaxSize bounds a transaction's recorded statement
+	// text, per session; a larger one is not replayed.
+	TransactionReplayMaxSize ByteSize `yaml:"transaction_replay_max_size"`
 }
 
 // Routing policies, in the order a tag matching several takes them.
@@ -630,7 +639,7 @@ func Default() Config {
 		Attribution: Attribution{MaxTags: 200, RetireIdle: time.Hour, SlowTransaction: time.Second},
 		Overload:    Overload{Reserve: 4, BackgroundWait: time.Second, CriticalWait: 100 * time.Millisecond},
 		Routing:     Routing{MaxReplicaLag: time.Second, CheckInterval: 100 * time.Millisecond},
-		Failover:    Failover{Hold: 15 * time.Second, MaxHeld: 1000},
+		Failover:    Failover{Hold: 15 * time.Second, MaxHeld: 1000, TransactionReplayMaxSize: 1 << 20},
 		Fleet:       Fleet{PollInterval: time.Second, TTL: 5 * time.Second, ConnectionReserve: 10, Database: "holdfast"},
 		Reservation: Reservation{Enabled: true, Engine: DefaultEngine()},
 	}
@@ -962,6 +971,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Failover.MaxHeld < 0 {
 		return bad("failover.max_held", "must be 0 (none held) or more, got %d", c.Failover.MaxHeld)
+	}
+	if c.Failover.TransactionReplayMaxSize <= 0 {
+		return bad("failover.transaction_replay_max_size", "must be positive, got %d", c.Failover.TransactionReplayMaxSize)
 	}
 	for t, d := range c.Tags.MaxTransactionTime {
 		if !validTag(t) {

@@ -53,7 +53,10 @@ func TestParse(t *testing.T) {
 			return c.Auth.FromBackend.Enabled && c.Auth.FromBackend.CacheTTL == 5*time.Second && c.Auth.FailureDelay == 0
 		}},
 		{"failover defaults", "", func(c Config) bool { return c.Failover.Hold == 15*time.Second && c.Failover.MaxHeld == 1000 }},
-		{"failover without holding", "failover:\n  hold: 0\n  max_held: 0\n", func(c Config) bool { return c.Failover == Failover{} }},
+		{"failover without holding", "failover:\n  hold: 0\n  max_held: 0\n", func(c Config) bool { return c.Failover.Hold == 0 && c.Failover.MaxHeld == 0 }},
+		{"transaction replay", "failover:\n  transaction_replay: true\n  transaction_replay_max_size: 64KiB\n", func(c Config) bool {
+			return c.Failover.TransactionReplay && c.Failover.TransactionReplayMaxSize == 64<<10
+		}},
 		{"sessions.max_clients left out is bounded", "sessions:\n  statement_cache: 10\n", func(c Config) bool { return c.Sessions.MaxClients == 10000 }},
 		{"sessions.max_clients 0 is no cap", "sessions:\n  max_clients: 0\n", func(c Config) bool { return c.Sessions.MaxClients == 0 }},
 		{"a user's tags and bound", "users:\n  - name: r\n    default_tag: report\n    tags: [\"report_*\", export]\n    refuse_other_tags: true\n    max_clients: 20\n", func(c Config) bool {
@@ -109,6 +112,7 @@ func TestParse(t *testing.T) {
 		{"tls half set", "tls:\n  cert_file: a.pem\n", "config: tls: cert_file and key_file"},
 		{"negative failover hold", "failover:\n  hold: -1s\n", "config: failover.hold: must be 0 (no holding) or positive, got -1s"},
 		{"negative max_held", "failover:\n  max_held: -5\n", "config: failover.max_held: must be 0 (none held) or more, got -5"},
+		{"transaction_replay_max_size 0", "failover:\n  transaction_replay_max_size: 0\n", "config: failover.transaction_replay_max_size: must be positive, got 0"},
 		{"log level", "log:\n  level: chatty\n", "config: log.level"},
 		{"statement cache", "sessions:\n  statement_cache: 0\n", "config: sessions.statement_cache"},
 		{"negative max_procs", "max_procs: -1\n", "config: max_procs"},

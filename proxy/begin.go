@@ -50,6 +50,9 @@ func (s *session) endDeferred() {
 func (s *session) startDeferredBegin(bc *backendConn, ahead bool) error {
 	begin := s.state.Txn.PendingBegin
 	s.state.Txn.PendingBegin, s.state.Txn.SentBegin = nil, begin
+	if s.srv.config().Failover.TransactionReplay {
+		s.txlog.start(begin)
+	}
 	if ahead {
 		bc.w.Seq = 0
 		if err := bc.w.WritePacket(begin); err != nil {

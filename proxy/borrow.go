@@ -61,7 +61,7 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 			s.waitKills()
 			return bc, nil
 		}
-		if !s.restartFresh() {
+		if !s.restartFresh() && !s.replayLater() {
 			return nil, s.lostToSwitch()
 		}
 	}
@@ -106,6 +106,9 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 			if errors.Is(err, errShed) {
 				s.endDeferredBegin()
 			}
+			if s.txlog.pending {
+				return nil, s.replayLost("no connection to the new primary: "+err.Error(), false)
+			}
 			return nil, leaseErr(err)
 		}
 	}
@@ -118,7 +121,7 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 	// A deferred BEGIN starts below: the transaction runs from its first
 	// statement on, and the bounds on transactions apply to that statement
 	// too (a failed start releases, which clears it).
-	s.inTxn = s.state.Txn.PendingBegin != nil
+	s.inTxn = s.state.Txn.PendingBegin != nil || s.txlog.pending
 	s.mu.Unlock()
 	if s.state.Vars == nil {
 		s.state.Vars = s.initialVars()
@@ -137,11 +140,20 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 		if began {
 			return nil, s.beginLost(err)
 		}
+		if s.txlog.pending {
+			return nil, s.replayLost("restoring the session's state failed: "+err.Error(), false)
+		}
 		var se *mysqlwire.SQLError
 		if errors.As(err, &se) {
 			return nil, se
 		}
 		return nil, newErr(codeServerLost, "HY000", "holdfast: lost the backend connection while restoring session state: %v", err)
+	}
+	if s.txlog.pending {
+		s.endHold(&h) // the hold ends here: the replay is the statement's work
+		if serr := s.replayOn(bc); serr != nil {
+			return nil, serr
+		}
 	}
 	return bc, nil
 }
@@ -150,6 +162,15 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 // 9010 left unsent (like shedding's, it answers "transaction rolled
 // back", 40001), and returns serr.
 func (s *session) borrowRefused(serr *mysqlwire.SQLError) *mysqlwire.SQLError {
+	if s.txlog.pending {
+		// 9010 (counted already), 1317 (a kill while held), or the
+		// server shutting down (its own answer).
+		lost := s.replayLost("no usable primary within failover.hold, or failover.max_held statements held already", true)
+		if serr.Code != codePrimarySwitching && !s.interrupted.Load() {
+			return serr
+		}
+		return lost
+	}
 	if serr.Code == codePrimarySwitching {
 		s.endDeferredBegin()
 	}
@@ -183,6 +204,9 @@ func (s *session) release(reusable bool) {
 	s.srv.give(&s.lease, reusable, s.state.Txn.Tag, s.id, s.lastSQL, s.lastMode)
 	s.state.Txn.BeginInFlight = false // a BEGIN sent ahead belongs to that connection
 	s.state.Txn.SentBegin = nil
+	if s.txlog.on && !s.txlog.pending { // a transaction's record ends with its lease
+		s.txlog.stop()
+	}
 	s.holding.Store(false)
 	s.endHoldMirror(true)
 }

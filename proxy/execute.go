@@ -333,11 +333,13 @@ func (s *session) runStmt(c command, p *plan.Plan, reran bool) bool {
 	var rr relayResult
 	s.reply.hideChange = s.hidesStatementChange(c)
 	sent, seq := s.cw.n, s.w.Seq
+	recording := s.txlog.on && s.beforeStmt(c)
 	errPkt, err := c.send(s, bc)
 	s.state.Txn.SentBegin = nil // the transaction has run c
 	if err == nil && errPkt == nil {
 		rr, err = s.relay(bc, c.code())
 	}
+	s.txlog.hashing = false
 	s.reply.hideChange = false
 	if err == nil && errPkt == nil && after != "" {
 		unbound := bc.bound(s.srv.exchangeTimeout())
@@ -380,8 +382,14 @@ func (s *session) runStmt(c command, p *plan.Plan, reran bool) bool {
 			return keep
 		}
 	}
+	if recording {
+		s.recordStmt(c, &rr)
+	}
 	c.ended(s, &rr)
 	s.afterStatement(bc, &rr, info, tag)
+	if s.txlog.on && !s.state.InTxn() {
+		s.txlog.stop() // the transaction ended on a connection the session keeps
+	}
 	return true
 }
 

@@ -58,7 +58,10 @@ type failover struct {
 	// Since start: statements held (each once, however long), retried
 	// after a 1290, answered 9010, and held by a pause.
 	held, retried, refused, pauseWaits atomic.Uint64
-	heldTime                           attribution.Histogram // how long each was held
+	// Transactions a switch met that were replayed on the new primary,
+	// and whose replay failed (failover.transaction_replay).
+	replayed, replayFailed atomic.Uint64
+	heldTime               attribution.Histogram // how long each was held
 }
 
 // mustHold reports whether a new borrow for key waits first: while there
@@ -278,6 +281,7 @@ func (s *session) lostToSwitch() *mysqlwire.SQLError {
 	s.srv.log.Warn("the primary switched while a session kept a connection to the former one: it is closed", "client", s.id,
 		"transaction", inTxn, "pinned", s.state.PinReason)
 	s.release(false)
+	s.txlog.stop()
 	s.srv.fo.refused.Add(1)
 	if pinned {
 		return errStateLost
@@ -389,13 +393,18 @@ type FailoverStats struct {
 	Retried    uint64 `json:"retried"`
 	Refused    uint64 `json:"refused"`
 	PauseWaits uint64 `json:"pause_waits"`
+	// Transactions a switch met, replayed on the new primary, and whose
+	// replay failed (answered 9010 or 1317); failover.transaction_replay.
+	TxnsReplayed     uint64 `json:"transactions_replayed"`
+	TxnReplaysFailed uint64 `json:"transaction_replays_failed"`
 }
 
 // FailoverStats returns the counts of held statements.
 func (s *Server) FailoverStats() FailoverStats {
 	fo := &s.fo
 	return FailoverStats{HeldNow: fo.heldNow.Load(), Held: fo.held.Load(), HeldSeconds: fo.heldTime.Snapshot().Sum,
-		Retried: fo.retried.Load(), Refused: fo.refused.Load(), PauseWaits: fo.pauseWaits.Load()}
+		Retried: fo.retried.Load(), Refused: fo.refused.Load(), PauseWaits: fo.pauseWaits.Load(),
+		TxnsReplayed: fo.replayed.Load(), TxnReplaysFailed: fo.replayFailed.Load()}
 }
 
 // afterReadOnly handles a statement c answered 1290 on bc, a connection
@@ -439,6 +448,17 @@ func (s *session) afterReadOnly(c command, bc *backendConn, before *plan.Session
 		s.srv.fo.retried.Add(1)
 		s.srv.log.Info("statement refused by a read-only former primary: running it on the new one", "client", s.id, "server", server,
 			"with_begin", replay)
+		return true, true, true
+	}
+	if !reran && plan.ReplayTxn(b.kind, b.info, before) && s.replayLater() {
+		// The transaction is replayed on the new primary's connection the
+		// statement borrows when it is sent again (counted retried there).
+		s.txlog.rerun = true
+		h := hold{start: time.Now()}
+		if s.interrupted.Load() || !s.awaitDemoted(&h, server) {
+			s.writeErr(s.replayLost("its statement was killed", false))
+			return true, true, false
+		}
 		return true, true, true
 	}
 	if s.state.KeepsConn() {

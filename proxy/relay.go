@@ -118,6 +118,9 @@ func (s *session) relayOK(bc *backendConn, n int, rr *relayResult) (bool, error)
 	}
 	rr.status = ok.Status
 	rr.affected = ok.AffectedRows
+	if s.txlog.hashing {
+		s.txlog.hashOK(ok.AffectedRows, ok.InsertID)
+	}
 	s.state.RowCount = int64(ok.AffectedRows)
 	if ok.InsertID != 0 {
 		rr.insertID = ok.InsertID
@@ -171,6 +174,9 @@ func (s *session) relayResultSet(bc *backendConn, n int, cmd byte, rr *relayResu
 	ncols, _, _, ok := mysqlwire.ReadLenEnc(p)
 	if !ok || ncols == 0 {
 		return false, fmt.Errorf("%w: bad column count", errMalformed)
+	}
+	if s.txlog.hashing {
+		_, _ = s.txlog.sum.Write(p)
 	}
 	rr.started = true
 	s.clientWrote(s.w.WritePacket(p))
@@ -295,6 +301,9 @@ func copyN(s *session, bc *backendConn, n int) error {
 		}
 		_, err = s.w.Out().Write(b)
 		s.clientWrote(err)
+		if s.txlog.hashing {
+			_, _ = s.txlog.sum.Write(b)
+		}
 		_, _ = br.Discard(len(b))
 		n -= len(b)
 	}

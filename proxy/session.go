@@ -63,6 +63,9 @@ type session struct {
 
 	// ps is the client's prepared statements (stmt.go).
 	ps preparedStmts
+	// txlog records the open transaction for a replay on a new primary
+	// (failover.transaction_replay, replay.go).
+	txlog txnLog
 
 	// Attribution.
 	// connTag is the conn_tag attribute, else the user's default (see
@@ -417,6 +420,7 @@ func (s *session) waitKills() {
 // resetSession is COM_RESET_CONNECTION: a fresh session on the same login.
 func (s *session) resetSession() {
 	s.returnBackend()
+	s.txlog.stop()
 	s.pinned.Store(false)
 	s.forgetStmts()
 	s.ps.stmts = map[uint32]*clientStmt{}

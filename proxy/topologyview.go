@@ -160,6 +160,10 @@ var (
 		"Statements answered 9010 (the primary is switching): held past failover.hold or failover.max_held, or a transaction or pinned session lost with a former primary.", nil, nil)
 	dFailoverPauseWaits = prometheus.NewDesc("holdfast_failover_pause_waits_total",
 		"Statements held by a pause control.", nil, nil)
+	dFailoverReplayed = prometheus.NewDesc("holdfast_failover_transactions_replayed_total",
+		"Transactions a primary switch met that were replayed on the new primary, every answer as the client saw it (failover.transaction_replay).", nil, nil)
+	dFailoverReplayFailed = prometheus.NewDesc("holdfast_failover_transaction_replays_failed_total",
+		"Transactions a primary switch met whose replay on the new primary did not take place or answered differently: rolled back, answered 9010.", nil, nil)
 	dTopologyChecks = prometheus.NewDesc("holdfast_topology_checks_total",
 		"Topology checks run (each reads every candidate server once).", nil, nil)
 )
@@ -172,7 +176,7 @@ type topologyCollector struct{ s *Server }
 func (c topologyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dBackendRole, dFailoverNoPrimary, dFailoverSplit, dFailoverChanges, dFailoverSplits,
 		dFailoverNoPrimarySecs, dFailoverReadOnly, dFailoverRetiredDials, dFailoverHeldNow, dFailoverHeld, dFailoverHeldSecs,
-		dFailoverRetried, dFailoverRefused, dFailoverPauseWaits, dTopologyChecks} {
+		dFailoverRetried, dFailoverRefused, dFailoverPauseWaits, dFailoverReplayed, dFailoverReplayFailed, dTopologyChecks} {
 		ch <- d
 	}
 }
@@ -218,5 +222,7 @@ func (c topologyCollector) Collect(ch chan<- prometheus.Metric) {
 	g(dFailoverRetried, prometheus.CounterValue, float64(fo.retried.Load()))
 	g(dFailoverRefused, prometheus.CounterValue, float64(fo.refused.Load()))
 	g(dFailoverPauseWaits, prometheus.CounterValue, float64(fo.pauseWaits.Load()))
+	g(dFailoverReplayed, prometheus.CounterValue, float64(fo.replayed.Load()))
+	g(dFailoverReplayFailed, prometheus.CounterValue, float64(fo.replayFailed.Load()))
 	g(dTopologyChecks, prometheus.CounterValue, float64(t.checks.Load()))
 }

@@ -154,6 +154,8 @@
     const held = (f.held_now || 0) + " statements held now · since start " + (f.held || 0) + " held (" +
       fmtSec(f.held_seconds || 0) + " in all), " + (f.retried || 0) + " retried, " + (f.refused || 0) + " refused with 9010, " +
       (f.pause_waits || 0) + " pause waits" +
+      (f.transactions_replayed || f.transaction_replays_failed ? ", " + (f.transactions_replayed || 0) + " transactions replayed (" +
+        (f.transaction_replays_failed || 0) + " replays failed)" : "") +
       (t.hold ? " · hold " + fmtSec(t.hold.seconds) + ", at most " + t.hold.max_held + " held" : "") +
       (pauses.length ? " · PAUSED: " + pauses.map((p) => p.tag + " (" + p.source + (p.reason ? ", " + p.reason : "") + ")").join(", ") : "");
     $("topology-held").textContent = held;

@@ -33,6 +33,10 @@ func main() {
 	flag.IntVar(&o.Txn, "txn", o.Txn, "clients per path running short transactions (BEGIN, two INSERTs, COMMIT)")
 	flag.DurationVar(&o.Pace, "pace", o.Pace, "each client's pause between two operations")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the scratch directory (binary, configuration, holdfast's log, the servers' data)")
+	flag.Func("set", "a holdfast setting over config.yaml's defaults, path=value (failover.transaction_replay=true); repeatable", func(s string) error {
+		o.Set = append(o.Set, s)
+		return nil
+	})
 	flag.Parse()
 	o.Scenarios = strings.Split(*scenarios, ",")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

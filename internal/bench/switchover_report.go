@@ -224,6 +224,9 @@ func (r *swReport) print(w io.Writer) {
 	fmt.Fprintf(w, "switch duration %s; holdfast at the end: %d primary changes, %.2fs without a primary, %d checks, %d read-only answers, %d connections and %d dials retired\n",
 		fmtMs(r.switchDuration()), r.topology.PrimaryChanges, r.topology.NoPrimarySeconds, r.topology.Checks, r.topology.ReadOnlyAnswers,
 		r.topology.RetiredConnections, r.topology.RetiredDials)
+	fo := r.topology.Failover
+	fmt.Fprintf(w, "holdfast's statements: %d held, %d retried, %d answered 9010; transactions replayed on the new primary: %d (%d replays failed)\n",
+		fo.Held, fo.Retried, fo.Refused, fo.TxnsReplayed, fo.TxnReplaysFailed)
 	for _, path := range []string{pathHoldfast, pathDirect} {
 		p := r.analyse(path)
 		fmt.Fprintf(w, "%-8s %6d operations, %6d succeeded; errors by code: %s\n", p.path, p.ops, p.ok, fmtCodes(p.codes))
