@@ -16,8 +16,8 @@ import (
 // With failover.transaction_replay, transactions open on the former
 // primary go on on the new one: one whose write the read-only primary
 // refused (refused), one whose COMMIT it refused (commit), one that was
-// idle through the switch (idle), one that ran a prepared statement
-// (prepared) are replayed there, their earlier statements' answers
+// idle through the switch after a statement answered with an error
+// (idle), one that ran prepared statements (prepared) are replayed there, their earlier statements' answers
 // checked, and then commit there, each write once. A transaction whose
 // earlier read answers differently on the new primary (differs) is rolled
 // back with 9010, as is one that ran a statement that is not recorded
@@ -53,6 +53,10 @@ func TestTransactionReplayedAcrossSwitchover(t *testing.T) {
 	mustExecConn(t, c["commit"], "INSERT INTO t VALUES (6, 1)")
 	mustExecConn(t, c["idle"], "INSERT INTO t VALUES (3, 1)")
 	mustExecConn(t, c["idle"], "UPDATE t SET w = w + 10 WHERE id = 3")
+	// An error answer is part of the record: the replay must meet it too.
+	if _, err := c["idle"].ExecContext(ctx, "INSERT INTO t VALUES (100, 1)"); mysqlErrNo(err) != 1062 {
+		t.Fatalf("idle: a duplicate key: %v; want 1062", err)
+	}
 	mustExecConn(t, c["differs"], "SELECT w FROM t WHERE id = 100")
 	if _, err := c["prepared"].ExecContext(ctx, "INSERT INTO t VALUES (?, ?)", 5, 1); err != nil {
 		t.Fatal(err)
