@@ -61,8 +61,13 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 			s.waitKills()
 			return bc, nil
 		}
-		if !s.restartFresh() && !s.replayLater() {
-			return nil, s.lostToSwitch()
+		if !s.restartFresh() {
+			// No statement runs yet: a kill of an earlier one is not
+			// this one's (replayLost reads the mark).
+			s.interrupted.Store(false)
+			if !s.replayLater() {
+				return nil, s.lostToSwitch()
+			}
 		}
 	}
 	var h hold
@@ -107,7 +112,11 @@ func (s *session) borrow(tag *attribution.Tag, key string, cl class, ahead bool)
 				s.endDeferredBegin()
 			}
 			if s.txlog.pending {
-				return nil, s.replayLost("no connection to the new primary: "+err.Error(), false)
+				closing := s.srv.ctx.Err() != nil
+				lost := s.replayLost("no connection to the new primary: "+err.Error(), closing)
+				if !closing {
+					return nil, lost
+				}
 			}
 			return nil, leaseErr(err)
 		}

@@ -222,9 +222,11 @@ func (s *session) replayOn(bc *backendConn) *mysqlwire.SQLError {
 	s.setExec(bc, nil) // a kill of the session reaches the replay
 	err := s.replayStmts(bc)
 	s.setExec(nil, nil)
-	// A kill that came during the replay, or after its last statement
-	// (runStmt clears the mark as it sends the client's statement), ends
-	// it.
+	// A kill that found the replay's connection registered ends it, even
+	// one that landed after its last statement (runStmt clears the mark
+	// as it sends the client's statement). One that comes between here
+	// and that statement finds nothing to kill, as between any borrow and
+	// its statement.
 	s.waitKills()
 	if err == nil && s.interrupted.Load() {
 		err = errors.New("the session's statement was killed")
