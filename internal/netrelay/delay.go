@@ -54,6 +54,15 @@ func (r *Relay) delayCopy(l *link, dst, src net.Conn, delay time.Duration, cutWh
 			time.Sleep(d)
 		}
 		late := time.Since(c.due)
+		if c.cut {
+			// Nothing Target answers to this chunk may reach the client
+			// (the cut would race the answer): the client's side is
+			// closed for writing before the chunk goes out, and the
+			// client reads the end of its connection.
+			if cw, ok := l.client.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			}
+		}
 		_, werr := dst.Write((*c.buf)[:c.n])
 		chunkPool.Put(c.buf)
 		r.chunks.Add(1)

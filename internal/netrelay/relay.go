@@ -59,7 +59,8 @@ type Relay struct {
 	ToClient time.Duration
 	// CutWhen, when not nil, is shown every chunk a client sends, as read;
 	// when it returns true that chunk is forwarded and then the relay is
-	// Cut. It is called from the relay's goroutines, concurrently, and must
+	// Cut; that client reads the end of its connection, and nothing Target
+	// sends after the chunk. It is called from the relay's goroutines, concurrently, and must
 	// neither block nor keep the slice. Setting it makes the client's
 	// direction copy through a buffer instead of splice(2).
 	CutWhen func(chunk []byte) bool

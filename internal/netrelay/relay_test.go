@@ -476,3 +476,30 @@ func TestRelayRetarget(t *testing.T) {
 		t.Fatalf("a connection from before reached %q, want a", got)
 	}
 }
+
+// TestRelayCutWhenAnswerLost: nothing the target answers to the chunk
+// CutWhen chose reaches the client, however fast the target answers: the
+// client reads the end of its connection, never the echo, as a client
+// whose connection failed after its request was sent.
+func TestRelayCutWhenAnswerLost(t *testing.T) {
+	echo := echoServer(t)
+	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			for i := range 50 {
+				r := &Relay{Target: echo, ToTarget: delay, ToClient: delay,
+					CutWhen: func(p []byte) bool { return bytes.Contains(p, []byte("BOOM")) }}
+				if err := r.Start("127.0.0.1:0"); err != nil {
+					t.Fatal(err)
+				}
+				c := dial(t, r.Addr().String())
+				if _, err := c.Write([]byte("BOOM")); err != nil {
+					t.Fatal(err)
+				}
+				if got := readAll(t, c); got != "" {
+					t.Fatalf("run %d: the client read %q after the cut; want nothing", i, got)
+				}
+				r.Close()
+			}
+		})
+	}
+}
