@@ -420,16 +420,15 @@ func (s *Server) Serve(ln net.Listener) error {
 		return pool.ErrClosed
 	}
 	s.ln = ln
+	s.wg.Add(2) // the janitor and the monitor, below: counted before Close can wait
 	s.mu.Unlock()
 	s.pool.Start()
-	s.wg.Add(1)
 	go s.janitor()
 	if s.routing != nil {
 		for _, r := range s.routing.replicas {
 			r.be.pool.Start()
 		}
 	}
-	s.wg.Add(1)
 	go s.monitor() // the topology and replica checks (topologymon.go)
 	if err := s.warm(); err != nil {
 		_ = ln.Close()
@@ -453,9 +452,26 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("proxy: accept: %w", err)
 		}
 		backoff = 0
-		s.wg.Add(1)
-		go s.handle(nc)
+		if !s.spawn(func() { s.handle(nc) }) {
+			_ = nc.Close()
+		}
 	}
+}
+
+// spawn runs f in a goroutine that Close waits for (f calls s.wg.Done),
+// unless the server is closed: it reports whether f runs. The count is
+// taken under s.mu, where Close marks the server closed before it waits,
+// so no goroutine is counted in while Close waits (a WaitGroup's Add
+// racing its Wait).
+func (s *Server) spawn(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	go f()
+	return true
 }
 
 // warm opens a first backend connection so that the greeting carries the
@@ -484,8 +500,7 @@ func (s *Server) warm() error {
 	}
 	if err != nil {
 		s.log.Warn("backend not reachable at start; will keep trying", "addr", s.config().Backend.Address, "err", err)
-		s.wg.Add(1)
-		go s.warmLater()
+		s.spawn(s.warmLater)
 		return nil
 	}
 	s.pool.Release(bc, true)
