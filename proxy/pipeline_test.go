@@ -26,6 +26,26 @@ func TestPipelinedSelects(t *testing.T) {
 		mustExec(t, p.direct(t), "INSERT INTO kv VALUES (?, ?)", i, fmt.Sprint("value-", i))
 	}
 	w := watchPeaks(t, p)
+	// Whether statements meet a busy connection and join its pipe depends
+	// on timing (a loaded machine may run the clients nearly one at a
+	// time): the load runs again, up to three rounds, until one did.
+	for round := 0; round < 3 && p.srv.Stats().Pipelined == 0; round++ {
+		pipelinedLoad(t, p)
+	}
+	proxyPeak, serverPeak := w.finish()
+	st := p.srv.Stats()
+	t.Logf("%d statements pipelined; peak backend connections %d (holdfast) / %d (MariaDB)", st.Pipelined, proxyPeak, serverPeak)
+	if st.Pipelined == 0 {
+		t.Fatal("nothing was pipelined with 16 clients on 2 connections")
+	}
+	if proxyPeak > 2 || serverPeak > 2 {
+		t.Fatalf("%d / %d backend connections, want at most 2", proxyPeak, serverPeak)
+	}
+}
+
+// pipelinedLoad runs 16 clients of 200 point SELECTs each through p,
+// prepared and typed in turn, each checking its own answers.
+func pipelinedLoad(t *testing.T, p *testProxy) {
 	concurrently(t, 16, func(c int) error {
 		db, err := sql.Open("mysql", p.dsn("app", "app"))
 		if err != nil {
@@ -55,15 +75,6 @@ func TestPipelinedSelects(t *testing.T) {
 		}
 		return nil
 	})
-	proxyPeak, serverPeak := w.finish()
-	st := p.srv.Stats()
-	t.Logf("%d statements pipelined; peak backend connections %d (holdfast) / %d (MariaDB)", st.Pipelined, proxyPeak, serverPeak)
-	if st.Pipelined == 0 {
-		t.Fatal("nothing was pipelined with 16 clients on 2 connections")
-	}
-	if proxyPeak > 2 || serverPeak > 2 {
-		t.Fatalf("%d / %d backend connections, want at most 2", proxyPeak, serverPeak)
-	}
 }
 
 // TestPipelineClientGone: a client that disconnects in the middle of a
