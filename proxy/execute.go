@@ -339,7 +339,9 @@ func (s *session) runStmt(c command, p *plan.Plan, reran bool) bool {
 	if err == nil && errPkt == nil {
 		rr, err = s.relay(bc, c.code())
 	}
-	s.txlog.hashing = false
+	if recording {
+		s.txlog.hashing = false
+	}
 	s.reply.hideChange = false
 	if err == nil && errPkt == nil && after != "" {
 		unbound := bc.bound(s.srv.exchangeTimeout())

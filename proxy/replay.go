@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"time"
 
 	"github.com/holdfast-db/holdfast/proxy/mysqlwire"
 	plan "github.com/holdfast-db/holdfast/proxy/policy"
@@ -251,8 +250,8 @@ var errReplayDiffers = errors.New("answered differently than it did on the forme
 // by the backend exchange timeout.
 func (s *session) replayStmts(bc *backendConn) error {
 	l := &s.txlog
-	unbound := bc.bound(s.srv.exchangeTimeout())
-	defer unbound()
+	d := s.srv.exchangeTimeout()
+	defer bc.bound(d)() // the BEGIN's exchange; each statement's below
 	if err := bc.writeCommand(l.begin); err != nil {
 		return fmt.Errorf("BEGIN: %w", err)
 	}
@@ -261,7 +260,7 @@ func (s *session) replayStmts(bc *backendConn) error {
 	}
 	n := len(l.stmts)
 	for i, st := range l.stmts {
-		_ = bc.nc.SetDeadline(time.Now().Add(s.srv.exchangeTimeout()))
+		bc.bound(d)
 		if err := s.sendRecorded(bc, st, l.packet(i)); err != nil {
 			return fmt.Errorf("statement %d of %d: %w", i+1, n, err)
 		}
