@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -264,13 +265,18 @@ func TestFailedReplayLeavesNoRecord(t *testing.T) {
 	if err := p.primary.SetReadOnly(ctx, true); err != nil {
 		t.Fatal(err)
 	}
+	// The primary turns writable again once the statement is answered, or
+	// held for a replay: not before holdfast confirmed the 1290 (a server
+	// writable again by then makes it the client's as it is).
 	back := make(chan struct{})
+	var answered atomic.Bool
 	go func() {
 		defer close(back)
-		waitFor(t, "the read-only primary seen", func() bool { return p.srv.Topology().State == "no_primary" })
+		waitFor(t, "the statement answered or held", func() bool { return answered.Load() || p.srv.FailoverStats().HeldNow == 1 })
 		writable()
 	}()
 	_, err := txn.ExecContext(ctx, "UPDATE t SET w = w + 10 WHERE id = 3")
+	answered.Store(true)
 	<-back
 	if code, _ := codeOf(err); code != codePrimarySwitching {
 		t.Fatalf("the implicit transaction's statement the read-only primary refused: %v; want 9010 (it has no record to replay)", err)
