@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -70,7 +71,14 @@ func TestProcessMetrics(t *testing.T) {
 	admin := dbtest.FreeAddr(t)
 	writeConfigAdmin(t, p.config, p.addr, p.db, appUser, admin, "")
 	p.serve(t)
+	// CPU time is counted in clock ticks: a process just started may not
+	// have one yet. Scrape again until it has (the other metrics are
+	// checked on that scrape).
 	m, err := holdfastproc.Scrape(context.Background(), admin)
+	for give := time.Now().Add(10 * time.Second); err == nil && m["process_cpu_seconds_total"] <= 0 && time.Now().Before(give); {
+		time.Sleep(50 * time.Millisecond)
+		m, err = holdfastproc.Scrape(context.Background(), admin)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
